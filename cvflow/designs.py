@@ -1,0 +1,232 @@
+"""Splits: the training sets a workflow fits, deduplicated by training set.
+
+A design is the list of distinct training sets (``train``: splits x samples, boolean) plus
+index tables that say which split plays which role:
+
+- ``full_split``: the split trained on all of D (shared by all repeats);
+- ``fold_split[r, j]``: trained on D minus fold j of repeat r;
+- ``pair_split[r, j, l]``: trained on D minus folds j and l (symmetric; -1 on the diagonal);
+- ``subset_split[p, m]``: learning set m (0 or 1) of subset group p. Two groups that happen
+  to draw the same learning set share one split, so read roles from the tables, not from the
+  split coordinates (which name only the first role of a split).
+
+Held-out test samples (``is_test``) are never in a training set and have fold label -1.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
+
+from .errors import InputError
+
+# DESIGN CHOICE: refuse complete subset enumerations above this many learning sets; the
+# cube would hold (params x count x n) predictions and one task per block of them.
+MAX_COMPLETE_SUBSETS = 20_000
+
+
+@dataclass
+class Design:
+    """Distinct training sets and the roles they play. Shapes in the attribute comments."""
+
+    train: np.ndarray            # (split, sample) bool
+    kind: np.ndarray             # (split,) str: full | fold | pair | subset
+    repeat: np.ndarray           # (split,) int: repeat of the first role, -1 if none
+    outer: np.ndarray            # (split,) int: fold j / subset member, -1 if none
+    inner: np.ndarray            # (split,) int: fold l of a pair, -1 if none
+    group: np.ndarray            # (split,) int: subset group, -1 if none
+    fold: np.ndarray             # (repeat, sample) int32: fold label, -1 for test samples
+    fold_split: np.ndarray       # (repeat, outer) int32 split index, -1 if not in design
+    pair_split: np.ndarray       # (repeat, outer, inner) int32 split index, -1 if not in design
+    full_split: int              # index of the full split, -1 if not in design
+    subset_split: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int32))
+    # (group, member) int32 split index of subset learning sets, -1 if absent
+    roles_requested: int = 0     # splits the estimators asked for before deduplication
+
+    @property
+    def n_splits(self) -> int:
+        return int(self.train.shape[0])
+
+
+@dataclass
+class _Builder:
+    n: int
+    masks: list = field(default_factory=list)
+    roles: list = field(default_factory=list)   # (kind, repeat, outer, inner, group)
+    index: dict = field(default_factory=dict)
+    requested: int = 0
+
+    def add(self, mask: np.ndarray, kind: str, repeat=-1, outer=-1, inner=-1, group=-1) -> int:
+        """Index of the split training on ``mask``; a new split only for a new training set."""
+        self.requested += 1
+        key = np.packbits(mask).tobytes()
+        if key not in self.index:
+            self.index[key] = len(self.masks)
+            self.masks.append(mask.copy())
+            self.roles.append((kind, repeat, outer, inner, group))
+        return self.index[key]
+
+
+def fold_labels(
+    y: np.ndarray,
+    is_test: np.ndarray,
+    *,
+    folds: int,
+    repeats: int = 1,
+    splitter: str = "kfold",
+    seed: int | None = 0,
+    groups: np.ndarray | None = None,
+    shuffle: bool = True,
+) -> np.ndarray:
+    """Fold label of every sample in every repeat, shape (repeats, n); -1 for test samples.
+
+    Reuses scikit-learn's splitters (``KFold``, ``StratifiedKFold``, ``GroupKFold``); repeat r
+    uses seed ``seed + r`` when shuffling.
+    """
+    analysis = np.flatnonzero(~is_test)
+    n_analysis = analysis.size
+    if folds < 2:
+        raise InputError(f"design.folds: {folds} folds; use at least 2")
+    if folds > n_analysis:
+        raise InputError(
+            f"design.folds: {folds} folds but only {n_analysis} samples; use at most {n_analysis}"
+        )
+    labels = np.full((repeats, y.shape[0]), -1, dtype=np.int32)
+    for r in range(repeats):
+        rs = None if seed is None else seed + r
+        if splitter == "kfold":
+            cv = KFold(folds, shuffle=shuffle, random_state=rs if shuffle else None)
+            it = cv.split(analysis)
+        elif splitter == "stratified":
+            cv = StratifiedKFold(folds, shuffle=shuffle, random_state=rs if shuffle else None)
+            it = cv.split(analysis, y[analysis])
+        elif splitter == "group":
+            if groups is None:
+                raise InputError("design.splitter: 'group' needs data.groups (a column of group labels)")
+            n_groups = np.unique(groups[analysis]).size
+            if folds > n_groups:
+                raise InputError(
+                    f"design.folds: {folds} folds but only {n_groups} groups; use at most {n_groups}"
+                )
+            kw = {"shuffle": True, "random_state": rs} if shuffle and _group_kfold_shuffles() else {}
+            it = GroupKFold(folds, **kw).split(analysis, groups=groups[analysis])
+        else:
+            raise InputError(
+                f"design.splitter: unknown splitter {splitter!r}; use kfold, stratified or group"
+            )
+        for j, (_, test) in enumerate(it):
+            labels[r, analysis[test]] = j
+    return labels
+
+
+def _group_kfold_shuffles() -> bool:
+    import inspect
+
+    return "shuffle" in inspect.signature(GroupKFold).parameters
+
+
+def make_design(
+    fold: np.ndarray,
+    is_test: np.ndarray,
+    *,
+    full: bool = True,
+    folds: bool = True,
+    pairs: bool = False,
+    subsets: list[tuple[np.ndarray, int, int]] | None = None,
+) -> Design:
+    """Build the deduplicated design from fold labels (repeats, n).
+
+    ``subsets`` is a list of (training mask, group, member) from :func:`subset_splits`.
+    """
+    n_repeats, n = fold.shape
+    n_folds = int(fold.max()) + 1 if fold.size else 0
+    analysis = ~is_test
+    b = _Builder(n)
+    full_split = b.add(analysis, "full") if full else -1
+    fold_split = np.full((n_repeats, n_folds), -1, dtype=np.int32)
+    pair_split = np.full((n_repeats, n_folds, n_folds), -1, dtype=np.int32)
+    for r in range(n_repeats):
+        if folds:
+            for j in range(n_folds):
+                fold_split[r, j] = b.add(analysis & (fold[r] != j), "fold", r, j)
+        if pairs:
+            if n_folds < 3:
+                raise InputError(
+                    f"design.folds: nested estimators need at least 3 folds (got {n_folds}); "
+                    "with 2 folds a pair split trains on nothing"
+                )
+            for j, l in itertools.combinations(range(n_folds), 2):
+                s = b.add(analysis & (fold[r] != j) & (fold[r] != l), "pair", r, j, l)
+                pair_split[r, j, l] = pair_split[r, l, j] = s
+    subsets = subsets or []
+    n_groups = max((g for _, g, _ in subsets), default=-1) + 1
+    subset_split = np.full((n_groups, 2), -1, dtype=np.int32)
+    for mask, group, member in subsets:
+        subset_split[group, member] = b.add(mask, "subset", -1, member, -1, group)
+    roles = np.array(b.roles, dtype=object).reshape(-1, 5)
+    train = np.array(b.masks, dtype=bool).reshape(-1, n)
+    return Design(
+        train=train,
+        kind=roles[:, 0].astype(str),
+        repeat=roles[:, 1].astype(np.int32),
+        outer=roles[:, 2].astype(np.int32),
+        inner=roles[:, 3].astype(np.int32),
+        group=roles[:, 4].astype(np.int32),
+        fold=fold.astype(np.int32),
+        fold_split=fold_split,
+        pair_split=pair_split,
+        full_split=int(full_split),
+        subset_split=subset_split,
+        roles_requested=b.requested,
+    )
+
+
+def check_subset_size(n_analysis: int, size: int) -> None:
+    """The U-statistic variance estimator exists iff n >= 2g + 2 (Fuchs et al.)."""
+    if size < 1:
+        raise InputError(f"design.subset.size: {size}; the learning-set size g must be at least 1")
+    if n_analysis < 2 * size + 2:
+        raise InputError(
+            f"design.subset.size: g = {size} needs n >= 2g + 2 = {2 * size + 2} analysis samples, "
+            f"but n = {n_analysis}; use g <= {(n_analysis - 2) // 2}"
+        )
+
+
+def subset_splits(
+    is_test: np.ndarray, *, size: int, pairs: int = 0, complete: bool = False, seed: int | None = 0
+) -> list[tuple[np.ndarray, int, int]]:
+    """Learning sets of size g drawn from D as (training mask, group, member).
+
+    Incomplete design: ``pairs`` groups; group p draws 2g distinct samples of D uniformly and
+    splits them at random into two disjoint learning sets (members 0 and 1).
+    Complete design: every learning set of size g once, group = its rank, member 0.
+    """
+    analysis = np.flatnonzero(~is_test)
+    n, n_total = analysis.size, is_test.shape[0]
+    check_subset_size(n, size)
+    out = []
+    if complete:
+        count = math.comb(n, size)
+        if count > MAX_COMPLETE_SUBSETS:
+            raise InputError(
+                f"design.subset.complete: C({n}, {size}) = {count} learning sets is more than "
+                f"{MAX_COMPLETE_SUBSETS}; use complete: false with subset.pairs"
+            )
+        for g, members in enumerate(itertools.combinations(analysis, size)):
+            mask = np.zeros(n_total, dtype=bool)
+            mask[list(members)] = True
+            out.append((mask, g, 0))
+        return out
+    if pairs < 1:
+        raise InputError(f"design.subset.pairs: {pairs}; use at least 1 (or complete: true)")
+    rng = np.random.default_rng(seed)
+    for p in range(pairs):
+        drawn = rng.choice(analysis, size=2 * size, replace=False)
+        for member, part in enumerate((drawn[:size], drawn[size:])):
+            mask = np.zeros(n_total, dtype=bool)
+            mask[part] = True
+            out.append((mask, p, member))
+    return out

@@ -1,0 +1,10 @@
+"""Exceptions that the CLI maps to exit codes."""
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Bad user input: the CLI prints the one-line message and exits 2."""
+
+
+class StoreError(InputError):
+    """A store path that cannot be used as asked (not a cvflow store, other workflow)."""

@@ -1,0 +1,108 @@
+"""Learners: params from a grid, estimators from dotted paths, and the block fit kernel."""
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+from .store import BlockResult
+
+
+@dataclass(frozen=True)
+class Param:
+    """One learner with one full hyperparameter setting (a row of the grid)."""
+
+    learner: str
+    estimator: str                      # dotted path, e.g. sklearn.linear_model.Ridge
+    fixed: dict = field(default_factory=dict)
+    hyper: dict = field(default_factory=dict)
+    output: str = "predict"
+
+    def settings(self) -> dict:
+        return {**self.fixed, **self.hyper}
+
+    def to_json(self) -> str:
+        return json.dumps({"learner": self.learner, "estimator": self.estimator,
+                           "params": self.settings(), "output": self.output}, sort_keys=True)
+
+    def build(self):
+        """A fresh, unfitted estimator (one per fit, as scikit-learn's clone gives)."""
+        return import_estimator(self.estimator)(**self.settings())
+
+
+def import_estimator(path: str):
+    """The estimator class at a dotted path; InputError if it does not import or is no estimator."""
+    module_name, _, name = path.rpartition(".")
+    if not module_name:
+        raise InputError(f"estimator: {path!r} is not a dotted path like sklearn.linear_model.Ridge")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise InputError(f"estimator: {path!r} does not import ({exc})") from None
+    if not (isinstance(cls, type) and hasattr(cls, "fit") and hasattr(cls, "get_params")):
+        raise InputError(f"estimator: {path!r} is not a scikit-learn estimator class (no fit/get_params)")
+    return cls
+
+
+def expand_grid(grid: dict[str, list]) -> list[dict]:
+    """Cartesian product of a grid in grid order (last name varies fastest)."""
+    names = list(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*grid.values())]
+
+
+def default_output(cls, task: str) -> str:
+    if task == "regression":
+        return "predict"
+    return "decision_function" if hasattr(cls, "decision_function") else "predict_proba"
+
+
+def predict_output(model, X: np.ndarray, output: str, positive=None) -> np.ndarray:
+    """Predictions of ``model`` on every sample in the stored form."""
+    if output == "predict":
+        return np.asarray(model.predict(X), dtype=np.float64)
+    if output == "decision_function":
+        values = np.asarray(model.decision_function(X), dtype=np.float64)
+        if values.ndim != 1:
+            raise ValueError("decision_function returned several columns; cvflow handles binary tasks")
+        return values
+    proba = model.predict_proba(X)
+    column = int(np.flatnonzero(np.asarray(model.classes_) == positive)[0])
+    return np.asarray(proba[:, column], dtype=np.float64)
+
+
+def fit_one(param: Param, X, y, train: np.ndarray, positive=None) -> tuple[np.ndarray, float, str]:
+    """Fit ``param`` on the training rows and predict every sample.
+
+    Returns (predictions, seconds, error message or ""); a raising fit gives NaN predictions.
+    """
+    t0 = time.perf_counter()
+    try:
+        model = param.build()
+        model.fit(X[train], y[train])
+        pred = predict_output(model, X, param.output, positive)
+        if pred.shape != (X.shape[0],):
+            raise ValueError(f"prediction has shape {pred.shape}, expected ({X.shape[0]},)")
+        return pred, time.perf_counter() - t0, ""
+    except Exception as exc:  # noqa: BLE001 - a failing fit is data, not a crash
+        message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        return np.full(X.shape[0], np.nan), time.perf_counter() - t0, message
+
+
+def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: slice,
+              splits_slice: slice, positive=None) -> BlockResult:
+    """Fit every (param, split) of a block; ``train`` is (splits, sample) for the block's splits."""
+    n_p, n_s, n = len(params), train.shape[0], X.shape[0]
+    pred = np.full((n_p, n_s, n), np.nan)
+    seconds = np.zeros((n_p, n_s))
+    error = np.full((n_p, n_s), "", dtype=object)
+    for s in range(n_s):
+        for h, param in enumerate(params):
+            pred[h, s], seconds[h, s], error[h, s] = fit_one(param, X, y, train[s], positive)
+    failed = error != ""
+    return BlockResult(params_slice, splits_slice, pred, failed, error, seconds)
