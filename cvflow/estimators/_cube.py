@@ -1,0 +1,135 @@
+"""Shared reading of the cube for reducers: losses, role lookups, fold means, argmin.
+
+Every function here works on a lazy (dask-backed) cube without loading ``pred`` whole:
+selections are by split index, reductions over ``sample`` are weighted sums.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import xarray as xr
+
+from ..errors import InputError
+from ..losses import LOSSES, check_loss
+
+
+def loss_name(cube: xr.Dataset, loss: str | None) -> str:
+    """The loss to use: ``loss`` or the workflow's default, checked against the task/outputs."""
+    name = loss or cube.attrs.get("loss") or (
+        "squared" if cube.attrs.get("task", "regression") == "regression" else "zero_one")
+    outputs = np.unique(np.asarray(cube["output"].values, dtype=str)) if "output" in cube.coords else ()
+    return check_loss(name, cube.attrs.get("task", "regression"), outputs)
+
+
+def positive_label(cube: xr.Dataset):
+    classes = json.loads(cube.attrs.get("classes") or "null")
+    return None if not classes else classes[-1]
+
+
+def pointwise_loss(cube: xr.Dataset, loss: str | None = None, pred: xr.DataArray | None = None
+                   ) -> xr.DataArray:
+    """ℓ_i(h, s) for every (param, split, sample), lazy when the cube is.
+
+    ``pred`` defaults to ``cube.pred``; pass a selection of it to compute fewer losses.
+    """
+    name = loss_name(cube, loss)
+    pred = cube["pred"] if pred is None else pred
+    fn = LOSSES[name]
+    y = cube["y"]
+    if name == "zero_one":
+        outputs = np.asarray(pred["output"].values if "output" in pred.coords else
+                             cube["output"].values, dtype=str)
+        if len(set(outputs)) > 1:
+            parts = [fn(y, pred.isel(param=[h]), positive_label(cube), output=o)
+                     for h, o in enumerate(outputs)]
+            return xr.concat(parts, dim="param").rename("loss")
+        return fn(y, pred, positive_label(cube), output=outputs[0]).rename("loss")
+    return fn(y, pred, positive_label(cube)).rename("loss")
+
+
+def require(cube: xr.Dataset, table: str, what: str) -> xr.DataArray:
+    """A role table with every entry present, or a clear error naming what is missing."""
+    index = cube[table]
+    if table == "pair_split":
+        k = index.sizes["outer"]
+        off_diag = ~np.eye(k, dtype=bool)
+        missing = bool((index.values[:, off_diag] < 0).any()) if k else True
+    else:
+        missing = bool((index.values < 0).any()) or index.size == 0
+    if missing:
+        raise InputError(f"cube: {what} needs the {table.replace('_split', '')} splits, which this "
+                         "store does not have; add the estimator to the workflow and run it again")
+    return index
+
+
+def at_splits(values: xr.DataArray, index: xr.DataArray) -> xr.DataArray:
+    """Select ``values`` along ``split`` by an integer table (e.g. fold_split (repeat, outer)).
+
+    The ``split`` dim is replaced by the table's dims. Entries < 0 (roles not in the design,
+    the pair diagonal) give NaN. Lazy values stay lazy (one take along ``split``).
+    """
+    idx = np.asarray(index.values)
+    flat = np.where(idx < 0, 0, idx).ravel()
+    keep = {k: c for k, c in values.coords.items() if "split" not in c.dims}
+    picked = values.drop_vars([k for k in values.coords if k not in keep]).isel(split=flat)
+    axis = picked.get_axis_num("split")
+    data = picked.data.reshape(picked.shape[:axis] + idx.shape + picked.shape[axis + 1:])
+    dims = picked.dims[:axis] + index.dims + picked.dims[axis + 1:]
+    result = xr.DataArray(data, dims=dims, coords=keep, name=values.name)
+    if (idx < 0).any():
+        result = result.where(xr.DataArray(idx >= 0, dims=index.dims))
+    return result
+
+
+def fold_membership(cube: xr.Dataset) -> xr.DataArray:
+    """1.0 where sample i is in fold j of repeat r, else 0.0; dims (repeat, outer, sample)."""
+    fold = cube["fold"].values
+    k = cube.sizes.get("outer", int(fold.max()) + 1)
+    member = (fold[:, None, :] == np.arange(k)[None, :, None]).astype(np.float64)
+    return xr.DataArray(member, dims=("repeat", "outer", "sample"))
+
+
+def analysis_weights(cube: xr.Dataset) -> xr.DataArray:
+    """1.0 on the analysis samples D, 0.0 on held-out test samples; dims (sample,)."""
+    return xr.DataArray((~cube["is_test"].values).astype(np.float64), dims="sample")
+
+
+def weighted_mean(values: xr.DataArray, weights: xr.DataArray, dim: str = "sample") -> xr.DataArray:
+    """Σ w·v / Σ w over ``dim``; samples with zero weight never contribute (even if NaN)."""
+    masked = values.where(weights > 0, 0.0)
+    return xr.dot(masked, weights, dim=dim) / weights.sum(dim)
+
+
+def weighted_sum(values: xr.DataArray, weights: xr.DataArray, dim: str = "sample") -> xr.DataArray:
+    return xr.dot(values.where(weights > 0, 0.0), weights, dim=dim)
+
+
+def argmin_first(values: xr.DataArray, dim: str = "param") -> xr.DataArray:
+    """Index of the minimum along ``dim``, ties to the first, NaN skipped (-1 if all NaN)."""
+    v = values.values if hasattr(values, "values") else np.asarray(values)
+    axis = values.get_axis_num(dim)
+    filled = np.where(np.isnan(v), np.inf, v)
+    idx = np.argmin(filled, axis=axis)
+    all_nan = np.isnan(v).all(axis=axis)
+    idx = np.where(all_nan, -1, idx)
+    dims = tuple(d for d in values.dims if d != dim)
+    coords = {k: c for k, c in values.coords.items() if dim not in c.dims and set(c.dims) <= set(dims)}
+    return xr.DataArray(idx, dims=dims, coords=coords)
+
+
+def param_label(cube: xr.Dataset, index: int) -> dict:
+    """The learner and hyperparameters of param ``index`` as a plain dict (JSON-ready)."""
+    if index is None or int(index) < 0:
+        return {}
+    setting = json.loads(str(cube["param_json"].values[int(index)]))
+    return {"index": int(index), "learner": setting["learner"], **setting["params"]}
+
+
+def param_coords(cube: xr.Dataset) -> dict:
+    """The coordinates on ``param`` (learner, output, param_json, hyperparameters)."""
+    return {k: c for k, c in cube.coords.items() if c.dims == ("param",)}
+
+
+def n_analysis(cube: xr.Dataset) -> int:
+    return int((~cube["is_test"].values).sum())
