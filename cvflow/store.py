@@ -158,7 +158,12 @@ def open_cube(path: str | os.PathLike) -> xr.Dataset:
         raise StoreError(f"store: {path} does not exist")
     if not is_store(path):
         raise StoreError(f"store: {path} exists but is not a cvflow store")
-    return xr.open_zarr(path, consolidated=False, zarr_format=3)
+    cube = xr.open_zarr(path, consolidated=False, zarr_format=3)
+    # DESIGN CHOICE: everything but `pred` is small (param x split at most): load it once so
+    # reducers index role tables and masks without recomputing dask graphs; `pred` stays lazy.
+    small = [name for name in cube.variables if name != "pred"]
+    return cube.assign({n: cube[n].load() for n in small if n in cube.data_vars}).assign_coords(
+        {n: cube[n].load() for n in small if n in cube.coords})
 
 
 def block_chunks(store: str | os.PathLike) -> tuple[int, int]:

@@ -18,7 +18,7 @@ def loss_name(cube: xr.Dataset, loss: str | None) -> str:
     """The loss to use: ``loss`` or the workflow's default, checked against the task/outputs."""
     name = loss or cube.attrs.get("loss") or (
         "squared" if cube.attrs.get("task", "regression") == "regression" else "zero_one")
-    outputs = np.unique(np.asarray(cube["output"].values, dtype=str)) if "output" in cube.coords else ()
+    outputs = {str(v) for v in cube["output"].values} if "output" in cube.coords else ()
     return check_loss(name, cube.attrs.get("task", "regression"), outputs)
 
 
@@ -38,8 +38,8 @@ def pointwise_loss(cube: xr.Dataset, loss: str | None = None, pred: xr.DataArray
     fn = LOSSES[name]
     y = cube["y"]
     if name == "zero_one":
-        outputs = np.asarray(pred["output"].values if "output" in pred.coords else
-                             cube["output"].values, dtype=str)
+        outputs = [str(v) for v in (pred["output"].values if "output" in pred.coords
+                                    else cube["output"].values)]
         if len(set(outputs)) > 1:
             parts = [fn(y, pred.isel(param=[h]), positive_label(cube), output=o)
                      for h, o in enumerate(outputs)]

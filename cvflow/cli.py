@@ -1,0 +1,183 @@
+"""The ``cvflow`` command: run | status | report | validate.
+
+The CLI parses arguments and calls library functions. Exit codes: 0 success, 2 bad input
+(one line, no traceback), 1 a failure at run time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+from .errors import InputError
+
+
+class Progress:
+    """A terminal progress bar (fits done / total, ETA) on stderr."""
+
+    def __init__(self, stream=None, width: int = 30):
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.tty = self.stream.isatty()
+        self.last = 0.0
+
+    def __call__(self, event: dict) -> None:
+        if event["event"] == "start":
+            if event.get("dashboard"):
+                print(f"dashboard: {event['dashboard']}", file=self.stream, flush=True)
+            print(f"{event['todo']} of {event['total']} fits to do", file=self.stream, flush=True)
+            return
+        done, todo, elapsed = event["done"], event["todo"], event["elapsed"]
+        now = time.monotonic()
+        if done < todo and now - self.last < (0.1 if self.tty else 2.0):
+            return
+        self.last = now
+        frac = done / todo if todo else 1.0
+        eta = elapsed / frac - elapsed if frac > 0 else float("nan")
+        bar = "#" * int(frac * self.width)
+        line = f"[{bar:<{self.width}}] {done}/{todo} fits  {elapsed:6.1f}s  ETA {eta:5.1f}s"
+        end = "\r" if self.tty and done < todo else "\n"
+        print(line, end=end, file=self.stream, flush=True)
+
+
+def cmd_validate(args) -> int:
+    from .spec import load_workflow
+
+    wf = load_workflow(args.workflow)
+    study = wf.build()
+    n_fits = len(study.params) * study.design.n_splits
+    print(f"{args.workflow}: valid; {len(study.params)} params x {study.design.n_splits} splits "
+          f"= {n_fits} fits; estimators: {', '.join(n for n, _ in wf.estimators)}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from . import engine, report
+    from .spec import load_workflow
+    from .store import open_cube
+
+    wf = load_workflow(args.workflow)
+    result = engine.run(wf, store=args.store, cluster=args.cluster, workers=args.workers,
+                        overwrite=args.overwrite, dashboard_port=args.dashboard_port,
+                        progress=Progress())
+    if result.fits_executed == 0:
+        print(f"{result.store}: already complete, 0 fits performed")
+    else:
+        print(f"{result.store}: {result.fits_executed} fits performed in {result.tasks} tasks "
+              f"({result.wall_seconds:.1f}s wall, {result.fit_seconds:.2f}s of fitting), "
+              f"{result.failed} failed")
+        print(f"fits executed / distinct (param, training set) pairs = "
+              f"{result.fits_executed}/{result.distinct_pairs} = {result.fits_per_distinct:.3f} "
+              f"({result.roles_requested} (param, split role) pairs requested)")
+    cube = open_cube(result.store)
+    info = report.status_from_cube(cube)
+    if info["failed"] == info["total"]:
+        print(f"cvflow: error: every fit failed: {next(iter(info['failures']))}", file=sys.stderr)
+        return 1
+    print(report.text(cube, report.compute(cube)))
+    return 0
+
+
+def cmd_status(args) -> int:
+    from . import report
+    from .store import is_store
+    from pathlib import Path
+
+    if not Path(args.store).exists():
+        raise InputError(f"store: {args.store} does not exist")
+    if not is_store(args.store):
+        raise InputError(f"store: {args.store} exists but is not a cvflow store")
+    info = report.status(args.store)
+    print(json.dumps(info) if args.json else report.format_status(info))
+    return 0
+
+
+def _parse_lambdas(text: str | None):
+    if text is None:
+        return None
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise InputError(f"--lambdas: {text!r} is not a comma-separated list of numbers") from None
+
+
+def cmd_report(args) -> int:
+    from . import report
+    from .store import open_cube
+
+    cube = open_cube(args.store)
+    overrides = {}
+    lambdas = _parse_lambdas(getattr(args, "lambdas", None))
+    if lambdas is not None:
+        overrides["stability_nested"] = {"lambdas": lambdas}
+    if getattr(args, "compare", None):
+        overrides["ustat"] = {"compare": args.compare.split(",")}
+    results = report.compute(cube, loss=args.loss, overrides=overrides)
+    if args.html:
+        from .report import write_html  # noqa: F401 - provided by the HTML report module
+
+        write_html(cube, results, args.html)
+    if args.json:
+        print(json.dumps(report.to_json(results)))
+    else:
+        print(report.text(cube, results))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cvflow", description="Cross-validation studies on Dask.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="run a workflow (fits only what is not done)")
+    r.add_argument("workflow")
+    r.add_argument("--store", help="Zarr store path (default: <workflow name>.zarr)")
+    r.add_argument("--cluster", help="local | slurm | FILE.yaml | tcp://ADDR (default: local)")
+    r.add_argument("--workers", type=int, help="number of local workers")
+    r.add_argument("--dashboard-port", type=int, help="dashboard port (default 8787; 0 = any)")
+    r.add_argument("--overwrite", action="store_true",
+                   help="replace a store made by another workflow")
+    r.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("status", help="fits done / total / failed of a store")
+    s.add_argument("store")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_status)
+
+    rep = sub.add_parser("report", help="estimates from a store, without refitting")
+    rep.add_argument("store")
+    rep.add_argument("--loss", help="loss to apply (default: the workflow's)")
+    rep.add_argument("--json", action="store_true", help="one JSON object, a key per estimator")
+    rep.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    rep.add_argument("--lambdas", help="comma-separated λ grid for stability_nested")
+    rep.add_argument("--compare", help="two params for ustat, comma-separated")
+    rep.set_defaults(func=cmd_report)
+
+    v = sub.add_parser("validate", help="check a workflow without fitting")
+    v.add_argument("workflow")
+    v.set_defaults(func=cmd_validate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("distributed", "bokeh", "tornado"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        print(f"cvflow: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("cvflow: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - run-time failures: one line, exit 1
+        logging.getLogger(__name__).debug("run-time failure", exc_info=True)
+        print(f"cvflow: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

