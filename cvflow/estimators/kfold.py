@@ -25,14 +25,15 @@ def kfold_scores(cube: xr.Dataset, loss: str | None = None) -> xr.Dataset:
     sizes = fold_membership(cube).sum("sample")
     n = sizes.sum("outer")
     fold_score = sums / sizes
-    per_repeat = sums.sum("outer") / n
+    # a failed fold fit (NaN) must make the param NaN, not drop the fold: skipna=False
+    per_repeat = sums.sum("outer", skipna=False) / n
     k = sizes.sizes["outer"]
-    se = fold_score.std("outer", ddof=1) / np.sqrt(k)
+    se = fold_score.std("outer", ddof=1, skipna=False) / np.sqrt(k)
     return xr.Dataset({
-        "estimate": per_repeat.mean("repeat"),
+        "estimate": per_repeat.mean("repeat", skipna=False),
         "estimate_repeat": per_repeat,
         "fold_score": fold_score,
-        "se": se.mean("repeat"),
+        "se": se.mean("repeat", skipna=False),
         "fold_size": sizes,
     })
 
