@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,8 @@ import numpy as np
 
 from .errors import InputError
 from .store import BlockResult
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -95,14 +98,36 @@ def fit_one(param: Param, X, y, train: np.ndarray, positive=None) -> tuple[np.nd
 
 
 def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: slice,
-              splits_slice: slice, positive=None) -> BlockResult:
-    """Fit every (param, split) of a block; ``train`` is (splits, sample) for the block's splits."""
+              splits_slice: slice, positive=None, path_aware: bool = True) -> BlockResult:
+    """Fit every (param, split) of a block; ``train`` is (splits, sample) for the block's splits.
+
+    With ``path_aware`` (the workflow's ``execution.path_aware``), params of one path-aware
+    learner that differ only in the penalty (ridge / lasso / elastic net ``alpha``, logistic
+    ``C``) are fitted together per training set (:mod:`cvflow.paths`); each of them is charged
+    an equal share of the group's seconds. A group whose path fit raises is refitted one param
+    at a time, so failures are recorded exactly as on the generic route.
+    """
+    from . import paths
+
     n_p, n_s, n = len(params), train.shape[0], X.shape[0]
     pred = np.full((n_p, n_s, n), np.nan)
     seconds = np.zeros((n_p, n_s))
     error = np.full((n_p, n_s), "", dtype=object)
+    groups = paths.plan(params) if path_aware else [paths.Group((h,)) for h in range(n_p)]
     for s in range(n_s):
-        for h, param in enumerate(params):
-            pred[h, s], seconds[h, s], error[h, s] = fit_one(param, X, y, train[s], positive)
+        for group in groups:
+            index = list(group.index)
+            if group.kernel is not None:
+                t0 = time.perf_counter()
+                try:
+                    pred[index, s] = paths.fit_path([params[h] for h in index], X, y, train[s],
+                                                    positive=positive, kernel=group.kernel)
+                    seconds[index, s] = (time.perf_counter() - t0) / len(index)
+                    continue
+                except Exception as exc:  # noqa: BLE001 - fall back to one fit per param
+                    log.debug("path fit of %s failed (%s); fitting one by one",
+                              params[index[0]].learner, exc)
+            for h in index:
+                pred[h, s], seconds[h, s], error[h, s] = fit_one(params[h], X, y, train[s], positive)
     failed = error != ""
     return BlockResult(params_slice, splits_slice, pred, failed, error, seconds)

@@ -1,0 +1,272 @@
+"""Path-aware fitting: one training set, a whole regularisation path in one go.
+
+When a block holds several params of one learner that differ only in the strength of the
+penalty, fitting them one by one repeats most of the work. Here:
+
+- ``Ridge`` / ``RidgeClassifier`` (``alpha``): one SVD of the (centred) training matrix gives
+  the exact solution for every alpha, ``w(a) = V diag(s / (s^2 + a)) U^T y``. This is the
+  closed-form solution scikit-learn's exact solvers compute, so predictions agree to ~1e-10.
+- ``Lasso`` / ``ElasticNet`` (``alpha``): :func:`sklearn.linear_model.enet_path` on the
+  centred training data, alphas in decreasing order with warm starts. Same objective and
+  alpha scaling as the estimators (``1/(2 n) ||y - Xw||^2 + ...``); the intercept is
+  ``mean(y) - mean(X) w`` as ``fit_intercept=True`` gives. Agreement: the solver tolerance.
+- ``LogisticRegression`` (``C``): one warm-started estimator fitted for C in increasing order
+  (strongest penalty first), for solvers that honour ``warm_start``. Agreement: solver tolerance.
+
+:func:`plan` partitions a block's params into path groups and single params;
+:func:`fit_path` fits one group on one training set. Anything unusual (a setting the kernel
+does not reproduce exactly) is left to the generic one-fit-per-param route.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .learners import Param, import_estimator, predict_output
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Params fitted together: ``index`` into the block's params; ``kernel`` None = one by one."""
+
+    index: tuple[int, ...]
+    kernel: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy kernels: (X, y, train, path values, settings) -> predictions (len(path), n)
+
+
+def ridge_path(X: np.ndarray, y: np.ndarray, train: np.ndarray, alphas: np.ndarray, *,
+               fit_intercept: bool = True) -> np.ndarray:
+    """Ridge predictions on every row of ``X`` for every alpha, from one SVD.
+
+    Parameters
+    ----------
+    X : (n, p) float array; y : (n,) float array; train : (n,) bool mask of the training rows.
+    alphas : (A,) penalties, as :class:`sklearn.linear_model.Ridge` ``alpha``.
+    fit_intercept : centre X and y on the training rows first (as Ridge does).
+
+    Returns
+    -------
+    (A, n) predictions.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    Xt, yt = X[train], np.asarray(y, dtype=np.float64)[train]
+    if fit_intercept:
+        x_mean, y_mean = Xt.mean(axis=0), yt.mean()
+    else:
+        x_mean, y_mean = np.zeros(X.shape[1]), 0.0
+    U, s, Vt = np.linalg.svd(Xt - x_mean, full_matrices=False)
+    alphas = np.asarray(alphas, dtype=np.float64)
+    # DESIGN CHOICE: singular values at rounding level are dropped (as lstsq would) so that an
+    # unpenalised, rank-deficient fit gives the minimum-norm solution rather than noise / 0.
+    tiny = s <= s.max(initial=0.0) * max(Xt.shape) * np.finfo(np.float64).eps
+    denom = s[None, :] ** 2 + alphas[:, None]
+    shrink = np.divide(s[None, :], denom, out=np.zeros_like(denom), where=~tiny[None, :] & (denom > 0))
+    coef = (shrink * (U.T @ (yt - y_mean))[None, :]) @ Vt        # (A, p)
+    return ((X - x_mean) @ coef.T).T + y_mean
+
+
+def enet_path_predictions(X: np.ndarray, y: np.ndarray, train: np.ndarray, alphas: np.ndarray, *,
+                          l1_ratio: float = 1.0, fit_intercept: bool = True, tol: float = 1e-4,
+                          max_iter: int = 1000, positive: bool = False, selection: str = "cyclic",
+                          random_state=None) -> np.ndarray:
+    """Lasso (``l1_ratio=1``) / elastic-net predictions for every alpha via ``enet_path``.
+
+    Alphas are fitted in decreasing order with warm starts and returned in the given order;
+    shape (A, n).
+    """
+    from sklearn.linear_model import enet_path
+
+    X = np.asarray(X, dtype=np.float64)
+    Xt, yt = X[train], np.asarray(y, dtype=np.float64)[train]
+    if fit_intercept:
+        x_mean, y_mean = Xt.mean(axis=0), yt.mean()
+    else:
+        x_mean, y_mean = np.zeros(X.shape[1]), 0.0
+    alphas = np.asarray(alphas, dtype=np.float64)
+    order = np.argsort(-alphas, kind="stable")
+    _, coefs, _ = enet_path(np.asfortranarray(Xt - x_mean), yt - y_mean, l1_ratio=l1_ratio,
+                            alphas=alphas[order], precompute=False, tol=tol, max_iter=max_iter,
+                            positive=positive, selection=selection, random_state=random_state)
+    out = np.empty((len(alphas), X.shape[0]))
+    out[order] = ((X - x_mean) @ coefs).T + y_mean
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# which params go together
+
+
+def _classes():
+    from sklearn.linear_model import ElasticNet, Lasso, LogisticRegression, Ridge, RidgeClassifier
+
+    return {Ridge: "ridge", RidgeClassifier: "ridge_classifier", Lasso: "lasso",
+            ElasticNet: "enet", LogisticRegression: "logistic"}
+
+
+PATH_KEY = {"ridge": "alpha", "ridge_classifier": "alpha", "lasso": "alpha", "enet": "alpha",
+            "logistic": "C"}
+WARM_START_SOLVERS = ("lbfgs", "newton-cg", "newton-cholesky", "sag", "saga")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def kernel_of(param: Param) -> str | None:
+    """The path kernel that reproduces ``param``'s estimator exactly, or None."""
+    try:
+        settings_json = json.dumps(param.settings(), sort_keys=True)
+    except (TypeError, ValueError):
+        return None     # settings that are not plain values: leave them to the generic route
+    return _kernel_of(param.estimator, param.output, settings_json)
+
+
+@functools.lru_cache(maxsize=4096)
+def _kernel_of(estimator: str, output: str, settings_json: str) -> str | None:
+    param = Param("", estimator, fixed=json.loads(settings_json), output=output)
+    try:
+        cls = import_estimator(param.estimator)
+    except Exception:  # noqa: BLE001 - the generic route reports the import error per fit
+        return None
+    kernel = _classes().get(cls)
+    if kernel is None:
+        return None
+    try:
+        model = cls(**param.settings())
+        # invalid settings (alpha < 0, unknown solver) must fail per fit as on the generic route
+        getattr(model, "_validate_params", lambda: None)()
+        settings = model.get_params()
+    except Exception:  # noqa: BLE001
+        return None
+    if not _is_number(settings[PATH_KEY[kernel]]):
+        return None
+    if kernel in ("ridge", "ridge_classifier"):
+        # only scikit-learn's exact solvers: iterative ones (sag, saga, lbfgs, lsqr, sparse_cg)
+        # stop at a tolerance, and positive=True is a different problem.
+        if settings.get("positive") or settings["solver"] not in ("auto", "svd", "cholesky"):
+            return None
+        if kernel == "ridge_classifier" and (settings["class_weight"] is not None
+                                             or param.output == "predict_proba"):
+            return None
+    if kernel in ("lasso", "enet"):
+        if not _is_number(settings.get("l1_ratio", 1.0)):
+            return None
+    if kernel == "logistic":
+        if settings["solver"] not in WARM_START_SOLVERS:
+            return None
+    return kernel
+
+
+def plan(params: list[Param]) -> list[Group]:
+    """Partition a block's params into path groups (>= 2 params) and single params.
+
+    A path group holds params of the same estimator, output and settings except the path
+    hyperparameter (``alpha`` or ``C``); groups keep the params' order of first appearance.
+    """
+    groups: dict[tuple, list[int]] = {}
+    kernels: dict[tuple, str | None] = {}
+    for h, param in enumerate(params):
+        kernel = kernel_of(param)
+        if kernel is None:
+            key: tuple = ("single", h)
+        else:
+            rest = {k: v for k, v in param.settings().items() if k != PATH_KEY[kernel]}
+            key = (kernel, param.estimator, param.output, json.dumps(rest, sort_keys=True, default=str))
+        groups.setdefault(key, []).append(h)
+        kernels[key] = kernel
+    out = []
+    for key, index in groups.items():
+        kernel = kernels[key] if len(index) > 1 else None
+        out.append(Group(tuple(index), kernel))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# fitting one group
+
+
+def fit_path(params: list[Param], X, y, train: np.ndarray, *, positive=None,
+             kernel: str | None = None) -> np.ndarray:
+    """Predictions (len(params), n) of params that differ only in their path hyperparameter.
+
+    Raises on anything the kernel cannot do (the caller falls back to one fit per param);
+    non-finite predictions raise too, so that the generic route decides what they mean.
+    """
+    if kernel is None:
+        kernels = {kernel_of(p) for p in params}
+        if len(kernels) != 1 or None in kernels:
+            raise ValueError("params are not one path-aware learner")
+        kernel = kernels.pop()
+    fn: Callable = _KERNELS[kernel]
+    pred = fn(params, X, y, np.asarray(train, dtype=bool), positive)
+    if not np.isfinite(pred).all():
+        raise FloatingPointError("path fit gave non-finite predictions")
+    return pred
+
+
+def _settings(param: Param) -> dict:
+    return import_estimator(param.estimator)(**param.settings()).get_params()
+
+
+def _path_values(params: list[Param], key: str) -> np.ndarray:
+    default = _settings(params[0])[key]
+    return np.array([float(p.settings().get(key, default)) for p in params])
+
+
+def _ridge(params, X, y, train, positive):
+    s = _settings(params[0])
+    return ridge_path(X, y, train, _path_values(params, "alpha"), fit_intercept=s["fit_intercept"])
+
+
+def _ridge_classifier(params, X, y, train, positive):
+    s = _settings(params[0])
+    y = np.asarray(y)
+    classes = np.unique(y[train])
+    if len(classes) != 2:
+        raise ValueError("path-aware RidgeClassifier handles two classes")
+    # RidgeClassifier codes classes_[1] as +1 and classes_[0] as -1
+    coded = np.where(y == classes[1], 1.0, -1.0)
+    scores = ridge_path(X, coded, train, _path_values(params, "alpha"),
+                        fit_intercept=s["fit_intercept"])
+    output = params[0].output
+    if output == "decision_function":
+        return scores
+    if output == "predict":
+        labels = np.where(scores > 0, classes[1], classes[0])
+        return labels.astype(np.float64)
+    raise ValueError(f"RidgeClassifier has no {output}")
+
+
+def _enet(params, X, y, train, positive):
+    s = _settings(params[0])
+    return enet_path_predictions(
+        X, y, train, _path_values(params, "alpha"), l1_ratio=float(s.get("l1_ratio", 1.0)),
+        fit_intercept=s["fit_intercept"], tol=s["tol"], max_iter=s["max_iter"],
+        positive=s["positive"], selection=s["selection"], random_state=s["random_state"])
+
+
+def _logistic(params, X, y, train, positive):
+    Cs = _path_values(params, "C")
+    model = params[0].build()
+    model.set_params(warm_start=True)
+    Xt, yt = X[train], np.asarray(y)[train]
+    out = np.empty((len(params), X.shape[0]))
+    for h in np.argsort(Cs, kind="stable"):   # strongest penalty first
+        model.set_params(C=Cs[h])
+        model.fit(Xt, yt)
+        out[h] = predict_output(model, X, params[h].output, positive)
+    return out
+
+
+_KERNELS: dict[str, Callable] = {"ridge": _ridge, "ridge_classifier": _ridge_classifier,
+                                 "lasso": _enet, "enet": _enet, "logistic": _logistic}
