@@ -8,14 +8,32 @@ from __future__ import annotations
 from .corrected import corrected_kfold
 from .corrected import describe as _describe_corrected
 from .kfold import kfold
+from .bates import bates_ncv, wald_cv
+from .bates import describe as _describe_bates
+from .bates import describe_wald as _describe_wald
+from .nested import describe as _describe_nested
+from .nested import nested_cv
+from .stability import describe as _describe_stability_nested
+from .stability import describe_stability as _describe_stability
+from .stability import stability, stability_nested
 
-__all__ = ["corrected_kfold", "kfold"]
+__all__ = ["corrected_kfold", "kfold", "stability", "stability_nested", "nested_cv", "bates_ncv", "wald_cv"]
 
 REGISTRY = {
+    "stability": stability,
+    "stability_nested": stability_nested,
+    "nested_cv": nested_cv,
+    "bates_ncv": bates_ncv,
+    "wald_cv": wald_cv,
     "kfold": kfold,
     "corrected_kfold": corrected_kfold,
 }
 
 DESCRIBE: dict = {
+    "stability": _describe_stability,
+    "stability_nested": _describe_stability_nested,
+    "nested_cv": _describe_nested,
+    "bates_ncv": _describe_bates,
+    "wald_cv": _describe_wald,
     "corrected_kfold": _describe_corrected,
 }

@@ -1,0 +1,216 @@
+"""Confidence intervals for the prediction error of one fixed param.
+
+- :func:`bates_ncv`: Bates, Hastie & Tibshirani's nested-CV estimate of the MSE of CV, the
+  bias-corrected point estimate and the nested CV interval, next to the naive CV interval
+  (DESIGN.md 6.6);
+- :func:`wald_cv`: Bayle et al.'s Wald CV interval with the within-fold and the all-pairs
+  variance estimators (DESIGN.md 6.7).
+
+Both compute every param of the grid at once (``param`` dimension) unless ``param=`` picks
+one, in which case the results are scalars. The nested quantities read the pair splits
+through :func:`cvflow.estimators.nested.inner_scores`.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import xarray as xr
+from scipy.stats import norm
+
+from ..errors import InputError
+from ._cube import (analysis_weights, fold_membership, loss_name, param_coords, param_label,
+                    weighted_sum)
+from .nested import inner_scores
+from .stability import fold_fit_losses
+
+
+def _pick(cube: xr.Dataset, param, where: str) -> xr.Dataset:
+    if param is None:
+        return cube
+    n_params = cube.sizes["param"]
+    try:
+        index = int(param)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}.param: {param!r}; give the index of a param in the grid "
+                         f"(0..{n_params - 1})") from None
+    if not 0 <= index < n_params or index != param:
+        raise InputError(f"{where}.param: {param!r} is not a param index; the grid has "
+                         f"{n_params} params, use 0..{n_params - 1}")
+    return cube.isel(param=[index])
+
+
+def _check_alpha(alpha, where: str) -> float:
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        a = float("nan")
+    if not 0 < a < 1:
+        raise InputError(f"{where}.alpha: {alpha!r}; the miscoverage level must be in (0, 1), "
+                         "e.g. 0.1 for a 90% interval")
+    return a
+
+
+def out_of_fold_losses(cube: xr.Dataset, loss: str | None = None, *, what: str = "intervals"
+                       ) -> xr.DataArray:
+    """e_i = ℓ_i(h, fold j(i)) of each analysis sample in each repeat; dims (param, repeat, sample).
+
+    Held-out test samples get 0 (use :func:`analysis_weights` to exclude them). Computed.
+    """
+    member = fold_membership(cube)
+    return weighted_sum(fold_fit_losses(cube, loss, what=what), member, dim="outer").compute()
+
+
+def _finish(out: xr.Dataset, cube: xr.Dataset, sub: xr.Dataset, param, attrs: dict
+            ) -> xr.Dataset:
+    out = out.assign_coords(param_coords(sub))
+    if param is not None:
+        out = out.isel(param=0)
+        attrs["param"] = json.dumps(param_label(cube, int(param)))
+    out.attrs = attrs
+    return out
+
+
+def bates_ncv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = None,
+              alpha: float = 0.1) -> xr.Dataset:
+    """Nested CV interval for the prediction error (Bates, Hastie & Tibshirani, Algorithm 1).
+
+    For each repeat r and outer fold j: ``e_in`` = the pooled inner K-fold error on D \\ N_j
+    (pair fits), ``e_out`` = the losses of fold j's fit on N_j, ``a = (e_in − mean e_out)²``,
+    ``b = var(e_out) / |N_j|`` (n − 1 denominator). Then ``MSE = mean(a) − mean(b)``,
+    ``Err_ncv = mean(e_in)``, bias ``(1 + (K−2)/K)(Err_ncv − Err_cv)``,
+    ``se = sqrt((K−1)/K · MSE)`` clamped to [se_naive, √K·se_naive] and the interval
+    ``Err_ncv − bias ± z_{1−α/2}·se``. The naive interval is ``Err_cv ± z·sd(e_i)/√n``.
+
+    Parameters
+    ----------
+    cube : xarray.Dataset
+        A cube with fold and pair splits; R repeats give R·K (a, b, e_in) triples.
+    loss : str, optional
+        Loss applied to the stored predictions; defaults to the workflow's.
+    param : int, optional
+        Index of the param; default every param (a ``param`` dimension).
+    alpha : float
+        Nominal miscoverage, default 0.1 (90% intervals, as in the paper).
+
+    Returns
+    -------
+    xarray.Dataset
+        ``mse``, ``err_ncv``, ``err_cv``, ``bias``, ``estimate`` (= err_ncv − bias),
+        ``se_raw`` (unclamped, NaN if MSE < 0), ``se``, ``lower``, ``upper``, ``se_naive``,
+        ``naive_lower``, ``naive_upper``, ``width_ratio`` (nested / naive width); per outer
+        fold ``e_in``, ``e_out``, ``a``, ``b`` (repeat, outer).
+    """
+    name = loss_name(cube, loss)
+    a_level = _check_alpha(alpha, "bates_ncv")
+    sub = _pick(cube, param, "bates_ncv")
+    e_in = inner_scores(sub, name, what="bates_ncv")["inner_score"].compute()
+    e = out_of_fold_losses(sub, name, what="bates_ncv")
+    member = fold_membership(sub)
+    sizes = member.sum("sample")
+    k = sizes.sizes["outer"]
+    n = sizes.sum("outer")
+    e_out = weighted_sum(e, member) / sizes
+    var_out = weighted_sum((e - e_out) ** 2, member) / (sizes - 1)
+    a = (e_in - e_out) ** 2
+    b = var_out / sizes
+    mse = a.mean(("repeat", "outer"), skipna=False) - b.mean(("repeat", "outer"), skipna=False)
+    err_ncv = e_in.mean(("repeat", "outer"), skipna=False)
+    analysis = analysis_weights(sub)
+    err_cv_repeat = weighted_sum(e, analysis) / n
+    err_cv = err_cv_repeat.mean("repeat", skipna=False)
+    sd = np.sqrt(weighted_sum((e - err_cv_repeat) ** 2, analysis) / (n - 1))
+    se_naive = (sd / np.sqrt(n)).mean("repeat", skipna=False)
+    bias = (1 + (k - 2) / k) * (err_ncv - err_cv)
+    se_raw = np.sqrt((k - 1) / k * mse.where(mse >= 0))
+    # DESIGN CHOICE (Bates et al. Sec. 4): the nested se is at least the naive one and at most
+    # √K times it; a negative MSE estimate thus gives the naive width.
+    se = xr.where(se_raw.isnull() & mse.notnull(), se_naive,
+                  np.minimum(np.maximum(se_raw, se_naive), np.sqrt(k) * se_naive))
+    z = float(norm.ppf(1 - a_level / 2))
+    estimate = err_ncv - bias
+    out = xr.Dataset({
+        "mse": mse, "err_ncv": err_ncv, "err_cv": err_cv, "bias": bias, "estimate": estimate,
+        "se_raw": se_raw, "se": se, "lower": estimate - z * se, "upper": estimate + z * se,
+        "se_naive": se_naive, "naive_lower": err_cv - z * se_naive,
+        "naive_upper": err_cv + z * se_naive, "width_ratio": se / se_naive,
+        "e_in": e_in, "e_out": e_out, "a": a, "b": b,
+    })
+    return _finish(out, cube, sub, param, {"estimator": "bates_ncv", "loss": name, "alpha": a_level,
+                                      "folds": k, "repeats": int(sizes.sizes["repeat"])})
+
+
+def wald_cv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = None,
+            alpha: float = 0.1) -> xr.Dataset:
+    """Bayle et al.'s Wald CV interval ``R̂ ± z_{1−α/2}·σ̂/√n`` with two variance estimators.
+
+    ``within``: the pooled within-fold variance Σ_j Σ_{i∈N_j} (e_i − ē_j)² / (n − K) (equal
+    folds: the mean of the fold variances, Bayle et al. eq. for σ̂²_in); ``all``: the all-pairs
+    variance Σ_i (e_i − R̂)² / n (σ̂²_out). With repeats, estimates and variances are averaged.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``estimate`` (the K-fold error), ``var_within``, ``var_all``, ``se_within``,
+        ``se_all``, ``lower_within``, ``upper_within``, ``lower_all``, ``upper_all``.
+    """
+    name = loss_name(cube, loss)
+    a_level = _check_alpha(alpha, "wald_cv")
+    sub = _pick(cube, param, "wald_cv")
+    e = out_of_fold_losses(sub, name, what="wald_cv")
+    member = fold_membership(sub)
+    sizes = member.sum("sample")
+    k = sizes.sizes["outer"]
+    n = sizes.sum("outer")
+    analysis = analysis_weights(sub)
+    fold_mean = weighted_sum(e, member) / sizes
+    within = (weighted_sum((e - fold_mean) ** 2, member).sum("outer", skipna=False) / (n - k))
+    r_hat = weighted_sum(e, analysis) / n
+    everything = weighted_sum((e - r_hat) ** 2, analysis) / n
+    estimate = r_hat.mean("repeat", skipna=False)
+    var_within = within.mean("repeat", skipna=False)
+    var_all = everything.mean("repeat", skipna=False)
+    n_mean = float(n.mean())
+    z = float(norm.ppf(1 - a_level / 2))
+    se_w = np.sqrt(var_within / n_mean)
+    se_a = np.sqrt(var_all / n_mean)
+    out = xr.Dataset({
+        "estimate": estimate, "var_within": var_within, "var_all": var_all,
+        "se_within": se_w, "se_all": se_a,
+        "lower_within": estimate - z * se_w, "upper_within": estimate + z * se_w,
+        "lower_all": estimate - z * se_a, "upper_all": estimate + z * se_a,
+    })
+    return _finish(out, cube, sub, param, {"estimator": "wald_cv", "loss": name, "alpha": a_level,
+                                      "folds": k})
+
+
+def _fmt(result: xr.Dataset, var: str) -> list[float]:
+    return np.atleast_1d(result[var].values).tolist()
+
+
+def describe(result: xr.Dataset) -> list[str]:
+    """Text-report lines for :func:`bates_ncv` (one line per param, at most 10)."""
+    level = 100 * (1 - float(result.attrs.get("alpha", 0.1)))
+    lines = [f"Bates nested-CV {level:.0f}% intervals ({result.attrs.get('loss')}; "
+             "naive CV interval in brackets):"]
+    cols = {v: _fmt(result, v) for v in ("estimate", "lower", "upper", "err_cv", "naive_lower",
+                                        "naive_upper", "width_ratio")}
+    for h in range(min(10, len(cols["estimate"]))):
+        lines.append(f"  param {h}: {cols['estimate'][h]:.5g} [{cols['lower'][h]:.5g}, "
+                     f"{cols['upper'][h]:.5g}]   naive {cols['err_cv'][h]:.5g} "
+                     f"[{cols['naive_lower'][h]:.5g}, {cols['naive_upper'][h]:.5g}]   "
+                     f"width ratio {cols['width_ratio'][h]:.3g}")
+    return lines
+
+
+def describe_wald(result: xr.Dataset) -> list[str]:
+    """Text-report lines for :func:`wald_cv`."""
+    level = 100 * (1 - float(result.attrs.get("alpha", 0.1)))
+    lines = [f"Wald CV {level:.0f}% intervals (Bayle et al.; {result.attrs.get('loss')}):"]
+    cols = {v: _fmt(result, v) for v in ("estimate", "lower_within", "upper_within",
+                                        "lower_all", "upper_all")}
+    for h in range(min(10, len(cols["estimate"]))):
+        lines.append(f"  param {h}: {cols['estimate'][h]:.5g}  within-fold "
+                     f"[{cols['lower_within'][h]:.5g}, {cols['upper_within'][h]:.5g}]  all-pairs "
+                     f"[{cols['lower_all'][h]:.5g}, {cols['upper_all'][h]:.5g}]")
+    return lines
