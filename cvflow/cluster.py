@@ -1,30 +1,355 @@
-"""Connecting to a Dask cluster: the embedded LocalCluster, a profile file, or tcp://ADDR."""
+"""Connecting to a Dask cluster: the embedded LocalCluster, SLURM, a profile file, or an address.
+
+A *profile* is a small mapping that says which cluster to start and how (see
+``cvflow/cluster.yaml`` for the packaged defaults, and ``cluster/local.yaml``,
+``cluster/slurm.yaml`` for the same profiles as editable files)::
+
+    with connect("slurm", options=["jobqueue.queue=short", "adaptive.maximum=8"]) as client:
+        print(client.dashboard_link)
+
+Precedence, lowest first: the packaged profile of the same ``kind`` (through ``dask.config``,
+key ``cvflow.cluster.profiles``), the profile file, ``CVFLOW_CLUSTER__KEY__SUBKEY=value``
+environment variables, ``options`` (``key.subkey=value`` strings, values parsed as YAML), and
+finally the explicit ``workers``, ``dashboard_port`` and ``tls`` arguments.
+"""
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
-from typing import Iterator
+import os
+import re
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+import dask.config
+import yaml
+
+from .errors import InputError
 
 log = logging.getLogger(__name__)
 
+_DEFAULTS = Path(__file__).with_name("cluster.yaml")
+dask.config.update_defaults(yaml.safe_load(_DEFAULTS.read_text()))
+
+ENV_PREFIX = "CVFLOW_CLUSTER__"
+KINDS = ("local", "slurm")
+KEYS = {
+    "local": {"kind", "workers", "threads_per_worker", "memory_limit", "host", "dashboard_port",
+              "tls"},
+    "slurm": {"kind", "workers", "adaptive", "host", "interface", "dashboard_port", "tls",
+              "lifetime", "lifetime_stagger", "jobqueue"},
+}
+ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://")
+SHARED_WARNING_PREFIXES = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+
+
+# --- profiles -----------------------------------------------------------------------------------
+
+def _merge(base: dict, top: Mapping) -> dict:
+    """Deep merge ``top`` into a copy of ``base`` (mappings merged, anything else replaced)."""
+    out = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _nest(path: Sequence[str], value) -> dict:
+    out: dict = value
+    for key in reversed(path):
+        out = {key: out}
+    return out
+
+
+def parse_options(options: Sequence[str] | Mapping | None, *, where: str = "--cluster-option") -> dict:
+    """``["jobqueue.queue=gpu", "adaptive=null"]`` -> nested dict; values are parsed as YAML."""
+    if not options:
+        return {}
+    if isinstance(options, Mapping):
+        return dict(options)
+    out: dict = {}
+    for item in options:
+        key, sep, text = str(item).partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"{where}: {item!r} is not KEY=VALUE (e.g. jobqueue.queue=debug)")
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError as err:
+            raise InputError(f"{where}: {item!r}: value is not valid YAML ({err})") from None
+        out = _merge(out, _nest(key.strip().replace("-", "_").split("."), value))
+    return out
+
+
+def env_options(env: Mapping[str, str] | None = None) -> dict:
+    """Overrides from ``CVFLOW_CLUSTER__A__B=value`` variables (keys lower-cased, YAML values)."""
+    env = os.environ if env is None else env
+    items = [f"{k[len(ENV_PREFIX):].lower().replace('__', '.')}={v}"
+             for k, v in sorted(env.items()) if k.startswith(ENV_PREFIX) and len(k) > len(ENV_PREFIX)]
+    return parse_options(items, where="environment CVFLOW_CLUSTER__*")
+
+
+def _packaged(name: str) -> dict | None:
+    profiles = dask.config.get("cvflow.cluster.profiles", default={}) or {}
+    found = profiles.get(name)
+    return copy.deepcopy(dict(found)) if isinstance(found, Mapping) else None
+
+
+def load_profile(cluster: str | os.PathLike | None = None, *,
+                 options: Sequence[str] | Mapping | None = None,
+                 env: Mapping[str, str] | None = None) -> dict:
+    """Resolve ``cluster`` (None, a profile name, a YAML file) into a complete profile dict.
+
+    The result has a ``name`` key (the profile name or file) besides the profile keys.
+
+    Raises
+    ------
+    cvflow.errors.InputError
+        Unknown profile, unreadable file, unknown key, or an invalid value.
+    """
+    if cluster is None:
+        cluster = dask.config.get("cvflow.cluster.default", default="local")
+    name = os.fspath(cluster)
+    where = "--cluster"
+    packaged = _packaged(name)
+    if packaged is not None:
+        prof = packaged
+    elif name.endswith((".yaml", ".yml")) or os.path.sep in name or os.path.exists(name):
+        where = name
+        try:
+            loaded = yaml.safe_load(Path(name).read_text())
+        except FileNotFoundError:
+            raise InputError(f"--cluster: profile file {name} does not exist") from None
+        except (OSError, yaml.YAMLError) as err:
+            raise InputError(f"{name}: cannot read the cluster profile ({err})") from None
+        if not isinstance(loaded, Mapping):
+            raise InputError(f"{name}: a cluster profile must be a mapping with a 'kind' key")
+        kind = loaded.get("kind")
+        if kind not in KINDS:
+            raise InputError(f"{name}: kind: {kind!r} is not one of {', '.join(KINDS)}")
+        prof = _merge(_packaged(kind) or {"kind": kind}, loaded)
+    else:
+        known = sorted((dask.config.get("cvflow.cluster.profiles", default={}) or {}))
+        raise InputError(f"--cluster: {name!r} is not a profile ({', '.join(known)}), "
+                         "a profile file (.yaml) or a scheduler address tcp://HOST:PORT")
+    prof = _merge(prof, env_options(env))
+    prof = _merge(prof, parse_options(options))
+    _check(prof, where)
+    prof["name"] = name
+    return prof
+
+
+def _seconds(value, what: str, where: str) -> float:
+    from dask.utils import parse_timedelta
+
+    try:
+        return float(parse_timedelta(value, default="s"))
+    except (ValueError, KeyError, TypeError):
+        raise InputError(f"{where}: {what}: {value!r} is not a duration (e.g. 55m, 3600)") from None
+
+
+def walltime_seconds(walltime: str) -> float:
+    """SLURM walltime (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``) in seconds."""
+    text = str(walltime).strip()
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        parts += [0] * (3 - len(parts))
+        h, m, s = parts
+    else:
+        h, m, s = {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)]
+    return ((int(days or 0) * 24 + h) * 60 + m) * 60 + s
+
+
+def _check(prof: dict, where: str) -> None:
+    kind = prof.get("kind")
+    if kind not in KINDS:
+        raise InputError(f"{where}: kind: {kind!r} is not one of {', '.join(KINDS)}")
+    unknown = sorted(set(prof) - KEYS[kind] - {"name"})
+    if unknown:
+        raise InputError(f"{where}: unknown key {unknown[0]!r} in a {kind} profile; "
+                         f"known: {', '.join(sorted(KEYS[kind]))}")
+    workers = prof.get("workers")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)
+                                or workers < 1):
+        raise InputError(f"{where}: workers: {workers!r} must be a positive integer or null")
+    port = prof.get("dashboard_port")
+    if port is not None and (not isinstance(port, int) or not 0 <= port < 65536):
+        raise InputError(f"{where}: dashboard_port: {port!r} must be 0..65535 (0: any free port)")
+    if kind == "slurm":
+        adaptive = prof.get("adaptive")
+        if adaptive is not None:
+            if not isinstance(adaptive, Mapping) or set(adaptive) - {"minimum", "maximum"}:
+                raise InputError(f"{where}: adaptive: expected {{minimum: N, maximum: M}} or null, "
+                                 f"got {adaptive!r}")
+            lo, hi = adaptive.get("minimum", 0), adaptive.get("maximum", 1)
+            if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi and hi >= 1):
+                raise InputError(f"{where}: adaptive: need 0 <= minimum <= maximum, maximum >= 1; "
+                                 f"got minimum={lo!r} maximum={hi!r}")
+        jq = prof.get("jobqueue") or {}
+        if not isinstance(jq, Mapping):
+            raise InputError(f"{where}: jobqueue: must be a mapping of SLURMCluster arguments")
+        if prof.get("lifetime"):
+            life = _seconds(prof["lifetime"], "lifetime", where)
+            stagger = _seconds(prof.get("lifetime_stagger") or 0, "lifetime_stagger", where)
+            if jq.get("walltime"):
+                try:
+                    wall = walltime_seconds(jq["walltime"])
+                except (ValueError, KeyError):
+                    raise InputError(f"{where}: jobqueue.walltime: {jq['walltime']!r} is not a "
+                                     "SLURM time (HH:MM:SS or D-HH:MM:SS)") from None
+                if life + stagger >= wall:
+                    raise InputError(
+                        f"{where}: lifetime {prof['lifetime']} + lifetime_stagger "
+                        f"{prof.get('lifetime_stagger')} must end before jobqueue.walltime "
+                        f"{jq['walltime']} so workers retire before SLURM kills them")
+
+
+def store_warning(store: str | os.PathLike | None, kind: str) -> str | None:
+    """A warning when a SLURM run's store may not be visible to the compute nodes, else None."""
+    if store is None or kind != "slurm":
+        return None
+    text = os.fspath(store)
+    if "://" in text:
+        return None
+    if not os.path.isabs(text):
+        return (f"store {text} is a relative path; SLURM workers resolve it from the submission "
+                f"directory, which must be on a file system every node sees ({os.path.abspath(text)})")
+    real = os.path.realpath(text)
+    top = next((p for p in SHARED_WARNING_PREFIXES if real == p or real.startswith(p + "/")), None)
+    if top:
+        return (f"store {text} is under {top}, usually local to each node; SLURM workers write the store directly, so put it on "
+                "a shared file system (home, project or scratch)")
+    return None
+
+
+# --- connecting ---------------------------------------------------------------------------------
+
+def _security(tls: bool):
+    if not tls:
+        return None
+    from distributed.security import Security
+
+    # DESIGN CHOICE: temporary self-signed certificates live in memory for the scheduler and the
+    # client; dask-jobqueue writes the worker copies to `shared_temp_directory` for the jobs and
+    # deletes them when the cluster closes.
+    try:
+        return Security.temporary()
+    except ImportError:
+        raise InputError("--tls needs the cryptography package: pip install cryptography") from None
+
+
+def _local(prof: dict):
+    from distributed import LocalCluster
+
+    security = _security(bool(prof.get("tls")))
+    host = prof.get("host") or "127.0.0.1"
+    port = prof.get("dashboard_port")
+    n = prof.get("workers") or os.cpu_count() or 1
+    return LocalCluster(
+        n_workers=n, threads_per_worker=int(prof.get("threads_per_worker") or 1), processes=True,
+        host=host, dashboard_address=None if port is None else f"{host}:{port}",
+        memory_limit=prof.get("memory_limit", "auto"),
+        security=security, protocol="tls://" if security else None,
+        silence_logs=logging.ERROR,
+    )
+
+
+def slurm_kwargs(prof: dict) -> dict:
+    """Keyword arguments of ``dask_jobqueue.SLURMCluster`` for a resolved slurm profile."""
+    jq = {k: v for k, v in dict(prof.get("jobqueue") or {}).items()}
+    for key in ("log_directory", "local_directory", "shared_temp_directory"):
+        if jq.get(key):
+            jq[key] = os.path.expanduser(os.path.expandvars(str(jq[key])))
+    host, port = prof.get("host"), prof.get("dashboard_port")
+    worker_args = [str(a) for a in (jq.pop("worker_extra_args", None) or [])]
+    scheduler = dict(jq.pop("scheduler_options", None) or {})
+    if host:
+        scheduler.setdefault("host", host)
+        worker_args += ["--host", str(host)]
+    if port is not None:
+        scheduler.setdefault("dashboard_address", f"{host or ''}:{port}")
+    if prof.get("lifetime"):
+        worker_args += ["--lifetime", str(prof["lifetime"])]
+        if prof.get("lifetime_stagger"):
+            worker_args += ["--lifetime-stagger", str(prof["lifetime_stagger"])]
+    if prof.get("interface"):
+        jq["interface"] = prof["interface"]
+    jq["scheduler_options"] = scheduler
+    jq["worker_extra_args"] = worker_args
+    return jq
+
+
+def _slurm(prof: dict):
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError:
+        raise InputError("--cluster slurm needs dask-jobqueue: pip install 'cvflow[slurm]'") from None
+    kwargs = slurm_kwargs(prof)
+    for key in ("log_directory", "shared_temp_directory"):
+        if kwargs.get(key):
+            Path(kwargs[key]).mkdir(parents=True, exist_ok=True, mode=0o700)
+    security = _security(bool(prof.get("tls")))
+    try:
+        cluster = SLURMCluster(**kwargs, security=security, silence_logs=logging.ERROR)
+    except TypeError as err:
+        raise InputError(f"{prof.get('name')}: jobqueue: {err}") from None
+    adaptive = prof.get("adaptive")
+    if adaptive:
+        cluster.adapt(minimum_jobs=adaptive.get("minimum", 0), maximum_jobs=adaptive.get("maximum", 1))
+    else:
+        cluster.scale(jobs=prof.get("workers") or 1)
+    return cluster
+
 
 @contextlib.contextmanager
-def connect(cluster: str | None = None, *, workers: int | None = None,
-            dashboard_port: int | None = None) -> Iterator["distributed.Client"]:  # noqa: F821
-    """Yield a ``distributed.Client``; closes what it started on exit.
+def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = None,
+            dashboard_port: int | None = None, tls: bool | None = None,
+            options: Sequence[str] | Mapping | None = None,
+            store: str | os.PathLike | None = None) -> Iterator["distributed.Client"]:  # noqa: F821
+    """Yield a ``distributed.Client``; closes (and cancels the jobs of) what it started on exit.
 
-    ``None`` or ``"local"``: an embedded ``LocalCluster`` on 127.0.0.1 with process workers
-    (one thread each) and the dashboard on; ``"tcp://host:port"``: a running scheduler.
+    Parameters
+    ----------
+    cluster
+        ``None`` (config ``cvflow.cluster.default``, normally ``"local"``), a profile name
+        (``"local"``, ``"slurm"``), a profile YAML file, or a scheduler address
+        (``tcp://host:port``, ``tls://...``) to connect to a running scheduler.
+    workers
+        Number of workers (local) or SLURM jobs (slurm; turns adaptive scaling off).
+    dashboard_port
+        Dashboard port; 0 picks a free one. The URL is ``client.dashboard_link``.
+    tls
+        Dask TLS with temporary certificates between scheduler, workers and client.
+    options
+        Profile overrides, ``["jobqueue.queue=gpu", "adaptive.maximum=8"]`` or a dict.
+    store
+        The store path, only to warn when a SLURM run's store looks node-local.
+
+    The local profile binds the scheduler, workers and dashboard to 127.0.0.1 with process
+    workers of one thread each.
     """
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    if cluster and cluster.startswith("tcp://"):
-        with Client(cluster) as client:
+    if cluster is not None and ADDRESS.match(os.fspath(cluster)):
+        # TLS to a running scheduler uses the certificates of the Dask config
+        # (distributed.comm.tls); temporary ones could not match the scheduler's.
+        with Client(os.fspath(cluster)) as client:
             yield client
         return
-    n = workers or 2
-    port = 8787 if dashboard_port is None else dashboard_port
-    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=f"127.0.0.1:{port}", silence_logs=logging.ERROR) as lc:
-        with Client(lc) as client:
-            yield client
+    overrides = parse_options(options)
+    for key, value in (("workers", workers), ("dashboard_port", dashboard_port), ("tls", tls)):
+        if value is not None:
+            overrides[key] = value
+    prof = load_profile(cluster, options=overrides)
+    if workers is not None and prof["kind"] == "slurm":
+        prof["adaptive"] = None  # an explicit number of jobs turns adaptive scaling off
+    warning = store_warning(store, prof["kind"])
+    if warning:
+        log.warning(warning)
+    started = _local(prof) if prof["kind"] == "local" else _slurm(prof)
+    with started, Client(started) as client:
+        log.info("cluster %s (%s): dashboard %s", prof["name"], prof["kind"], client.dashboard_link)
+        yield client
