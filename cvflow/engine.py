@@ -124,7 +124,8 @@ def pending_blocks(path: Path, chunks: tuple[int, int]) -> list[tuple[slice, sli
 def run(workflow: Workflow | str | Path, *, store: str | Path | None = None,
         cluster: str | None = None, workers: int | None = None, overwrite: bool = False,
         dashboard_port: int | None = None, client=None,
-        progress: Callable[[dict], None] | None = None) -> RunResult:
+        progress: Callable[[dict], None] | None = None, tls: bool | None = None,
+        cluster_options=None) -> RunResult:
     """Run a workflow: fit every (param, split) not yet done and write it into the store.
 
     Parameters
@@ -145,18 +146,38 @@ def run(workflow: Workflow | str | Path, *, store: str | Path | None = None,
     progress : callable, optional
         Called with event dicts: ``{"event": "start", "total", "todo", "dashboard"}`` and
         ``{"event": "block", "done", "todo", "elapsed"}``.
+    tls : bool, optional
+        Dask TLS with temporary certificates (default: the cluster profile's ``tls``).
+    cluster_options : list of "key=value" or dict, optional
+        Overrides of the cluster profile (see :func:`cvflow.cluster.load_profile`).
 
     Returns
     -------
     RunResult
+
+    Raises
+    ------
+    cvflow.errors.StoreError
+        Another run holds the store's run lock (see :mod:`cvflow.lock`).
     """
+    from .lock import run_lock
+
+    if not isinstance(workflow, Workflow):
+        workflow = load_workflow(workflow)
+    path = Path(store) if store is not None else Path(f"{workflow.name}.zarr")
+    # One run per store at a time; a lock left by a crashed run is taken over.
+    with run_lock(path):
+        return _run_locked(workflow, path, cluster=cluster, workers=workers, overwrite=overwrite,
+                           dashboard_port=dashboard_port, client=client, progress=progress,
+                           tls=tls, cluster_options=cluster_options)
+
+
+def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, dashboard_port,
+                client, progress, tls, cluster_options) -> RunResult:
     from .cluster import connect
 
     t_start = time.perf_counter()
-    if not isinstance(workflow, Workflow):
-        workflow = load_workflow(workflow)
     study = workflow.build()
-    path = Path(store) if store is not None else Path(f"{workflow.name}.zarr")
     cluster = cluster or workflow.execution.get("cluster")
     workers = workers or workflow.execution.get("workers")
     chunks = prepare_store(workflow, study, path, overwrite=overwrite, n_workers=workers or 2)
@@ -178,7 +199,7 @@ def run(workflow: Workflow | str | Path, *, store: str | Path | None = None,
         futures = []
         for ps, ss in todo:
             futures.append(c.submit(
-                run_block, str(path), study.params[ps], X, y, study.design.train[ss], ps, ss,
+                run_block, str(path.absolute()), study.params[ps], X, y, study.design.train[ss], ps, ss,
                 study.data.positive, path_aware, pure=False,
                 key=f"cvflow-block-{ps.start}-{ss.start}-{time.time_ns()}"))
         return futures
@@ -203,7 +224,8 @@ def run(workflow: Workflow | str | Path, *, store: str | Path | None = None,
     if client is not None:
         collect(client)
     else:
-        with connect(cluster, workers=workers, dashboard_port=dashboard_port) as c:
+        with connect(cluster, workers=workers, dashboard_port=dashboard_port, tls=tls,
+                     options=cluster_options, store=path) as c:
             collect(c)
     result.wall_seconds = time.perf_counter() - t_start
     return result
