@@ -16,8 +16,12 @@ from .nested import nested_cv
 from .stability import describe as _describe_stability_nested
 from .stability import describe_stability as _describe_stability
 from .stability import stability, stability_nested
+from .ustat import describe as _describe_ustat
+from .ustat import describe_nadeau_bengio as _describe_nadeau_bengio
+from .ustat import nadeau_bengio, ustat
 
-__all__ = ["corrected_kfold", "kfold", "stability", "stability_nested", "nested_cv", "bates_ncv", "wald_cv"]
+__all__ = ["corrected_kfold", "kfold", "stability", "stability_nested", "nested_cv", "bates_ncv", "wald_cv",
+           "ustat", "nadeau_bengio"]
 
 REGISTRY = {
     "stability": stability,
@@ -27,6 +31,8 @@ REGISTRY = {
     "wald_cv": wald_cv,
     "kfold": kfold,
     "corrected_kfold": corrected_kfold,
+    "ustat": ustat,
+    "nadeau_bengio": nadeau_bengio,
 }
 
 DESCRIBE: dict = {
@@ -36,4 +42,6 @@ DESCRIBE: dict = {
     "bates_ncv": _describe_bates,
     "wald_cv": _describe_wald,
     "corrected_kfold": _describe_corrected,
+    "ustat": _describe_ustat,
+    "nadeau_bengio": _describe_nadeau_bengio,
 }

@@ -133,3 +133,101 @@ def param_coords(cube: xr.Dataset) -> dict:
 
 def n_analysis(cube: xr.Dataset) -> int:
     return int((~cube["is_test"].values).sum())
+
+
+def _param_settings(cube: xr.Dataset) -> list[tuple[str, dict]]:
+    """(learner, hyper/fixed settings) of every param, from ``param_json``."""
+    out = []
+    for text in np.asarray(cube["param_json"].values):
+        setting = json.loads(str(text))
+        out.append((str(setting["learner"]), dict(setting.get("params", {}))))
+    return out
+
+
+def _same_value(wanted, have) -> bool:
+    if isinstance(wanted, bool) or isinstance(have, bool):
+        return wanted is have or wanted == have
+    if isinstance(wanted, (int, float, np.number)) and isinstance(have, (int, float, np.number)):
+        return bool(np.isclose(float(wanted), float(have), rtol=1e-9, atol=0.0))
+    return str(wanted) == str(have)
+
+
+def _parse_param_string(spec: str, where: str) -> tuple[str, dict]:
+    """``"learner(key=value, ...)"`` -> (learner, {key: value}); values parsed as YAML scalars."""
+    import yaml
+
+    text = spec.strip()
+    if "(" not in text:
+        return text, {}
+    if not text.endswith(")"):
+        raise InputError(f"{where}: {spec!r} is not of the form learner(key=value, ...)")
+    name, _, inner = text[:-1].partition("(")
+    settings = {}
+    for part in filter(None, (p.strip() for p in inner.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip():
+            raise InputError(f"{where}: {spec!r}: {part!r} is not key=value")
+        try:
+            settings[key.strip()] = yaml.safe_load(value.strip())
+        except yaml.YAMLError:
+            settings[key.strip()] = value.strip()
+    return name.strip(), settings
+
+
+def resolve_param(cube: xr.Dataset, spec, *, where: str = "param") -> int:
+    """The index of the param named by ``spec``; InputError naming the choices if none fits.
+
+    ``spec`` is one of: an integer index into ``param`` (negative counts from the end); a
+    learner name, when that learner has exactly one param; a string
+    ``"learner(key=value, ...)"``; or a dict ``{"learner": name, key: value, ...}``. The
+    keys must match the param's settings (numbers compared with a relative tolerance of
+    1e-9; keys not given are free), and exactly one param must match.
+
+    Examples
+    --------
+    ``resolve_param(cube, 1)``, ``resolve_param(cube, "lasso(C=0.5)")``,
+    ``resolve_param(cube, {"learner": "lasso", "C": 0.5})``.
+    """
+    n_params = int(cube.sizes["param"])
+    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+        index = int(spec)
+        if not -n_params <= index < n_params:
+            raise InputError(f"{where}: param index {index} is out of range; the cube has "
+                             f"{n_params} params (0..{n_params - 1})")
+        return index % n_params
+    if isinstance(spec, str):
+        stripped = spec.strip()
+        if stripped.lstrip("-").isdigit():
+            return resolve_param(cube, int(stripped), where=where)
+        learner, wanted = _parse_param_string(stripped, where)
+    elif isinstance(spec, dict):
+        wanted = dict(spec)
+        learner = wanted.pop("learner", None)
+        if learner is None:
+            raise InputError(f"{where}: {spec!r} has no 'learner' key; "
+                             "use {learner: name, key: value}")
+        learner = str(learner)
+    else:
+        raise InputError(f"{where}: {spec!r} is not a param; use an index, a learner name, "
+                         "'learner(key=value)' or {learner: name, key: value}")
+    settings = _param_settings(cube)
+    names = sorted({name for name, _ in settings})
+    of_learner = [h for h, (name, _) in enumerate(settings) if name == learner]
+    if not of_learner:
+        raise InputError(f"{where}: no learner named {learner!r}; learners are {', '.join(names)}")
+    matches = [h for h in of_learner
+               if all(k in settings[h][1] and _same_value(v, settings[h][1][k])
+                      for k, v in wanted.items())]
+
+    def show(h):
+        hyper = ", ".join(f"{k}={v}" for k, v in sorted(settings[h][1].items()))
+        return f"{h}: {learner}({hyper})"
+
+    if len(matches) == 1:
+        return matches[0]
+    listing = "; ".join(show(h) for h in of_learner[:8]) + ("; ..." if len(of_learner) > 8 else "")
+    if not matches:
+        raise InputError(f"{where}: no param of {learner!r} matches {spec!r}; its params are "
+                         f"{listing}")
+    raise InputError(f"{where}: {spec!r} matches {len(matches)} params of {learner!r}; name one "
+                     f"as learner(key=value, ...) or by index: {listing}")
