@@ -1,25 +1,134 @@
-"""Block sizing: how many (param x split) fits one Dask task does."""
+"""Block sizing: how many (param x split) fits one Dask task does.
+
+A Dask task costs ~1.5-2 ms on a small machine and a block also pays one store write, while a
+small linear fit takes well under a millisecond: one fit per task wastes most of the machine.
+:func:`estimate_seconds_per_fit` times a few real blocks on the client (path-aware learners
+included, so a ridge path is charged what it costs per alpha, not per SVD) and
+:func:`choose_chunks` turns that into the chunk shape of ``pred`` (one chunk = one task).
+"""
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+import time
 
-# DESIGN CHOICE: a Dask task costs ~1.5-2 ms here; aim for tasks of a few tenths of a second so
-# scheduling overhead is < 1% while still giving every worker several tasks to balance.
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+# DESIGN CHOICE: aim for tasks of ~0.3 s: the ~2 ms task cost and the ~5-10 ms store write are
+# then a few percent, while a study still splits into enough tasks to keep every worker busy.
 TARGET_TASK_SECONDS = 0.3
+# DESIGN CHOICE: at least this many tasks per worker when the study is small, so that the last
+# task to finish (the tail) is a small part of the wall time; but never tasks under
+# MIN_TASK_SECONDS, where the per-task costs would dominate again.
+MIN_TASKS_PER_WORKER = 8
+MIN_TASK_SECONDS = 0.05
+# DESIGN CHOICE: a block's predictions travel once from the fit to the store inside the task;
+# cap them so a worker never holds more than this for one block.
+MAX_BLOCK_BYTES = 64 * 2**20
+
+
+def _even(total: int, at_most: int) -> int:
+    """The smallest chunk <= ``at_most`` giving the same number of chunks (balanced blocks)."""
+    at_most = max(1, min(total, at_most))
+    n_chunks = math.ceil(total / at_most)
+    return math.ceil(total / n_chunks)
 
 
 def choose_chunks(n_params: int, n_splits: int, *, seconds_per_fit: float, n_workers: int = 2,
-                  fits_per_task: int | None = None) -> tuple[int, int]:
+                  fits_per_task: int | None = None, n_samples: int | None = None,
+                  itemsize: int = 8, target_seconds: float | None = None) -> tuple[int, int]:
     """Chunk shape (params, splits) of a block.
 
-    ``fits_per_task`` overrides the timing-based size. Blocks span whole param rows first
-    (path-aware learners fit a grid per training set in one go), then several splits.
+    Parameters
+    ----------
+    n_params, n_splits : int
+        The cube's sizes.
+    seconds_per_fit : float
+        Measured seconds per fit (see :func:`estimate_seconds_per_fit`).
+    n_workers : int
+        Worker threads of the cluster; small studies get at least ``MIN_TASKS_PER_WORKER``
+        tasks per worker.
+    fits_per_task : int, optional
+        Manual override of the timing-based size (``execution.fits_per_task``).
+    n_samples, itemsize : int, optional
+        Samples per prediction and bytes per value; cap a block at ``MAX_BLOCK_BYTES``.
+    target_seconds : float, optional
+        Work per task; default ``TARGET_TASK_SECONDS``.
+
+    Blocks span whole param rows first (path-aware learners fit a grid per training set in
+    one go), then several splits; both sides are balanced so the last block is not a sliver.
+
+    >>> choose_chunks(20, 16, seconds_per_fit=0.0005, n_workers=2)
+    (20, 4)
+    >>> choose_chunks(100, 16, seconds_per_fit=1.0, fits_per_task=10)
+    (10, 1)
     """
     total = n_params * n_splits
+    target = TARGET_TASK_SECONDS if target_seconds is None else target_seconds
     if fits_per_task is None:
-        fits_per_task = max(1, int(TARGET_TASK_SECONDS / max(seconds_per_fit, 1e-6)))
-        # keep at least ~4 tasks per worker for balance when the study is small
-        fits_per_task = min(fits_per_task, max(1, math.ceil(total / (4 * n_workers))))
-    bp = min(n_params, fits_per_task)
-    bs = max(1, min(n_splits, fits_per_task // bp))
+        per_fit = max(seconds_per_fit, 1e-6)
+        fits_target = max(1, int(target / per_fit))
+        fits_balance = math.ceil(total / (MIN_TASKS_PER_WORKER * max(n_workers, 1)))
+        fits_floor = max(1, int(MIN_TASK_SECONDS / per_fit))
+        fits = min(fits_target, max(fits_balance, fits_floor))
+    else:
+        fits = max(1, int(fits_per_task))
+    if n_samples:
+        fits = max(1, min(fits, MAX_BLOCK_BYTES // (n_samples * itemsize)))
+    bp = _even(n_params, fits)
+    bs = _even(n_splits, max(1, fits // bp))
     return bp, bs
+
+
+def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=None,
+                             path_aware: bool = True, budget: float = 0.25) -> float:
+    """Seconds per fit as a block fits them, timed on the client with one BLAS thread.
+
+    For each learner, fits growing runs of its first params (1, 2, 4, ... params) on one
+    training set until the learner's share of ``budget`` is spent; the per-fit time of the
+    longest run is that learner's estimate, so path-aware groups are charged per path member.
+    Returns the param-count weighted mean over learners.
+    """
+    from .learners import fit_block
+
+    with _one_blas_thread():
+        by_learner: dict[str, list] = {}
+        for p in params:
+            by_learner.setdefault(p.learner, []).append(p)
+        share = budget / max(len(by_learner), 1)
+        total, count = 0.0, 0
+        train = np.asarray(train, dtype=bool)[None, :]
+        for group in by_learner.values():
+            fit_block(group[:1], X, y, train, params_slice=slice(0, 1), splits_slice=slice(0, 1),
+                      positive=positive, path_aware=path_aware)          # warm-up: imports, caches
+            spent, k = 0.0, 1
+            while True:
+                t0 = time.perf_counter()
+                fit_block(group[:k], X, y, train, params_slice=slice(0, k),
+                          splits_slice=slice(0, 1), positive=positive, path_aware=path_aware)
+                elapsed = time.perf_counter() - t0
+                spent += elapsed
+                per_fit = elapsed / k
+                if k >= len(group) or spent + 2 * elapsed > share:
+                    break
+                k = min(2 * k, len(group))
+            total += per_fit * len(group)
+            count += len(group)
+    seconds = total / max(count, 1)
+    log.debug("estimated %.3g s per fit", seconds)
+    return seconds
+
+
+@contextlib.contextmanager
+def _one_blas_thread():
+    """Workers run one BLAS thread each (distributed sets OMP/MKL/OPENBLAS_NUM_THREADS=1)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        yield
+        return
+    with threadpool_limits(1):
+        yield

@@ -1,0 +1,98 @@
+"""Block sizing: chunk shapes from timings, the manual override, and the timing itself."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cvflow import blocks
+from cvflow.blocks import choose_chunks, estimate_seconds_per_fit
+from cvflow.learners import Param
+from cvflow.store import blocks as block_slices
+
+
+def n_tasks(n_params, n_splits, chunks):
+    return math.ceil(n_params / chunks[0]) * math.ceil(n_splits / chunks[1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(n_params=st.integers(1, 3000), n_splits=st.integers(1, 300),
+       seconds=st.floats(1e-5, 30.0), workers=st.integers(1, 64),
+       n_samples=st.one_of(st.none(), st.integers(1, 100_000)))
+def test_chunks_fit_the_cube_and_the_limits(n_params, n_splits, seconds, workers, n_samples):
+    bp, bs = choose_chunks(n_params, n_splits, seconds_per_fit=seconds, n_workers=workers,
+                           n_samples=n_samples)
+    assert 1 <= bp <= n_params and 1 <= bs <= n_splits
+    fits = bp * bs
+    # never much more work than the target per task (one fit may exceed it on its own)
+    assert fits == 1 or fits * seconds <= 1.01 * blocks.TARGET_TASK_SECONDS * 2
+    if n_samples:
+        assert fits == 1 or fits * n_samples * 8 <= blocks.MAX_BLOCK_BYTES
+    # the blocks tile the cube exactly, with no block smaller than needed (balanced)
+    # balanced: a smaller chunk would need more blocks (no sliver at the end)
+    assert bp == 1 or math.ceil(n_params / (bp - 1)) > math.ceil(n_params / bp)
+    assert bs == 1 or math.ceil(n_splits / (bs - 1)) > math.ceil(n_splits / bs)
+    if n_tasks(n_params, n_splits, (bp, bs)) <= 2000:
+        sl = list(block_slices(n_params, n_splits, (bp, bs)))
+        assert sum((p.stop - p.start) * (s.stop - s.start) for p, s in sl) == n_params * n_splits
+        assert len(sl) == n_tasks(n_params, n_splits, (bp, bs))
+
+
+def test_cheap_fits_are_batched_to_the_target():
+    # 10^4 fits of 0.5 ms: ~0.25 s of work per task, not one fit per task
+    bp, bs = choose_chunks(100, 100, seconds_per_fit=5e-4, n_workers=2)
+    assert 0.15 <= bp * bs * 5e-4 <= blocks.TARGET_TASK_SECONDS
+    assert bp == 100                      # whole param rows first (path-aware learners)
+    assert n_tasks(100, 100, (bp, bs)) >= 2 * blocks.MIN_TASKS_PER_WORKER
+
+
+def test_small_studies_still_give_each_worker_several_tasks():
+    bp, bs = choose_chunks(10, 40, seconds_per_fit=0.01, n_workers=2)
+    assert n_tasks(10, 40, (bp, bs)) >= 2 * blocks.MIN_TASKS_PER_WORKER
+    assert bp * bs * 0.01 >= blocks.MIN_TASK_SECONDS
+
+
+def test_slow_fits_get_one_fit_per_task():
+    assert choose_chunks(50, 10, seconds_per_fit=5.0) == (1, 1)
+
+
+def test_blocks_are_balanced():
+    # 100 params at most 60 per block -> two blocks of 50, not 60 + 40
+    bp, _ = choose_chunks(100, 5, seconds_per_fit=1.0, fits_per_task=60)
+    assert bp == 50
+
+
+@pytest.mark.parametrize("fpt,expected", [(1, (1, 1)), (7, (7, 1)), (40, (20, 2)), (10**6, (20, 16))])
+def test_manual_fits_per_task_overrides_timing(fpt, expected):
+    assert choose_chunks(20, 16, seconds_per_fit=123.0, fits_per_task=fpt) == expected
+
+
+def test_block_bytes_are_capped():
+    bp, bs = choose_chunks(1000, 16, seconds_per_fit=1e-5, n_samples=20_000)
+    assert bp * bs * 20_000 * 8 <= blocks.MAX_BLOCK_BYTES
+
+
+def test_estimate_charges_path_aware_ridge_per_alpha():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(300, 10)), rng.normal(size=300)
+    train = np.arange(300) < 240
+    ridge = [Param("ridge", "sklearn.linear_model.Ridge", hyper={"alpha": float(a)})
+             for a in np.logspace(-3, 3, 64)]
+    fast = estimate_seconds_per_fit(ridge, X, y, train, budget=0.2)
+    slow = estimate_seconds_per_fit(ridge, X, y, train, path_aware=False, budget=0.2)
+    assert 0 < fast < slow / 3
+
+
+def test_estimate_weights_learners_by_their_param_count():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(200, 5)), rng.normal(size=200)
+    train = np.ones(200, bool)
+    cheap = [Param("dummy", "sklearn.dummy.DummyRegressor", hyper={"strategy": "mean"})] * 9
+    knn = [Param("knn", "sklearn.neighbors.KNeighborsRegressor", hyper={"n_neighbors": 3})]
+    both = estimate_seconds_per_fit(cheap + knn, X, y, train, budget=0.1)
+    only_cheap = estimate_seconds_per_fit(cheap, X, y, train, budget=0.05)
+    only_knn = estimate_seconds_per_fit(knn, X, y, train, budget=0.05)
+    assert min(only_cheap, only_knn) <= both <= max(only_cheap, only_knn)
