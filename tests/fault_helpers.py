@@ -1,0 +1,155 @@
+"""Helpers of the fault tests: a slow deterministic learner, the CLI in its own session, kills.
+
+``SlowRidge`` is imported by dotted path (``fault_helpers.SlowRidge``) in workers, so a
+process that runs a study with it needs this directory on ``PYTHONPATH`` (see :func:`cli_env`).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+from sklearn.linear_model import Ridge
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+
+class SlowRidge(Ridge):
+    """Ridge that sleeps ``delay`` seconds per fit: long enough runs to cut, same numbers."""
+
+    def __init__(self, alpha=1.0, delay=0.2):
+        super().__init__(alpha=alpha)
+        self.delay = delay
+
+    def fit(self, X, y, sample_weight=None):
+        time.sleep(self.delay)
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
+def slow_workflow(path: Path, *, alphas=(0.01, 0.1, 1.0, 10.0), folds: int = 5,
+                  delay: float = 0.2) -> Path:
+    """A workflow of ``len(alphas) * (folds + 1)`` fits, one fit per task."""
+    path.write_text(textwrap.dedent(f"""\
+        name: slow
+        data: {{source: sklearn, name: diabetes}}
+        task: regression
+        learners:
+          - name: slow_ridge
+            estimator: fault_helpers.SlowRidge
+            params: {{delay: {delay}}}
+            grid: {{alpha: {list(alphas)}}}
+        design: {{folds: {folds}, seed: 0}}
+        estimators: [kfold]
+        execution: {{fits_per_task: 1}}
+        """))
+    return path
+
+
+def cli_env(**extra: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH")) if p)
+    env.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
+    env.update(extra)
+    return env
+
+
+def start_run(workflow: Path, store: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    """``cvflow run`` in a new session (its own process group, so every child can be reaped)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "cvflow", "run", str(workflow), "--store", str(store),
+         "--dashboard-port", "0", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or cli_env(),
+        start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        reap(proc)
+    return proc.returncode, out, err
+
+
+def reap(proc: subprocess.Popen) -> None:
+    """SIGKILL whatever is left of the run's process group (orphaned workers included)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if proc.poll() is None:
+        proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def done_count(store: Path) -> int:
+    """Fits marked done (0 while the store does not exist yet)."""
+    import zarr
+
+    try:
+        return int(np.asarray(zarr.open_group(str(store), mode="r")["done"][...]).sum())
+    except Exception:  # noqa: BLE001 - not created yet, or being created
+        return 0
+
+
+def wait_for_done(store: Path, at_least: int, proc: subprocess.Popen, timeout: float = 120) -> int:
+    """Poll the store until ``at_least`` fits are done; fail if the run ends first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        n = done_count(store)
+        if n >= at_least:
+            return n
+        if proc.poll() is not None:
+            raise AssertionError(f"run ended (rc {proc.returncode}) with {n} < {at_least} fits "
+                                 f"done: {proc.stderr.read()[-2000:]}")
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {at_least} fits done (have {done_count(store)})")
+
+
+def worker_pids(proc: subprocess.Popen) -> list[int]:
+    """PIDs of the LocalCluster worker processes started by the run (children of the CLI)."""
+    import psutil
+
+    pids = []
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        try:
+            cmd = " ".join(child.cmdline())
+        except psutil.Error:
+            continue
+        if "multiprocessing" in cmd and "resource_tracker" not in cmd and "forkserver" not in cmd:
+            pids.append(child.pid)
+    return pids
+
+
+def cube_arrays(store: Path) -> dict:
+    """The variables a run writes, as numpy arrays (``error`` as str)."""
+    import zarr
+
+    g = zarr.open_group(str(store), mode="r")
+    out = {name: np.asarray(g[name][...]) for name in ("pred", "done", "failed")}
+    error = np.asarray(g["error"][...])
+    out["error"] = np.array([str(e) for e in error.ravel()]).reshape(error.shape)
+    return out
+
+
+def assert_same_cube(store: Path, reference: Path) -> None:
+    """Bit-for-bit equal predictions and identical masks."""
+    a, b = cube_arrays(store), cube_arrays(reference)
+    assert a["done"].all(), f"{(~a['done']).sum()} fits not done"
+    assert a["pred"].tobytes() == b["pred"].tobytes(), "predictions differ from the clean run"
+    for name in ("done", "failed", "error"):
+        np.testing.assert_array_equal(a[name], b[name])
+
+
+def read_lock_pid(store: Path):
+    from cvflow.lock import read_lock
+
+    record = read_lock(store)
+    return None if record is None else record.get("pid")

@@ -1,0 +1,147 @@
+"""Cluster profiles (packaged, files, overrides) and connecting to real local clusters."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import dask.config
+import pytest
+import yaml
+
+from cvflow.cluster import (connect, env_options, load_profile, parse_options, slurm_kwargs,
+                            store_warning, walltime_seconds)
+from cvflow.errors import InputError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _strip(profile: dict) -> dict:
+    return {k: v for k, v in profile.items() if k != "name"}
+
+
+@pytest.mark.parametrize("name", ["local", "slurm"])
+def test_repo_profile_files_equal_the_packaged_defaults(name):
+    """cluster/*.yaml are the packaged defaults written out, key for key."""
+    from_file = yaml.safe_load((REPO / "cluster" / f"{name}.yaml").read_text())
+    assert _strip(load_profile(name)) == from_file
+    assert _strip(load_profile(str(REPO / "cluster" / f"{name}.yaml"))) == from_file
+
+
+def test_default_profile_is_local_on_loopback():
+    prof = load_profile(None)
+    assert prof["name"] == "local" and prof["kind"] == "local"
+    assert prof["host"] == "127.0.0.1" and prof["tls"] is False
+    with dask.config.set({"cvflow.cluster.default": "slurm"}):
+        assert load_profile(None)["kind"] == "slurm"
+
+
+def test_partial_profile_file_is_merged_over_its_kind(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("kind: slurm\njobqueue: {queue: short, memory: 8GB}\nadaptive: null\n")
+    prof = load_profile(str(path))
+    assert prof["jobqueue"]["queue"] == "short" and prof["jobqueue"]["memory"] == "8GB"
+    assert prof["jobqueue"]["walltime"] == "01:00:00"      # from the packaged slurm profile
+    assert prof["adaptive"] is None and prof["name"] == str(path)
+
+
+def test_overrides_precedence_file_env_options(tmp_path):
+    env = {"CVFLOW_CLUSTER__JOBQUEUE__QUEUE": "from-env", "CVFLOW_CLUSTER__WORKERS": "3",
+           "CVFLOW_CLUSTER__JOBQUEUE__ACCOUNT": "proj", "UNRELATED": "x"}
+    prof = load_profile("slurm", env=env, options=["jobqueue.queue=from-cli", "adaptive.maximum=7",
+                                                    "jobqueue.job-extra-directives=[--qos=low]"])
+    assert prof["jobqueue"]["queue"] == "from-cli"           # options beat the environment
+    assert prof["jobqueue"]["account"] == "proj" and prof["workers"] == 3
+    assert prof["adaptive"] == {"minimum": 1, "maximum": 7}
+    assert prof["jobqueue"]["job_extra_directives"] == ["--qos=low"]
+    assert env_options({"CVFLOW_CLUSTER__TLS": "true"}) == {"tls": True}
+    assert parse_options(["a.b=1", "a.c=x", "d="]) == {"a": {"b": 1, "c": "x"}, "d": None}
+
+
+def test_slurm_kwargs_bind_loopback_and_retire_workers_before_walltime():
+    kw = slurm_kwargs(load_profile("slurm", options=["dashboard_port=0"]))
+    assert kw["scheduler_options"] == {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"}
+    assert kw["worker_extra_args"] == ["--host", "127.0.0.1", "--lifetime", "55m",
+                                       "--lifetime-stagger", "4m"]
+    assert kw["queue"] == "debug" and not kw["log_directory"].startswith("~")
+
+
+def test_slurm_job_script_without_slurm():
+    """The job script dask-jobqueue would submit (no SLURM needed to build it)."""
+    from dask_jobqueue import SLURMCluster
+
+    kw = slurm_kwargs(load_profile("slurm", options=["dashboard_port=0",
+                                                     "jobqueue.log_directory=null"]))
+    with SLURMCluster(**kw) as cluster:
+        script = cluster.job_script()
+    assert "#SBATCH -p debug" in script and "#SBATCH -t 01:00:00" in script
+    assert "--host 127.0.0.1" in script and "--lifetime 55m --lifetime-stagger 4m" in script
+    assert "tcp://127.0.0.1:" in script
+
+
+@pytest.mark.parametrize("text,seconds", [("30", 1800), ("01:00:00", 3600), ("90:30", 5430),
+                                          ("1-02", 93600), ("2-00:30:00", 174600)])
+def test_walltime_seconds(text, seconds):
+    assert walltime_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("cluster,options,match", [
+    ("nosuch", None, r"--cluster: 'nosuch' is not a profile \(local, slurm\), a profile file"),
+    ("missing.yaml", None, r"--cluster: profile file missing.yaml does not exist"),
+    ("local", ["threads=2"], r"--cluster: unknown key 'threads' in a local profile; known: "),
+    ("local", ["workers=0"], r"workers: 0 must be a positive integer or null"),
+    ("local", ["dashboard_port=70000"], r"dashboard_port: 70000 must be 0..65535"),
+    ("slurm", ["adaptive.minimum=5"], r"adaptive: need 0 <= minimum <= maximum"),
+    ("slurm", ["lifetime=59m"], r"lifetime 59m \+ lifetime_stagger 4m must end before "
+                                r"jobqueue.walltime 01:00:00"),
+    ("slurm", ["lifetime=soon"], r"lifetime: 'soon' is not a duration"),
+    ("local", ["workers"], r"--cluster-option: 'workers' is not KEY=VALUE"),
+])
+def test_profile_errors(cluster, options, match):
+    with pytest.raises(InputError, match=match):
+        load_profile(cluster, options=options)
+
+
+def test_profile_file_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: pbs\n")
+    with pytest.raises(InputError, match=r"bad.yaml: kind: 'pbs' is not one of local, slurm"):
+        load_profile(str(bad))
+    bad.write_text("- a list\n")
+    with pytest.raises(InputError, match=r"bad.yaml: a cluster profile must be a mapping"):
+        load_profile(str(bad))
+
+
+def test_store_warning_only_for_node_local_slurm_stores(tmp_path):
+    assert store_warning("/tmp/x.zarr", "local") is None
+    assert "is under /tmp, usually local to each node" in store_warning("/tmp/x.zarr", "slurm")
+    assert "is a relative path" in store_warning("x.zarr", "slurm")
+    assert store_warning("/home/me/x.zarr", "slurm") is None
+
+
+def _double(x):
+    return 2 * x
+
+
+def test_local_cluster_listens_on_loopback_with_dashboard():
+    with connect("local", workers=1, dashboard_port=0) as client:
+        assert client.scheduler.address.startswith("tcp://127.0.0.1:")
+        workers = client.scheduler_info()["workers"]
+        assert len(workers) == 1 and all(a.startswith("tcp://127.0.0.1:") for a in workers)
+        assert client.dashboard_link.startswith("http://127.0.0.1:")
+        assert client.dashboard_link.endswith("/status")
+        assert client.submit(_double, 21).result() == 42
+
+
+def test_local_cluster_with_tls():
+    with connect("local", workers=1, dashboard_port=0, tls=True) as client:
+        assert client.scheduler.address.startswith("tls://127.0.0.1:")
+        assert all(a.startswith("tls://") for a in client.scheduler_info()["workers"])
+        assert client.submit(_double, 4).result() == 8
+
+
+def test_connect_to_running_scheduler_address():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp://", host="127.0.0.1",
+                      dashboard_address=None) as cluster:
+        with connect(cluster.scheduler_address) as client:
+            assert client.submit(_double, 5).result() == 10

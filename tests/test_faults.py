@@ -1,0 +1,189 @@
+"""Faults on a real LocalCluster with process workers: killed workers, killed clients, cuts.
+
+Every run here goes through the real ``cvflow run`` entry point in its own process group,
+with ``fault_helpers.SlowRidge`` (Ridge + a sleep per fit, one fit per task) so there is time
+to cut it; the reference is a clean, uninterrupted run of the same workflow.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import time
+
+import pytest
+
+import fault_helpers as fh
+from cvflow.errors import StoreError
+
+pytestmark = pytest.mark.timeout(600)
+
+N_FITS = 4 * 6  # 4 alphas x (5 folds + full fit)
+PERFORMED = re.compile(r": (\d+) fits performed in (\d+) tasks")
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory):
+    return fh.slow_workflow(tmp_path_factory.mktemp("faults") / "slow.yaml", delay=0.25)
+
+
+@pytest.fixture(scope="module")
+def clean(workflow, client):
+    """The reference: the same workflow run without interruption (shared LocalCluster)."""
+    import cvflow.engine
+
+    store = workflow.parent / "clean.zarr"
+    result = cvflow.engine.run(workflow, store=store, client=client)
+    assert result.fits_executed == N_FITS and result.failed == 0
+    return store
+
+
+def _performed(out: str) -> int:
+    m = PERFORMED.search(out)
+    if m:
+        return int(m.group(1))
+    assert "already complete, 0 fits performed" in out, out
+    return 0
+
+
+@pytest.mark.slow
+def test_sigkill_one_worker_mid_run(workflow, clean, tmp_path):
+    store = tmp_path / "s.zarr"
+    proc = fh.start_run(workflow, store, "--workers", "2")
+    try:
+        before = fh.wait_for_done(store, 4, proc)
+        workers = fh.worker_pids(proc)
+        assert len(workers) == 2, workers
+        os.kill(workers[0], signal.SIGKILL)
+        print(f"killed worker {workers[0]} with {before}/{N_FITS} fits done")
+        rc, out, err = fh.finish(proc)
+    finally:
+        fh.reap(proc)
+    assert rc == 0, err[-2000:]
+    assert _performed(out) == N_FITS
+    fh.assert_same_cube(store, clean)
+
+
+def test_sigkill_client_then_resume_fits_only_missing(workflow, clean, tmp_path):
+    store = tmp_path / "s.zarr"
+    proc = fh.start_run(workflow, store, "--workers", "2")
+    try:
+        fh.wait_for_done(store, 6, proc)
+        # A second run on the same store while the first one goes on: refused, nothing touched.
+        with pytest.raises(StoreError, match=r"s\.zarr is being written by another cvflow run "
+                                             rf"\(pid {proc.pid} on "):
+            import cvflow.engine
+            cvflow.engine.run(workflow, store=store)
+        os.kill(proc.pid, signal.SIGKILL)  # the client only; its workers die with it
+        proc.wait()
+    finally:
+        fh.reap(proc)
+    time.sleep(0.5)
+    done_before = fh.done_count(store)
+    assert 6 <= done_before < N_FITS
+    assert fh.read_lock_pid(store) == proc.pid  # the dead client's lock is still there
+    rc, out, err = fh.finish(fh.start_run(workflow, store, "--workers", "2"))
+    assert rc == 0, err[-2000:]
+    performed = _performed(out)
+    print(f"client killed with {done_before}/{N_FITS} done; the rerun fitted {performed}")
+    assert performed == N_FITS - done_before
+    fh.assert_same_cube(store, clean)
+
+
+@pytest.mark.slow
+def test_all_workers_killed_mid_run(workflow, clean, tmp_path):
+    store = tmp_path / "s.zarr"
+    proc = fh.start_run(workflow, store, "--workers", "2")
+    try:
+        before = fh.wait_for_done(store, 4, proc)
+        workers = fh.worker_pids(proc)
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        print(f"killed all {len(workers)} workers with {before}/{N_FITS} fits done")
+        rc, out, err = fh.finish(proc)
+    finally:
+        fh.reap(proc)
+    if rc != 0:  # the scheduler may give up on a task after its workers died; resume then
+        print(f"run failed after the kill ({err.strip().splitlines()[-1]}); resuming")
+        rc, out, err = fh.finish(fh.start_run(workflow, store, "--workers", "2"))
+    assert rc == 0, err[-2000:]
+    fh.assert_same_cube(store, clean)
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_resume(workflow, clean, tmp_path):
+    store = tmp_path / "s.zarr"
+    proc = fh.start_run(workflow, store, "--workers", "2")
+    try:
+        fh.wait_for_done(store, 4, proc)
+        os.kill(proc.pid, signal.SIGINT)
+        rc, out, err = fh.finish(proc, timeout=120)
+    finally:
+        fh.reap(proc)
+    assert rc == 130 and "interrupted; run the same command again to resume" in err, err[-2000:]
+    assert fh.read_lock_pid(store) is None  # released on Ctrl-C
+    done_before = fh.done_count(store)
+    rc, out, err = fh.finish(fh.start_run(workflow, store, "--workers", "2"))
+    assert rc == 0, err[-2000:]
+    assert _performed(out) == N_FITS - done_before
+    fh.assert_same_cube(store, clean)
+
+
+@pytest.mark.slow
+def test_cli_second_run_refused(workflow, tmp_path):
+    store = tmp_path / "s.zarr"
+    first = fh.start_run(workflow, store, "--workers", "1")
+    try:
+        fh.wait_for_done(store, 1, first)
+        rc, out, err = fh.finish(fh.start_run(workflow, store, "--workers", "1"), timeout=120)
+        assert rc == 2 and err.count("\n") == 1, err
+        assert re.match(rf"cvflow: error: store: {re.escape(str(store))} is being written by "
+                        rf"another cvflow run \(pid {first.pid} on ", err), err
+        rc, out, err = fh.finish(first)
+        assert rc == 0, err[-2000:]
+    finally:
+        fh.reap(first)
+
+
+def _cut_until_complete(workflow, store, clean, *, cuts: int, seed: int) -> list[str]:
+    """Start the run, cut it at a random moment in a random way, ``cuts`` times; then finish."""
+    rng = random.Random(seed)
+    log = []
+    for i in range(cuts):
+        proc = fh.start_run(workflow, store, "--workers", "2")
+        how = rng.choice(["sigkill-client", "sigint-client", "sigkill-workers"])
+        delay = rng.uniform(0.5, 15.0)
+        try:
+            deadline = time.monotonic() + delay
+            while time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.05)
+            if how == "sigkill-client":
+                os.kill(proc.pid, signal.SIGKILL)
+            elif how == "sigint-client":
+                os.kill(proc.pid, signal.SIGINT)
+            else:
+                for pid in fh.worker_pids(proc):
+                    os.kill(pid, signal.SIGKILL)
+            try:
+                proc.wait(timeout=5 if how != "sigkill-workers" else 2)
+            except Exception:  # noqa: BLE001 - still running: cut the whole run now
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        except ProcessLookupError:
+            pass
+        finally:
+            fh.reap(proc)
+        log.append(f"cut {i + 1}: {how} after {delay:.1f}s -> rc {proc.returncode}, "
+                   f"{fh.done_count(store)}/{N_FITS} done")
+    rc, out, err = fh.finish(fh.start_run(workflow, store, "--workers", "2"))
+    log.append(f"final run: rc {rc}, {_performed(out) if rc == 0 else '?'} fits performed")
+    print("\n".join(log))
+    assert rc == 0, err[-2000:]
+    fh.assert_same_cube(store, clean)
+    return log
+
+
+@pytest.mark.slow
+def test_random_cuts_six_times_then_complete(workflow, clean, tmp_path):
+    _cut_until_complete(workflow, tmp_path / "s.zarr", clean, cuts=6, seed=20240)

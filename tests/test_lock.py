@@ -1,0 +1,132 @@
+"""The store run lock: refused while a live run holds it, taken over when its owner is gone."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cvflow.errors import StoreError
+from cvflow.lock import lock_path, read_lock, run_lock
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _write(store, **record):
+    path = lock_path(store)
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_lock_is_a_sibling_file_removed_on_exit(tmp_path):
+    store = tmp_path / "s.zarr"
+    with run_lock(store) as lock:
+        record = read_lock(store)
+        assert lock.path == tmp_path / "s.zarr.lock" and lock.path.exists()
+        assert record["pid"] == os.getpid() and record["host"] == socket.gethostname()
+        assert record["token"] == lock.token
+    assert not lock_path(store).exists() and read_lock(store) is None
+
+
+def test_lock_released_when_the_block_raises(tmp_path):
+    store = tmp_path / "s.zarr"
+    with pytest.raises(KeyboardInterrupt), run_lock(store):
+        raise KeyboardInterrupt
+    assert read_lock(store) is None
+
+
+def test_second_holder_refused_with_owner_named(tmp_path):
+    store = tmp_path / "s.zarr"
+    with run_lock(store):
+        with pytest.raises(StoreError, match=rf"s\.zarr is being written by another cvflow run "
+                                             rf"\(pid {os.getpid()} on {socket.gethostname()}"):
+            with run_lock(store):
+                pass
+    with run_lock(store):  # free again
+        pass
+
+
+def test_live_process_in_another_interpreter_refuses(tmp_path):
+    store = tmp_path / "s.zarr"
+    code = ("import sys, time; from cvflow.lock import run_lock\n"
+            f"with run_lock({str(store)!r}):\n    print('held', flush=True); time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        with pytest.raises(StoreError, match=f"pid {proc.pid} on"):
+            with run_lock(store):
+                pass
+        proc.kill()  # SIGKILL: no cleanup, the lock file stays behind
+        proc.wait()
+        assert read_lock(store)["pid"] == proc.pid
+        with run_lock(store) as lock:  # dead pid on this host: taken over at once
+            assert read_lock(store)["token"] == lock.token
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_stale_lock_of_dead_pid_taken_over(tmp_path, caplog):
+    store = tmp_path / "s.zarr"
+    now = time.time()
+    _write(store, host=socket.gethostname(), pid=_dead_pid(), started=now, heartbeat=now, token="x")
+    with caplog.at_level("WARNING", logger="cvflow.lock"), run_lock(store) as lock:
+        assert read_lock(store)["token"] == lock.token
+    assert "taking over the stale lock" in caplog.text and "is gone" in caplog.text
+
+
+def test_other_host_refused_while_heartbeat_fresh_taken_when_old(tmp_path):
+    store = tmp_path / "s.zarr"
+    now = time.time()
+    _write(store, host="elsewhere", pid=1, started=now, heartbeat=now - 5, token="x")
+    with pytest.raises(StoreError, match="pid 1 on elsewhere"):
+        with run_lock(store, heartbeat=1, stale_after=30):
+            pass
+    _write(store, host="elsewhere", pid=1, started=now, heartbeat=now - 31, token="x")
+    with run_lock(store, heartbeat=1, stale_after=30) as lock:
+        assert read_lock(store)["token"] == lock.token
+
+
+def test_reused_pid_does_not_keep_the_lock_forever(tmp_path):
+    """Our own pid is alive, but a heartbeat that old means the record is from another life."""
+    store = tmp_path / "s.zarr"
+    now = time.time()
+    _write(store, host=socket.gethostname(), pid=os.getpid(), started=now - 999,
+           heartbeat=now - 999, token="x")
+    with run_lock(store, heartbeat=1, stale_after=60):
+        pass
+
+
+def test_garbage_lock_file_judged_by_its_age(tmp_path):
+    store = tmp_path / "s.zarr"
+    path = lock_path(store)
+    path.write_text("not json")
+    with pytest.raises(StoreError, match="being written by another cvflow run"):
+        with run_lock(store, heartbeat=1, stale_after=30):
+            pass
+    old = time.time() - 60
+    os.utime(path, (old, old))
+    with run_lock(store, heartbeat=1, stale_after=30):
+        pass
+
+
+def test_heartbeat_refreshes_the_record(tmp_path):
+    store = tmp_path / "s.zarr"
+    with run_lock(store, heartbeat=0.1, stale_after=5):
+        first = read_lock(store)["heartbeat"]
+        time.sleep(0.5)
+        assert read_lock(store)["heartbeat"] > first
+
+
+def test_bad_timing_arguments(tmp_path):
+    with pytest.raises(ValueError, match=r"stale_after \(1.0\) must exceed heartbeat \(2.0\)"):
+        with run_lock(tmp_path / "s.zarr", heartbeat=2, stale_after=1):
+            pass
