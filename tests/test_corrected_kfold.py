@@ -254,3 +254,20 @@ def test_simulation_corrected_estimates_full_fit_risk_better_than_kfold_at_k2():
     assert err_corr.mean() == pytest.approx(0.134, abs=0.01)
     assert np.abs(err_corr).mean() < 0.6 * np.abs(err_kfold).mean()
     assert np.sqrt(np.mean(err_corr ** 2)) < 0.6 * np.sqrt(np.mean(err_kfold ** 2))
+
+
+@pytest.mark.parametrize("name", ["concrete", "boston", "diabetes", "breast_cancer"])
+def test_reproduction_workflows_are_valid_with_gamma_one_over_d(name):
+    """The workflows validate, hold out a third, ask for corrected_kfold and use gamma = 1/d."""
+    from pathlib import Path
+
+    from cvflow.spec import load_workflow
+
+    path = Path(__file__).resolve().parents[1] / "workflows" / f"aghbalou_{name}.yaml"
+    workflow = load_workflow(path)
+    study = workflow.build()
+    d = study.data.X.shape[1]
+    assert all(p.fixed["gamma"] == pytest.approx(1.0 / d, rel=1e-12) for p in study.params)
+    assert study.data.is_test.mean() == pytest.approx(0.333, abs=0.01)
+    assert "corrected_kfold" in dict(workflow.estimators)
+    assert len(study.params) >= 30

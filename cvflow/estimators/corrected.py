@@ -116,11 +116,13 @@ def corrected_kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     return out
 
 
-def _setting(text: str) -> str:
+def _setting(text: str, varied=None) -> str:
+    """``learner(name=value, ...)``, showing only the hyperparameters of the grid (``varied``)."""
     setting = json.loads(text)
     if not setting:
         return "(none: every param failed)"
-    shown = {k: v for k, v in setting.items() if k not in ("index", "learner")}
+    shown = {k: v for k, v in setting.items() if k not in ("index", "learner")
+             and (varied is None or k in varied)}
     values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                        for k, v in shown.items())
     return f"{setting['learner']}({values})" if values else str(setting["learner"])
@@ -129,7 +131,10 @@ def _setting(text: str) -> str:
 def describe(result: xr.Dataset) -> list[str]:
     """Text-report lines: the K-fold and the corrected K-fold selections side by side."""
     a = result.attrs
-    rows = [("chosen param", _setting(a["selected_param_kfold"]), _setting(a["selected_param"])),
+    varied = {k for k, c in result.coords.items() if c.dims == ("param",)} - {
+        "learner", "output", "param_json"}
+    rows = [("chosen param", _setting(a["selected_param_kfold"], varied),
+             _setting(a["selected_param"], varied)),
             ("grid index", str(int(result["selected_kfold"])), str(int(result["selected"]))),
             ("CV estimate", f"{float(result['selected_kfold_estimate']):.6g}",
              f"{float(result['selected_estimate']):.6g}")]
