@@ -1,0 +1,109 @@
+"""Reducers on a lazy cube too big for memory: chunk by chunk, only the chunks they need.
+
+The cube's ``pred`` is generated lazily chunk by chunk (``y`` plus noise whose scale grows with
+the param), so the expected K-fold risk of param h is known: sigma_h^2 = (1 + h / P)^2. A chunk
+generator that raises for any split a reducer has no business reading is the flox-style
+"raise if dask computes it" check; tracemalloc bounds the peak memory.
+"""
+from __future__ import annotations
+
+import threading
+import tracemalloc
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+
+from cvflow.data import Data
+from cvflow.estimators import corrected_kfold, kfold
+from cvflow.learners import Param
+from cvflow.store import cube_template
+from cvflow.testing import simple_design
+
+
+def lazy_cube(n_params: int, n: int, *, bp: int, allowed: set[int] | None = None):
+    """A (n_params, 16 splits, n) cube, 5 folds + pairs + full, with lazily generated pred.
+
+    Chunks are (bp, 1, n). Generating a chunk of a split outside ``allowed`` raises.
+    Returns the cube and a list that records the generated chunks' split indices.
+    """
+    design = simple_design(n, 5, pairs=True, seed=0)
+    assert design.n_splits == 16
+    rng = np.random.default_rng(1)
+    y = rng.normal(size=n)
+    data = Data(X=np.zeros((n, 1)), y=y, feature_names=["x0"], is_test=np.zeros(n, bool))
+    params = [Param("hand", "sklearn.dummy.DummyRegressor", hyper={"h": h}) for h in range(n_params)]
+    cube = cube_template(data, design, params, chunks=(bp, 1),
+                         attrs={"task": "regression", "loss": "squared", "classes": "null",
+                                "workflow": "{}", "workflow_hash": "", "data_hash": ""})
+    generated: list[int] = []
+    lock = threading.Lock()
+
+    def make(block_info=None):
+        (p0, p1), (s0, _), _ = block_info[None]["array-location"]
+        if allowed is not None and s0 not in allowed:
+            raise AssertionError(f"reducer computed pred of split {s0}, which it does not need")
+        with lock:
+            generated.append(s0)
+        noise = np.random.default_rng(1000 * s0 + p0).standard_normal((p1 - p0, 1, n))
+        scale = 1.0 + np.arange(p0, p1)[:, None, None] / n_params
+        return y[None, None, :] + scale * noise
+
+    pred = da.map_blocks(make, dtype=np.float64, chunks=((bp,) * (n_params // bp), (1,) * 16, (n,)))
+    cube["pred"] = (("param", "split", "sample"), pred)
+    return cube, design, generated
+
+
+def check_kfold(res, n_params, n):
+    expected = (1.0 + np.arange(n_params) / n_params) ** 2
+    # each estimate averages n squared standard normals (times the scale): rel. sd sqrt(2/n)
+    assert np.allclose(res["estimate"].values, expected, rtol=8 * np.sqrt(2 / n))
+    assert int(res["selected"]) == 0
+
+
+def test_kfold_reads_only_fold_chunks_with_bounded_memory():
+    n_params, n, bp = 200, 20_000, 25          # pred 512 MB, fold splits 160 MB
+    fold_splits = set(simple_design(n, 5, pairs=True, seed=0).fold_split.ravel().tolist())
+    cube, design, generated = lazy_cube(n_params, n, bp=bp, allowed=fold_splits)
+    chunk_bytes = bp * n * 8
+    with dask.config.set({"cvflow.reduce.in-memory-bytes": 16 * 2**20, "scheduler": "threads",
+                          "num_workers": 2}):
+        tracemalloc.start()
+        res = kfold(cube)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    check_kfold(res, n_params, n)
+    assert sorted(set(generated)) == sorted(fold_splits)
+    assert len(generated) == len(fold_splits) * n_params // bp     # each needed chunk once
+    # a handful of chunks per thread: well under the 160 MB the reducer reads, let alone pred
+    assert peak < 20 * chunk_bytes, f"peak {peak / 2**20:.0f} MiB"
+    assert 20 * chunk_bytes <= cube["pred"].nbytes / 6
+
+
+def test_small_selection_is_read_once_in_process():
+    """Within the in-memory budget a role's splits are read into numpy (fast path), still
+    without touching the splits the reducer does not need."""
+    fold_splits = set(simple_design(2_000, 5, pairs=True, seed=0).fold_split.ravel().tolist())
+    cube, design, generated = lazy_cube(20, 2_000, bp=10, allowed=fold_splits)
+    res = kfold(cube)
+    check_kfold(res, 20, 2_000)
+    assert sorted(generated) == sorted(sorted(fold_splits) * 2)   # each chunk read once
+
+
+@pytest.mark.slow
+def test_thousand_params_sixteen_splits_twenty_thousand_samples():
+    """The issue's example: 1000 x 16 x 20 000 float64 (2.6 GB); kfold and corrected_kfold."""
+    n_params, n, bp = 1000, 20_000, 50
+    design = simple_design(n, 5, pairs=True, seed=0)
+    allowed = set(design.fold_split.ravel().tolist()) | {int(design.full_split)}
+    cube, design, generated = lazy_cube(n_params, n, bp=bp, allowed=allowed)
+    with dask.config.set({"scheduler": "threads", "num_workers": 2}):
+        tracemalloc.start()
+        res = kfold(cube)
+        corr = corrected_kfold(cube)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    check_kfold(res, n_params, n)
+    assert np.isfinite(corr[list(corr.data_vars)[0]].values).all()
+    assert peak < 600 * 2**20, f"peak {peak / 2**20:.0f} MiB of a {cube['pred'].nbytes / 2**30:.1f} GiB cube"
