@@ -49,15 +49,30 @@ class RunResult:
 
 
 def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
-              splits_slice: slice, positive, path_aware: bool = True) -> dict:
-    """Task body: fit one block, write its region, return a small summary record."""
+              splits_slice: slice, positive, path_aware: bool = True,
+              todo: np.ndarray | None = None) -> dict:
+    """Task body: fit one block, write its region, return a small summary record.
+
+    ``todo`` (params, splits) marks the cells to fit in a block shared with stored fits of an
+    extended study (:func:`cvflow.extend.fit_missing`); None fits the whole block.
+    """
     t0 = time.perf_counter()
-    result = fit_block(params, X, y, train, params_slice=params_slice, splits_slice=splits_slice,
-                       positive=positive, **({} if path_aware else {"path_aware": False}))
+    if todo is None:
+        result = fit_block(params, X, y, train, params_slice=params_slice,
+                           splits_slice=splits_slice, positive=positive,
+                           **({} if path_aware else {"path_aware": False}))
+    else:
+        from .extend import fit_missing
+
+        result = fit_missing(store, params, X, y, train, params_slice, splits_slice, positive,
+                             path_aware, todo)
     cube_store.write_block(store, result)
     summary = result.summary()
+    fitted = np.ones(result.failed.shape, dtype=bool) if todo is None else todo
+    summary.update(fits=int(fitted.sum()), failed=int(result.failed[fitted].sum()),
+                   seconds=float(np.nansum(result.fit_seconds[fitted])))
     summary["task_seconds"] = time.perf_counter() - t0
-    summary["errors"] = sorted({str(e) for e in result.error.ravel() if e})
+    summary["errors"] = sorted({str(e) for e in result.error[fitted] if e})
     return summary
 
 
@@ -73,23 +88,14 @@ def _time_fits(study: Study, repeats: int = 3) -> float:
 
 
 def _check_existing(path: Path, workflow: Workflow, study: Study) -> None:
-    """Refuse a store that is not this workflow's (unless the caller overwrites it)."""
-    import xarray as xr
+    """Refuse a store whose fits this workflow would invalidate; append new params/splits.
 
-    cube = cube_store.open_cube(path)
-    old_hash = cube.attrs.get("workflow_hash")
-    if old_hash != study.attrs["workflow_hash"] or cube.attrs.get("data_hash") != study.attrs["data_hash"]:
-        raise StoreError(
-            f"store: {path} holds fits of another workflow (data, folds, seeds or learners' fixed "
-            "params differ); use another --store or pass --overwrite to replace it")
-    same_params = list(cube["param_json"].values) == [p.to_json() for p in study.params]
-    same_splits = (cube.sizes["split"] == study.design.n_splits
-                   and np.array_equal(cube["train"].values, study.design.train))
-    if not (same_params and same_splits):
-        what = "grid" if not same_params else "design (estimators asking for other splits)"
-        raise StoreError(f"store: {path} was made with another {what}; use another --store or "
-                         "pass --overwrite to refit everything")
-    del xr
+    Afterwards ``study.params`` and ``study.design`` are in the store's order (see
+    :mod:`cvflow.extend`: new params and splits are appended, stored ones kept).
+    """
+    from .extend import reconcile
+
+    study.params, study.design = reconcile(path, workflow, study)
 
 
 def prepare_store(workflow: Workflow, study: Study, path: Path, *, overwrite: bool = False,
@@ -183,7 +189,7 @@ def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, 
     chunks = prepare_store(workflow, study, path, overwrite=overwrite, n_workers=workers or 2)
     todo = pending_blocks(path, chunks)
     n_total = len(study.params) * study.design.n_splits
-    n_todo = sum((ps.stop - ps.start) * (ss.stop - ss.start) for ps, ss in todo)
+    n_todo = int(n_total - cube_store.read_mask(path, "done").sum())
     result = RunResult(store=path, total_fits=n_total, fits_executed=0, failed=0, tasks=0,
                        wall_seconds=0.0, fit_seconds=0.0, distinct_pairs=n_todo, chunks=chunks,
                        roles_requested=len(study.params) * study.design.roles_requested)
@@ -197,10 +203,13 @@ def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, 
     def submit_all(c):
         X, y = c.scatter([study.data.X, study.data.y], broadcast=True)
         futures = []
+        done = cube_store.read_mask(path, "done")
         for ps, ss in todo:
+            # a block sharing its chunk with stored fits (extended study) fits only the rest
+            cells = None if not done[ps, ss].any() else ~done[ps, ss]
             futures.append(c.submit(
                 run_block, str(path.absolute()), study.params[ps], X, y, study.design.train[ss], ps, ss,
-                study.data.positive, path_aware, pure=False,
+                study.data.positive, path_aware, cells, pure=False,
                 key=f"cvflow-block-{ps.start}-{ss.start}-{time.time_ns()}"))
         return futures
 

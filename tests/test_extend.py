@@ -1,0 +1,196 @@
+"""Extending a finished study (cvflow.extend): new grid values, hyperparameters, learners and
+splits are appended and fitted alone; stored predictions stay byte-identical; changes that
+would invalidate stored fits are refused before the store is touched."""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import zarr
+
+import cvflow
+from cvflow.engine import run
+from cvflow.errors import StoreError
+from cvflow.estimators import kfold
+
+from conftest import tree_digest
+
+BASE = """\
+name: ext
+data: {{source: synthetic, name: linear, params: {{n: 40, p: 3}}}}
+task: regression
+learners:
+  - name: ridge
+    estimator: counting_learner.CountingRidge
+    params: {{log: {log}}}
+    grid: {{alpha: {alphas}}}
+{extra}design: {{folds: 4, seed: 0}}
+estimators: {estimators}
+execution: {{fits_per_task: {fpt}, path_aware: false}}
+"""
+
+
+def workflow(write_workflow, log, alphas, *, name, extra="", estimators="[kfold]", fpt=4):
+    return write_workflow(BASE.format(log=log, alphas=alphas, extra=extra,
+                                      estimators=estimators, fpt=fpt), name=name)
+
+
+def fit_log(path) -> Counter:
+    """(alpha, training size) -> number of fits, from the counting learner's log."""
+    if not path.exists():
+        return Counter()
+    return Counter(tuple(line.split()) for line in path.read_text().splitlines())
+
+
+def stored(store, name="pred"):
+    return zarr.open_group(str(store), mode="r")[name][...]
+
+
+def test_new_grid_values_fit_alone_and_old_bytes_stay(tmp_path, write_workflow, client):
+    log = tmp_path / "fits.log"
+    store = tmp_path / "s.zarr"
+    first = workflow(write_workflow, log, "[0.1, 1.0, 10.0]", name="a.yaml")
+    res = run(first, store=store, client=client)
+    n_splits = 5                                            # full + 4 folds
+    assert res.fits_executed == 3 * n_splits == sum(fit_log(log).values())
+    old_pred, old_done = stored(store), stored(store, "done")
+    chunks = tuple(zarr.open_group(str(store))["pred"].chunks[:2])
+
+    # new values in the middle and at the end of the grid; the old ones keep their indices
+    second = workflow(write_workflow, log, "[0.1, 0.5, 1.0, 10.0, 100.0]", name="b.yaml")
+    log.unlink()
+    res = run(second, store=store, client=client)
+    counted = fit_log(log)
+    assert res.fits_executed == 2 * n_splits == sum(counted.values())
+    assert {alpha for alpha, _ in counted} == {"0.5", "100.0"}
+    pred = stored(store)
+    assert pred.shape[:2] == (5, n_splits)
+    assert pred[:3].tobytes() == old_pred.tobytes()          # byte-equal old predictions
+    assert stored(store, "done")[:3].tobytes() == old_done.tobytes()
+    assert tuple(zarr.open_group(str(store))["pred"].chunks[:2]) == chunks
+    cube = cvflow.open(store)
+    np.testing.assert_array_equal(cube["alpha"].values, [0.1, 1.0, 10.0, 0.5, 100.0])
+    assert bool(cube["done"].all()) and not np.isnan(cube["pred"].values).any()
+
+    # the extended store reduces like a fresh run of the extended grid
+    fresh = run(second, store=tmp_path / "fresh.zarr", client=client)
+    ref = kfold(cvflow.open(fresh.store))
+    order = [0, 2, 3, 1, 4]                                 # fresh grid order -> store order
+    np.testing.assert_allclose(kfold(cube)["estimate"].values, ref["estimate"].values[order],
+                               rtol=1e-12)
+    assert run(second, store=store, client=client).fits_executed == 0
+
+
+def test_appended_params_sharing_a_chunk_fit_only_the_new_cells(tmp_path, write_workflow, client):
+    """5 params in chunks of 3: the stored chunk of params 3-4 also receives the new param 5."""
+    log = tmp_path / "fits.log"
+    store = tmp_path / "s.zarr"
+    first = workflow(write_workflow, log, "[0.1, 1.0, 10.0, 30.0, 60.0]", name="a.yaml", fpt=3)
+    run(first, store=store, client=client)
+    group = zarr.open_group(str(store))
+    assert group["pred"].chunks[0] == 3 and group["pred"].shape[0] == 5
+    old_pred = stored(store)
+    log.unlink()
+    second = workflow(write_workflow, log, "[0.1, 1.0, 10.0, 30.0, 60.0, 0.01, 0.02]",
+                      name="b.yaml", fpt=3)
+    res = run(second, store=store, client=client)
+    counted = fit_log(log)
+    assert res.fits_executed == 2 * 5 == sum(counted.values())
+    assert {alpha for alpha, _ in counted} == {"0.01", "0.02"}
+    assert stored(store)[:5].tobytes() == old_pred.tobytes()
+    fit_seconds = stored(store, "fit_seconds")
+    assert np.isfinite(fit_seconds).all() and stored(store, "done").all()
+
+
+def test_new_learner_hyperparameter_and_splits(tmp_path, write_workflow, client):
+    """A new learner, a new hyperparameter name (new coordinate) and the nested estimators'
+    pair splits are appended together; old params fit only the new splits."""
+    log = tmp_path / "fits.log"
+    store = tmp_path / "s.zarr"
+    run(workflow(write_workflow, log, "[0.1, 1.0]", name="a.yaml"), store=store, client=client)
+    old_pred = stored(store)
+    log.unlink()
+    lasso = ("  - name: lasso\n    estimator: sklearn.linear_model.Lasso\n"
+             "    grid: {alpha: [0.1], selection: [cyclic]}\n")
+    second = workflow(write_workflow, log, "[0.1, 1.0]", name="b.yaml", extra=lasso,
+                      estimators="[kfold, nested_cv]")
+    res = run(second, store=store, client=client)
+    n_pairs = 6                                              # C(4, 2)
+    # old ridge params: the 6 new pair splits only; the lasso (not counted by the log): all 11
+    counted = fit_log(log)
+    assert sum(counted.values()) == 2 * n_pairs
+    assert res.fits_executed == 2 * n_pairs + 11
+    pred = stored(store)
+    assert pred.shape[:2] == (3, 11)
+    assert pred[:2, :5].tobytes() == old_pred.tobytes()
+    cube = cvflow.open(store)
+    assert list(cube["learner"].values) == ["ridge", "ridge", "lasso"]
+    assert list(cube["selection"].values) == ["", "", "cyclic"]
+    assert "selection" in cube.coords
+    # role tables point at the store's indices: pair (j, l) trains on D minus folds j and l
+    fold, train = cube["fold"].values[0], cube["train"].values
+    for j in range(4):
+        for l in range(4):
+            s = int(cube["pair_split"].values[0, j, l])
+            if j == l:
+                assert s == -1
+            else:
+                np.testing.assert_array_equal(train[s], (fold != j) & (fold != l))
+        np.testing.assert_array_equal(train[int(cube["fold_split"].values[0, j])], fold != j)
+    out = cvflow.estimators.nested_cv(cube)
+    assert np.isfinite(float(out["estimate"]))
+
+
+def test_removed_params_are_kept(tmp_path, write_workflow, client):
+    log = tmp_path / "fits.log"
+    store = tmp_path / "s.zarr"
+    run(workflow(write_workflow, log, "[0.1, 1.0, 10.0]", name="a.yaml"), store=store, client=client)
+    res = run(workflow(write_workflow, log, "[1.0, 3.0]", name="b.yaml"), store=store, client=client)
+    assert res.fits_executed == 5 and res.total_fits == 4 * 5
+    cube = cvflow.open(store)
+    np.testing.assert_array_equal(cube["alpha"].values, [0.1, 1.0, 10.0, 3.0])
+
+
+@pytest.mark.parametrize("change, match", [
+    (("seed: 0}", "seed: 3}"), r"another workflow \(folds, seeds differ: design.seed: 0 -> 3\)"),
+    (("folds: 4", "folds: 5"), r"design.folds: 4 -> 5"),
+    (("n: 40", "n: 41"), r"another workflow \(data differ"),
+    (("params: {log:", "params: {fit_intercept: false, log:"),
+     r"learner 'ridge' .*learners\[ridge\].params.fit_intercept: None -> False"),
+    (("counting_learner.CountingRidge", "counting_learner.OtherCountingRidge"),
+     r"learners\[ridge\].estimator"),
+])
+def test_invalidating_changes_are_refused_untouched(tmp_path, write_workflow, client, change, match):
+    log = tmp_path / "fits.log"
+    store = tmp_path / "s.zarr"
+    text = BASE.format(log=log, alphas="[1.0]", extra="", estimators="[kfold]", fpt=4)
+    run(write_workflow(text, "a.yaml"), store=store, client=client)
+    before = tree_digest(store)
+    bad = write_workflow(text.replace(*change).replace("alpha: [1.0]", "alpha: [1.0, 2.0]"),
+                         "b.yaml")
+    with pytest.raises(StoreError, match=match):
+        run(bad, store=store, client=client)
+    assert tree_digest(store) == before
+
+
+def test_subset_design_added_then_fixed(tmp_path, write_workflow, client):
+    """Adding ustat to a K-fold store appends its subset splits; changing the subset design
+    once subset fits exist is refused."""
+    log = tmp_path / "fits.log"
+    store = tmp_path / "s.zarr"
+    run(workflow(write_workflow, log, "[0.1, 1.0]", name="a.yaml"), store=store, client=client)
+    text = BASE.format(log=log, alphas="[0.1, 1.0]", extra="", fpt=4,
+                       estimators="[kfold, {ustat: {compare: [0, 1]}}]")
+    with_subsets = text.replace("seed: 0}", "seed: 0, subset: {size: 8, pairs: 3}}")
+    log.unlink()
+    res = run(write_workflow(with_subsets, "b.yaml"), store=store, client=client)
+    assert res.fits_executed == 2 * 6 == sum(fit_log(log).values())
+    cube = cvflow.open(store)
+    assert cube.sizes["group"] == 3 and (cube["subset_split"].values >= 5).all()
+    assert np.isfinite(float(cvflow.estimators.ustat(cube, compare=[0, 1])["estimate"]))
+    before = tree_digest(store)
+    with pytest.raises(StoreError, match=r"subset design differ: design.subset.pairs: 3 -> 4"):
+        run(write_workflow(with_subsets.replace("pairs: 3", "pairs: 4"), "c.yaml"), store=store,
+            client=client)
+    assert tree_digest(store) == before
