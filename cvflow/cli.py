@@ -104,6 +104,20 @@ def _parse_lambdas(text: str | None):
         raise InputError(f"--lambdas: {text!r} is not a comma-separated list of numbers") from None
 
 
+def _split_params(text: str) -> list[str]:
+    """``--compare`` items split on commas outside parentheses: "lasso(C=1, l1=0.5),1"."""
+    items, depth, current = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    items.append(current.strip())
+    return [i for i in items if i]
+
+
 def cmd_report(args) -> int:
     from . import report
     from .store import open_cube
@@ -112,12 +126,14 @@ def cmd_report(args) -> int:
     overrides = {}
     lambdas = _parse_lambdas(getattr(args, "lambdas", None))
     if lambdas is not None:
-        overrides["stability_nested"] = {"lambdas": lambdas}
+        overrides["stability_nested"] = overrides["stability"] = {"lambdas": lambdas}
     if getattr(args, "compare", None):
-        overrides["ustat"] = {"compare": args.compare.split(",")}
+        # the same pair for both subset-design tests; a/b from the workflow give way to it
+        pair = {"compare": _split_params(args.compare), "a": None, "b": None}
+        overrides["ustat"] = overrides["nadeau_bengio"] = pair
     results = report.compute(cube, loss=args.loss, overrides=overrides)
     if args.html:
-        from .report import write_html  # noqa: F401 - provided by the HTML report module
+        from .report_html import write_html
 
         write_html(cube, results, args.html)
     if args.json:
@@ -152,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--json", action="store_true", help="one JSON object, a key per estimator")
     rep.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     rep.add_argument("--lambdas", help="comma-separated λ grid for stability_nested")
-    rep.add_argument("--compare", help="two params for ustat, comma-separated")
+    rep.add_argument("--compare", help="the params ustat / nadeau_bengio compare, comma-separated "
+                     "(indices or learner(key=value)); one param gives its error alone")
     rep.set_defaults(func=cmd_report)
 
     v = sub.add_parser("validate", help="check a workflow without fitting")
