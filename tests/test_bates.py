@@ -110,10 +110,11 @@ def test_wald_needs_no_pairs():
 def test_nested_interval_covers_better_than_naive():
     """Bates et al.'s low-dimensional logistic setting (p=20, n=100, Bayes error ~ 33%).
 
-    Miscoverage of Err (estimated by a large test sample) over 60 datasets, 5 folds and 4
-    repeats (the full study, workflows/studies/bates_coverage.py, uses more). Nominal 10%.
-    Tolerance: the nested miscoverage must be at most the naive one plus 0.05 and within
-    0.15 of the nominal level; with 60 datasets the binomial sd of a rate is about 0.04.
+    Miscoverage of Err_XY (the full fit's error on a large fresh sample) over 60 datasets,
+    5 folds, 4 repeats; nominal 10%. The naive interval is the paper's: one K-fold run.
+    Tolerance: with 60 datasets the binomial sd of a rate is about 0.04, so the nested
+    miscoverage must be at most 0.05 farther from 10% than the naive one, and within 0.12
+    of 10%. The full study (300 datasets) is workflows/studies/bates_coverage.py.
     """
     import sys
     from pathlib import Path
@@ -122,5 +123,5 @@ def test_nested_interval_covers_better_than_naive():
     from bates_coverage import simulate
 
     res = simulate(datasets=60, repeats=4, seed=123)
-    assert res["miss_ncv"] <= res["miss_naive"] + 0.05
-    assert abs(res["miss_ncv"] - 0.10) <= 0.15
+    assert abs(res["miss_ncv_xy"] - 0.10) <= abs(res["miss_naive1_xy"] - 0.10) + 0.05
+    assert abs(res["miss_ncv_xy"] - 0.10) <= 0.12
