@@ -91,7 +91,7 @@ def pair_terms(phi0: np.ndarray, phi1: np.ndarray, test0: np.ndarray, test1: np.
 
 
 def incomplete_stats(phibar: np.ndarray, t: np.ndarray) -> dict:
-    """Δ̃, Q, T, v̂ and the design variance from per-group terms.
+    """Δ̃, Q, T, v̂, the design variance and the design standard error of v̂ from group terms.
 
     ``phibar`` is (k, P, 2) (both members of every group), ``t`` is (k, P). Q, the mean of
     φ̄_f1 φ̄_f2 over ordered pairs of fits from different groups, is computed from sums:
@@ -108,8 +108,15 @@ def incomplete_stats(phibar: np.ndarray, t: np.ndarray) -> dict:
         q = np.full(s.shape[0], np.nan)
         design_variance = np.full(s.shape[0], np.nan)
     theta = t.mean(-1)
+    # Monte Carlo (design) standard error of v̂ given the data, by linearisation: v̂ + design
+    # variance = Δ̃² - T, whose per-group influence is 2 Δ̃ m_p - T_p.
+    if n_groups >= 2:
+        influence = 2.0 * estimate[:, None] * m - t
+        variance_se = np.sqrt(influence.var(-1, ddof=1) / n_groups)
+    else:
+        variance_se = np.full(s.shape[0], np.nan)
     return {"estimate": estimate, "delta_sq": q, "theta_sq": theta, "variance": q - theta,
-            "design_variance": design_variance}
+            "design_variance": design_variance, "variance_se": variance_se}
 
 
 def complete_stats(phi: np.ndarray, train: np.ndarray, analysis: np.ndarray, *,
@@ -153,7 +160,8 @@ def complete_stats(phi: np.ndarray, train: np.ndarray, analysis: np.ndarray, *,
             total[h] += float(((a * b - d) * disjoint).sum())
     theta = total / (n_pairs * r * (r - 1)) if n_pairs and r >= 2 else np.full(k, np.nan)
     return {"estimate": estimate, "delta_sq": estimate ** 2, "theta_sq": theta,
-            "variance": estimate ** 2 - theta, "design_variance": np.zeros(k)}
+            "variance": estimate ** 2 - theta, "design_variance": np.zeros(k),
+            "variance_se": np.zeros(k)}
 
 
 def normal_test(estimate: float, variance: float, alpha: float) -> dict:
@@ -350,7 +358,9 @@ def ustat(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=None, b=
     xarray.Dataset
         Scalars ``estimate`` (Δ̃; Δ̂ for the complete design), ``variance`` (v̂ = Q - T),
         ``delta_sq`` (Q), ``theta_sq`` (T), ``design_variance``, ``total_variance``
-        (v̂ + design variance), ``se``, ``z``, ``p_value``, ``lower``, ``upper``, ``n``,
+        (v̂ + design variance), ``variance_se`` (Monte Carlo standard error of v̂ from the
+        random design, by linearisation; 0 for the complete design: when it is not small
+        against ``variance``, use more pairs), ``se``, ``z``, ``p_value``, ``lower``, ``upper``, ``n``,
         ``size`` (g), ``groups``, ``fits``; and per role (``a``, ``b``) the error rates
         ``error`` and their variance ``error_variance`` (v̂ + design variance of the
         one-learner kernels). attrs: ``estimator``, ``loss``, ``mode`` ("difference" or
@@ -400,6 +410,7 @@ def ustat(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=None, b=
         "theta_sq": _scalar(res["theta_sq"][0]),
         "design_variance": _scalar(res["design_variance"][0]),
         "total_variance": _scalar(total[0]),
+        "variance_se": _scalar(res["variance_se"][0]),
         **{key: _scalar(main[key]) for key in ("se", "z", "p_value", "lower", "upper")},
         "n": xr.DataArray(n),
         "size": xr.DataArray(g),
@@ -492,7 +503,8 @@ def describe(result: xr.Dataset) -> list[str]:
         lines.append(f"  a = {at.get('a')}")
         lines.append(f"  b = {at.get('b')}")
         lines.append(f"  Δ = e_a - e_b: {_fmt(float(result['estimate']))}  "
-                     f"v̂ = {_fmt(float(result['variance']))}  design var = "
+                     f"v̂ = {_fmt(float(result['variance']))} (design se "
+                     f"{_fmt(float(result['variance_se']))})  design var of Δ = "
                      f"{_fmt(float(result['design_variance']))}")
         lines.append(f"  z = {_fmt(float(result['z']))}  p = {_fmt(float(result['p_value']))}  "
                      f"{level:g}% CI [{_fmt(float(result['lower']))}, "
