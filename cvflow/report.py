@@ -84,10 +84,19 @@ def status(path: str | Path) -> dict:
     import zarr
 
     group = zarr.open_group(str(path), mode="r")
-    done = group["done"][...]
-    failed = group["failed"][...] & done
-    errors = group["error"][...]
-    learners = np.asarray([str(v) for v in group["learner"][...]])
+    try:
+        done = group["done"][...]
+        failed = group["failed"][...] & done
+        errors = group["error"][...]
+        learners = np.asarray([str(v) for v in group["learner"][...]])
+    except KeyError:  # the run is still creating the store: nothing done yet
+        return {"store": str(path), "total": 0, "done": 0, "failed": 0, "complete": False,
+                "learners": {}, "failures": {}}
+    # an extension (cvflow.extend) may resize arrays between these reads: use the common part
+    rows = min(len(learners), done.shape[0], failed.shape[0], errors.shape[0])
+    cols = min(done.shape[1], failed.shape[1], errors.shape[1])
+    done, failed, errors = done[:rows, :cols], failed[:rows, :cols], errors[:rows, :cols]
+    learners = learners[:rows]
     by_message = Counter(str(e) for e in errors[failed])
     per_learner = {}
     for name in dict.fromkeys(learners):
