@@ -17,12 +17,15 @@ from typing import Callable
 import numpy as np
 
 from . import store as cube_store
-from .blocks import choose_chunks
+from .blocks import choose_chunks, estimate_seconds_per_fit
 from .errors import InputError, StoreError
-from .learners import Param, fit_block, fit_one
+from .learners import Param, fit_block
 from .spec import Study, Workflow, load_workflow
 
 log = logging.getLogger(__name__)
+
+# seconds between the client's batched writes of finished blocks' status (done, failed, ...)
+STATUS_FLUSH_SECONDS = 0.5
 
 
 @dataclass
@@ -66,25 +69,15 @@ def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_s
 
         result = fit_missing(store, params, X, y, train, params_slice, splits_slice, positive,
                              path_aware, todo)
-    cube_store.write_block(store, result)
+    cube_store.write_pred(store, result)
     summary = result.summary()
+    summary["status"] = result.without_pred()       # the client records it (write_status)
     fitted = np.ones(result.failed.shape, dtype=bool) if todo is None else todo
     summary.update(fits=int(fitted.sum()), failed=int(result.failed[fitted].sum()),
                    seconds=float(np.nansum(result.fit_seconds[fitted])))
     summary["task_seconds"] = time.perf_counter() - t0
     summary["errors"] = sorted({str(e) for e in result.error[fitted] if e})
     return summary
-
-
-def _time_fits(study: Study, repeats: int = 3) -> float:
-    """Median seconds of a few fits of the first and last param on the first split."""
-    d = study.data
-    train = study.design.train[0]
-    samples = []
-    for param in {id(p): p for p in (study.params[0], study.params[-1])}.values():
-        for _ in range(repeats):
-            samples.append(fit_one(param, d.X, d.y, train, d.positive)[1])
-    return float(np.median(samples))
 
 
 def _check_existing(path: Path, workflow: Workflow, study: Study) -> None:
@@ -112,9 +105,15 @@ def prepare_store(workflow: Workflow, study: Study, path: Path, *, overwrite: bo
                              "overwrite it")
         shutil.rmtree(path)
     fpt = workflow.execution.get("fits_per_task", "auto")
-    seconds = _time_fits(study) if fpt == "auto" else 0.0
+    d = study.data
+    dtype = workflow.execution.get("dtype", "float64")
+    # timed as blocks fit them: a path-aware ridge grid costs one SVD per split, not one per alpha
+    seconds = estimate_seconds_per_fit(
+        study.params, d.X, d.y, study.design.train[0], positive=d.positive,
+        path_aware=bool(workflow.execution.get("path_aware", True))) if fpt == "auto" else 0.0
     chunks = choose_chunks(len(study.params), study.design.n_splits, seconds_per_fit=seconds,
-                           n_workers=n_workers, fits_per_task=None if fpt == "auto" else int(fpt))
+                           n_workers=n_workers, fits_per_task=None if fpt == "auto" else int(fpt),
+                           n_samples=d.X.shape[0], itemsize=np.dtype(dtype).itemsize)
     template = cube_store.cube_template(study.data, study.design, study.params, attrs=study.attrs,
                                         chunks=chunks,
                                         dtype=workflow.execution.get("dtype", "float64"))
@@ -219,16 +218,27 @@ def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, 
         result.dashboard = getattr(c, "dashboard_link", None)
         notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": result.dashboard})
         t0 = time.perf_counter()
-        for future in as_completed(submit_all(c)):
-            summary = future.result()
-            result.tasks += 1
-            result.fits_executed += summary["fits"]
-            result.failed += summary["failed"]
-            result.fit_seconds += summary["seconds"]
-            for message in summary["errors"]:
-                result.errors[message] = result.errors.get(message, 0) + 1
-            notify({"event": "block", "done": result.fits_executed, "todo": n_todo,
-                    "elapsed": time.perf_counter() - t0})
+        # DESIGN CHOICE: tasks write only `pred`; the finished blocks' status (failed, error,
+        # fit_seconds, then done) is written here in batches, at most every
+        # STATUS_FLUSH_SECONDS, and whatever finished is recorded even if a later task raises.
+        pending, flushed = [], t0
+        try:
+            for future in as_completed(submit_all(c)):
+                summary = future.result()
+                pending.append(summary.pop("status"))
+                if time.perf_counter() - flushed > STATUS_FLUSH_SECONDS:
+                    cube_store.write_status(path, pending)
+                    pending, flushed = [], time.perf_counter()
+                result.tasks += 1
+                result.fits_executed += summary["fits"]
+                result.failed += summary["failed"]
+                result.fit_seconds += summary["seconds"]
+                for message in summary["errors"]:
+                    result.errors[message] = result.errors.get(message, 0) + 1
+                notify({"event": "block", "done": result.fits_executed, "todo": n_todo,
+                        "elapsed": time.perf_counter() - t0})
+        finally:
+            cube_store.write_status(path, pending)
 
     if client is not None:
         collect(client)

@@ -92,18 +92,22 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
     n_params, n_splits, n = len(params), design.n_splits, data.X.shape[0]
     bp, bs = min(chunks[0], n_params), min(chunks[1], n_splits)
     block = (bp, bs)
+    # DESIGN CHOICE: tasks write only their chunk of `pred`; the client, the only writer of the
+    # small (param, split) status variables, writes them in batches as results come back. One
+    # chunk each keeps the store at ~one file per task (not five) and needs no lock.
+    status = (n_params, n_splits)
     ds = xr.Dataset(
         {
             "pred": (("param", "split", "sample"),
                      da.full((n_params, n_splits, n), np.nan, dtype=dtype, chunks=block + (n,))),
             # distinct names: identical dask graphs would otherwise load into one shared array
             "done": (("param", "split"),
-                     da.zeros((n_params, n_splits), dtype=bool, chunks=block, name="cvflow-done")),
+                     da.zeros((n_params, n_splits), dtype=bool, chunks=status, name="cvflow-done")),
             "failed": (("param", "split"),
-                       da.zeros((n_params, n_splits), dtype=bool, chunks=block, name="cvflow-failed")),
+                       da.zeros((n_params, n_splits), dtype=bool, chunks=status, name="cvflow-failed")),
             "error": (("param", "split"), np.full((n_params, n_splits), "", dtype=object)),
             "fit_seconds": (("param", "split"),
-                            da.full((n_params, n_splits), np.nan, chunks=block)),
+                            da.full((n_params, n_splits), np.nan, chunks=status)),
             "train": (("split", "sample"), design.train),
             "fold": (("repeat", "sample"), design.fold),
             "fold_split": (("repeat", "outer"), design.fold_split),
@@ -129,7 +133,7 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
             **attrs,
         },
     )
-    ds["error"].encoding["chunks"] = block
+    ds["error"].encoding["chunks"] = status
     return ds
 
 
@@ -161,9 +165,19 @@ def open_cube(path: str | os.PathLike) -> xr.Dataset:
     cube = xr.open_zarr(path, consolidated=False, zarr_format=3)
     # DESIGN CHOICE: everything but `pred` is small (param x split at most): load it once so
     # reducers index role tables and masks without recomputing dask graphs; `pred` stays lazy.
-    small = [name for name in cube.variables if name != "pred"]
-    return cube.assign({n: cube[n].load() for n in small if n in cube.data_vars}).assign_coords(
-        {n: cube[n].load() for n in small if n in cube.coords})
+    # One local compute (synchronous scheduler): never a round-trip per variable through a
+    # distributed client that happens to be the default scheduler.
+    return _load_small(cube, [name for name in cube.variables if name != "pred"])
+
+
+def _load_small(cube: xr.Dataset, names: list[str]) -> xr.Dataset:
+    import dask
+
+    lazy = [n for n in names if isinstance(cube[n].variable.data, da.Array)]
+    values = dask.compute(*[cube[n].variable.data for n in lazy], scheduler="sync")
+    data = {n: cube[n].copy(data=v) for n, v in zip(lazy, values)}
+    coords = {n: data.pop(n) for n in list(data) if n in cube.coords}
+    return cube.assign(data).assign_coords(coords)
 
 
 def block_chunks(store: str | os.PathLike) -> tuple[int, int]:
@@ -190,6 +204,10 @@ class BlockResult:
     error: np.ndarray       # (params, splits) object (str)
     fit_seconds: np.ndarray  # (params, splits)
 
+    def without_pred(self) -> "BlockResult":
+        """The status part only (small: what a task sends back to the client)."""
+        return BlockResult(self.params, self.splits, None, self.failed, self.error, self.fit_seconds)
+
     def summary(self) -> dict:
         return {
             "params": (self.params.start, self.params.stop),
@@ -210,20 +228,42 @@ def _check_aligned(shape, chunks, params: slice, splits: slice) -> None:
             )
 
 
-def write_block(path: str | os.PathLike, result: BlockResult) -> None:
-    """Write one block's region into the store; ``done`` last, so done implies written.
-
-    Idempotent: rewriting a block writes the same bytes (a retried task is harmless).
-    """
+def write_pred(path: str | os.PathLike, result: BlockResult) -> None:
+    """Write one block's predictions (the task side). Idempotent; chunk-aligned or ValueError."""
     group = zarr.open_group(str(path), mode="r+")
     region = (result.params, result.splits)
-    _check_aligned(group["done"].shape, group["done"].chunks, *region)
     pred = group["pred"]
+    _check_aligned(pred.shape[:2], pred.chunks[:2], *region)
     pred[region] = result.pred.astype(pred.dtype, copy=False)
-    group["failed"][region] = result.failed
-    group["error"][region] = result.error
-    group["fit_seconds"][region] = result.fit_seconds
-    group["done"][region] = np.ones(result.failed.shape, dtype=bool)
+
+
+def write_status(path: str | os.PathLike, results) -> None:
+    """Record finished blocks (the client side): failed, error, fit_seconds, then ``done``.
+
+    ``results`` are :class:`BlockResult` (``pred`` may be None) whose predictions are already
+    written. One read-modify-write per variable for the whole batch; only one process (the
+    run's client) may call this on a store at a time.
+    """
+    results = list(results)
+    if not results:
+        return
+    group = zarr.open_group(str(path), mode="r+")
+    for name in ("failed", "error", "fit_seconds", "done"):
+        array = group[name]
+        values = array[...]
+        for r in results:
+            values[r.params, r.splits] = True if name == "done" else getattr(r, name)
+        array[...] = values
+
+
+def write_block(path: str | os.PathLike, result: BlockResult) -> None:
+    """Write one block's predictions and status; ``done`` last, so done implies written.
+
+    Idempotent: rewriting a block writes the same bytes. For a single writer (in-process use);
+    the engine's tasks call :func:`write_pred` and the client :func:`write_status`.
+    """
+    write_pred(path, result)
+    write_status(path, [result])
 
 
 def read_mask(path: str | os.PathLike, name: str) -> np.ndarray:
