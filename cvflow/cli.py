@@ -62,7 +62,8 @@ def cmd_run(args) -> int:
     wf = load_workflow(args.workflow)
     result = engine.run(wf, store=args.store, cluster=args.cluster, workers=args.workers,
                         overwrite=args.overwrite, dashboard_port=args.dashboard_port,
-                        progress=Progress())
+                        progress=Progress(), tls=args.tls or None,
+                        cluster_options=args.cluster_option)
     if result.fits_executed == 0:
         print(f"{result.store}: already complete, 0 fits performed")
     else:
@@ -153,6 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--cluster", help="local | slurm | FILE.yaml | tcp://ADDR (default: local)")
     r.add_argument("--workers", type=int, help="number of local workers")
     r.add_argument("--dashboard-port", type=int, help="dashboard port (default 8787; 0 = any)")
+    r.add_argument("--tls", action="store_true",
+                   help="Dask TLS with temporary certificates (default: the profile's tls)")
+    r.add_argument("--cluster-option", action="append", metavar="KEY=VALUE",
+                   help="override a cluster profile key, e.g. jobqueue.queue=short or "
+                        "adaptive.maximum=8 (repeatable; also CVFLOW_CLUSTER__KEY=VALUE)")
     r.add_argument("--overwrite", action="store_true",
                    help="replace a store made by another workflow")
     r.set_defaults(func=cmd_run)
