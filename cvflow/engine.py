@@ -51,6 +51,11 @@ class RunResult:
         return self.fits_executed / self.distinct_pairs if self.distinct_pairs else float("nan")
 
 
+def _value(value):
+    """Task body holding the data (recomputable, unlike scattered data)."""
+    return value
+
+
 def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
               splits_slice: slice, positive, path_aware: bool = True,
               todo: np.ndarray | None = None) -> dict:
@@ -200,7 +205,11 @@ def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, 
     path_aware = bool(workflow.execution.get("path_aware", True))
 
     def submit_all(c):
-        X, y = c.scatter([study.data.X, study.data.y], broadcast=True)
+        # DESIGN CHOICE: X and y travel as two tiny tasks, not scattered: the scheduler keeps
+        # a task's inputs, so when every worker holding them dies (a SLURM job cancelled, an
+        # adaptive scale-down) it recomputes them; lost scattered data would cancel every block.
+        X = c.submit(_value, study.data.X, pure=False, key=f"cvflow-X-{time.time_ns()}")
+        y = c.submit(_value, study.data.y, pure=False, key=f"cvflow-y-{time.time_ns()}")
         futures = []
         done = cube_store.read_mask(path, "done")
         for ps, ss in todo:

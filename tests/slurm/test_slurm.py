@@ -1,0 +1,90 @@
+"""The real one-node SLURM: end-to-end quickstart, TLS, a cancelled worker job mid-run."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import fault_helpers as fh
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILE = REPO / "cluster" / "slurm.yaml"
+
+
+def _cvflow(*args, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "cvflow", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env or fh.cli_env(), cwd=REPO)
+
+
+def test_sbatch_runs_a_job():
+    out = subprocess.run(["srun", "-p", "debug", "-N1", "-n1", "hostname"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def test_quickstart_on_slurm_equals_local_bit_for_bit(tmp_path, no_jobs_left):
+    wf = REPO / "workflows" / "quickstart.yaml"
+    t0 = time.perf_counter()
+    slurm = _cvflow("run", wf, "--store", tmp_path / "slurm.zarr", "--cluster", PROFILE,
+                    "--dashboard-port", "0")
+    t_slurm = time.perf_counter() - t0
+    assert slurm.returncode == 0, slurm.stderr[-3000:]
+    t0 = time.perf_counter()
+    local = _cvflow("run", wf, "--store", tmp_path / "local.zarr", "--dashboard-port", "0")
+    t_local = time.perf_counter() - t0
+    assert local.returncode == 0, local.stderr[-3000:]
+    # the store sits under /tmp here: fine on one node, but the user is told
+    assert "usually local to each node" in slurm.stderr
+    a = fh.cube_arrays(tmp_path / "slurm.zarr")
+    b = fh.cube_arrays(tmp_path / "local.zarr")
+    print(f"quickstart: SLURM {t_slurm:.1f}s, local {t_local:.1f}s, "
+          f"{a['done'].sum()}/{a['done'].size} fits, pred {a['pred'].shape}")
+    assert a["done"].all() and not a["failed"].any()
+    assert a["pred"].tobytes() == b["pred"].tobytes()
+    def report(out):  # the estimates, without the run's timings
+        return [line for line in out.splitlines() if "fits performed" not in line]
+
+    assert re.search(r"selected: ", slurm.stdout) and report(slurm.stdout) == report(local.stdout)
+
+
+def test_slurm_cluster_with_tls(no_jobs_left):
+    from cvflow.cluster import connect
+
+    with connect("slurm", tls=True, workers=1, dashboard_port=0) as client:
+        client.wait_for_workers(1, timeout=120)
+        assert client.scheduler.address.startswith("tls://127.0.0.1:")
+        assert all(a.startswith("tls://") for a in client.scheduler_info()["workers"])
+        assert client.submit(sum, [20, 22]).result(timeout=120) == 42  # builtins: importable anywhere
+
+
+def _worker_jobs() -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-n", "dask-worker", "-t", "RUNNING", "-o", "%i"],
+                         capture_output=True, text=True, timeout=30)
+    return out.stdout.split()
+
+
+def test_scancel_worker_job_mid_run(tmp_path, client, no_jobs_left):
+    import cvflow.engine
+
+    wf = fh.slow_workflow(tmp_path / "slow.yaml", delay=0.3)
+    clean = tmp_path / "clean.zarr"
+    cvflow.engine.run(wf, store=clean, client=client)
+    store = tmp_path / "s.zarr"
+    proc = fh.start_run(wf, store, "--cluster", str(PROFILE))
+    try:
+        before = fh.wait_for_done(store, 4, proc, timeout=300)
+        jobs = _worker_jobs()
+        assert jobs, "no running dask-worker job"
+        subprocess.run(["scancel", jobs[0]], check=True, timeout=30)
+        print(f"scancel {jobs[0]} (of {jobs}) with {before}/24 fits done")
+        rc, out, err = fh.finish(proc, timeout=600)
+    finally:
+        fh.reap(proc)
+    assert rc == 0, err[-3000:]
+    fh.assert_same_cube(store, clean)
