@@ -568,3 +568,57 @@ def test_variance_se_matches_the_spread_of_v_over_designs():
         ses.append(float(res["variance_se"]))
     spread = np.std(values, ddof=1)
     assert np.mean(ses) == pytest.approx(spread, rel=0.25)
+
+
+# ---------------------------------------------------------------------------------------
+# through the engine: workflow keys, the store, report --json
+# ---------------------------------------------------------------------------------------
+
+def test_small_workflow_runs_and_reports_the_exact_ustat(tmp_path, client):
+    from pathlib import Path
+
+    import cvflow
+    from cvflow import report
+    from cvflow.engine import run
+
+    path = Path(__file__).resolve().parents[1] / "workflows" / "fuchs_small.yaml"
+    result = run(path, store=tmp_path / "small.zarr", client=client)
+    cube = cvflow.open(result.store)
+    out = report.to_json(report.compute(cube))
+    assert set(out) == {"ustat", "nadeau_bengio"}
+    assert out["ustat"]["design"] == "complete" and out["ustat"]["fits"] == math.comb(12, 4)
+    # Δ̂ = mean of Φ over all (L, t); Θ̂² = mean of Φ_L1(t1) Φ_L2(t2) over all disjoint
+    # (L1 + t1, L2 + t2), by a loop over ordered pairs of disjoint learning sets
+    sub = cube["subset_split"].values[:, 0]
+    train = cube["train"].values[sub]
+    wrong = (cube["pred"].values[:, sub] != cube["y"].values[None, None, :]).astype(float)
+    phi = np.where(train, np.nan, wrong[0] - wrong[1])
+    delta = np.nanmean(phi)
+    total, count = 0.0, 0
+    filled = np.nan_to_num(phi)
+    for i in range(len(sub)):
+        js = np.flatnonzero(~(train & train[i]).any(1))  # learning sets disjoint from L_i
+        rest = (~train[i] & ~train[js]).astype(float)    # (J, n): R_ij
+        a, b = rest * filled[i], rest * filled[js]
+        total += float((a.sum(1) * b.sum(1) - (a * b).sum(1)).sum())
+        count += int((rest.sum(1) * (rest.sum(1) - 1)).sum())
+    assert out["ustat"]["estimate"] == pytest.approx(delta, abs=1e-12)
+    assert out["ustat"]["variance"] == pytest.approx(delta ** 2 - total / count, abs=1e-12)
+    assert json.loads(json.dumps(out))  # JSON-clean
+
+
+def test_workflow_with_n_below_2g_plus_2_is_refused_before_any_fit(tmp_path, write_workflow):
+    from cvflow.engine import run
+
+    wf = write_workflow("""
+        name: too_big_g
+        data: {source: synthetic, name: logistic, params: {n: 12, p: 3}}
+        task: classification
+        learners:
+          - {name: knn, estimator: sklearn.neighbors.KNeighborsClassifier, output: predict}
+        design: {subset: {size: 6, pairs: 10}}
+        estimators: [ustat]
+        """)
+    with pytest.raises(InputError, match=r"g = 6 needs n >= 2g \+ 2 = 14 .*n = 12"):
+        run(wf, store=tmp_path / "never.zarr", cluster="tcp://127.0.0.1:1")
+    assert not (tmp_path / "never.zarr").exists()
