@@ -497,7 +497,7 @@ def describe(result: xr.Dataset) -> list[str]:
     at = result.attrs
     level = 100 * (1 - float(at.get("alpha", 0.05)))
     head = (f"U-statistic ({at.get('design')} design, g = {int(result['size'])}, "
-            f"n = {int(result['n'])}, {int(result['fits'])} fits, loss {at.get('loss')})")
+            f"n = {int(result['n'])}, {int(result['fits'])} learning sets, loss {at.get('loss')})")
     lines = [head]
     if at.get("mode") == "difference":
         lines.append(f"  a = {at.get('a')}")
@@ -525,7 +525,7 @@ def describe_nadeau_bengio(result: xr.Dataset) -> list[str]:
     """Text-report lines for a :func:`nadeau_bengio` result."""
     at = result.attrs
     level = 100 * (1 - float(at.get("alpha", 0.05)))
-    lines = [f"Nadeau-Bengio corrected t ({int(result['fits'])} fits, g = "
+    lines = [f"Nadeau-Bengio corrected t ({int(result['fits'])} learning sets, g = "
              f"{int(result['size'])}, n = {int(result['n'])}, loss {at.get('loss')})",
              f"  estimate {_fmt(float(result['estimate']))}  se {_fmt(float(result['se']))}  "
              f"t = {_fmt(float(result['t']))} (df {int(result['df'])})  "
