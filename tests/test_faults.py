@@ -10,6 +10,7 @@ import os
 import random
 import re
 import signal
+import subprocess
 import time
 
 import pytest
@@ -147,16 +148,24 @@ def test_cli_second_run_refused(workflow, tmp_path):
 
 
 def _cut_until_complete(workflow, store, clean, *, cuts: int, seed: int) -> list[str]:
-    """Start the run, cut it at a random moment in a random way, ``cuts`` times; then finish."""
+    """Start the run and cut it ``cuts`` times, at a random moment (a random delay, which may
+    fall in start-up or store creation, or a random number of fits done) and in a random way;
+    then run once more uninterrupted and compare with the clean cube."""
     rng = random.Random(seed)
     log = []
     for i in range(cuts):
         proc = fh.start_run(workflow, store, "--workers", "2")
         how = rng.choice(["sigkill-client", "sigint-client", "sigkill-workers"])
-        delay = rng.uniform(0.5, 15.0)
+        if rng.random() < 0.5:
+            when, target = f"after {rng.uniform(0.2, 12.0):.1f}s", None
+            deadline = time.monotonic() + float(when.split()[1][:-1])
+        else:
+            target = rng.randint(fh.done_count(store) + 1, N_FITS - 1)
+            when, deadline = f"at {target} fits done", time.monotonic() + 300
         try:
-            deadline = time.monotonic() + delay
             while time.monotonic() < deadline and proc.poll() is None:
+                if target is not None and fh.done_count(store) >= target:
+                    break
                 time.sleep(0.05)
             if how == "sigkill-client":
                 os.kill(proc.pid, signal.SIGKILL)
@@ -165,16 +174,16 @@ def _cut_until_complete(workflow, store, clean, *, cuts: int, seed: int) -> list
             else:
                 for pid in fh.worker_pids(proc):
                     os.kill(pid, signal.SIGKILL)
-            try:
-                proc.wait(timeout=5 if how != "sigkill-workers" else 2)
-            except Exception:  # noqa: BLE001 - still running: cut the whole run now
+            try:  # Ctrl-C ends the run by itself; after killed workers the run goes on a bit
+                proc.wait(timeout=30 if how == "sigint-client" else 3)
+            except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         except ProcessLookupError:
             pass
         finally:
             fh.reap(proc)
-        log.append(f"cut {i + 1}: {how} after {delay:.1f}s -> rc {proc.returncode}, "
+        log.append(f"cut {i + 1}: {how} {when} -> rc {proc.returncode}, "
                    f"{fh.done_count(store)}/{N_FITS} done")
     rc, out, err = fh.finish(fh.start_run(workflow, store, "--workers", "2"))
     log.append(f"final run: rc {rc}, {_performed(out) if rc == 0 else '?'} fits performed")
