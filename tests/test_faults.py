@@ -66,6 +66,7 @@ def test_sigkill_one_worker_mid_run(workflow, clean, tmp_path):
     fh.assert_same_cube(store, clean)
 
 
+@pytest.mark.slow
 def test_sigkill_client_then_resume_fits_only_missing(workflow, clean, tmp_path):
     store = tmp_path / "s.zarr"
     proc = fh.start_run(workflow, store, "--workers", "2")
