@@ -142,10 +142,24 @@ def create(path: str | os.PathLike, template: xr.Dataset) -> None:
 
     Unwritten chunks read as their fill values (NaN predictions, ``done`` False).
     """
-    template.to_zarr(path, mode="w-", compute=False, zarr_format=3, consolidated=False)
+    # DESIGN CHOICE: build the store beside its final path and rename it into place (atomic on
+    # POSIX), so a run killed during creation leaves either no store or a complete one, never a
+    # half-written directory that a rerun would refuse as "not a cvflow store". Leftovers of
+    # killed creations are removed here (callers hold the store's run lock, cvflow.lock).
+    import shutil
+    import uuid
+
+    path = Path(path)
+    if path.exists():
+        raise StoreError(f"store: {path} already exists")
+    for old in path.parent.glob(f".{path.name}.creating-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    tmp = path.with_name(f".{path.name}.creating-{uuid.uuid4().hex[:8]}")
+    template.to_zarr(tmp, mode="w-", compute=False, zarr_format=3, consolidated=False)
     # compute=False skips every dask variable; write the small eager ones explicitly.
-    group = zarr.open_group(str(path), mode="r+")
+    group = zarr.open_group(str(tmp), mode="r+")
     group["error"][...] = np.full(template["error"].shape, "", dtype=object)
+    os.rename(tmp, path)
 
 
 def is_store(path: str | os.PathLike) -> bool:
@@ -163,11 +177,13 @@ def open_cube(path: str | os.PathLike) -> xr.Dataset:
     if not is_store(path):
         raise StoreError(f"store: {path} exists but is not a cvflow store")
     cube = xr.open_zarr(path, consolidated=False, zarr_format=3)
-    # DESIGN CHOICE: everything but `pred` is small (param x split at most): load it once so
-    # reducers index role tables and masks without recomputing dask graphs; `pred` stays lazy.
+    # DESIGN CHOICE: the role tables, masks, coordinates and data are small and in one chunk
+    # each: load them once so reducers index them without recomputing dask graphs. The block
+    # variables (pred, done, failed, error, fit_seconds) stay lazy: they have one chunk per
+    # task, tens of thousands on a big subset design, and reducers need only `pred`.
     # One local compute (synchronous scheduler): never a round-trip per variable through a
     # distributed client that happens to be the default scheduler.
-    return _load_small(cube, [name for name in cube.variables if name != "pred"])
+    return _load_small(cube, [name for name in cube.variables if name not in BLOCK_VARIABLES])
 
 
 def _load_small(cube: xr.Dataset, names: list[str]) -> xr.Dataset:

@@ -197,3 +197,33 @@ def _cut_until_complete(workflow, store, clean, *, cuts: int, seed: int) -> list
 @pytest.mark.slow
 def test_random_cuts_six_times_then_complete(workflow, clean, tmp_path):
     _cut_until_complete(workflow, tmp_path / "s.zarr", clean, cuts=6, seed=20240)
+
+
+def test_store_creation_cut_midway_leaves_no_half_store(tmp_path, monkeypatch):
+    """A run killed while creating the store leaves no store at its path; the rerun creates it."""
+    import xarray as xr
+    import zarr
+
+    import cvflow.engine
+    from cvflow import store as cube_store
+    from cvflow.spec import load_workflow
+
+    wf = load_workflow(fh.slow_workflow(tmp_path / "wf.yaml"))
+    study = wf.build()
+    path = tmp_path / "s.zarr"
+    real_to_zarr = xr.Dataset.to_zarr
+
+    def to_zarr_then_die(self, target, *args, **kwargs):
+        real_to_zarr(self, target, *args, **kwargs)   # metadata written ...
+        raise KeyboardInterrupt                        # ... then the process is cut
+
+    monkeypatch.setattr(xr.Dataset, "to_zarr", to_zarr_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        cvflow.engine.prepare_store(wf, study, path)
+    monkeypatch.undo()
+    leftovers = list(tmp_path.glob(".s.zarr.creating-*"))
+    assert not path.exists() and len(leftovers) == 1
+    chunks = cvflow.engine.prepare_store(wf, study, path)  # the rerun
+    assert cube_store.is_store(path) and not list(tmp_path.glob(".s.zarr.creating-*"))
+    assert zarr.open_group(str(path), mode="r")["done"].shape == (4, study.design.n_splits)
+    assert chunks == (1, 1)
