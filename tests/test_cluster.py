@@ -145,3 +145,18 @@ def test_connect_to_running_scheduler_address():
                       dashboard_address=None) as cluster:
         with connect(cluster.scheduler_address) as client:
             assert client.submit(_double, 5).result() == 10
+
+
+def test_cli_cluster_option_errors_are_input_errors(tmp_path):
+    import subprocess
+    import sys
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text((REPO / "workflows" / "quickstart.yaml").read_text())
+    out = subprocess.run([sys.executable, "-m", "cvflow", "run", str(wf), "--store",
+                          str(tmp_path / "s.zarr"), "--cluster-option", "nosuch=1"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == ("cvflow: error: --cluster: unknown key 'nosuch' in a local "
+                                  "profile; known: dashboard_port, host, kind, memory_limit, "
+                                  "threads_per_worker, tls, workers")
