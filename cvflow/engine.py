@@ -1,7 +1,7 @@
 """Running a study: blocks -> Dask tasks that fit and write their region of the cube.
 
-The client builds the design, creates the store (metadata only), scatters X and y to the
-workers once and submits one task per block not yet ``done``. A task fits its block, writes
+The client builds the design, creates the store (metadata only), sends X and y to the
+workers once (as recomputable tasks) and submits one task per block not yet ``done``. A task fits its block, writes
 its region and returns a small summary record; a fit that raises is recorded in the store.
 """
 from __future__ import annotations
@@ -205,8 +205,8 @@ def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, 
     path_aware = bool(workflow.execution.get("path_aware", True))
 
     def submit_all(c):
-        # DESIGN CHOICE: X and y travel as two tiny tasks, not scattered: the scheduler keeps
-        # a task's inputs, so when every worker holding them dies (a SLURM job cancelled, an
+        # DESIGN CHOICE: X and y travel as two tasks holding them, not scattered: the scheduler
+        # keeps a task's inputs, so when every worker holding them dies (a SLURM job cancelled, an
         # adaptive scale-down) it recomputes them; lost scattered data would cancel every block.
         X = c.submit(_value, study.data.X, pure=False, key=f"cvflow-X-{time.time_ns()}")
         y = c.submit(_value, study.data.y, pure=False, key=f"cvflow-y-{time.time_ns()}")
