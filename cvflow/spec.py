@@ -77,9 +77,14 @@ class Workflow:
         return self.config["loss"]
 
     def splits_needed(self) -> set[str]:
-        kinds = {"full"}
+        """Split kinds the estimators read. The full fit (the model a user would deploy, whose
+        training risk and test risk the reports show) comes with every K-fold study and with a
+        held-out test set; a subset-only (U-statistic) study does without it."""
+        kinds: set[str] = set()
         for name, _ in self.estimators:
             kinds |= SPLITS_NEEDED.get(name, {"fold"})
+        if kinds - {"subset"} or self.config["data"].get("test_fraction"):
+            kinds.add("full")
         return kinds
 
     def fit_relevant(self) -> dict:

@@ -8,7 +8,7 @@ import pytest
 
 from cvflow.cli import main
 
-from conftest import QUICK, run_cli, tree_digest
+from cvtest import QUICK, run_cli, tree_digest
 
 CSV = "a,b,name,y\n1,2,x,3.0\n2,1,y,4.0\n3,5,z,\n4,4,w,6.0\n5,3,v,7.0\n6,6,u,8.0\n"
 

@@ -14,7 +14,7 @@ from cvflow.estimators import kfold
 from cvflow.report import status
 from cvflow.spec import load_workflow
 
-from conftest import QUICK
+from cvtest import QUICK
 
 DESIGN_VARIABLES = {"pred", "done", "failed", "fit_seconds", "train", "fold", "y", "is_test", "X"}
 SPLIT_COORDS = {"split_kind", "split_repeat", "split_outer", "split_inner", "split_group"}
@@ -85,7 +85,7 @@ def test_failing_fits_are_recorded_not_fatal(tmp_path, write_workflow, client):
 
 
 def test_changed_workflow_is_refused_unless_overwrite(quick_store, write_workflow, client, tmp_path):
-    from conftest import tree_digest
+    from cvtest import tree_digest
 
     _, result = quick_store
     before = tree_digest(result.store)

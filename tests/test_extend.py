@@ -14,7 +14,7 @@ from cvflow.engine import run
 from cvflow.errors import StoreError
 from cvflow.estimators import kfold
 
-from conftest import tree_digest
+from cvtest import tree_digest
 
 BASE = """\
 name: ext

@@ -11,7 +11,7 @@ import cvflow
 from cvflow.engine import run
 from cvflow.report import compute, to_json
 
-from conftest import run_cli, tree_digest
+from cvtest import run_cli, tree_digest
 
 STUDY = """\
 name: re

@@ -14,7 +14,7 @@ from cvflow.report import compute
 from cvflow.report_html import write_html
 
 from browser import RENDERED, Page, chromium
-from conftest import REPO, run_cli
+from cvtest import REPO, run_cli
 
 STUDY = """\
 name: html
