@@ -5,10 +5,11 @@ fit + predict of ~0.5 ms. Fits/s counts the same logical fits on every side (par
 scikit-learn's and dask-ml's refit is off), and cvflow's includes writing every prediction to
 the store.
 
-- generic: ``execution.path_aware: false``, 2000 alphas x 5 folds = 10^4 fits, vs
-  ``GridSearchCV(Ridge(), ..., n_jobs=2)``; parallel efficiency = sum of fit CPU seconds / 2 / wall.
-- path-aware: 100 alphas, 20 repeats of 5-fold (100 fold splits + the full fit), one SVD per
-  training set, vs the generic route on the same workflow.
+- generic: ``execution.path_aware: false``, 400 alphas x 5 folds = 2000 fits (a ``kfold``-only
+  workflow has no full split), vs ``GridSearchCV(Ridge(), ..., n_jobs=2, refit=False)``.
+- path-aware: 100 alphas, 20 repeats of 5-fold (100 fold splits + the full fit = 10 100 fits),
+  one SVD per training set, vs the generic route on the same workflow; the generic run also
+  gives the parallel efficiency at 10^4 fits (sum of fit seconds / 2 workers / wall).
 - dask-ml: ``dask_ml.model_selection.GridSearchCV`` on the same distributed Client and grid.
 
 Run: ``python benchmarks/bench_throughput.py [--runs 3]``
@@ -45,13 +46,6 @@ def cvflow_run(wf, store, client):
     return run(wf, store=store, client=client)
 
 
-def fold_only_fits(result, wf) -> int:
-    """Fits of the fold splits only (what GridSearchCV does), from the run's counts."""
-    design = wf.build().design
-    n_fold = int((design.fold_split >= 0).sum())
-    return result.fits_executed * n_fold // design.n_splits
-
-
 def sklearn_search(X, y, fold, alphas, n_jobs=2):
     from sklearn.linear_model import Ridge
     from sklearn.model_selection import GridSearchCV, PredefinedSplit
@@ -74,8 +68,8 @@ def daskml_search(X, y, fold, alphas, client):
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--alphas", type=int, default=2000, help="generic grid size")
-    parser.add_argument("--daskml-alphas", type=int, default=500)
+    parser.add_argument("--alphas", type=int, default=400, help="generic grid size")
+    parser.add_argument("--daskml-alphas", type=int, default=200)
     args = parser.parse_args(argv)
     out: dict = {}
     with common.scratch() as tmp, common.dask_client() as client:
@@ -89,12 +83,10 @@ def main(argv=None) -> dict:
         store = tmp / "generic.zarr"
         t_cv, _, res = common.median_time(lambda: cvflow_run(wf, store, client), runs=args.runs)
         fits = res.fits_executed
-        # the same logical fits: cvflow also fits the full split (1 of 6 splits here)
         t_sk, _, _ = common.median_time(lambda: sklearn_search(X, y, fold, alphas), runs=args.runs)
         sk_fits = len(alphas) * 5
-        eff = res.fit_seconds / n_cores / res.wall_seconds
         out["generic"] = {"cvflow_fits_s": fits / t_cv, "sklearn_fits_s": sk_fits / t_sk,
-                          "ratio": (fits / t_cv) / (sk_fits / t_sk), "efficiency": eff,
+                          "ratio": (fits / t_cv) / (sk_fits / t_sk),
                           "fits": fits, "tasks": res.tasks, "chunks": res.chunks,
                           "per_fit_ms": 1e3 * res.fit_seconds / fits,
                           "fits_per_distinct": res.fits_per_distinct}
@@ -107,7 +99,10 @@ def main(argv=None) -> dict:
             t, _, r = common.median_time(lambda: cvflow_run(wfp, tmp / f"path{aware}.zarr", client),
                                          runs=args.runs)
             path[aware] = {"fits_s": r.fits_executed / t, "fits": r.fits_executed,
-                           "tasks": r.tasks, "chunks": r.chunks}
+                           "tasks": r.tasks, "chunks": r.chunks,
+                           "efficiency": r.fit_seconds / n_cores / r.wall_seconds}
+        out["generic"]["efficiency"] = path[False]["efficiency"]
+        out["generic"]["efficiency_fits"] = path[False]["fits"]
         out["path"] = {"aware": path[True], "generic": path[False],
                        "ratio": path[True]["fits_s"] / path[False]["fits_s"]}
 
@@ -136,7 +131,8 @@ def main(argv=None) -> dict:
     print(common.row("generic: GridSearchCV(n_jobs=2) fits/s", f"{g['sklearn_fits_s']:.0f}"))
     print(common.row("generic: ratio cvflow / GridSearchCV", f"{g['ratio']:.2f}", ">= 0.9",
                      g["ratio"] >= 0.9))
-    print(common.row("generic: parallel efficiency (fit s / 2 / wall)", f"{g['efficiency']:.2f}",
+    print(common.row(f"generic: parallel efficiency, {g['efficiency_fits']} fits (fit s/2/wall)",
+                     f"{g['efficiency']:.3f}",
                      ">= 0.9", g["efficiency"] >= 0.9))
     print(common.row("generic: mean fit + predict, ms", f"{g['per_fit_ms']:.2f}"))
     print(common.row("fits executed / distinct pairs", f"{g['fits_per_distinct']:.3f}", "== 1.000",

@@ -84,7 +84,7 @@ def choose_chunks(n_params: int, n_splits: int, *, seconds_per_fit: float, n_wor
 
 
 def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=None,
-                             path_aware: bool = True, budget: float = 0.25) -> float:
+                             path_aware: bool = True, budget: float = 0.15) -> float:
     """Seconds per fit as a block fits them, timed on the client with one BLAS thread.
 
     For each learner, fits growing runs of its first params (1, 2, 4, ... params) on one

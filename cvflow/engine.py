@@ -24,8 +24,10 @@ from .spec import Study, Workflow, load_workflow
 
 log = logging.getLogger(__name__)
 
-# seconds between the client's batched writes of finished blocks' status (done, failed, ...)
-STATUS_FLUSH_SECONDS = 0.5
+# the client writes finished blocks' status (done, failed, ...) in batches: at least this many
+# seconds apart, and at least STATUS_FLUSH_FACTOR times the last write's own duration apart
+STATUS_FLUSH_SECONDS = 0.25
+STATUS_FLUSH_FACTOR = 20
 
 
 @dataclass
@@ -228,16 +230,20 @@ def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, 
         notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": result.dashboard})
         t0 = time.perf_counter()
         # DESIGN CHOICE: tasks write only `pred`; the finished blocks' status (failed, error,
-        # fit_seconds, then done) is written here in batches, at most every
-        # STATUS_FLUSH_SECONDS, and whatever finished is recorded even if a later task raises.
-        pending, flushed = [], t0
+        # fit_seconds, then done) is written here in batches, spaced so that writing it costs
+        # the client < 5% of its time, and whatever finished is recorded even if a later task
+        # raises.
+        pending, flushed, gap = [], t0, STATUS_FLUSH_SECONDS
         try:
             for future in as_completed(submit_all(c)):
                 summary = future.result()
                 pending.append(summary.pop("status"))
-                if time.perf_counter() - flushed > STATUS_FLUSH_SECONDS:
+                if time.perf_counter() - flushed > gap:
+                    t_write = time.perf_counter()
                     cube_store.write_status(path, pending)
-                    pending, flushed = [], time.perf_counter()
+                    flushed = time.perf_counter()
+                    pending, gap = [], max(STATUS_FLUSH_SECONDS,
+                                           STATUS_FLUSH_FACTOR * (flushed - t_write))
                 result.tasks += 1
                 result.fits_executed += summary["fits"]
                 result.failed += summary["failed"]
