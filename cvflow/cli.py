@@ -185,8 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Dask's own INFO logging would drown the progress bar; must be set before it is imported.
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "error")
+    # Dask's own INFO logging would drown the progress bar; distributed reads this setting
+    # when it is first imported (lazily, by the cluster module), so set it before that.
+    import dask.config
+
+    if "DASK_LOGGING__DISTRIBUTED" not in os.environ:
+        dask.config.set({"logging.distributed": "error"})
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("distributed", "bokeh", "tornado"):
         logging.getLogger(noisy).setLevel(logging.ERROR)

@@ -26,17 +26,31 @@ class Param:
     fixed: dict = field(default_factory=dict)
     hyper: dict = field(default_factory=dict)
     output: str = "predict"
+    # transformers fitted on each training set before the estimator: (dotted path, JSON params)
+    preprocess: tuple[tuple[str, str], ...] = ()
 
     def settings(self) -> dict:
         return {**self.fixed, **self.hyper}
 
     def to_json(self) -> str:
-        return json.dumps({"learner": self.learner, "estimator": self.estimator,
-                           "params": self.settings(), "output": self.output}, sort_keys=True)
+        setting = {"learner": self.learner, "estimator": self.estimator,
+                   "params": self.settings(), "output": self.output}
+        if self.preprocess:
+            setting["preprocess"] = [{"estimator": path, "params": json.loads(params)}
+                                     for path, params in self.preprocess]
+        return json.dumps(setting, sort_keys=True)
 
     def build(self):
-        """A fresh, unfitted estimator (one per fit, as scikit-learn's clone gives)."""
-        return import_estimator(self.estimator)(**self.settings())
+        """A fresh, unfitted estimator (one per fit, as scikit-learn's clone gives); with
+        ``preprocess`` a scikit-learn Pipeline, so the transformers learn from the training
+        rows only."""
+        model = import_estimator(self.estimator)(**self.settings())
+        if not self.preprocess:
+            return model
+        from sklearn.pipeline import make_pipeline
+
+        steps = [import_estimator(path)(**json.loads(params)) for path, params in self.preprocess]
+        return make_pipeline(*steps, model)
 
 
 def import_estimator(path: str):

@@ -124,6 +124,8 @@ def _is_number(v) -> bool:
 
 def kernel_of(param: Param) -> str | None:
     """The path kernel that reproduces ``param``'s estimator exactly, or None."""
+    if param.preprocess:
+        return None     # a pipeline: the transformers change X per training set
     try:
         settings_json = json.dumps(param.settings(), sort_keys=True)
     except (TypeError, ValueError):

@@ -21,9 +21,15 @@ def requested_estimators(cube: xr.Dataset) -> list[tuple[str, dict]]:
 
 def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, *,
             loss: str | None = None, overrides: dict | None = None) -> dict[str, xr.Dataset]:
-    """Run each requested estimator on the cube; ``overrides`` updates options per name."""
-    from .estimators import REGISTRY
+    """Run each requested estimator on the cube; ``overrides`` updates options per name.
 
+    A cube whose predictions fit the in-memory budget of the reducers is read once here, so
+    the estimators share one read instead of each selecting its splits from disk.
+    """
+    from .estimators import REGISTRY
+    from .estimators._cube import load_if_small
+
+    cube = cube.assign(pred=load_if_small(cube["pred"]))
     out = {}
     for name, options in estimators or requested_estimators(cube):
         if name not in REGISTRY:

@@ -25,7 +25,7 @@ TOP_KEYS = {"name", "description", "data", "task", "loss", "learners", "design",
             "execution"}
 DATA_KEYS = {"source", "name", "path", "target", "features", "groups", "test_fraction", "seed",
              "params", "dropna"}
-LEARNER_KEYS = {"name", "estimator", "params", "grid", "output"}
+LEARNER_KEYS = {"name", "estimator", "params", "grid", "output", "preprocess"}
 DESIGN_KEYS = {"folds", "repeats", "splitter", "seed", "shuffle", "subset"}
 SUBSET_KEYS = {"size", "pairs", "complete", "seed"}
 EXECUTION_KEYS = {"cluster", "workers", "fits_per_task", "path_aware", "dtype"}
@@ -93,7 +93,8 @@ class Workflow:
         return {
             "data": c["data"], "task": c["task"],
             "design": c["design"],
-            "learners": [{k: l.get(k) for k in ("name", "estimator", "params", "output")}
+            "learners": [{k: l.get(k) for k in ("name", "estimator", "params", "output")
+                          + (("preprocess",) if l.get("preprocess") else ())}
                          for l in c["learners"]],
             "dtype": self.execution.get("dtype", "float64"),
         }
@@ -219,9 +220,33 @@ def _learners(where: str, raw: Any, task: str) -> list[Param]:
             _fail(where, f"{key}.output", f"{cls.__name__} has no {output}")
         if task == "regression" and output != "predict":
             _fail(where, f"{key}.output", "a regression learner stores predict")
+        steps = _preprocess(where, f"{key}.preprocess", entry.get("preprocess"))
         for hyper in expand_grid(values) if values else [{}]:
-            params.append(Param(name, str(entry["estimator"]), dict(fixed), hyper, output))
+            params.append(Param(name, str(entry["estimator"]), dict(fixed), hyper, output, steps))
     return params
+
+
+def _preprocess(where: str, key: str, raw: Any) -> tuple[tuple[str, str], ...]:
+    """``[sklearn.preprocessing.StandardScaler, {sklearn.preprocessing.PolynomialFeatures:
+    {degree: 2}}]`` -> ((path, JSON params), ...), each step checked to import."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        _fail(where, key, "give a list of transformer paths, e.g. [sklearn.preprocessing.StandardScaler]")
+    steps = []
+    for i, item in enumerate(raw):
+        path, params = (item, {}) if isinstance(item, str) else (
+            next(iter(item.items())) if isinstance(item, dict) and len(item) == 1 else (None, None))
+        if path is None or not isinstance(params or {}, dict):
+            _fail(where, f"{key}[{i}]", "give a dotted path or {path: {params}}")
+        try:
+            cls = import_estimator(str(path))
+        except InputError as exc:
+            raise InputError(f"{where}: {key}[{i}].{exc}") from None
+        if not hasattr(cls, "transform"):
+            _fail(where, f"{key}[{i}]", f"{path} is not a transformer (no transform)")
+        steps.append((str(path), json.dumps(params or {}, sort_keys=True)))
+    return tuple(steps)
 
 
 def _int(where: str, key: str, value: Any, low: int | None = None) -> int:

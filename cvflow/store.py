@@ -177,13 +177,12 @@ def open_cube(path: str | os.PathLike) -> xr.Dataset:
     if not is_store(path):
         raise StoreError(f"store: {path} exists but is not a cvflow store")
     cube = xr.open_zarr(path, consolidated=False, zarr_format=3)
-    # DESIGN CHOICE: the role tables, masks, coordinates and data are small and in one chunk
-    # each: load them once so reducers index them without recomputing dask graphs. The block
-    # variables (pred, done, failed, error, fit_seconds) stay lazy: they have one chunk per
-    # task, tens of thousands on a big subset design, and reducers need only `pred`.
-    # One local compute (synchronous scheduler): never a round-trip per variable through a
-    # distributed client that happens to be the default scheduler.
-    return _load_small(cube, [name for name in cube.variables if name not in BLOCK_VARIABLES])
+    # DESIGN CHOICE: everything but `pred` is small (param x split at most) and stored in one
+    # chunk (the status variables are written by the client alone, see write_status): load it
+    # once so reducers index role tables and masks without recomputing dask graphs; `pred`
+    # stays lazy. One local compute (synchronous scheduler): never a round-trip per variable
+    # through a distributed client that happens to be the default scheduler.
+    return _load_small(cube, [name for name in cube.variables if name != "pred"])
 
 
 def _load_small(cube: xr.Dataset, names: list[str]) -> xr.Dataset:

@@ -34,7 +34,7 @@ def pointwise_loss(cube: xr.Dataset, loss: str | None = None, pred: xr.DataArray
     ``pred`` defaults to ``cube.pred``; pass a selection of it to compute fewer losses.
     """
     name = loss_name(cube, loss)
-    pred = _load_if_small(cube["pred"] if pred is None else pred)
+    pred = load_if_small(cube["pred"] if pred is None else pred)
     fn = LOSSES[name]
     y = cube["y"]
     if name == "zero_one":
@@ -72,7 +72,7 @@ def require(cube: xr.Dataset, table: str, what: str) -> xr.DataArray:
 IN_MEMORY_BYTES = 256 * 2**20
 
 
-def _load_if_small(values: xr.DataArray) -> xr.DataArray:
+def load_if_small(values: xr.DataArray) -> xr.DataArray:
     """``values`` with numpy data if it is dask-backed and within the in-memory budget."""
     import dask
     import dask.array as da
@@ -101,7 +101,7 @@ def at_splits(values: xr.DataArray, index: xr.DataArray) -> xr.DataArray:
     flat = np.where(idx < 0, 0, idx).ravel()
     keep = {k: c for k, c in values.coords.items() if "split" not in c.dims}
     distinct = np.unique(flat)
-    picked = _load_if_small(values.drop_vars([k for k in values.coords if k not in keep])
+    picked = load_if_small(values.drop_vars([k for k in values.coords if k not in keep])
                             .isel(split=distinct)).isel(split=np.searchsorted(distinct, flat))
     axis = picked.get_axis_num("split")
     data = picked.data.reshape(picked.shape[:axis] + idx.shape + picked.shape[axis + 1:])
