@@ -1,8 +1,10 @@
 """Running a study: blocks -> Dask tasks that fit and write their region of the cube.
 
 The client builds the design, creates the store (metadata only), sends X and y to the
-workers once (as recomputable tasks) and submits one task per block not yet ``done``. A task fits its block, writes
-its region and returns a small summary record; a fit that raises is recorded in the store.
+workers once (as recomputable tasks) and submits one task per block not yet ``done``. A task
+fits its block, writes its chunk of ``pred`` and returns a small summary record with the
+block's status (failed, error, fit_seconds), which the client writes, ``done`` last, in
+batches; a fit that raises is recorded in the store, not raised.
 """
 from __future__ import annotations
 
@@ -172,11 +174,15 @@ def run(workflow: Workflow | str | Path, *, store: str | Path | None = None,
     cvflow.errors.StoreError
         Another run holds the store's run lock (see :mod:`cvflow.lock`).
     """
+    from .cluster import ADDRESS, load_profile
     from .lock import run_lock
 
     if not isinstance(workflow, Workflow):
         workflow = load_workflow(workflow)
     path = Path(store) if store is not None else Path(f"{workflow.name}.zarr")
+    cluster = cluster or workflow.execution.get("cluster")
+    if client is None and not (cluster and ADDRESS.match(str(cluster))):
+        load_profile(cluster, options=cluster_options)   # a bad profile fails before any store work
     # One run per store at a time; a lock left by a crashed run is taken over.
     with run_lock(path):
         return _run_locked(workflow, path, cluster=cluster, workers=workers, overwrite=overwrite,
@@ -190,7 +196,6 @@ def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, 
 
     t_start = time.perf_counter()
     study = workflow.build()
-    cluster = cluster or workflow.execution.get("cluster")
     workers = workers or workflow.execution.get("workers")
     chunks = prepare_store(workflow, study, path, overwrite=overwrite, n_workers=workers or 2)
     todo = pending_blocks(path, chunks)
