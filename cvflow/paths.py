@@ -44,6 +44,16 @@ class Group:
 # numpy kernels: (X, y, train, path values, settings) -> predictions (len(path), n)
 
 
+def _training_rows(X, y, train, fit_intercept: bool):
+    """(X, X[train], y[train], x mean, y mean) in float64; zero means without an intercept
+    (the centring scikit-learn's linear models do before solving)."""
+    X = np.asarray(X, dtype=np.float64)
+    Xt, yt = X[train], np.asarray(y, dtype=np.float64)[train]
+    if fit_intercept:
+        return X, Xt, yt, Xt.mean(axis=0), yt.mean()
+    return X, Xt, yt, np.zeros(X.shape[1]), 0.0
+
+
 def ridge_path(X: np.ndarray, y: np.ndarray, train: np.ndarray, alphas: np.ndarray, *,
                fit_intercept: bool = True) -> np.ndarray:
     """Ridge predictions on every row of ``X`` for every alpha, from one SVD.
@@ -58,12 +68,7 @@ def ridge_path(X: np.ndarray, y: np.ndarray, train: np.ndarray, alphas: np.ndarr
     -------
     (A, n) predictions.
     """
-    X = np.asarray(X, dtype=np.float64)
-    Xt, yt = X[train], np.asarray(y, dtype=np.float64)[train]
-    if fit_intercept:
-        x_mean, y_mean = Xt.mean(axis=0), yt.mean()
-    else:
-        x_mean, y_mean = np.zeros(X.shape[1]), 0.0
+    X, Xt, yt, x_mean, y_mean = _training_rows(X, y, train, fit_intercept)
     U, s, Vt = np.linalg.svd(Xt - x_mean, full_matrices=False)
     alphas = np.asarray(alphas, dtype=np.float64)
     # DESIGN CHOICE: singular values at rounding level are dropped (as lstsq would) so that an
@@ -86,12 +91,7 @@ def enet_path_predictions(X: np.ndarray, y: np.ndarray, train: np.ndarray, alpha
     """
     from sklearn.linear_model import enet_path
 
-    X = np.asarray(X, dtype=np.float64)
-    Xt, yt = X[train], np.asarray(y, dtype=np.float64)[train]
-    if fit_intercept:
-        x_mean, y_mean = Xt.mean(axis=0), yt.mean()
-    else:
-        x_mean, y_mean = np.zeros(X.shape[1]), 0.0
+    X, Xt, yt, x_mean, y_mean = _training_rows(X, y, train, fit_intercept)
     alphas = np.asarray(alphas, dtype=np.float64)
     order = np.argsort(-alphas, kind="stable")
     _, coefs, _ = enet_path(np.asfortranarray(Xt - x_mean), yt - y_mean, l1_ratio=l1_ratio,

@@ -330,6 +330,20 @@ def _scalar(value) -> xr.DataArray:
     return xr.DataArray(float(value))
 
 
+def _setup(cube, loss, compare, a, b, alpha, where):
+    """Checked inputs shared by the subset reducers: (loss name, param a, param b, subset table,
+    complete?, analysis mask, n, g)."""
+    name = loss_name(cube, loss)
+    ia, ib = _compare(cube, compare, a, b, where)
+    if not 0 < float(alpha) < 1:
+        raise InputError(f"{where}.alpha: {alpha!r}; use a number in (0, 1)")
+    table, complete = _subset_table(cube, where)
+    analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
+    n = int(analysis.sum())
+    g = _learning_set_size(cube, table[table >= 0], analysis, where)
+    return name, ia, ib, table, complete, analysis, n, g
+
+
 def ustat(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=None, b=None,
           alpha: float = 0.05, chunk: int | None = None) -> xr.Dataset:
     """U-statistic estimate of Δ = e_a(g) - e_b(g), its variance and the two-learner test.
@@ -368,14 +382,7 @@ def ustat(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=None, b=
         ``alpha`` and ``message`` (why z/p/interval are NaN, or "").
     """
     where = "ustat"
-    name = loss_name(cube, loss)
-    ia, ib = _compare(cube, compare, a, b, where)
-    if not 0 < float(alpha) < 1:
-        raise InputError(f"{where}.alpha: {alpha!r}; use a number in (0, 1)")
-    table, complete = _subset_table(cube, where)
-    analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
-    n = int(analysis.sum())
-    g = _learning_set_size(cube, table[table >= 0], analysis, where)
+    name, ia, ib, table, complete, analysis, n, g = _setup(cube, loss, compare, a, b, alpha, where)
     if n < 2 * g + 2:
         raise InputError(f"cube: {where}: g = {g} needs n >= 2g + 2 = {2 * g + 2} analysis "
                          f"samples, but n = {n}; the variance estimator does not exist")
@@ -450,14 +457,7 @@ def nadeau_bengio(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=
         :func:`ustat`.
     """
     where = "nadeau_bengio"
-    name = loss_name(cube, loss)
-    ia, ib = _compare(cube, compare, a, b, where)
-    if not 0 < float(alpha) < 1:
-        raise InputError(f"{where}.alpha: {alpha!r}; use a number in (0, 1)")
-    table, complete = _subset_table(cube, where)
-    analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
-    n = int(analysis.sum())
-    g = _learning_set_size(cube, table[table >= 0], analysis, where)
+    name, ia, ib, table, complete, analysis, n, g = _setup(cube, loss, compare, a, b, alpha, where)
     if complete:
         phi, train, bad = _complete_pass(cube, ia, ib, name, table, analysis, g, where)
         test = analysis[None, :] & ~train
