@@ -20,7 +20,6 @@ import common  # noqa: I001 - first: one BLAS thread before numpy loads
 
 import argparse
 import shutil
-import time
 
 import numpy as np
 

@@ -36,10 +36,6 @@ class Data:
         return h.hexdigest()[:16]
 
 
-def _where(key: str, source: str | None) -> str:
-    return f"{source}: data.{key}" if source else f"data.{key}"
-
-
 def sparse_linear(n: int = 200, p: int = 50, k: int = 5, rho: float = 0.3, snr: float = 2.0,
                   seed: int = 0):
     """Sparse linear model (Cory-Wright & Gomez, Appendix A style).

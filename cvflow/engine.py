@@ -8,7 +8,6 @@ batches; a fit that raises is recorded in the store, not raised.
 """
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
@@ -20,7 +19,7 @@ import numpy as np
 
 from . import store as cube_store
 from .blocks import choose_chunks, estimate_seconds_per_fit
-from .errors import InputError, StoreError
+from .errors import StoreError
 from .learners import Param, fit_block
 from .spec import Study, Workflow, load_workflow
 
@@ -72,7 +71,7 @@ def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_s
     if todo is None:
         result = fit_block(params, X, y, train, params_slice=params_slice,
                            splits_slice=splits_slice, positive=positive,
-                           **({} if path_aware else {"path_aware": False}))
+                           path_aware=path_aware)
     else:
         from .extend import fit_missing
 

@@ -352,7 +352,7 @@ def fit_missing(store: str, params: list[Param], X, y, train: np.ndarray, params
         c, r = list(cols), list(rows)
         res = fit_block([params[h] for h in r], X, y, train[c], params_slice=slice(0, len(r)),
                         splits_slice=slice(0, len(c)), positive=positive,
-                        **({} if path_aware else {"path_aware": False}))
+                        path_aware=path_aware)
         ix = np.ix_(r, c)
         pred[ix] = res.pred
         failed[ix] = res.failed

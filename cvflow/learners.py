@@ -7,7 +7,6 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 

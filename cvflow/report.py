@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from . import store as cube_store
 from .errors import InputError
 
 
@@ -92,7 +91,7 @@ def status(path: str | Path) -> dict:
     group = zarr.open_group(str(path), mode="r")
     try:
         done = group["done"][...]
-        failed = group["failed"][...] & done
+        failed = group["failed"][...]
         errors = group["error"][...]
         learners = np.asarray([str(v) for v in group["learner"][...]])
     except KeyError:  # the run is still creating the store: nothing done yet
@@ -103,20 +102,27 @@ def status(path: str | Path) -> dict:
     cols = min(done.shape[1], failed.shape[1], errors.shape[1])
     done, failed, errors = done[:rows, :cols], failed[:rows, :cols], errors[:rows, :cols]
     learners = learners[:rows]
-    by_message = Counter(str(e) for e in errors[failed])
+    return {"store": str(path), **summarize_fits(done, failed, errors, learners)}
+
+
+def summarize_fits(done: np.ndarray, failed: np.ndarray, errors: np.ndarray,
+                   learners: np.ndarray) -> dict:
+    """Counts of (param, split) fits done / failed, per learner, and failures grouped by
+    message, from the status arrays (param, split) and the learner of each param."""
+    failed = failed & done
+    errors = np.asarray([str(e) for e in errors.ravel()]).reshape(failed.shape)
     per_learner = {}
     for name in dict.fromkeys(learners):
         rows = learners == name
         per_learner[name] = {"done": int(done[rows].sum()), "total": int(done[rows].size),
                              "failed": int(failed[rows].sum())}
     return {
-        "store": str(path),
         "total": int(done.size),
         "done": int(done.sum()),
         "failed": int(failed.sum()),
         "complete": bool(done.all()),
         "learners": per_learner,
-        "failures": dict(by_message.most_common()),
+        "failures": dict(Counter(errors[failed]).most_common()),
     }
 
 
@@ -175,7 +181,6 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
 
 
 def status_from_cube(cube: xr.Dataset) -> dict:
-    failed = cube["failed"].values & cube["done"].values
-    errors = np.asarray([str(e) for e in cube["error"].values.ravel()]).reshape(failed.shape)
-    return {"total": int(failed.size), "failed": int(failed.sum()),
-            "failures": dict(Counter(errors[failed]).most_common())}
+    """:func:`summarize_fits` of an opened cube."""
+    return summarize_fits(cube["done"].values, cube["failed"].values, cube["error"].values,
+                          np.asarray([str(v) for v in cube["learner"].values]))

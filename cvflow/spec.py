@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import numpy as np
 import yaml
 
 from .data import Data, load_data
-from .designs import Design, fold_labels, make_design, subset_splits, check_subset_size
+from .designs import Design, fold_labels, make_design, subset_splits
 from .errors import InputError
 from .learners import Param, default_output, expand_grid, import_estimator
 from .losses import check_loss

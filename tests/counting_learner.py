@@ -25,17 +25,3 @@ class CountingRidge(Ridge):
 
 class OtherCountingRidge(CountingRidge):
     """The same learner under another dotted path (a changed ``estimator``)."""
-
-
-class SleepyRidge(Ridge):
-    """Ridge that sleeps ``sleep`` seconds per fit (to watch a run in progress)."""
-
-    def __init__(self, alpha=1.0, sleep=0.05):
-        super().__init__(alpha=alpha)
-        self.sleep = sleep
-
-    def fit(self, X, y, sample_weight=None):
-        import time
-
-        time.sleep(self.sleep)
-        return super().fit(X, y, sample_weight=sample_weight)

@@ -93,7 +93,7 @@ def test_estimate_weights_learners_by_their_param_count():
     train = np.ones(200, bool)
     cheap = [Param("dummy", "sklearn.dummy.DummyRegressor", hyper={"constant": float(c)})
              for c in range(9)]
-    sleepy = [Param("sleepy", "counting_learner.SleepyRidge", fixed={"sleep": 0.03},
+    sleepy = [Param("sleepy", "fault_helpers.SlowRidge", fixed={"delay": 0.03},
                     hyper={"alpha": 1.0})]
     est = estimate_seconds_per_fit(cheap + sleepy, X, y, train, budget=0.1)
     assert 0.003 <= est <= 0.01

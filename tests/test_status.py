@@ -13,8 +13,8 @@ data: {source: synthetic, name: linear, params: {n: 30, p: 2}}
 task: regression
 learners:
   - name: slow
-    estimator: counting_learner.SleepyRidge
-    params: {sleep: 0.08}
+    estimator: fault_helpers.SlowRidge
+    params: {delay: 0.08}
     grid: {alpha: [0.1, 1.0, -1.0]}
   - name: fast
     estimator: sklearn.linear_model.Ridge

@@ -13,7 +13,6 @@ import math
 import dask.array as da
 import numpy as np
 import pytest
-import xarray as xr
 from scipy import stats
 
 from cvflow.designs import make_design, subset_splits

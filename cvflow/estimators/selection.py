@@ -7,7 +7,6 @@ the choice (Aghbalou et al. eq. 7.1). These functions read only the full split o
 """
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import xarray as xr
@@ -93,8 +92,3 @@ def selection(cube: xr.Dataset, estimate: xr.DataArray, *, loss: str | None = No
             risk = heldout_risk(cube, index, loss=loss)
     return {"index": index, "estimate": value, "test_risk": risk,
             "param": param_label(cube, index)}
-
-
-def selection_json(choice: dict) -> str:
-    """A selection dict as one JSON string (for result attrs)."""
-    return json.dumps(choice["param"])
