@@ -76,6 +76,23 @@ LOSS_OUTPUTS: dict[str, tuple[str, ...]] = {
 }
 
 
+def apply_loss(name: str, y, pred: np.ndarray, positive=None, outputs=None) -> np.ndarray:
+    """Loss ``name`` of predictions ``pred`` (params first, samples last) against ``y``.
+
+    ``outputs`` (one per param along the first axis) tells ``zero_one`` how to read each
+    param's stored values (labels, decision values or probabilities).
+    """
+    fn = LOSSES[name]
+    if name != "zero_one":
+        return fn(y, pred, positive)
+    outputs = np.asarray(outputs, dtype=object)
+    out = np.empty(np.shape(pred))
+    for output in set(outputs.tolist()):
+        rows = outputs == output
+        out[rows] = fn(y, pred[rows], positive, output=output)
+    return out
+
+
 def check_loss(loss: str, task: str, outputs=()) -> str:
     """Validate a loss name for a task and the stored prediction outputs; return it."""
     valid = REGRESSION_LOSSES if task == "regression" else CLASSIFICATION_LOSSES

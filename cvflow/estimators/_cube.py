@@ -11,7 +11,8 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from ..losses import LOSSES, check_loss
+from ..losses import LOSSES, apply_loss, check_loss
+from . import np_roles
 
 
 def loss_name(cube: xr.Dataset, loss: str | None) -> str:
@@ -72,21 +73,35 @@ def require(cube: xr.Dataset, table: str, what: str) -> xr.DataArray:
 IN_MEMORY_BYTES = 256 * 2**20
 
 
-def load_if_small(values: xr.DataArray) -> xr.DataArray:
-    """``values`` with numpy data if it is dask-backed and within the in-memory budget."""
+def fits_budget(nbytes: int) -> bool:
+    """Whether ``nbytes`` of a lazy selection may be read into memory (see IN_MEMORY_BYTES)."""
     import dask
-    import dask.array as da
 
-    if not isinstance(values.data, da.Array):
-        return values
-    budget = dask.config.get("cvflow.reduce.in-memory-bytes", default=IN_MEMORY_BYTES)
-    if values.nbytes > budget:
-        return values
+    return nbytes <= dask.config.get("cvflow.reduce.in-memory-bytes", default=IN_MEMORY_BYTES)
+
+
+def compute_here(array):
+    """A dask array computed in this process (synchronous scheduler unless one is configured)."""
+    import dask
+
     scheduler = dask.config.get("scheduler", None)
     if scheduler is None or scheduler in ("dask.distributed", "distributed"):
         scheduler = "sync"       # else respect what the caller set (e.g. a test's scheduler)
-    (data,) = dask.compute(values.data, scheduler=scheduler)
-    return values.copy(data=data)
+    (data,) = dask.compute(array, scheduler=scheduler)
+    return data
+
+
+def is_lazy(array) -> bool:
+    import dask.array as da
+
+    return isinstance(array, da.Array)
+
+
+def load_if_small(values: xr.DataArray) -> xr.DataArray:
+    """``values`` with numpy data if it is dask-backed and within the in-memory budget."""
+    if not is_lazy(values.data) or not fits_budget(values.nbytes):
+        return values
+    return values.copy(data=compute_here(values.data))
 
 
 def at_splits(values: xr.DataArray, index: xr.DataArray) -> xr.DataArray:
@@ -110,6 +125,100 @@ def at_splits(values: xr.DataArray, index: xr.DataArray) -> xr.DataArray:
     if (idx < 0).any():
         result = result.where(xr.DataArray(idx >= 0, dims=index.dims))
     return result
+
+
+def full_split_index(cube: xr.Dataset, what: str) -> int:
+    """Index of the split trained on all of D, or a clear error if the design lacks it."""
+    index = int(cube.attrs.get("full_split", -1))
+    if index < 0:
+        raise InputError(f"cube: {what} needs the full split (trained on all of D), which this "
+                         "store does not have; add the estimator to the workflow and run it again")
+    return index
+
+
+# DESIGN CHOICE: the kernels' temporaries (a block of params' predictions and losses on its
+# splits, gathered per role, masked copies) stay near this many bytes per block (per thread),
+# whatever the cube's size.
+ROLE_BLOCK_BYTES = 16 * 2**20
+
+
+def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str
+               ) -> dict[str, np.ndarray]:
+    """The per-param loss sums of :mod:`np_roles` for ``roles`` ("full", "fold", "pair").
+
+    One pass over the splits the roles need (each needed chunk of ``pred`` read once, no
+    other): in memory when the selection fits the in-memory budget, otherwise chunk by chunk
+    as a dask graph of param blocks (memory bounded by ``ROLE_BLOCK_BYTES`` per thread).
+    "pair" implies "fold" (the inner study's full fit is the fold fit). Returns numpy arrays
+    with ``param`` first; see the table in :mod:`cvflow.estimators.np_roles`.
+    """
+    name = loss_name(cube, loss)
+    roles = set(roles) | ({"fold"} if "pair" in roles else set())
+    tables = {}
+    if "full" in roles:
+        tables["full"] = np.asarray(full_split_index(cube, what))
+    for role in ("fold", "pair"):
+        if role in roles:
+            tables[role] = np.asarray(require(cube, f"{role}_split", what).values)
+    distinct = np.unique(np.concatenate([t.ravel() for t in tables.values()]))
+    distinct = distinct[distinct >= 0]
+    where = {role: np.searchsorted(distinct, np.maximum(t, 0)) for role, t in tables.items()}
+    member = np_roles.fold_members(cube["fold"].values, int(cube.sizes["outer"]))
+    analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
+    y = np.asarray(cube["y"].values)
+    positive = positive_label(cube)
+    outputs = np.asarray([str(o) for o in cube["output"].values], dtype=object)
+
+    def terms_of(pred: np.ndarray, p0: int) -> dict[str, np.ndarray]:
+        losses = apply_loss(name, y, pred, positive, outputs[p0:p0 + len(pred)])
+        out, full = {}, None
+        if "full" in where:
+            full = losses[:, where["full"]]
+            out.update(np_roles.full_terms(full, analysis))
+        if "fold" in where:
+            folds = losses[:, where["fold"]]
+            out.update(np_roles.fold_terms(folds, member, analysis, full))
+        if "pair" in where:
+            out.update(np_roles.pair_terms(losses, where["pair"], where["fold"], member, analysis))
+        return out
+
+    data = cube["pred"].data
+    n_params, n = data.shape[0], data.shape[2]
+    # a block's predictions and losses, the fold gather and the pair loop's copies: < 5 per split
+    rows = max(1, ROLE_BLOCK_BYTES // (8 * n * 5 * len(distinct)))
+    every_split = len(distinct) == data.shape[1]
+    if is_lazy(data):
+        data = data if every_split else data[:, distinct, :]
+        if fits_budget(data.dtype.itemsize * data.size):
+            data, every_split = compute_here(data), True
+    if not is_lazy(data):
+        parts = [terms_of(np.asarray(data[p0:p0 + rows] if every_split
+                                     else data[p0:p0 + rows][:, distinct]), p0)
+                 for p0 in range(0, n_params, rows)]
+        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    return _lazy_terms(data, terms_of, rows)
+
+
+def _lazy_terms(data, terms_of, rows: int) -> dict[str, np.ndarray]:
+    """:func:`role_terms` on a lazy selection: one dask task per block of params."""
+    probe = terms_of(np.full((1,) + data.shape[1:], np.nan), 0)
+    layout = [(key, value.shape[1:], int(np.prod(value.shape[1:]))) for key, value in probe.items()]
+
+    def packed(block, block_info=None):
+        p0 = block_info[0]["array-location"][0][0]
+        terms = terms_of(block, p0)
+        return np.concatenate([terms[key].reshape(len(block), size) for key, _, size in layout],
+                              axis=1)
+
+    data = data.rechunk({0: min(rows, max(data.chunks[0])), 1: -1, 2: -1})
+    width = sum(size for _, _, size in layout)
+    values = data.map_blocks(packed, drop_axis=2, chunks=(data.chunks[0], (width,)),
+                             dtype=np.float64).compute()
+    out, start = {}, 0
+    for key, shape, size in layout:
+        out[key] = values[:, start:start + size].reshape((len(values),) + shape)
+        start += size
+    return out
 
 
 def fold_membership(cube: xr.Dataset) -> xr.DataArray:
@@ -137,12 +246,7 @@ def weighted_sum(values: xr.DataArray, weights: xr.DataArray, dim: str = "sample
 
 def argmin_first(values: xr.DataArray, dim: str = "param") -> xr.DataArray:
     """Index of the minimum along ``dim``, ties to the first, NaN skipped (-1 if all NaN)."""
-    v = values.values if hasattr(values, "values") else np.asarray(values)
-    axis = values.get_axis_num(dim)
-    filled = np.where(np.isnan(v), np.inf, v)
-    idx = np.argmin(filled, axis=axis)
-    all_nan = np.isnan(v).all(axis=axis)
-    idx = np.where(all_nan, -1, idx)
+    idx = np_roles.argmin_first(values.values, axis=values.get_axis_num(dim))
     dims = tuple(d for d in values.dims if d != dim)
     coords = {k: c for k, c in values.coords.items() if dim not in c.dims and set(c.dims) <= set(dims)}
     return xr.DataArray(idx, dims=dims, coords=coords)

@@ -19,10 +19,9 @@ import xarray as xr
 from scipy.stats import norm
 
 from ..errors import InputError
-from ._cube import (analysis_weights, fold_membership, loss_name, param_coords, param_label,
-                    weighted_sum)
+from ._cube import (analysis_weights, at_splits, fold_membership, loss_name, param_coords,
+                    param_label, pointwise_loss, require, weighted_sum)
 from .nested import inner_scores
-from .stability import fold_fit_losses
 
 
 def _pick(cube: xr.Dataset, param, where: str) -> xr.Dataset:
@@ -49,6 +48,12 @@ def _check_alpha(alpha, where: str) -> float:
         raise InputError(f"{where}.alpha: {alpha!r}; the miscoverage level must be in (0, 1), "
                          "e.g. 0.1 for a 90% interval")
     return a
+
+
+def fold_fit_losses(cube: xr.Dataset, loss: str | None = None, *, what: str) -> xr.DataArray:
+    """ℓ_i(h, fold j) on every sample; dims (param, repeat, outer, sample), lazy."""
+    index = require(cube, "fold_split", what)
+    return pointwise_loss(cube, loss, pred=at_splits(cube["pred"], index))
 
 
 def out_of_fold_losses(cube: xr.Dataset, loss: str | None = None, *, what: str = "intervals"

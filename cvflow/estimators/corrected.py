@@ -9,8 +9,8 @@ included, which is why the cube stores every fit's predictions on every sample. 
 folds p_j = 1/K and this is the paper's display in Section 5.
 
 The reducer reads only the full split and the K-fold splits of the cube (never the pair or
-subset splits) and reduces over ``sample`` with dot products, so it stays lazy on big stores
-until the single ``compute`` at the end.
+subset splits), in one pass (:func:`cvflow.estimators._cube.role_terms`), chunk by chunk on
+big stores.
 """
 from __future__ import annotations
 
@@ -19,46 +19,34 @@ import json
 import numpy as np
 import xarray as xr
 
-from ._cube import (analysis_weights, at_splits, fold_membership, loss_name, param_coords,
-                    pointwise_loss, require, weighted_mean)
-from .kfold import kfold_scores
-from .selection import full_fit_risk, has_test_set, selection
+from ._cube import loss_name, param_coords, role_terms
+from .kfold import fold_sizes, kfold_scores
+from .selection import selection
 
 
-def fold_model_risk(cube: xr.Dataset, loss: str | None = None) -> xr.DataArray:
-    """Σ_j p_j · mean_{i∈D} ℓ_i(h, fold j): the fold models' empirical risk on all of D.
+def corrected_scores(terms: dict[str, np.ndarray], sizes: np.ndarray) -> xr.Dataset:
+    """Per-param terms of the corrected K-fold from the role sums of :func:`role_terms`.
 
-    Dims (param, repeat), lazy when the cube is. A failed fold fit gives NaN for its param.
+    ``terms`` holds ``fold_sum``, ``fold_risk`` (param, repeat, outer) and ``full_risk``
+    (param); ``sizes`` (repeat, outer) = |N_j|. Returns ``kfold`` (param) the plain K-fold
+    estimate, ``full_risk`` (param) the full fit's empirical risk on D, ``fold_model_risk``
+    (param) = Σ_j p_j · mean_{i∈D} ℓ_i(h, fold j), ``estimate`` (param) the corrected
+    estimate, each averaged over repeats, and the per-repeat ``kfold_repeat``,
+    ``fold_model_risk_repeat``, ``estimate_repeat`` (param, repeat). A failed fit gives NaN.
     """
-    index = require(cube, "fold_split", "the corrected K-fold")
-    per_sample = pointwise_loss(cube, loss, pred=at_splits(cube["pred"], index))
-    on_d = weighted_mean(per_sample, analysis_weights(cube))            # (param, repeat, outer)
-    sizes = fold_membership(cube).sum("sample")                          # (repeat, outer)
-    share = sizes / sizes.sum("outer")
-    return (on_d * share).sum("outer", skipna=False)
-
-
-def corrected_scores(cube: xr.Dataset, loss: str | None = None) -> xr.Dataset:
-    """Per-param terms of the corrected K-fold, lazy (call ``.compute()``).
-
-    Returns ``kfold`` (param) the plain K-fold estimate, ``full_risk`` (param) the full fit's
-    empirical risk on D, ``fold_model_risk`` (param) the mean fold-model risk on D, ``estimate``
-    (param) the corrected estimate, each averaged over repeats, and the per-repeat
-    ``kfold_repeat``, ``fold_model_risk_repeat``, ``estimate_repeat`` (param, repeat).
-    """
-    plain = kfold_scores(cube, loss)
-    kfold_repeat = plain["estimate_repeat"]
-    fold_model = fold_model_risk(cube, loss)
-    full = full_fit_risk(cube, loss, on="analysis")
-    corrected = kfold_repeat + full - fold_model
+    kfold_repeat = kfold_scores(terms["fold_sum"], sizes)["estimate_repeat"].values
+    share = sizes / sizes.sum(axis=1, keepdims=True)
+    fold_model = (terms["fold_risk"] * share).sum(axis=2)
+    corrected = kfold_repeat + terms["full_risk"][:, None] - fold_model
+    pr = ("param", "repeat")
     return xr.Dataset({
-        "kfold": kfold_repeat.mean("repeat", skipna=False),
-        "full_risk": full,
-        "fold_model_risk": fold_model.mean("repeat", skipna=False),
-        "estimate": corrected.mean("repeat", skipna=False),
-        "kfold_repeat": kfold_repeat,
-        "fold_model_risk_repeat": fold_model,
-        "estimate_repeat": corrected,
+        "kfold": ("param", kfold_repeat.mean(axis=1)),
+        "full_risk": ("param", terms["full_risk"]),
+        "fold_model_risk": ("param", fold_model.mean(axis=1)),
+        "estimate": ("param", corrected.mean(axis=1)),
+        "kfold_repeat": (pr, kfold_repeat),
+        "fold_model_risk_repeat": (pr, fold_model),
+        "estimate_repeat": (pr, corrected),
     })
 
 
@@ -93,10 +81,10 @@ def corrected_kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     >>> int(res.selected), float(res.selected_test_risk)  # doctest: +SKIP
     """
     name = loss_name(cube, loss)
-    parts = corrected_scores(cube, name)
-    if has_test_set(cube):
-        parts["test_risk"] = full_fit_risk(cube, name, on="test")
-    out = parts.compute()
+    terms = role_terms(cube, name, roles=("full", "fold"), what="the corrected K-fold")
+    out = corrected_scores(terms, fold_sizes(cube))
+    if "test_risk" in terms:
+        out["test_risk"] = ("param", terms["test_risk"])
     corrected = selection(cube, out["estimate"], loss=name, test=out.get("test_risk"))
     plain = selection(cube, out["kfold"], loss=name, test=out.get("test_risk"))
     for prefix, choice in (("selected", corrected), ("selected_kfold", plain)):

@@ -1,40 +1,39 @@
 """Plain K-fold cross-validation from the cube (DESIGN.md 6.1)."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import xarray as xr
 
-from ._cube import (argmin_first, param_coords, at_splits, fold_membership, loss_name, param_label,
-                    pointwise_loss, require, weighted_sum)
+from . import np_roles
+from ._cube import loss_name, param_coords, param_label, role_terms
 
 
-def fold_losses(cube: xr.Dataset, loss: str | None = None) -> xr.DataArray:
-    """Summed out-of-fold loss Σ_{i∈N_j} ℓ_i(h, fold j); dims (param, repeat, outer)."""
-    index = require(cube, "fold_split", "K-fold")
-    per_sample = pointwise_loss(cube, loss, pred=at_splits(cube["pred"], index))
-    return weighted_sum(per_sample, fold_membership(cube))
+def fold_sizes(cube: xr.Dataset) -> np.ndarray:
+    """|N_j| of every fold of every repeat; shape (repeat, outer)."""
+    return np_roles.fold_members(cube["fold"].values, int(cube.sizes["outer"])).sum(-1)
 
 
-def kfold_scores(cube: xr.Dataset, loss: str | None = None) -> xr.Dataset:
-    """Per-param K-fold estimate (pooled over folds, averaged over repeats) and fold scores.
+def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray) -> xr.Dataset:
+    """The K-fold estimate per param from the out-of-fold loss sums.
 
-    Returns ``estimate`` (param), ``fold_score`` (param, repeat, outer), ``se`` (param) =
-    sd(fold scores) / sqrt(K) averaged over repeats, and ``fold_size`` (repeat, outer).
+    ``fold_sum`` (param, repeat, outer) = Σ_{i∈N_j} ℓ_i(h, fold j), ``sizes`` (repeat, outer)
+    = |N_j|. Returns ``estimate`` (param) pooled over folds and averaged over repeats,
+    ``estimate_repeat`` (param, repeat), ``fold_score`` (param, repeat, outer), ``se``
+    (param) = sd(fold scores) / sqrt(K) averaged over repeats and ``fold_size``. A failed
+    fold fit (NaN) makes its param NaN: no fold is ever skipped.
     """
-    sums = fold_losses(cube, loss)
-    sizes = fold_membership(cube).sum("sample")
-    n = sizes.sum("outer")
-    fold_score = sums / sizes
-    # a failed fold fit (NaN) must make the param NaN, not drop the fold: skipna=False
-    per_repeat = sums.sum("outer", skipna=False) / n
-    k = sizes.sizes["outer"]
-    se = fold_score.std("outer", ddof=1, skipna=False) / np.sqrt(k)
+    fold_score = fold_sum / sizes
+    per_repeat = fold_sum.sum(axis=2) / sizes.sum(axis=1)
+    se = fold_score.std(axis=2, ddof=1) / np.sqrt(sizes.shape[1])
+    dims = ("param", "repeat", "outer")
     return xr.Dataset({
-        "estimate": per_repeat.mean("repeat", skipna=False),
-        "estimate_repeat": per_repeat,
-        "fold_score": fold_score,
-        "se": se.mean("repeat", skipna=False),
-        "fold_size": sizes,
+        "estimate": ("param", per_repeat.mean(axis=1)),
+        "estimate_repeat": (dims[:2], per_repeat),
+        "fold_score": (dims, fold_score),
+        "se": ("param", se.mean(axis=1)),
+        "fold_size": (dims[1:], sizes.astype(np.float64)),
     })
 
 
@@ -55,11 +54,10 @@ def kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
         ``selected`` (scalar index of the first minimiser); attrs ``loss`` and
         ``selected_param`` (JSON of the chosen setting).
     """
-    import json
-
     name = loss_name(cube, loss)
-    out = kfold_scores(cube, name).compute()
-    selected = int(argmin_first(out["estimate"]))
+    terms = role_terms(cube, name, roles=("fold",), what="K-fold")
+    out = kfold_scores(terms["fold_sum"], fold_sizes(cube))
+    selected = int(np_roles.argmin_first(out["estimate"].values))
     out["selected"] = xr.DataArray(selected)
     out = out.assign_coords(param_coords(cube))
     out.attrs = {"estimator": "kfold", "loss": name,

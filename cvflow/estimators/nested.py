@@ -2,9 +2,9 @@
 
 The inner machinery here is shared by every nested estimator:
 
-- :func:`pair_losses` — ℓ_i(h, pair(t, l)) for every (param, repeat, outer t, inner l, sample);
-- :func:`inner_scores` — the inner K-fold score s_t(h) of each outer fold t, i.e. the K-fold
-  estimate on D \\ N_t with the K − 1 folds {N_l, l ≠ t};
+- :func:`inner_score` — the inner K-fold score s_t(h) of each outer fold t, i.e. the K-fold
+  estimate on D \\ N_t with the K − 1 folds {N_l, l ≠ t}, from the pair-role loss sums of
+  :func:`cvflow.estimators._cube.role_terms`;
 - :func:`nested_choice` — for a penalised inner criterion, the per-outer choice h_t and its
   outer loss on N_t with the fold-t fit, pooled into the nested CV error.
 
@@ -16,63 +16,54 @@ serving both orders (t, l) = (j, l) and (l, j).
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import xarray as xr
 
-from ._cube import (argmin_first, at_splits, fold_membership, loss_name, param_coords, param_label,
-                    pointwise_loss, require, weighted_sum)
-from .kfold import fold_losses
+from . import np_roles
+from ._cube import loss_name, param_coords, param_label, role_terms
+from .kfold import fold_sizes
 
 
-def off_diagonal(k: int) -> xr.DataArray:
-    """True where outer t != inner l; dims (outer, inner)."""
-    return xr.DataArray(~np.eye(k, dtype=bool), dims=("outer", "inner"))
+def inner_score(inner_sum: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``s_t(h) = Σ_{l≠t} Σ_{i∈N_l} ℓ_i(h, pair(t, l)) / (n − |N_t|)`` (eq. 8 of Cory-Wright & Gómez).
 
-
-def pair_losses(cube: xr.Dataset, loss: str | None = None, *, what: str = "nested CV"
-                ) -> xr.DataArray:
-    """ℓ_i(h, pair(t, l)); dims (param, repeat, outer, inner, sample), NaN on the diagonal.
-
-    Lazy when the cube is: one take of the pair splits along ``split``.
+    The pooled K-fold estimate on D \\ N_t, the same estimator (DESIGN.md 6.1) the final
+    selection uses on D. ``inner_sum`` (param, repeat, outer, inner) from :func:`role_terms`
+    (0 on the diagonal), ``sizes`` (repeat, outer); returns (param, repeat, outer). A failed
+    pair fit makes the param's score NaN (never skipped).
     """
-    index = require(cube, "pair_split", what)
-    return pointwise_loss(cube, loss, pred=at_splits(cube["pred"], index))
+    rest = sizes.sum(axis=1, keepdims=True) - sizes
+    return inner_sum.sum(axis=3) / rest
 
 
-def inner_scores(cube: xr.Dataset, loss: str | None = None, *, what: str = "nested CV",
-                 pairs: xr.DataArray | None = None) -> xr.Dataset:
-    """The inner K-fold score of every outer fold (eq. 8 of Cory-Wright & Gómez).
-
-    ``s_t(h) = Σ_{l≠t} Σ_{i∈N_l} ℓ_i(h, pair(t, l)) / (n − |N_t|)``: the pooled K-fold
-    estimate on D \\ N_t, the same estimator (DESIGN.md 6.1) the final selection uses on D.
-
-    Returns ``inner_score`` (param, repeat, outer), ``inner_sum`` (param, repeat, outer,
-    inner) = Σ_{i∈N_l} ℓ_i(h, pair(t, l)) with 0 on the diagonal, and ``rest_size`` (repeat,
-    outer) = n − |N_t|. A failed pair fit makes the param's score NaN (never skipped).
-    """
-    pairs = pair_losses(cube, loss, what=what) if pairs is None else pairs
-    member = fold_membership(cube)
-    k = member.sizes["outer"]
-    sums = weighted_sum(pairs, member.rename(outer="inner"))
-    sums = sums.where(off_diagonal(k), 0.0)
-    sizes = member.sum("sample")
-    rest = sizes.sum("outer") - sizes
-    total = sums.sum("inner", skipna=False)
-    return xr.Dataset({"inner_score": total / rest, "inner_sum": sums, "rest_size": rest})
+def inner_scores(cube: xr.Dataset, loss: str | None = None, *, what: str = "nested CV"
+                 ) -> xr.Dataset:
+    """``inner_score`` (param, repeat, outer): the inner K-fold score of every outer fold."""
+    terms = role_terms(cube, loss, roles=("pair",), what=what)
+    score = inner_score(terms["inner_sum"], fold_sizes(cube))
+    return xr.Dataset({"inner_score": (("param", "repeat", "outer"), score)})
 
 
-def nested_choice(criterion: xr.DataArray, outer_sums: xr.DataArray, sizes: xr.DataArray
-                  ) -> xr.Dataset:
+def _mean_over_repeats(values: np.ndarray) -> np.ndarray:
+    """Mean over axis 0 skipping NaN repeats (NaN, without a warning, when all are NaN)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(values, axis=0)
+
+
+def nested_choice(criterion: np.ndarray, fold_sum: np.ndarray, sizes: np.ndarray,
+                  extra_dims: tuple[str, ...] = ()) -> xr.Dataset:
     """Per-outer choice ``h_t = argmin_h criterion`` and its outer loss, pooled.
 
     Parameters
     ----------
-    criterion : DataArray (param, repeat, outer, ...)
-        The inner criterion of each outer fold (extra dims, e.g. ``lambda``, are kept).
-    outer_sums : DataArray (param, repeat, outer)
+    criterion : ndarray (param, repeat, outer, *extra_dims)
+        The inner criterion of each outer fold (e.g. with a trailing ``lambda`` axis).
+    fold_sum : ndarray (param, repeat, outer)
         Σ_{i∈N_t} ℓ_i(h, fold t).
-    sizes : DataArray (repeat, outer)
+    sizes : ndarray (repeat, outer)
         |N_t|.
 
     Returns
@@ -82,26 +73,15 @@ def nested_choice(criterion: xr.DataArray, outer_sums: xr.DataArray, sizes: xr.D
     = m_t / |N_t|, ``estimate_repeat`` (repeat, ...) = Σ_t m_t / n and ``estimate`` (...) its
     mean over repeats: the nested CV error.
     """
-    # a param whose fold-t fit failed cannot be scored on N_t: never choose it there
-    crit = criterion.where(outer_sums.notnull()).transpose("param", ...)
-    chosen = argmin_first(crit, "param")
-    sums = outer_sums.transpose("param", "repeat", "outer").values
-    idx = chosen.transpose("repeat", "outer", ...).values
-    r, t = np.indices(sums.shape[1:])
-    extra = idx.ndim - 2
-    r = r.reshape(r.shape + (1,) * extra)
-    t = t.reshape(t.shape + (1,) * extra)
-    picked = np.where(idx >= 0, sums[np.maximum(idx, 0), r, t], np.nan)
-    dims = chosen.transpose("repeat", "outer", ...).dims
-    m = xr.DataArray(picked, dims=dims)
-    n = sizes.sum("outer")
-    per_repeat = m.sum("outer", skipna=False) / n
+    picks = np_roles.nested_choice(criterion, fold_sum, sizes)
+    dims = ("repeat", "outer") + tuple(extra_dims)
+    extra = (None,) * len(extra_dims)
     return xr.Dataset({
-        "chosen": chosen.transpose("repeat", "outer", ...),
-        "outer_sum": m,
-        "outer_score": m / sizes,
-        "estimate_repeat": per_repeat,
-        "estimate": per_repeat.mean("repeat"),
+        "chosen": (dims, picks["chosen"]),
+        "outer_sum": (dims, picks["outer_sum"]),
+        "outer_score": (dims, picks["outer_sum"] / sizes[(...,) + extra]),
+        "estimate_repeat": (("repeat",) + tuple(extra_dims), picks["estimate_repeat"]),
+        "estimate": (tuple(extra_dims), _mean_over_repeats(picks["estimate_repeat"])),
     })
 
 
@@ -109,7 +89,7 @@ def nested_cv(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     """Classic nested CV (Varma & Simon): tune by inner K-fold, score on the outer fold.
 
     For each repeat r and outer fold t, ``h_t = argmin_h s_t(h)`` (the inner K-fold score on
-    D \\ N_t with K − 1 inner folds, :func:`inner_scores`), scored on N_t with the fold-t fit.
+    D \\ N_t with K − 1 inner folds, :func:`inner_score`), scored on N_t with the fold-t fit.
     It is ``stability_nested`` at λ = 0.
 
     Parameters
@@ -130,15 +110,15 @@ def nested_cv(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
         ``chosen_params`` (JSON list per repeat and outer fold).
     """
     name = loss_name(cube, loss)
-    inner = inner_scores(cube, name, what="nested_cv").compute()
-    outer = fold_losses(cube, name).compute()
-    sizes = fold_membership(cube).sum("sample")
-    out = nested_choice(inner["inner_score"], outer, sizes)
-    kf = (outer.sum("outer", skipna=False) / sizes.sum("outer")).mean("repeat")
-    out["inner_score"] = inner["inner_score"]
-    out["kfold"] = kf
-    out["kfold_min"] = kf.min(skipna=True)
-    out["fold_size"] = sizes
+    terms = role_terms(cube, name, roles=("pair",), what="nested_cv")
+    sizes = fold_sizes(cube)
+    score = inner_score(terms["inner_sum"], sizes)
+    out = nested_choice(score, terms["fold_sum"], sizes)
+    kf = _mean_over_repeats((terms["fold_sum"].sum(axis=2) / sizes.sum(axis=1)).T)
+    out["inner_score"] = (("param", "repeat", "outer"), score)
+    out["kfold"] = ("param", kf)
+    out["kfold_min"] = xr.DataArray(np.nan if np.isnan(kf).all() else np.nanmin(kf))
+    out["fold_size"] = (("repeat", "outer"), sizes.astype(np.float64))
     out = out.assign_coords(param_coords(cube))
     chosen = out["chosen"].values
     out.attrs = {"estimator": "nested_cv", "loss": name,

@@ -12,16 +12,8 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from ._cube import analysis_weights, argmin_first, param_label, pointwise_loss, weighted_mean
-
-
-def full_split_index(cube: xr.Dataset, what: str) -> int:
-    """Index of the split trained on all of D, or a clear error if the design lacks it."""
-    index = int(cube.attrs.get("full_split", -1))
-    if index < 0:
-        raise InputError(f"cube: {what} needs the full split (trained on all of D), which this "
-                         "store does not have; add the estimator to the workflow and run it again")
-    return index
+from ._cube import (analysis_weights, argmin_first, full_split_index, param_label, pointwise_loss,
+                    weighted_mean)
 
 
 def full_fit_losses(cube: xr.Dataset, loss: str | None = None, *, what: str = "the full fit"

@@ -17,37 +17,26 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from ._cube import (analysis_weights, argmin_first, at_splits, fold_membership, loss_name,
-                    param_coords, param_label, pointwise_loss, require, weighted_mean,
-                    weighted_sum)
-from .kfold import kfold_scores
-from .nested import _short, inner_scores, nested_choice, off_diagonal, pair_losses
-from .selection import full_fit_losses, has_test_set, heldout_risk
+from . import np_roles
+from ._cube import loss_name, param_coords, param_label, role_terms
+from .kfold import fold_sizes, kfold_scores
+from .nested import _short, inner_score, nested_choice
 
 DEFAULT_LAMBDAS = (0.0, 0.1, 0.3, 1.0, 3.0, 10.0)
 
 
-def fold_fit_losses(cube: xr.Dataset, loss: str | None = None, *, what: str = "stability"
-                    ) -> xr.DataArray:
-    """ℓ_i(h, fold j) on every sample; dims (param, repeat, outer, sample), lazy."""
-    index = require(cube, "fold_split", what)
-    return pointwise_loss(cube, loss, pred=at_splits(cube["pred"], index))
-
-
-def hypothesis_stability(cube: xr.Dataset, loss: str | None = None, *, what: str = "stability",
-                         folds: xr.DataArray | None = None) -> xr.Dataset:
+def hypothesis_stability(fold_change: np.ndarray) -> xr.Dataset:
     """Eq. (5): ``mu(h) = max_j mean_{i∈D} |ℓ_i(h, fold j) − ℓ_i(h, full)|``.
 
-    Returns ``stability`` (param) = the per-repeat max averaged over repeats,
-    ``stability_repeat`` (param, repeat) and ``stability_fold`` (param, repeat, outer), the
-    mean absolute change on D of removing fold j. A failed fit gives NaN for its param.
+    ``fold_change`` (param, repeat, outer) is the mean absolute change on D of removing fold
+    j (from :func:`role_terms`). Returns ``stability`` (param) = the per-repeat max averaged
+    over repeats, ``stability_repeat`` (param, repeat) and ``stability_fold`` (param, repeat,
+    outer). A failed fit gives NaN for its param.
     """
-    folds = fold_fit_losses(cube, loss, what=what) if folds is None else folds
-    full = full_fit_losses(cube, loss, what=what)
-    per_fold = weighted_mean(abs(folds - full), analysis_weights(cube))
-    per_repeat = per_fold.max("outer", skipna=False)
-    return xr.Dataset({"stability": per_repeat.mean("repeat", skipna=False),
-                       "stability_repeat": per_repeat, "stability_fold": per_fold})
+    per_repeat = fold_change.max(axis=2)
+    return xr.Dataset({"stability": ("param", per_repeat.mean(axis=1)),
+                       "stability_repeat": (("param", "repeat"), per_repeat),
+                       "stability_fold": (("param", "repeat", "outer"), fold_change)})
 
 
 def check_lambdas(lambdas, where: str) -> np.ndarray:
@@ -89,37 +78,25 @@ def stability(cube: xr.Dataset, *, loss: str | None = None, lambdas=None) -> xr.
         ``selected`` (lambda) and attrs ``selected_params`` (JSON list per λ).
     """
     name = loss_name(cube, loss)
-    out = hypothesis_stability(cube, name).compute()
-    out["kfold"] = kfold_scores(cube, name)["estimate"].compute()
+    terms = role_terms(cube, name, roles=("full", "fold"), what="stability")
+    out = hypothesis_stability(terms["fold_change"])
+    out["kfold"] = kfold_scores(terms["fold_sum"], fold_sizes(cube))["estimate"]
     attrs = {"estimator": "stability", "loss": name}
     if lambdas is not None:
-        lam = xr.DataArray(check_lambdas(lambdas, "stability"), dims="lambda")
-        out = out.assign_coords({"lambda": lam})
-        out["objective"] = _objective(out["kfold"], out["stability"], out["lambda"])
-        out["selected"] = argmin_first(out["objective"], "param")
+        lam = check_lambdas(lambdas, "stability")
+        out = out.assign_coords({"lambda": ("lambda", lam)})
+        objective = _objective(out["kfold"].values, out["stability"].values, lam)
+        out["objective"] = (("param", "lambda"), objective)
+        out["selected"] = ("lambda", np_roles.argmin_first(objective, axis=0))
         attrs["selected_params"] = json.dumps([param_label(cube, h) for h in out["selected"].values])
     out = out.assign_coords(param_coords(cube))
     out.attrs = attrs
     return out
 
 
-def _objective(score: xr.DataArray, mu: xr.DataArray, lam: xr.DataArray) -> xr.DataArray:
-    """score + λ·mu, with λ = 0 giving exactly ``score`` (bit for bit, NaN mu ignored)."""
-    return score + xr.where(lam == 0, 0.0, lam * mu)
-
-
-def inner_stability(cube: xr.Dataset, pairs: xr.DataArray, folds: xr.DataArray,
-                    rest_size: xr.DataArray) -> xr.DataArray:
-    """``mu_t(h) = max_{l≠t} mean_{i∈D\\N_t} |ℓ_i(h, pair(t, l)) − ℓ_i(h, fold t)|``.
-
-    Eq. (5) applied to D \\ N_t, whose "full" fit is fold t and whose fold fits are the pairs.
-    Dims (param, repeat, outer).
-    """
-    member = fold_membership(cube)
-    rest = analysis_weights(cube) - member
-    sums = weighted_sum(abs(pairs - folds), rest)
-    per_inner = (sums / rest_size).where(off_diagonal(member.sizes["outer"]), 0.0)
-    return per_inner.max("inner", skipna=False)
+def _objective(score: np.ndarray, mu: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """score + λ·mu with a trailing λ axis; λ = 0 gives exactly ``score`` (NaN mu ignored)."""
+    return score[..., None] + np.where(lam == 0, 0.0, lam * mu[..., None])
 
 
 def stability_nested(cube: xr.Dataset, *, loss: str | None = None, lambdas=None) -> xr.Dataset:
@@ -154,50 +131,46 @@ def stability_nested(cube: xr.Dataset, *, loss: str | None = None, lambdas=None)
         ``test_risk_kfold``. Attrs ``selected_param`` and ``kfold_param`` (JSON).
     """
     name = loss_name(cube, loss)
-    lam = xr.DataArray(check_lambdas(lambdas, "stability_nested"), dims="lambda")
-    lam = lam.assign_coords({"lambda": lam})
-    pairs = pair_losses(cube, name, what="stability_nested")
-    folds = fold_fit_losses(cube, name, what="stability_nested")
-    inner = inner_scores(cube, name, pairs=pairs).compute()
-    mu_t = inner_stability(cube, pairs, folds, inner["rest_size"]).compute()
-    member = fold_membership(cube)
-    sizes = member.sum("sample")
-    outer_sums = weighted_sum(folds, member).compute()
-    criterion = _objective(inner["inner_score"], mu_t, lam)
-    nested = nested_choice(criterion, outer_sums, sizes)
-
-    full = hypothesis_stability(cube, name, what="stability_nested", folds=folds).compute()
-    kf = kfold_scores(cube, name)["estimate"].compute()
-    objective = _objective(kf, full["stability"], lam)
-    selected_lambda = argmin_first(objective, "param")
-    star = int(argmin_first(nested["estimate"], "lambda"))
-    lambda_star = float(lam.values[star]) if star >= 0 else float("nan")
-    selected = int(selected_lambda.values[star]) if star >= 0 else -1
-    kfold_selected = int(argmin_first(kf))
+    lam = check_lambdas(lambdas, "stability_nested")
+    terms = role_terms(cube, name, roles=("full", "pair"), what="stability_nested")
+    sizes = fold_sizes(cube)
+    score = inner_score(terms["inner_sum"], sizes)
+    # eq. (5) on D \\ N_t, whose "full" fit is fold t and whose fold fits are the pairs (t, l)
+    mu_t = terms["inner_change"].max(axis=3)
+    nested = nested_choice(_objective(score, mu_t, lam), terms["fold_sum"], sizes,
+                           extra_dims=("lambda",))
+    full = hypothesis_stability(terms["fold_change"])
+    kf = kfold_scores(terms["fold_sum"], sizes)["estimate"].values
+    objective = _objective(kf, full["stability"].values, lam)            # (param, lambda)
+    selected_lambda = np_roles.argmin_first(objective, axis=0)
+    star = int(np_roles.argmin_first(nested["estimate"].values))
+    lambda_star = float(lam[star]) if star >= 0 else float("nan")
+    selected = int(selected_lambda[star]) if star >= 0 else -1
+    kfold_selected = int(np_roles.argmin_first(kf))
 
     out = xr.Dataset({
         "nested_error": nested["estimate"],
         "nested_error_repeat": nested["estimate_repeat"],
         "chosen": nested["chosen"],
         "outer_score": nested["outer_score"],
-        "inner_score": inner["inner_score"],
-        "inner_stability": mu_t,
-        "kfold": kf,
+        "inner_score": (("param", "repeat", "outer"), score),
+        "inner_stability": (("param", "repeat", "outer"), mu_t),
+        "kfold": ("param", kf),
         "stability": full["stability"],
-        "objective": objective.transpose("lambda", "param"),
-        "selected_lambda": selected_lambda,
+        "objective": (("lambda", "param"), objective.T),
+        "selected_lambda": ("lambda", selected_lambda),
         "lambda_star": xr.DataArray(lambda_star),
         "selected": xr.DataArray(selected),
         "kfold_selected": xr.DataArray(kfold_selected),
         "nested_error_min": xr.DataArray(float(nested["estimate"].values[star]) if star >= 0
                                          else float("nan")),
-    })
-    if has_test_set(cube):
-        risk = heldout_risk(cube, loss=name)
-        out["test_risk"] = risk
-        out["test_risk_selected"] = xr.DataArray(float(risk.values[selected]) if selected >= 0
+    }, coords={"lambda": ("lambda", lam)})
+    if "test_risk" in terms:
+        risk = terms["test_risk"]
+        out["test_risk"] = ("param", risk)
+        out["test_risk_selected"] = xr.DataArray(float(risk[selected]) if selected >= 0
                                                  else float("nan"))
-        out["test_risk_kfold"] = xr.DataArray(float(risk.values[kfold_selected])
+        out["test_risk_kfold"] = xr.DataArray(float(risk[kfold_selected])
                                               if kfold_selected >= 0 else float("nan"))
     out = out.assign_coords(param_coords(cube))
     out.attrs = {"estimator": "stability_nested", "loss": name,

@@ -1,0 +1,111 @@
+"""Numpy kernels of the reducers: loss sums over the samples each role of a fit scores.
+
+Plain arrays, no labels: the estimator modules name the dimensions (STYLE: a numpy function
+computes, a thin xarray function labels). Shapes: P params (a block of them), R repeats,
+K folds, n samples. Losses hold NaN where a fit failed or is missing: a sum propagates the
+NaN of the samples it covers and never looks at the others.
+
+For a param h, with folds N_1..N_K of D (``member``) and D the analysis samples:
+
+==================  ===============  ==================================================
+term                shape            value
+==================  ===============  ==================================================
+full_risk           (P,)             mean_{i∈D} ℓ_i(h, full)
+test_risk           (P,)             mean over the held-out test samples of ℓ_i(h, full)
+fold_sum            (P, R, K)        Σ_{i∈N_j} ℓ_i(h, fold j)
+fold_risk           (P, R, K)        mean_{i∈D} ℓ_i(h, fold j)
+fold_change         (P, R, K)        mean_{i∈D} |ℓ_i(h, fold j) − ℓ_i(h, full)|
+inner_sum           (P, R, K, K)     Σ_{i∈N_l} ℓ_i(h, pair(t, l)); 0 on the diagonal
+inner_change        (P, R, K, K)     mean_{i∈D∖N_t} |ℓ_i(h, pair(t, l)) − ℓ_i(h, fold t)|; 0 diag.
+==================  ===============  ==================================================
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def fold_members(fold: np.ndarray, k: int) -> np.ndarray:
+    """(R, K, n) bool: sample i is in fold j of repeat r (test samples, label -1, in none)."""
+    return np.asarray(fold)[:, None, :] == np.arange(k)[None, :, None]
+
+
+def masked_sum(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Σ over the last axis of ``values`` where ``mask`` (broadcast); NaN outside never counts."""
+    return np.where(mask, values, 0.0).sum(axis=-1)
+
+
+def full_terms(full_loss: np.ndarray, analysis: np.ndarray) -> dict[str, np.ndarray]:
+    """``full_risk`` and, when some samples are held out, ``test_risk`` from ℓ(h, full) (P, n)."""
+    test = ~analysis
+    out = {"full_risk": masked_sum(full_loss, analysis) / analysis.sum()}
+    if test.any():
+        out["test_risk"] = masked_sum(full_loss, test) / test.sum()
+    return out
+
+
+def fold_terms(fold_loss: np.ndarray, member: np.ndarray, analysis: np.ndarray,
+               full_loss: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """``fold_sum``, ``fold_risk`` and (given ℓ(h, full) (P, n)) ``fold_change``.
+
+    ``fold_loss`` (P, R, K, n) is ℓ_i(h, fold j) on every sample.
+    """
+    n_d = analysis.sum()
+    out = {"fold_sum": masked_sum(fold_loss, member[None]),
+           "fold_risk": masked_sum(fold_loss, analysis) / n_d}
+    if full_loss is not None:
+        change = np.abs(fold_loss - full_loss[:, None, None, :])
+        out["fold_change"] = masked_sum(change, analysis) / n_d
+    return out
+
+
+def pair_terms(losses: np.ndarray, pair_at: np.ndarray, fold_at: np.ndarray, member: np.ndarray,
+               analysis: np.ndarray) -> dict[str, np.ndarray]:
+    """``inner_sum`` and ``inner_change`` of every outer fold's inner study.
+
+    The inner study of outer fold t is D ∖ N_t with folds {N_l, l ≠ t}: its fold fits are the
+    pairs (t, l) and its "full" fit is fold t. ``losses`` (P, S, n) holds ℓ_i of S splits;
+    ``pair_at`` (R, K, K) and ``fold_at`` (R, K) give the position in S of pair (t, l) and of
+    fold t (the diagonal of ``pair_at`` is never read). Only the samples of D ∖ N_t are read
+    for outer fold t.
+    """
+    n_params = losses.shape[0]
+    n_repeats, k = fold_at.shape
+    inner_sum = np.zeros((n_params, n_repeats, k, k))
+    inner_change = np.zeros((n_params, n_repeats, k, k))
+    for r in range(n_repeats):
+        for t in range(k):
+            others = np.flatnonzero(np.arange(k) != t)
+            rest = analysis & ~member[r, t]                              # D ∖ N_t
+            on_rest = losses[:, pair_at[r, t, others]][:, :, rest]      # (P, K-1, |rest|)
+            base = losses[:, fold_at[r, t]][:, rest]                    # (P, |rest|)
+            inner_change[:, r, t, others] = np.abs(on_rest - base[:, None]).sum(-1) / rest.sum()
+            inner_sum[:, r, t, others] = masked_sum(on_rest, member[r, others][:, rest])
+    return {"inner_sum": inner_sum, "inner_change": inner_change}
+
+
+def argmin_first(values: np.ndarray, axis: int = 0) -> np.ndarray:
+    """Index of the minimum along ``axis``: ties to the first, NaN skipped, -1 if all NaN."""
+    values = np.asarray(values, dtype=np.float64)
+    nan = np.isnan(values)
+    index = np.argmin(np.where(nan, np.inf, values), axis=axis)
+    return np.where(nan.all(axis=axis), -1, index)
+
+
+def nested_choice(criterion: np.ndarray, outer_sum: np.ndarray, sizes: np.ndarray
+                  ) -> dict[str, np.ndarray]:
+    """Per outer fold the param ``h_t = argmin_h criterion`` and its loss sum on N_t.
+
+    ``criterion`` (P, R, K, ...) (extra trailing dims, e.g. λ, are kept), ``outer_sum``
+    (P, R, K) = Σ_{i∈N_t} ℓ_i(h, fold t), ``sizes`` (R, K) = |N_t|. A param whose fold-t fit
+    failed (NaN ``outer_sum``) is never chosen for t. Returns ``chosen`` (R, K, ...),
+    ``outer_sum`` m_t (R, K, ...) and ``estimate_repeat`` (R, ...) = Σ_t m_t / n.
+    """
+    extra = (None,) * (criterion.ndim - 3)
+    sums = outer_sum[(...,) + extra]
+    chosen = argmin_first(np.where(np.isnan(sums), np.nan, criterion), axis=0)
+    picked = np.take_along_axis(np.broadcast_to(sums, criterion.shape),
+                                np.maximum(chosen, 0)[None], axis=0)[0]
+    m = np.where(chosen >= 0, picked, np.nan)
+    n = sizes.sum(axis=1)
+    return {"chosen": chosen, "outer_sum": m,
+            "estimate_repeat": m.sum(axis=1) / n[(...,) + extra]}
