@@ -1,9 +1,11 @@
 """The store: schema round trip, fill values, chunk-aligned writes, refusing non-stores."""
 from __future__ import annotations
 
+import dask.array as da
 import numpy as np
 import pytest
 import xarray as xr
+import zarr
 
 from cvflow import store
 from cvflow.data import Data
@@ -12,16 +14,20 @@ from cvflow.learners import Param
 from cvflow.testing import simple_design
 
 
-def _template(n=12, n_params=5):
+def _template(n=12, n_params=5, *, dtype="float64", chunks=(2, 4), mixed=False):
     rng = np.random.default_rng(0)
     data = Data(X=rng.normal(size=(n, 3)), y=rng.normal(size=n), feature_names=["a", "b", "c"],
-                is_test=np.zeros(n, bool))
+                is_test=np.arange(n) >= n - 2)
     design = simple_design(n, 4, pairs=True)
     params = [Param("ridge", "sklearn.linear_model.Ridge", hyper={"alpha": float(a)})
               for a in range(n_params)]
+    if mixed:       # a second learner: string and missing hyperparameters
+        params += [Param("svr", "sklearn.svm.SVR", hyper={"kernel": k, "C": 1.0})
+                   for k in ("rbf", "linear")]
     attrs = {"task": "regression", "loss": "squared", "classes": "null", "workflow": "{}",
              "workflow_hash": "h", "data_hash": "d"}
-    return store.cube_template(data, design, params, attrs=attrs, chunks=(2, 4)), design
+    return store.cube_template(data, design, params, attrs=attrs, chunks=chunks,
+                               dtype=dtype), design
 
 
 def test_round_trip_and_fill_values(tmp_path):
@@ -69,3 +75,123 @@ def test_not_a_store(tmp_path):
         store.open_cube(tmp_path / "x")
     with pytest.raises(StoreError, match="does not exist"):
         store.open_cube(tmp_path / "nope")
+
+
+def _files(path):
+    return {str(f.relative_to(path)): f.read_bytes() for f in path.rglob("*") if f.is_file()}
+
+
+@pytest.mark.parametrize("options", [{}, {"dtype": "float32", "mixed": True},
+                                     {"chunks": (7, 1), "n_params": 7, "mixed": True}])
+def test_create_writes_what_xarray_to_zarr_writes(tmp_path, options):
+    """Reference: the store xarray's to_zarr(compute=False) makes of the same template."""
+    import json
+
+    template, _ = _template(**options)
+    ref, ours = tmp_path / "ref.zarr", tmp_path / "ours.zarr"
+    template.to_zarr(ref, mode="w-", compute=False, zarr_format=3, consolidated=False)
+    store.create(ours, template)
+    ref_files, our_files = _files(ref), _files(ours)
+    assert sorted(our_files) == sorted(ref_files)           # same arrays, same chunks written
+    for key, content in ref_files.items():
+        if key.endswith("zarr.json"):                      # metadata, attributes, codecs
+            assert json.loads(our_files[key]) == json.loads(content), key
+        else:
+            assert our_files[key] == content, key
+    xr.testing.assert_identical(xr.open_zarr(ours, consolidated=False).load(),
+                                xr.open_zarr(ref, consolidated=False).load())
+    assert not list(tmp_path.glob(".ours.zarr.creating-*"))
+
+
+def test_create_removes_leftovers_and_refuses_an_existing_path(tmp_path):
+    template, _ = _template()
+    leftover = tmp_path / ".c.zarr.creating-deadbeef"
+    (leftover / "pred").mkdir(parents=True)
+    store.create(tmp_path / "c.zarr", template)
+    assert not leftover.exists() and store.is_store(tmp_path / "c.zarr")
+    with pytest.raises(StoreError, match="already exists"):
+        store.create(tmp_path / "c.zarr", template)
+
+
+def _reference_cube(path):
+    """What open_cube promises: xarray's open_zarr with everything but pred loaded."""
+    cube = xr.open_zarr(path, consolidated=False, zarr_format=3)
+    return cube.assign({n: cube[n].load() for n in cube.data_vars if n != "pred"}).assign_coords(
+        {n: cube[n].load() for n in cube.coords})
+
+
+def _assert_same_cube(cube, ref):
+    xr.testing.assert_identical(cube, ref)
+    assert isinstance(cube["pred"].data, da.Array) and cube["pred"].chunks == ref["pred"].chunks
+    assert all(isinstance(cube[n].data, np.ndarray) for n in cube.variables if n != "pred")
+    for name in ref.variables:
+        assert cube[name].dtype == ref[name].dtype, name
+        assert cube[name].encoding.get("chunks") == ref[name].encoding["chunks"], name
+    assert cube.encoding["source"] == str(ref.encoding["source"])
+
+
+def test_open_cube_gives_xarrays_dataset(tmp_path):
+    template, _ = _template(mixed=True)
+    path = tmp_path / "c.zarr"
+    store.create(path, template)
+    pred = np.arange(2 * 4 * 12, dtype=float).reshape(2, 4, 12)
+    store.write_block(path, store.BlockResult(
+        slice(2, 4), slice(4, 8), pred, np.eye(2, 4, dtype=bool),
+        np.where(np.eye(2, 4, dtype=bool), "boom", "").astype(object), np.ones((2, 4))))
+    _assert_same_cube(store.open_cube(path), _reference_cube(path))
+
+
+def test_open_cube_reads_global_coordinates(tmp_path):
+    """A store extended by xarray (mode "a", coordinates only) lists them on the group."""
+    template, _ = _template()
+    path = tmp_path / "c.zarr"
+    store.create(path, template)
+    attrs = dict(zarr.open_group(str(path), mode="r").attrs)
+    xr.Dataset(coords={"gamma": ("param", np.arange(5.0))}, attrs=attrs).to_zarr(
+        path, mode="a", zarr_format=3, consolidated=False)
+    assert "coordinates" in zarr.open_group(str(path), mode="r").attrs
+    cube = store.open_cube(path)
+    _assert_same_cube(cube, _reference_cube(path))
+    assert "gamma" in cube.coords and "coordinates" not in cube.attrs
+
+
+def test_read_pred_is_the_whole_prediction_array(tmp_path):
+    template, _ = _template()
+    path = tmp_path / "c.zarr"
+    store.create(path, template)
+    pred = np.random.default_rng(1).normal(size=(2, 4, 12))
+    store.write_block(path, store.BlockResult(slice(0, 2), slice(0, 4), pred,
+                                              np.zeros((2, 4), bool),
+                                              np.full((2, 4), "", dtype=object), np.ones((2, 4))))
+    expected = np.full((5, 11, 12), np.nan)
+    expected[:2, :4] = pred
+    np.testing.assert_array_equal(store.read_pred(path), expected)
+    np.testing.assert_array_equal(store.read_pred(store.open_cube(path)), expected)
+
+
+def test_write_status_batches_read_modify_write(tmp_path):
+    template, _ = _template()
+    path = tmp_path / "c.zarr"
+    store.create(path, template)
+
+    def status(ps, ss, seconds, failed_at=None):
+        shape = (ps.stop - ps.start, ss.stop - ss.start)
+        failed = np.zeros(shape, bool)
+        error = np.full(shape, "", dtype=object)
+        if failed_at is not None:
+            failed[failed_at], error[failed_at] = True, "bad fit"
+        return store.BlockResult(ps, ss, None, failed, error, np.full(shape, seconds))
+
+    store.write_status(path, [status(slice(0, 2), slice(0, 4), 1.0, (1, 2)),
+                              status(slice(4, 5), slice(8, 11), 2.0)])
+    store.write_status(path, [status(slice(2, 4), slice(0, 4), 3.0)])
+    store.write_status(path, [])
+    done = np.zeros((5, 11), bool)
+    done[0:4, 0:4] = done[4, 8:11] = True
+    seconds = np.full((5, 11), np.nan)
+    seconds[0:2, 0:4], seconds[4, 8:11], seconds[2:4, 0:4] = 1.0, 2.0, 3.0
+    group = zarr.open_group(str(path), mode="r")
+    np.testing.assert_array_equal(group["done"][...], done)
+    np.testing.assert_array_equal(group["fit_seconds"][...], seconds)
+    assert np.argwhere(group["failed"][...]).tolist() == [[1, 2]]
+    assert group["error"][1, 2] == "bad fit" and (group["error"][...] != "").sum() == 1
