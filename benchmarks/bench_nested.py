@@ -5,7 +5,8 @@ inner CV of each outer fold is the 4 other folds on both sides (scikit-learn get
 same folds through LeaveOneGroupOut on the fold labels).
 
 - cvflow: ``cvflow.run`` (fits the full, fold and pair splits into a store) then
-  ``corrected_kfold``, ``nested_cv`` and ``stability_nested`` on the opened store.
+  ``corrected_kfold``, ``nested_cv`` and ``stability_nested`` on the reopened store
+  (``cvflow.report.compute``, what ``cvflow report`` runs: ``pred`` is read once).
 - scikit-learn: ``cross_validate(GridSearchCV(tree, grid, cv=inner), X, y, cv=outer)`` with
   n_jobs=2 on the GridSearchCV or on cross_validate (the faster of the two is the reference).
 
@@ -43,15 +44,15 @@ def cvflow_once(wf, store, client):
     import time
 
     import cvflow
-    from cvflow import estimators
     from cvflow.engine import run
+    from cvflow.report import compute
 
     shutil.rmtree(store, ignore_errors=True)
     t0 = time.perf_counter()
     result = run(wf, store=store, client=client)
     t1 = time.perf_counter()
-    cube = cvflow.open(store)
-    out = {name: estimators.REGISTRY[name](cube, **opts) for name, opts in REDUCERS}
+    # what `cvflow report STORE` does: open the store, read pred once, run the estimators
+    out = compute(cvflow.open(store), REDUCERS)
     t2 = time.perf_counter()
     return {"fit": t1 - t0, "reduce": t2 - t1, "total": t2 - t0, "result": result, "out": out}
 

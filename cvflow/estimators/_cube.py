@@ -265,10 +265,6 @@ def param_coords(cube: xr.Dataset) -> dict:
     return {k: c for k, c in cube.coords.items() if c.dims == ("param",)}
 
 
-def n_analysis(cube: xr.Dataset) -> int:
-    return int((~cube["is_test"].values).sum())
-
-
 def _param_settings(cube: xr.Dataset) -> list[tuple[str, dict]]:
     """(learner, hyper/fixed settings) of every param, from ``param_json``."""
     out = []
