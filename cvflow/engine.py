@@ -129,8 +129,10 @@ def prepare_store(workflow: Workflow, study: Study, path: Path, *, overwrite: bo
     return chunks
 
 
-def pending_blocks(path: Path, chunks: tuple[int, int]) -> list[tuple[slice, slice]]:
-    done = cube_store.read_mask(path, "done")
+def pending_blocks(path: Path, chunks: tuple[int, int],
+                   done: np.ndarray | None = None) -> list[tuple[slice, slice]]:
+    """The blocks with a fit not yet ``done`` (``done``: the store's mask, read if None)."""
+    done = cube_store.read_mask(path, "done") if done is None else done
     return [(ps, ss) for ps, ss in cube_store.blocks(*done.shape, chunks) if not done[ps, ss].all()]
 
 
@@ -196,10 +198,14 @@ def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, 
     t_start = time.perf_counter()
     study = workflow.build()
     workers = workers or workflow.execution.get("workers")
+    fresh = overwrite or not path.exists()
     chunks = prepare_store(workflow, study, path, overwrite=overwrite, n_workers=workers or 2)
-    todo = pending_blocks(path, chunks)
     n_total = len(study.params) * study.design.n_splits
-    n_todo = int(n_total - cube_store.read_mask(path, "done").sum())
+    # a store created just now has nothing done: no need to read it back
+    done = (np.zeros((len(study.params), study.design.n_splits), dtype=bool) if fresh
+            else cube_store.read_mask(path, "done"))
+    todo = pending_blocks(path, chunks, done)
+    n_todo = int(n_total - done.sum())
     result = RunResult(store=path, total_fits=n_total, fits_executed=0, failed=0, tasks=0,
                        wall_seconds=0.0, fit_seconds=0.0, distinct_pairs=n_todo, chunks=chunks,
                        roles_requested=len(study.params) * study.design.roles_requested)
@@ -217,7 +223,6 @@ def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, 
         X = c.submit(_value, study.data.X, pure=False, key=f"cvflow-X-{time.time_ns()}")
         y = c.submit(_value, study.data.y, pure=False, key=f"cvflow-y-{time.time_ns()}")
         futures = []
-        done = cube_store.read_mask(path, "done")
         for ps, ss in todo:
             # a block sharing its chunk with stored fits (extended study) fits only the rest
             cells = None if not done[ps, ss].any() else ~done[ps, ss]

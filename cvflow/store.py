@@ -97,18 +97,22 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
     # small (param, split) status variables, writes them in batches as results come back. One
     # chunk each keeps the store at ~one file per task (not five) and needs no lock.
     status = (n_params, n_splits)
+    # named by what defines them (no tokenizing, ~half the template's cost); distinct names:
+    # identical dask graphs would otherwise load into one shared array
+    key = f"{n_params}x{n_splits}x{n}-{bp}x{bs}-{np.dtype(dtype).name}"
     ds = xr.Dataset(
         {
             "pred": (("param", "split", "sample"),
-                     da.full((n_params, n_splits, n), np.nan, dtype=dtype, chunks=block + (n,))),
-            # distinct names: identical dask graphs would otherwise load into one shared array
+                     da.full((n_params, n_splits, n), np.nan, dtype=dtype, chunks=block + (n,),
+                             name=f"cvflow-pred-{key}")),
             "done": (("param", "split"),
-                     da.zeros((n_params, n_splits), dtype=bool, chunks=status, name="cvflow-done")),
+                     da.zeros((n_params, n_splits), dtype=bool, chunks=status, name=f"cvflow-done-{key}")),
             "failed": (("param", "split"),
-                       da.zeros((n_params, n_splits), dtype=bool, chunks=status, name="cvflow-failed")),
+                       da.zeros((n_params, n_splits), dtype=bool, chunks=status, name=f"cvflow-failed-{key}")),
             "error": (("param", "split"), np.full((n_params, n_splits), "", dtype=object)),
             "fit_seconds": (("param", "split"),
-                            da.full((n_params, n_splits), np.nan, chunks=status)),
+                            da.full((n_params, n_splits), np.nan, chunks=status,
+                                    name=f"cvflow-fit_seconds-{key}")),
             "train": (("split", "sample"), design.train),
             "fold": (("repeat", "sample"), design.fold),
             "fold_split": (("repeat", "outer"), design.fold_split),
@@ -199,9 +203,11 @@ def _array_specs(ds: xr.Dataset) -> tuple[dict, dict]:
     import base64
     import struct
 
+    from zarr.dtype import parse_dtype
+
     coord_names = sorted(str(n) for n in ds.coords if n not in ds.dims)
     attached: set[str] = set()
-    specs = {}
+    specs, dtypes = {}, {}
     for name, var in ds.variables.items():
         attrs = {k: _attr(v) for k, v in var.attrs.items()}
         if name not in ds.coords:
@@ -216,7 +222,10 @@ def _array_specs(ds: xr.Dataset) -> tuple[dict, dict]:
         chunks = var.encoding.get("chunks")
         if chunks is None and var.chunks is not None:
             chunks = tuple(c[0] for c in var.chunks)
-        specs[str(name)] = dict(shape=var.shape, dtype=str if var.dtype.kind == "O" else var.dtype,
+        if var.dtype not in dtypes:      # zarr's dtype lookup is slow: once per dtype
+            dtypes[var.dtype] = parse_dtype(str if var.dtype.kind == "O" else var.dtype,
+                                            zarr_format=3)
+        specs[str(name)] = dict(shape=var.shape, dtype=dtypes[var.dtype],
                                 chunks=tuple(chunks) if chunks is not None else "auto",
                                 fill_value=fill, dimension_names=var.dims, attributes=attrs)
     group_attrs = {k: _attr(v) for k, v in ds.attrs.items()}

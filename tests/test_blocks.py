@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -97,3 +98,32 @@ def test_estimate_weights_learners_by_their_param_count():
                     hyper={"alpha": 1.0})]
     est = estimate_seconds_per_fit(cheap + sleepy, X, y, train, budget=0.1)
     assert 0.003 <= est <= 0.01
+
+
+def test_estimate_samples_the_whole_grid_not_its_first_params():
+    """Grid of 64: the first half fits in no time, the second half sleeps 10 ms per fit.
+
+    The timed params are spread over the grid, so the estimate is near the grid's mean
+    (5 ms), not the ~0 ms of its first params (timing the first 32 fits the budget).
+    """
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(100, 3)), rng.normal(size=100)
+    train = np.ones(100, bool)
+    grid = [Param("sleepy", "fault_helpers.SlowRidge", hyper={"delay": 0.0 if i < 32 else 0.01,
+                                                               "alpha": float(i)})
+            for i in range(64)]
+    est = estimate_seconds_per_fit(grid, X, y, train, budget=0.02)
+    assert 0.0035 <= est <= 0.009
+
+
+def test_estimate_default_budget_is_small():
+    """The client times fits while the workers wait: the default budget stays tens of ms."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(200, 5)), rng.normal(size=200)
+    train = np.arange(200) < 160
+    grid = [Param("cart", "sklearn.tree.DecisionTreeRegressor", hyper={"max_depth": d})
+            for d in range(1, 51)]
+    estimate_seconds_per_fit(grid, X, y, train)                       # warm: imports
+    t0 = time.perf_counter()
+    est = estimate_seconds_per_fit(grid, X, y, train)
+    assert est > 0 and time.perf_counter() - t0 < 0.2

@@ -201,7 +201,6 @@ def test_random_cuts_six_times_then_complete(workflow, clean, tmp_path):
 
 def test_store_creation_cut_midway_leaves_no_half_store(tmp_path, monkeypatch):
     """A run killed while creating the store leaves no store at its path; the rerun creates it."""
-    import xarray as xr
     import zarr
 
     import cvflow.engine
@@ -211,13 +210,11 @@ def test_store_creation_cut_midway_leaves_no_half_store(tmp_path, monkeypatch):
     wf = load_workflow(fh.slow_workflow(tmp_path / "wf.yaml"))
     study = wf.build()
     path = tmp_path / "s.zarr"
-    real_to_zarr = xr.Dataset.to_zarr
 
-    def to_zarr_then_die(self, target, *args, **kwargs):
-        real_to_zarr(self, target, *args, **kwargs)   # metadata written ...
-        raise KeyboardInterrupt                        # ... then the process is cut
+    def die(*args):                                    # every file written, not yet renamed:
+        raise KeyboardInterrupt                        # the process is cut
 
-    monkeypatch.setattr(xr.Dataset, "to_zarr", to_zarr_then_die)
+    monkeypatch.setattr(cube_store.os, "rename", die)
     with pytest.raises(KeyboardInterrupt):
         cvflow.engine.prepare_store(wf, study, path)
     monkeypatch.undo()
