@@ -26,9 +26,8 @@ def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, 
     the estimators share one read instead of each selecting its splits from disk.
     """
     from .estimators import REGISTRY
-    from .estimators._cube import load_if_small
 
-    cube = cube.assign(pred=load_if_small(cube["pred"]))
+    cube = cube.assign(pred=_pred_in_memory_if_small(cube))
     out = {}
     for name, options in estimators or requested_estimators(cube):
         if name not in REGISTRY:
@@ -36,6 +35,24 @@ def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, 
         options = {**options, **(overrides or {}).get(name, {})}
         out[name] = REGISTRY[name](cube, loss=loss, **options)
     return out
+
+
+def _pred_in_memory_if_small(cube: xr.Dataset) -> xr.DataArray:
+    """``pred`` read into memory when it fits the reducers' budget, else unchanged (lazy).
+
+    The untouched lazy ``pred`` of :func:`cvflow.store.open_cube` (dask name ``cvflow-pred-*``)
+    is read in one concurrent round trip (:func:`cvflow.store.read_pred`), anything else
+    (a selection, an in-memory cube) through dask.
+    """
+    from .estimators._cube import fits_budget, is_lazy, load_if_small
+    from .store import read_pred
+
+    pred = cube["pred"]
+    opened = (is_lazy(pred.data) and str(pred.data.name).startswith("cvflow-pred-")
+              and "source" in cube.encoding)
+    if opened and fits_budget(pred.nbytes):
+        return pred.copy(data=read_pred(cube))
+    return load_if_small(pred)
 
 
 def _plain(value):
