@@ -51,7 +51,9 @@ def _pred_in_memory_if_small(cube: xr.Dataset) -> xr.DataArray:
     opened = (is_lazy(pred.data) and str(pred.data.name).startswith("cvflow-pred-")
               and "source" in cube.encoding)
     if opened and fits_budget(pred.nbytes):
-        return pred.copy(data=read_pred(cube))
+        values = read_pred(cube)
+        if values.shape == pred.shape:      # else the store was extended since it was opened
+            return pred.copy(data=values)
     return load_if_small(pred)
 
 
