@@ -19,7 +19,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
 
 from .errors import InputError
 
@@ -94,6 +93,10 @@ def fold_labels(
         raise InputError(
             f"design.folds: {folds} folds but only {n_analysis} samples; use at most {n_analysis}"
         )
+    # imported here: scikit-learn's model_selection (with scipy.stats) takes ~1 s to import,
+    # which every CLI command would otherwise pay
+    from sklearn.model_selection import GroupKFold, KFold, StratifiedKFold
+
     labels = np.full((repeats, y.shape[0]), -1, dtype=np.int32)
     for r in range(repeats):
         rs = None if seed is None else seed + r
@@ -124,6 +127,8 @@ def fold_labels(
 
 def _group_kfold_shuffles() -> bool:
     import inspect
+
+    from sklearn.model_selection import GroupKFold
 
     return "shuffle" in inspect.signature(GroupKFold).parameters
 

@@ -16,12 +16,12 @@ import json
 
 import numpy as np
 import xarray as xr
-from scipy.stats import norm
 
 from ..errors import InputError
 from ._cube import (analysis_weights, at_splits, fold_membership, loss_name, param_coords,
                     param_label, pointwise_loss, require, weighted_sum)
 from .nested import inner_scores
+from .ustat import normal_quantile
 
 
 def _pick(cube: xr.Dataset, param, where: str) -> xr.Dataset:
@@ -132,7 +132,7 @@ def bates_ncv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = 
     # √K times it; a negative MSE estimate thus gives the naive width.
     se = xr.where(se_raw.isnull() & mse.notnull(), se_naive,
                   np.minimum(np.maximum(se_raw, se_naive), np.sqrt(k) * se_naive))
-    z = float(norm.ppf(1 - a_level / 2))
+    z = normal_quantile(1 - a_level / 2)
     estimate = err_ncv - bias
     out = xr.Dataset({
         "mse": mse, "err_ncv": err_ncv, "err_cv": err_cv, "bias": bias, "estimate": estimate,
@@ -176,7 +176,7 @@ def wald_cv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = No
     var_within = within.mean("repeat", skipna=False)
     var_all = everything.mean("repeat", skipna=False)
     n_mean = float(n.mean())
-    z = float(norm.ppf(1 - a_level / 2))
+    z = normal_quantile(1 - a_level / 2)
     se_w = np.sqrt(var_within / n_mean)
     se_a = np.sqrt(var_all / n_mean)
     out = xr.Dataset({
