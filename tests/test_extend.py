@@ -10,6 +10,7 @@ import pytest
 import zarr
 
 import cvflow
+from cvflow import report
 from cvflow.engine import run
 from cvflow.errors import StoreError
 from cvflow.estimators import kfold
@@ -56,6 +57,7 @@ def test_new_grid_values_fit_alone_and_old_bytes_stay(tmp_path, write_workflow, 
     assert res.fits_executed == 3 * n_splits == sum(fit_log(log).values())
     old_pred, old_done = stored(store), stored(store, "done")
     chunks = tuple(zarr.open_group(str(store))["pred"].chunks[:2])
+    opened_before = cvflow.open(store)                      # a reader holding the old cube
 
     # new values in the middle and at the end of the grid; the old ones keep their indices
     second = workflow(write_workflow, log, "[0.1, 0.5, 1.0, 10.0, 100.0]", name="b.yaml")
@@ -78,6 +80,10 @@ def test_new_grid_values_fit_alone_and_old_bytes_stay(tmp_path, write_workflow, 
     ref = kfold(cvflow.open(fresh.store))
     order = [0, 2, 3, 1, 4]                                 # fresh grid order -> store order
     np.testing.assert_allclose(kfold(cube)["estimate"].values, ref["estimate"].values[order],
+                               rtol=1e-12)
+    # a cube opened before the extension still reduces (its 3 params, not the grown store's)
+    old = report.compute(opened_before, [("kfold", {})])["kfold"]
+    np.testing.assert_allclose(old["estimate"].values, ref["estimate"].values[[0, 2, 3]],
                                rtol=1e-12)
     assert run(second, store=store, client=client).fits_executed == 0
 

@@ -161,7 +161,8 @@ def _cut_until_complete(workflow, store, clean, *, cuts: int, seed: int) -> list
             when, target = f"after {rng.uniform(0.2, 12.0):.1f}s", None
             deadline = time.monotonic() + float(when.split()[1][:-1])
         else:
-            target = rng.randint(fh.done_count(store) + 1, N_FITS - 1)
+            # a target above what is done (an earlier cut may have left all but one done)
+            target = rng.randint(min(fh.done_count(store) + 1, N_FITS - 1), N_FITS - 1)
             when, deadline = f"at {target} fits done", time.monotonic() + 300
         try:
             while time.monotonic() < deadline and proc.poll() is None:
