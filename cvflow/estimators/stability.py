@@ -202,7 +202,7 @@ def describe_stability(result: xr.Dataset) -> list[str]:
     """Text-report lines for :func:`stability`."""
     mu = result["stability"].values
     kf = result["kfold"].values
-    order = np.argsort(np.where(np.isnan(kf), np.inf, kf))[:5]
+    order = np.argsort(np.where(np.isnan(kf), np.inf, kf), kind="stable")[:5]
     lines = [f"hypothesis stability mu(h), eq. 5 ({result.attrs.get('loss')}); best K-fold params:"]
     for h in order:
         lines.append(f"  #{int(h):<4d} kfold {kf[h]:<12.6g} mu {mu[h]:.6g}")
