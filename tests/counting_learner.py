@@ -23,5 +23,19 @@ class CountingRidge(Ridge):
         return super().fit(X, y, sample_weight=sample_weight)
 
 
+class SleepyCountingRidge(CountingRidge):
+    """CountingRidge that also sleeps ``delay`` seconds per fit (a known lower bound on cost)."""
+
+    def __init__(self, alpha=1.0, fit_intercept=True, log=None, delay=0.005):
+        super().__init__(alpha=alpha, fit_intercept=fit_intercept, log=log)
+        self.delay = delay
+
+    def fit(self, X, y, sample_weight=None):
+        import time
+
+        time.sleep(self.delay)
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
 class OtherCountingRidge(CountingRidge):
     """The same learner under another dotted path (a changed ``estimator``)."""
