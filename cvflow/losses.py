@@ -76,20 +76,22 @@ LOSS_OUTPUTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def apply_loss(name: str, y, pred: np.ndarray, positive=None, outputs=None) -> np.ndarray:
+def apply_loss(name: str, y, pred, positive=None, outputs=None):
     """Loss ``name`` of predictions ``pred`` (params first, samples last) against ``y``.
 
     ``outputs`` (one per param along the first axis) tells ``zero_one`` how to read each
-    param's stored values (labels, decision values or probabilities).
+    param's stored values (labels, decision values or probabilities). Works on numpy and
+    dask arrays alike.
     """
     fn = LOSSES[name]
     if name != "zero_one":
         return fn(y, pred, positive)
     outputs = np.asarray(outputs, dtype=object)
-    out = np.empty(np.shape(pred))
-    for output in set(outputs.tolist()):
-        rows = outputs == output
-        out[rows] = fn(y, pred[rows], positive, output=output)
+    kinds = sorted(set(outputs.tolist()))
+    out = fn(y, pred, positive, output=kinds[0])
+    for kind in kinds[1:]:
+        rows = (outputs == kind).reshape((-1,) + (1,) * (np.ndim(pred) - 1))
+        out = np.where(rows, fn(y, pred, positive, output=kind), out)
     return out
 
 

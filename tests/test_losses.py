@@ -136,3 +136,23 @@ def test_reducer_refuses_a_loss_the_stored_output_cannot_give():
                     is_test=is_test)
     with pytest.raises(InputError, match="needs decision_function"):
         corrected_kfold(cube, loss="hinge")
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_zero_one_reads_each_params_own_output(lazy):
+    """One cube, three learners storing decision values, probabilities and labels: each
+    param's zero-one loss equals scikit-learn's on its own predicted labels."""
+    import dask.array as da
+
+    from cvflow.losses import apply_loss
+
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 30)
+    outputs = ["decision_function", "predict_proba", "predict", "decision_function"]
+    stored = np.stack([rng.normal(size=30), rng.uniform(size=30), rng.integers(0, 2, 30),
+                       rng.normal(size=30)]).astype(float)
+    labels = [(stored[0] > 0), (stored[1] > 0.5), stored[2], (stored[3] > 0)]
+    data = da.from_array(stored, chunks=(1, 30)) if lazy else stored
+    got = np.asarray(apply_loss("zero_one", y, data, 1, outputs))
+    for h in range(4):
+        assert got[h].mean() == pytest.approx(zero_one_loss(y, labels[h].astype(int)))

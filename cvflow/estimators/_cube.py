@@ -11,7 +11,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from ..losses import LOSSES, apply_loss, check_loss
+from ..losses import apply_loss, check_loss
 from . import np_roles
 
 
@@ -36,17 +36,12 @@ def pointwise_loss(cube: xr.Dataset, loss: str | None = None, pred: xr.DataArray
     """
     name = loss_name(cube, loss)
     pred = load_if_small(cube["pred"] if pred is None else pred)
-    fn = LOSSES[name]
-    y = cube["y"]
-    if name == "zero_one":
-        outputs = [str(v) for v in (pred["output"].values if "output" in pred.coords
-                                    else cube["output"].values)]
-        if len(set(outputs)) > 1:
-            parts = [fn(y, pred.isel(param=[h]), positive_label(cube), output=o)
-                     for h, o in enumerate(outputs)]
-            return xr.concat(parts, dim="param").rename("loss")
-        return fn(y, pred, positive_label(cube), output=outputs[0]).rename("loss")
-    return fn(y, pred, positive_label(cube)).rename("loss")
+    outputs = (pred if "output" in pred.coords else cube)["output"].values
+    dims = pred.dims
+    pred = pred.transpose("param", ..., "sample")
+    values = apply_loss(name, np.asarray(cube["y"].values), pred.data, positive_label(cube),
+                        outputs)
+    return pred.copy(data=values).transpose(*dims).rename("loss")
 
 
 def require(cube: xr.Dataset, table: str, what: str) -> xr.DataArray:
@@ -225,8 +220,8 @@ def fold_membership(cube: xr.Dataset) -> xr.DataArray:
     """1.0 where sample i is in fold j of repeat r, else 0.0; dims (repeat, outer, sample)."""
     fold = cube["fold"].values
     k = cube.sizes.get("outer", int(fold.max()) + 1)
-    member = (fold[:, None, :] == np.arange(k)[None, :, None]).astype(np.float64)
-    return xr.DataArray(member, dims=("repeat", "outer", "sample"))
+    return xr.DataArray(np_roles.fold_members(fold, k).astype(np.float64),
+                        dims=("repeat", "outer", "sample"))
 
 
 def analysis_weights(cube: xr.Dataset) -> xr.DataArray:
