@@ -40,19 +40,16 @@ def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, 
 def _pred_in_memory_if_small(cube: xr.Dataset) -> xr.DataArray:
     """``pred`` read into memory when it fits the reducers' budget, else unchanged (lazy).
 
-    The untouched lazy ``pred`` of :func:`cvflow.store.open_cube` (dask name ``cvflow-pred-*``)
-    is read in one concurrent round trip (:func:`cvflow.store.read_pred`), anything else
-    (a selection, an in-memory cube) through dask.
+    An opened store's own ``pred`` is read in one concurrent round trip
+    (:func:`cvflow.store.read_pred`), anything else (a selection, an in-memory cube) by dask.
     """
     from .estimators._cube import fits_budget, is_lazy, load_if_small
     from .store import read_pred
 
     pred = cube["pred"]
-    opened = (is_lazy(pred.data) and str(pred.data.name).startswith("cvflow-pred-")
-              and "source" in cube.encoding)
-    if opened and fits_budget(pred.nbytes):
+    if is_lazy(pred.data) and fits_budget(pred.nbytes):
         values = read_pred(cube)
-        if values.shape == pred.shape:      # else the store was extended since it was opened
+        if values is not None:
             return pred.copy(data=values)
     return load_if_small(pred)
 

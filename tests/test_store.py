@@ -167,6 +167,9 @@ def test_read_pred_is_the_whole_prediction_array(tmp_path):
     expected[:2, :4] = pred
     np.testing.assert_array_equal(store.read_pred(path), expected)
     np.testing.assert_array_equal(store.read_pred(store.open_cube(path)), expected)
+    cube = store.open_cube(path)
+    assert store.read_pred(cube.isel(param=[1, 0])) is None          # not the stored array
+    assert store.read_pred(cube.load()) is None
 
 
 def test_write_status_batches_read_modify_write(tmp_path):
