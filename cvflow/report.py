@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -124,9 +123,17 @@ def status(path: str | Path) -> dict:
 def summarize_fits(done: np.ndarray, failed: np.ndarray, errors: np.ndarray,
                    learners: np.ndarray) -> dict:
     """Counts of (param, split) fits done / failed, per learner, and failures grouped by
-    message, from the status arrays (param, split) and the learner of each param."""
+    message, from the status arrays (param, split) and the learner of each param.
+
+    ``failures`` maps each group's example message to its count of fits, messages that differ
+    only in their numbers being one group (:func:`cvflow.failures.group`); ``failure_variants``
+    maps the same examples to the number of distinct messages in the group.
+    """
+    from .failures import group
+
     failed = failed & done
     errors = np.asarray([str(e) for e in errors.ravel()]).reshape(failed.shape)
+    groups = group(errors[failed])
     per_learner = {}
     for name in dict.fromkeys(learners):
         rows = learners == name
@@ -138,7 +145,8 @@ def summarize_fits(done: np.ndarray, failed: np.ndarray, errors: np.ndarray,
         "failed": int(failed.sum()),
         "complete": bool(done.all()),
         "learners": per_learner,
-        "failures": dict(Counter(errors[failed]).most_common()),
+        "failures": {example: g["count"] for example, g in groups.items()},
+        "failure_variants": {example: g["variants"] for example, g in groups.items()},
     }
 
 
@@ -148,9 +156,14 @@ def format_status(info: dict) -> str:
     if len(info["learners"]) > 1 or info["failed"]:
         for name, s in info["learners"].items():
             lines.append(f"  {name}: {s['done']}/{s['total']} done, {s['failed']} failed")
-    for message, count in info["failures"].items():
-        lines.append(f"  {count} fit(s) failed: {message}")
+    lines += [f"  {count} fit(s) failed: {message}{_variants(info, message)}"
+              for message, count in info["failures"].items()]
     return "\n".join(lines)
+
+
+def _variants(info: dict, message: str) -> str:
+    n = info.get("failure_variants", {}).get(message, 1)
+    return f" (and {n - 1} similar message(s) differing only in numbers)" if n > 1 else ""
 
 
 def _param_text(cube: xr.Dataset, index: int) -> str:
@@ -192,7 +205,8 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
     info = status_from_cube(cube)
     if info["failed"]:
         lines.append(f"{info['failed']} of {info['total']} fits failed:")
-        lines += [f"  {count} x {message}" for message, count in info["failures"].items()]
+        lines += [f"  {count} x {message}{_variants(info, message)}"
+                  for message, count in info["failures"].items()]
     return "\n".join(lines)
 
 
