@@ -40,6 +40,7 @@ SPLITS_NEEDED: dict[str, set[str]] = {
     "wald_cv": {"fold"},
     "ustat": {"subset"},
     "nadeau_bengio": {"subset"},
+    "corrected_t": {"fold"},
 }
 
 

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 from .corrected import corrected_kfold
+from .corrected_t import corrected_t
+from .corrected_t import describe as _describe_corrected_t
 from .corrected import describe as _describe_corrected
 from .kfold import kfold
 from .bates import bates_ncv, wald_cv
@@ -21,7 +23,7 @@ from .ustat import describe_nadeau_bengio as _describe_nadeau_bengio
 from .ustat import nadeau_bengio, ustat
 
 __all__ = ["corrected_kfold", "kfold", "stability", "stability_nested", "nested_cv", "bates_ncv", "wald_cv",
-           "ustat", "nadeau_bengio"]
+           "ustat", "nadeau_bengio", "corrected_t"]
 
 REGISTRY = {
     "stability": stability,
@@ -33,6 +35,7 @@ REGISTRY = {
     "corrected_kfold": corrected_kfold,
     "ustat": ustat,
     "nadeau_bengio": nadeau_bengio,
+    "corrected_t": corrected_t,
 }
 
 DESCRIBE: dict = {
@@ -44,4 +47,5 @@ DESCRIBE: dict = {
     "corrected_kfold": _describe_corrected,
     "ustat": _describe_ustat,
     "nadeau_bengio": _describe_nadeau_bengio,
+    "corrected_t": _describe_corrected_t,
 }

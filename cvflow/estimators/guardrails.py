@@ -1,0 +1,92 @@
+"""Machine-readable warnings attached to a result when its answer is weak.
+
+A warning is a plain dict ``{"code": str, "message": str}`` (plus optional numbers). A
+reducer collects them in a list and :func:`attach` stores the list as JSON in the result's
+``attrs["warnings"]`` (JSON, so the Dataset stays serialisable to netCDF/Zarr); ``report
+--json`` prints it as a list, the text and HTML reports print each message. Codes are stable
+names a script can test for:
+
+=====================  ==================================================================
+code                   when
+=====================  ==================================================================
+tiny_test_sets         a fold (or the held-out test set) scores fewer than TINY_TEST samples
+few_samples            a normal approximation over fewer than FEW_SAMPLES analysis samples
+few_folds              fewer than FEW_FOLDS (fold, repeat) terms behind a variance
+variance_not_positive  a variance estimate is ≤ 0, so the test and interval are NaN
+variance_imprecise     the Monte Carlo se of ustat's v̂ is large against v̂
+conservative_design    nadeau_bengio on a subset design (n_test/n_train ≥ 1)
+mse_clamped            bates_ncv's se hit the naive floor (or MSE < 0) or the √K cap
+missing_fits           a param lacks a needed fit (failed or not yet written): NaN results
+=====================  ==================================================================
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import xarray as xr
+
+log = logging.getLogger(__name__)
+
+# DESIGN CHOICE: thresholds of the rules of thumb; the warnings say the number they saw so a
+# user can judge for themselves.
+TINY_TEST = 10
+FEW_SAMPLES = 30
+FEW_FOLDS = 10
+
+
+def warning(code: str, message: str, **numbers) -> dict:
+    """One warning: ``{"code", "message", **numbers}`` (numbers as plain floats/ints)."""
+    plain = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in numbers.items()}
+    return {"code": code, "message": message, **plain}
+
+
+def attach(result: xr.Dataset, warnings: list[dict], where: str) -> xr.Dataset:
+    """``result`` with ``attrs["warnings"]`` (JSON list) set; each warning is logged."""
+    for w in warnings:
+        log.warning("%s: %s", where, w["message"])
+    result.attrs["warnings"] = json.dumps(warnings)
+    return result
+
+
+def read(result: xr.Dataset) -> list[dict]:
+    """The warnings of a result (an empty list when it has none)."""
+    raw = result.attrs.get("warnings")
+    if not raw:
+        return []
+    return json.loads(raw) if isinstance(raw, str) else list(raw)
+
+
+def test_set_sizes(sizes, what: str = "fold") -> list[dict]:
+    """``tiny_test_sets`` when the smallest of ``sizes`` is below TINY_TEST."""
+    smallest = int(np.min(sizes)) if np.size(sizes) else 0
+    if smallest >= TINY_TEST:
+        return []
+    return [warning("tiny_test_sets", f"the smallest {what} scores only {smallest} sample(s) "
+                    f"(< {TINY_TEST}); its error estimate is very noisy", smallest=smallest)]
+
+
+def sample_count(n: int, what: str) -> list[dict]:
+    """``few_samples`` when a normal approximation rests on fewer than FEW_SAMPLES samples."""
+    if n >= FEW_SAMPLES:
+        return []
+    return [warning("few_samples", f"{what} uses a normal approximation over n = {n} samples "
+                    f"(< {FEW_SAMPLES}); its coverage and p-values may be far from nominal",
+                    n=int(n))]
+
+
+def fold_count(terms: int, what: str) -> list[dict]:
+    """``few_folds`` when a variance is estimated from fewer than FEW_FOLDS (fold, repeat) terms."""
+    if terms >= FEW_FOLDS:
+        return []
+    return [warning("few_folds", f"{what} estimates its variance from {terms} fold terms "
+                    f"(< {FEW_FOLDS}); use more folds or repeats", terms=int(terms))]
+
+
+def missing(count: int, what: str) -> list[dict]:
+    """``missing_fits`` when ``count`` params lack a needed fit (their results are NaN)."""
+    if not count:
+        return []
+    return [warning("missing_fits", f"{count} param(s) lack a fit {what} needs (failed or not "
+                    "written yet); their results are NaN", params=int(count))]
