@@ -189,7 +189,7 @@ def kfold_table(cube: xr.Dataset, result: xr.Dataset, max_rows: int = 12) -> lis
 
 def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
     """The text report: a section per estimator (its DESCRIBE formatter, or a generic one)."""
-    from .estimators import DESCRIBE
+    from .estimators import DESCRIBE, guardrails
 
     lines = []
     for name, result in results.items():
@@ -202,6 +202,7 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
             for var, da in result.data_vars.items():
                 if da.ndim == 0:
                     lines.append(f"  {var}: {da.values.item()}")
+        lines += [f"  warning [{w['code']}]: {w['message']}" for w in guardrails.read(result)]
     info = status_from_cube(cube)
     if info["failed"]:
         lines.append(f"{info['failed']} of {info['total']} fits failed:")

@@ -41,6 +41,7 @@ SPLITS_NEEDED: dict[str, set[str]] = {
     "ustat": {"subset"},
     "nadeau_bengio": {"subset"},
     "corrected_t": {"fold"},
+    "paired_5x2cv": {"fold"},
 }
 
 
@@ -315,6 +316,9 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
     c["design"] = design
     estimators = _estimators(where, c.get("estimators") or ["kfold"])
     c["estimators"] = [e if not o else {e: o} for e, o in estimators]
+    if any(e == "paired_5x2cv" for e, _ in estimators) and (design["folds"], design["repeats"]) != (2, 5):
+        _fail(where, "design", f"paired_5x2cv needs {{folds: 2, repeats: 5}} (Dietterich's 5×2cv); "
+              f"got {design['folds']} folds × {design['repeats']} repeats")
     execution = dict(_check_keys(where, "execution", c.get("execution") or {}, EXECUTION_KEYS))
     fpt = execution.get("fits_per_task", "auto")
     if fpt != "auto":

@@ -15,6 +15,8 @@ from .bates import describe as _describe_bates
 from .bates import describe_wald as _describe_wald
 from .nested import describe as _describe_nested
 from .nested import nested_cv
+from .paired_5x2cv import describe as _describe_5x2cv
+from .paired_5x2cv import paired_5x2cv
 from .stability import describe as _describe_stability_nested
 from .stability import describe_stability as _describe_stability
 from .stability import stability, stability_nested
@@ -23,7 +25,7 @@ from .ustat import describe_nadeau_bengio as _describe_nadeau_bengio
 from .ustat import nadeau_bengio, ustat
 
 __all__ = ["corrected_kfold", "kfold", "stability", "stability_nested", "nested_cv", "bates_ncv", "wald_cv",
-           "ustat", "nadeau_bengio", "corrected_t"]
+           "ustat", "nadeau_bengio", "corrected_t", "paired_5x2cv"]
 
 REGISTRY = {
     "stability": stability,
@@ -36,6 +38,7 @@ REGISTRY = {
     "ustat": ustat,
     "nadeau_bengio": nadeau_bengio,
     "corrected_t": corrected_t,
+    "paired_5x2cv": paired_5x2cv,
 }
 
 DESCRIBE: dict = {
@@ -48,4 +51,5 @@ DESCRIBE: dict = {
     "ustat": _describe_ustat,
     "nadeau_bengio": _describe_nadeau_bengio,
     "corrected_t": _describe_corrected_t,
+    "paired_5x2cv": _describe_5x2cv,
 }

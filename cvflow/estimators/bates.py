@@ -13,6 +13,7 @@ through :func:`cvflow.estimators.nested.inner_scores`.
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import xarray as xr
@@ -20,7 +21,9 @@ import xarray as xr
 from ..errors import InputError
 from ._cube import (analysis_weights, at_splits, fold_membership, loss_name, param_coords,
                     param_label, pointwise_loss, require, weighted_sum)
+from . import guardrails
 from .nested import inner_scores
+from .paired import compare_attrs, compare_params
 from .ustat import normal_quantile
 
 
@@ -146,12 +149,17 @@ def bates_ncv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = 
 
 
 def wald_cv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = None,
-            alpha: float = 0.1) -> xr.Dataset:
+            compare=None, alpha: float = 0.1) -> xr.Dataset:
     """Bayle et al.'s Wald CV interval ``R̂ ± z_{1−α/2}·σ̂/√n`` with two variance estimators.
 
     ``within``: the pooled within-fold variance Σ_j Σ_{i∈N_j} (e_i − ē_j)² / (n − K) (equal
     folds: the mean of the fold variances, Bayle et al. eq. for σ̂²_in); ``all``: the all-pairs
     variance Σ_i (e_i − R̂)² / n (σ̂²_out). With repeats, estimates and variances are averaged.
+
+    With ``compare=[a, b]`` (params named as in :func:`cvflow.estimators.ustat`) e_i is the
+    per-sample out-of-fold loss difference ℓ_i(a, fold j(i)) − ℓ_i(b, fold j(i)) and the result
+    is Bayle et al.'s paired test of e_a = e_b: the interval for e_a − e_b plus ``z_within``,
+    ``p_value_within``, ``z_all``, ``p_value_all`` (two-sided), as scalars.
 
     Returns
     -------
@@ -161,8 +169,19 @@ def wald_cv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = No
     """
     name = loss_name(cube, loss)
     a_level = _check_alpha(alpha, "wald_cv")
-    sub = _pick(cube, param, "wald_cv")
-    e = out_of_fold_losses(sub, name, what="wald_cv")
+    attrs = {"estimator": "wald_cv", "loss": name, "alpha": a_level}
+    if compare is None:
+        sub = _pick(cube, param, "wald_cv")
+        e = out_of_fold_losses(sub, name, what="wald_cv")
+    else:
+        if param is not None:
+            raise InputError("wald_cv: give either param or compare, not both")
+        a, b = compare_params(cube, compare, "wald_cv")
+        sub = cube.isel(param=[a] if b is None else [a, b])
+        e = out_of_fold_losses(sub, name, what="wald_cv")
+        if b is not None:
+            e = e.isel(param=[0]) - e.isel(param=[1]).values
+        attrs.update(compare_attrs(cube, a, b))
     member = fold_membership(sub)
     sizes = member.sum("sample")
     k = sizes.sizes["outer"]
@@ -185,8 +204,19 @@ def wald_cv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = No
         "lower_within": estimate - z * se_w, "upper_within": estimate + z * se_w,
         "lower_all": estimate - z * se_a, "upper_all": estimate + z * se_a,
     })
-    return _finish(out, cube, sub, param, {"estimator": "wald_cv", "loss": name, "alpha": a_level,
-                                      "folds": k})
+    attrs["folds"] = k
+    warnings = (guardrails.sample_count(int(n.min()), "wald_cv")
+                + guardrails.test_set_sizes(sizes.values))
+    if compare is None:
+        return guardrails.attach(_finish(out, cube, sub, param, attrs), warnings, "wald_cv")
+    out = out.isel(param=0, drop=True)
+    if attrs["mode"] == "difference":
+        for kind, se in (("within", se_w), ("all", se_a)):
+            out[f"z_{kind}"] = (estimate / se).isel(param=0, drop=True)
+            out[f"p_value_{kind}"] = xr.apply_ufunc(
+                lambda v: np.vectorize(math.erfc)(np.abs(v) / math.sqrt(2)), out[f"z_{kind}"])
+    out.attrs = attrs
+    return guardrails.attach(out, warnings, "wald_cv")
 
 
 def _fmt(result: xr.Dataset, var: str) -> list[float]:
@@ -218,4 +248,8 @@ def describe_wald(result: xr.Dataset) -> list[str]:
         lines.append(f"  param {h}: {cols['estimate'][h]:.5g}  within-fold "
                      f"[{cols['lower_within'][h]:.5g}, {cols['upper_within'][h]:.5g}]  all-pairs "
                      f"[{cols['lower_all'][h]:.5g}, {cols['upper_all'][h]:.5g}]")
+    if result.attrs.get("mode") == "difference":
+        lines[1] = lines[1].replace("param 0", "e_a − e_b")
+        lines.append(f"  paired test: p = {float(result['p_value_within']):.4g} (within-fold), "
+                     f"{float(result['p_value_all']):.4g} (all-pairs)")
     return lines
