@@ -42,6 +42,7 @@ SPLITS_NEEDED: dict[str, set[str]] = {
     "nadeau_bengio": {"subset"},
     "corrected_t": {"fold"},
     "paired_5x2cv": {"fold"},
+    "bbc_cv": {"fold"},
 }
 
 

@@ -5,6 +5,8 @@
 """
 from __future__ import annotations
 
+from .bbc_cv import bbc_cv
+from .bbc_cv import describe as _describe_bbc
 from .corrected import corrected_kfold
 from .corrected_t import corrected_t
 from .corrected_t import describe as _describe_corrected_t
@@ -25,7 +27,7 @@ from .ustat import describe_nadeau_bengio as _describe_nadeau_bengio
 from .ustat import nadeau_bengio, ustat
 
 __all__ = ["corrected_kfold", "kfold", "stability", "stability_nested", "nested_cv", "bates_ncv", "wald_cv",
-           "ustat", "nadeau_bengio", "corrected_t", "paired_5x2cv"]
+           "ustat", "nadeau_bengio", "corrected_t", "paired_5x2cv", "bbc_cv"]
 
 REGISTRY = {
     "stability": stability,
@@ -39,6 +41,7 @@ REGISTRY = {
     "nadeau_bengio": nadeau_bengio,
     "corrected_t": corrected_t,
     "paired_5x2cv": paired_5x2cv,
+    "bbc_cv": bbc_cv,
 }
 
 DESCRIBE: dict = {
@@ -52,4 +55,5 @@ DESCRIBE: dict = {
     "nadeau_bengio": _describe_nadeau_bengio,
     "corrected_t": _describe_corrected_t,
     "paired_5x2cv": _describe_5x2cv,
+    "bbc_cv": _describe_bbc,
 }
