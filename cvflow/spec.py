@@ -43,6 +43,7 @@ SPLITS_NEEDED: dict[str, set[str]] = {
     "corrected_t": {"fold"},
     "paired_5x2cv": {"fold"},
     "bbc_cv": {"fold"},
+    "cv_confidence": {"fold"},
 }
 
 

@@ -11,6 +11,8 @@ from .corrected import corrected_kfold
 from .corrected_t import corrected_t
 from .corrected_t import describe as _describe_corrected_t
 from .corrected import describe as _describe_corrected
+from .cv_confidence import cv_confidence
+from .cv_confidence import describe as _describe_cvc
 from .kfold import kfold
 from .bates import bates_ncv, wald_cv
 from .bates import describe as _describe_bates
@@ -27,7 +29,7 @@ from .ustat import describe_nadeau_bengio as _describe_nadeau_bengio
 from .ustat import nadeau_bengio, ustat
 
 __all__ = ["corrected_kfold", "kfold", "stability", "stability_nested", "nested_cv", "bates_ncv", "wald_cv",
-           "ustat", "nadeau_bengio", "corrected_t", "paired_5x2cv", "bbc_cv"]
+           "ustat", "nadeau_bengio", "corrected_t", "paired_5x2cv", "bbc_cv", "cv_confidence"]
 
 REGISTRY = {
     "stability": stability,
@@ -42,6 +44,7 @@ REGISTRY = {
     "corrected_t": corrected_t,
     "paired_5x2cv": paired_5x2cv,
     "bbc_cv": bbc_cv,
+    "cv_confidence": cv_confidence,
 }
 
 DESCRIBE: dict = {
@@ -56,4 +59,5 @@ DESCRIBE: dict = {
     "corrected_t": _describe_corrected_t,
     "paired_5x2cv": _describe_5x2cv,
     "bbc_cv": _describe_bbc,
+    "cv_confidence": _describe_cvc,
 }

@@ -1,0 +1,151 @@
+"""Cross-validation with confidence (Lei, JASA 2020): the set of params not significantly
+worse than the best.
+
+For a candidate m and every other param j, ξ_i(m, j) = e_i(m) − e_i(j) is the difference of
+out-of-fold losses on analysis sample i (e_i(h) = ℓ_i(h, fold j(i))). With μ̂_j the mean of
+ξ over the n samples, μ̂_{j,v} its mean over fold v, and σ̂_j its pooled within-fold standard
+deviation, the test of "m is no worse than every other param" uses
+
+    T = max_j √n · μ̂_j / σ̂_j,
+    T*_b = max_j n^{-1/2} Σ_i ζ_{b,i} (ξ_i(m, j) − μ̂_{j, v(i)}) / σ̂_j,   ζ_{b,i} ~ N(0, 1),
+
+and ``p_value`` (m) = the share of the B multiplier-bootstrap T*_b above T. The confidence
+set is {m : p_value > alpha}; it contains the best param with probability about 1 − alpha.
+
+DESIGN CHOICE: ξ is centred and σ̂ pooled within folds (denominator n − K): given the training
+sets, the ξ of one fold are independent with a fold-specific mean, which is what the
+multiplier bootstrap must reproduce. A param j with σ̂_j = 0 (its losses differ from m's by a
+constant within every fold) is handled as in Lei's reference code: if μ̂_j > 0, m is worse
+for sure (p = 0); otherwise j is dropped from the max.
+
+Draws: ``numpy.random.default_rng(seed).standard_normal((B, n))`` (one row per bootstrap
+sample, one column per analysis sample in sample order), shared by all candidates.
+Repeats: one repeat is used (``repeat=``, default 0); the p-values of different repeats are
+not independent and are not combined.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import xarray as xr
+
+from ..errors import InputError
+from . import guardrails, np_roles
+from ._cube import loss_name, param_coords, param_label
+from .bbc_cv import _positive_int, _seed
+from .corrected_t import _alpha
+from .paired import out_of_fold
+
+# DESIGN CHOICE: multiplier draws are made and used in blocks of this many bootstrap rows.
+DRAW_ROWS = 256
+
+
+def cvc_pvalues(e: np.ndarray, fold: np.ndarray, zeta) -> np.ndarray:
+    """Lei's p-values (P,) from out-of-fold losses ``e`` (P, n), fold labels ``fold`` (n,) and
+    blocks of multipliers ``zeta`` (an iterable of (b, n) arrays). NaN for params with a NaN
+    loss (they are left out of every comparison)."""
+    n_params, n = e.shape
+    ok = ~np.isnan(e).any(axis=1)
+    labels = np.unique(fold)
+    onehot = (fold[None, :] == labels[:, None]).astype(np.float64)      # (V, n)
+    plans, p_value = {}, np.full(n_params, np.nan)
+    for m in np.flatnonzero(ok):
+        others = np.flatnonzero(ok & (np.arange(n_params) != m))
+        xi = e[m] - e[others]                                             # (J, n)
+        mu = xi.mean(-1)
+        centred = xi - (xi @ onehot.T / onehot.sum(1)) @ onehot            # minus fold means
+        sd = np.sqrt((centred ** 2).sum(-1) / (n - labels.size))
+        zero = sd <= 1e-12 * np.maximum(1.0, np.abs(xi).max(-1))
+        if (zero & (mu > 0)).any():
+            p_value[m] = 0.0
+            continue
+        keep = ~zero
+        if not keep.any():
+            p_value[m] = 1.0
+            continue
+        plans[m] = (np.sqrt(n) * (mu[keep] / sd[keep]).max(), centred[keep] / sd[keep, None])
+        p_value[m] = 0.0
+    count = 0
+    for block in zeta:
+        count += len(block)
+        for m, (t, scaled) in plans.items():
+            t_star = (block @ scaled.T).max(axis=1) / np.sqrt(n)
+            p_value[m] += (t_star > t).sum()
+    for m in plans:
+        p_value[m] /= count
+    return p_value
+
+
+def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0.05,
+                  B: int = 1000, seed: int = 0, repeat: int = 0) -> xr.Dataset:
+    """Lei's CV with confidence: per param a p-value for "no worse than the best" and the set.
+
+    Parameters
+    ----------
+    cube : xarray.Dataset
+        A cube with K-fold splits; every param of the grid is a candidate.
+    loss : str, optional
+        Loss applied to the stored predictions; defaults to the workflow's.
+    alpha : float, default 0.05
+        The set keeps the params with ``p_value > alpha``.
+    B : int, default 1000
+        Gaussian multiplier bootstrap samples.
+    seed : int, default 0
+        Seed of ``numpy.random.default_rng`` for the multipliers (see the module docstring).
+    repeat : int, default 0
+        The repeat of the fold design to use.
+
+    Returns
+    -------
+    xarray.Dataset
+        Per param ``estimate`` (the K-fold estimate on that repeat), ``p_value``, ``in_set``;
+        scalars ``selected`` (the K-fold choice), ``set_size``. attrs ``estimator``,
+        ``loss``, ``alpha``, ``B``, ``seed``, ``repeat``, ``selected_param``, ``warnings``.
+    """
+    where = "cv_confidence"
+    name = loss_name(cube, loss)
+    a_level = _alpha(alpha, where)
+    b_count = _positive_int(B, f"{where}.B")
+    seed = _seed(seed, f"{where}.seed")
+    repeats = int(cube.sizes.get("repeat", 0))
+    if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) \
+            or not 0 <= repeat < repeats:
+        raise InputError(f"{where}.repeat: {repeat!r}; the design has {repeats} repeat(s), "
+                         f"use 0..{repeats - 1}")
+    e, fold = out_of_fold(cube, name, where)
+    e, fold = e[:, repeat], fold[repeat]
+    n = e.shape[1]
+    rng = np.random.default_rng(seed)
+    blocks = (rng.standard_normal((min(DRAW_ROWS, b_count - b0), n))
+              for b0 in range(0, b_count, DRAW_ROWS))
+    p_value = cvc_pvalues(e, fold, blocks)
+    estimate = e.mean(axis=1)
+    selected = int(np_roles.argmin_first(estimate))
+    in_set = p_value > a_level
+    out = xr.Dataset({"estimate": ("param", estimate), "p_value": ("param", p_value),
+                      "in_set": ("param", in_set), "selected": xr.DataArray(selected),
+                      "set_size": xr.DataArray(int(in_set.sum()))})
+    out = out.assign_coords(param_coords(cube))
+    sizes = np.bincount(fold[fold >= 0])
+    warnings = (guardrails.missing(int(np.isnan(p_value).sum()), where)
+                + guardrails.sample_count(n, where) + guardrails.test_set_sizes(sizes))
+    out.attrs = {"estimator": where, "loss": name, "alpha": a_level, "B": b_count,
+                 "seed": seed, "repeat": int(repeat),
+                 "selected_param": json.dumps(param_label(cube, selected))}
+    return guardrails.attach(out, warnings, where)
+
+
+def describe(result: xr.Dataset) -> list[str]:
+    """Text-report lines for :func:`cv_confidence` (the members of the set, at most 10)."""
+    at = result.attrs
+    members = np.flatnonzero(result["in_set"].values)
+    level = 100 * (1 - float(at.get("alpha", 0.05)))
+    lines = [f"CV with confidence (Lei; {level:g}% set, B = {at.get('B')}, repeat "
+             f"{at.get('repeat')}, loss {at.get('loss')}): {len(members)} of "
+             f"{result.sizes['param']} params"]
+    order = members[np.argsort(result["estimate"].values[members], kind="stable")][:10]
+    for h in order:
+        lines.append(f"  param {int(h)}: CV {float(result['estimate'][h]):.5g}  "
+                     f"p = {float(result['p_value'][h]):.3g}")
+    return lines
