@@ -90,3 +90,40 @@ def missing(count: int, what: str) -> list[dict]:
         return []
     return [warning("missing_fits", f"{count} param(s) lack a fit {what} needs (failed or not "
                     "written yet); their results are NaN", params=int(count))]
+
+
+def variance_sign(variance: float, total: float | None = None) -> list[dict]:
+    """``variance_not_positive`` when the variance used by a test is ≤ 0 (or, for an unbiased
+    estimate like ustat's v̂, when the estimate itself is negative)."""
+    out = []
+    if np.isfinite(variance) and variance < 0:
+        out.append(warning("variance_not_positive", f"the variance estimate is negative "
+                           f"({variance:.3g}); it is unbiased but noisy: use more groups or a "
+                           "larger n − 2g", variance=float(variance)))
+    if total is not None and np.isfinite(total) and total <= 0:
+        out.append(warning("variance_not_positive", f"the total variance is not positive "
+                           f"({total:.3g}); z, p and the interval are NaN", total=float(total)))
+    return out
+
+
+def variance_precision(variance: float, variance_se: float, groups: int,
+                       target: float = 0.1, tolerance: float = 0.25) -> list[dict]:
+    """``variance_imprecise`` when the Monte Carlo se of a variance estimate from ``groups``
+    random groups exceeds ``tolerance``·|variance|; says how many groups would bring it to
+    ``target``·|variance| (the se falls as 1/sqrt(groups))."""
+    if not (np.isfinite(variance) and np.isfinite(variance_se)) or variance_se <= 0:
+        return []
+    if variance != 0 and variance_se <= tolerance * abs(variance):
+        return []
+    if variance == 0:
+        needed = None
+        advice = "use many more groups"
+    else:
+        needed = int(np.ceil(groups * (variance_se / (target * abs(variance))) ** 2))
+        advice = (f"about {needed} groups (pairs) would make it {target:.0%} of the estimate "
+                  f"(now {groups})")
+    share = variance_se / abs(variance) if variance else float("inf")
+    return [warning("variance_imprecise", f"the design standard error of the variance "
+                    f"estimate is {variance_se:.3g}, {share:.0%} of the estimate "
+                    f"{variance:.3g}: the test rests on a noisy variance; {advice}",
+                    variance_se=float(variance_se), groups_needed=needed)]
