@@ -8,6 +8,7 @@ Sections, each present when the store and the results have what it needs:
 - the stability-regularised nested CV error m_λ against λ, λ* marked;
 - the Bates nested-CV and the naive CV intervals side by side (and Wald's where computed);
 - the U-statistic estimate with its interval (and Nadeau–Bengio's where computed);
+- the guardrail warnings of every result (a table; absent when there are none);
 - fit times per param, progress per learner and the failures grouped by message;
 - the text report.
 
@@ -390,6 +391,19 @@ def _header_html(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
     return "".join(parts)
 
 
+def _warnings_html(results: dict[str, xr.Dataset]) -> str:
+    """A table of every result's guardrail warnings (empty string when there are none)."""
+    from .estimators import guardrails
+
+    rows = [(name, w) for name, result in results.items() for w in guardrails.read(result)]
+    if not rows:
+        return ""
+    body = "".join(f"<tr><td>{html.escape(name)}</td><td><code>{html.escape(w['code'])}</code>"
+                   f"</td><td>{html.escape(w['message'])}</td></tr>" for name, w in rows)
+    return (f"{_section('Warnings: answers that are weak')}<table class='warnings'><tr>"
+            f"<th>estimator</th><th>code</th><th>message</th></tr>{body}</table>")
+
+
 def _section(title: str) -> str:
     return f"<h2>{html.escape(title)}</h2>"
 
@@ -406,6 +420,8 @@ def build_layout(cube: xr.Dataset, results: dict[str, xr.Dataset]):
 
     results = _extra_results(cube, results)
     items = [_div(_header_html(cube, results))]
+    if _warnings_html(results):
+        items.append(_div(_warnings_html(results)))
     grid = _grid_figures(cube, results)
     if grid:
         items += [_div(_section("Risk along the hyperparameter grid")),
@@ -413,9 +429,12 @@ def build_layout(cube: xr.Dataset, results: dict[str, xr.Dataset]):
     if "stability_nested" in results:
         items += [_div(_section("Choosing λ: nested CV error m_λ")),
                   _lambda_figure(results["stability_nested"])]
-    if "bates_ncv" in results or "wald_cv" in results:
+    # per-param intervals only: `param:` (one param) and `compare:` (a difference) are scalars
+    per_param = {k: r for k, r in results.items()
+                 if k in ("bates_ncv", "wald_cv") and "param" in r["estimate"].dims}
+    if per_param:
         items += [_div(_section("Intervals for the prediction error")),
-                  _interval_figure(cube, results.get("bates_ncv"), results.get("wald_cv"))]
+                  _interval_figure(cube, per_param.get("bates_ncv"), per_param.get("wald_cv"))]
     if "ustat" in results or "nadeau_bengio" in results:
         items += [_div(_section("U-statistic comparison")),
                   _ustat_figure(results.get("ustat"), results.get("nadeau_bengio"))]

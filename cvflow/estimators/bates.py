@@ -27,6 +27,10 @@ from .paired import compare_attrs, compare_params
 from .ustat import normal_quantile
 
 
+# Bates et al.'s bias factor: Algorithm 1 of the paper, and the authors' R code (nestedcv).
+BIAS_FACTORS = {"paper": lambda k: 1 + (k - 2) / k, "code": lambda k: 1 + ((k - 2) / k) ** 1.5}
+
+
 def _pick(cube: xr.Dataset, param, where: str) -> xr.Dataset:
     if param is None:
         return cube
@@ -80,7 +84,7 @@ def _finish(out: xr.Dataset, cube: xr.Dataset, sub: xr.Dataset, param, attrs: di
 
 
 def bates_ncv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = None,
-              alpha: float = 0.1) -> xr.Dataset:
+              alpha: float = 0.1, bias_factor: str = "paper") -> xr.Dataset:
     """Nested CV interval for the prediction error (Bates, Hastie & Tibshirani, Algorithm 1).
 
     For each repeat r and outer fold j: ``e_in`` = the pooled inner K-fold error on D \\ N_j
@@ -100,17 +104,25 @@ def bates_ncv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = 
         Index of the param; default every param (a ``param`` dimension).
     alpha : float
         Nominal miscoverage, default 0.1 (90% intervals, as in the paper).
+    bias_factor : {"paper", "code"}
+        The bias factor: ``"paper"`` 1 + (K−2)/K (Algorithm 1) or ``"code"`` the authors'
+        R package's 1 + ((K−2)/K)^1.5.
 
     Returns
     -------
     xarray.Dataset
         ``mse``, ``err_ncv``, ``err_cv``, ``bias``, ``estimate`` (= err_ncv − bias),
         ``se_raw`` (unclamped, NaN if MSE < 0), ``se``, ``lower``, ``upper``, ``se_naive``,
-        ``naive_lower``, ``naive_upper``, ``width_ratio`` (nested / naive width); per outer
-        fold ``e_in``, ``e_out``, ``a``, ``b`` (repeat, outer).
+        ``naive_lower``, ``naive_upper``, ``width_ratio`` (nested / naive width), ``at_floor``
+        / ``at_cap`` (the se was raised to se_naive, MSE < 0 included / cut to √K·se_naive);
+        per outer fold ``e_in``, ``e_out``, ``a``, ``b`` (repeat, outer). attrs
+        ``floor_binds`` / ``cap_binds`` count the params clamped each way.
     """
     name = loss_name(cube, loss)
     a_level = _check_alpha(alpha, "bates_ncv")
+    if bias_factor not in BIAS_FACTORS:
+        raise InputError(f"bates_ncv.bias_factor: {bias_factor!r}; use 'paper' (1 + (K−2)/K) "
+                         "or 'code' (1 + ((K−2)/K)^1.5, the authors' R code)")
     sub = _pick(cube, param, "bates_ncv")
     e_in = inner_scores(sub, name, what="bates_ncv")["inner_score"].compute()
     e = out_of_fold_losses(sub, name, what="bates_ncv")
@@ -129,12 +141,14 @@ def bates_ncv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = 
     err_cv = err_cv_repeat.mean("repeat", skipna=False)
     sd = np.sqrt(weighted_sum((e - err_cv_repeat) ** 2, analysis) / (n - 1))
     se_naive = (sd / np.sqrt(n)).mean("repeat", skipna=False)
-    bias = (1 + (k - 2) / k) * (err_ncv - err_cv)
+    bias = BIAS_FACTORS[bias_factor](k) * (err_ncv - err_cv)
     se_raw = np.sqrt((k - 1) / k * mse.where(mse >= 0))
     # DESIGN CHOICE (Bates et al. Sec. 4): the nested se is at least the naive one and at most
     # √K times it; a negative MSE estimate thus gives the naive width.
     se = xr.where(se_raw.isnull() & mse.notnull(), se_naive,
                   np.minimum(np.maximum(se_raw, se_naive), np.sqrt(k) * se_naive))
+    at_floor = mse.notnull() & (se_raw.isnull() | (se_raw < se_naive))
+    at_cap = se_raw > np.sqrt(k) * se_naive
     z = normal_quantile(1 - a_level / 2)
     estimate = err_ncv - bias
     out = xr.Dataset({
@@ -142,10 +156,23 @@ def bates_ncv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = 
         "se_raw": se_raw, "se": se, "lower": estimate - z * se, "upper": estimate + z * se,
         "se_naive": se_naive, "naive_lower": err_cv - z * se_naive,
         "naive_upper": err_cv + z * se_naive, "width_ratio": se / se_naive,
-        "e_in": e_in, "e_out": e_out, "a": a, "b": b,
+        "at_floor": at_floor, "at_cap": at_cap, "e_in": e_in, "e_out": e_out, "a": a, "b": b,
     })
-    return _finish(out, cube, sub, param, {"estimator": "bates_ncv", "loss": name, "alpha": a_level,
-                                      "folds": k, "repeats": int(sizes.sizes["repeat"])})
+    repeats = int(sizes.sizes["repeat"])
+    floor_binds, cap_binds = int(at_floor.sum()), int(at_cap.sum())
+    warnings = (guardrails.fold_count(k * repeats, "bates_ncv")
+                + guardrails.sample_count(int(n.min()), "bates_ncv"))
+    if floor_binds or cap_binds:
+        warnings.append(guardrails.warning(
+            "mse_clamped", f"the nested se was clamped for {floor_binds + cap_binds} of "
+            f"{at_cap.size} param(s): raised to the naive se for {floor_binds} (MSE estimate "
+            f"below it or negative), cut to √K times it for {cap_binds}; a clamped interval's "
+            "width comes from the bound, not from the data", floor_binds=floor_binds,
+            cap_binds=cap_binds))
+    out = _finish(out, cube, sub, param, {
+        "estimator": "bates_ncv", "loss": name, "alpha": a_level, "folds": k, "repeats": repeats,
+        "bias_factor": bias_factor, "floor_binds": floor_binds, "cap_binds": cap_binds})
+    return guardrails.attach(out, warnings, "bates_ncv")
 
 
 def wald_cv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = None,

@@ -19,6 +19,7 @@ import json
 import numpy as np
 import xarray as xr
 
+from . import np_roles
 from ._cube import loss_name, param_coords, role_terms
 from .kfold import fold_sizes, kfold_scores
 from .selection import selection
@@ -32,7 +33,11 @@ def corrected_scores(terms: dict[str, np.ndarray], sizes: np.ndarray) -> xr.Data
     estimate, ``full_risk`` (param) the full fit's empirical risk on D, ``fold_model_risk``
     (param) = Σ_j p_j · mean_{i∈D} ℓ_i(h, fold j), ``estimate`` (param) the corrected
     estimate, each averaged over repeats, and the per-repeat ``kfold_repeat``,
-    ``fold_model_risk_repeat``, ``estimate_repeat`` (param, repeat). A failed fit gives NaN.
+    ``fold_model_risk_repeat``, ``estimate_repeat`` (param, repeat), and ``se`` (param): the
+    corrected estimate is the p_j-weighted mean of the fold-level values c_{r,j} =
+    fold score + full_risk − mean_{i∈D} ℓ_i(h, fold j), and ``se`` applies the corrected
+    repeated K-fold variance to them (:func:`np_roles.corrected_repeated_se`; a heuristic: the
+    full-fit term is shared by all folds and adds no variance to it). A failed fit gives NaN.
     """
     kfold_repeat = kfold_scores(terms["fold_sum"], sizes)["estimate_repeat"].values
     share = sizes / sizes.sum(axis=1, keepdims=True)
@@ -44,6 +49,8 @@ def corrected_scores(terms: dict[str, np.ndarray], sizes: np.ndarray) -> xr.Data
         "full_risk": ("param", terms["full_risk"]),
         "fold_model_risk": ("param", fold_model.mean(axis=1)),
         "estimate": ("param", corrected.mean(axis=1)),
+        "se": ("param", np_roles.corrected_repeated_se(
+            terms["fold_sum"] / sizes + terms["full_risk"][:, None, None] - terms["fold_risk"])),
         "kfold_repeat": (pr, kfold_repeat),
         "fold_model_risk_repeat": (pr, fold_model),
         "estimate_repeat": (pr, corrected),

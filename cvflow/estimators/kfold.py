@@ -21,7 +21,9 @@ def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray) -> xr.Dataset:
     ``fold_sum`` (param, repeat, outer) = Σ_{i∈N_j} ℓ_i(h, fold j), ``sizes`` (repeat, outer)
     = |N_j|. Returns ``estimate`` (param) pooled over folds and averaged over repeats,
     ``estimate_repeat`` (param, repeat), ``fold_score`` (param, repeat, outer), ``se``
-    (param) = sd(fold scores) / sqrt(K) averaged over repeats and ``fold_size``. A failed
+    (param) = sd(fold scores) / sqrt(K) averaged over repeats (the naive se of one repeat),
+    ``se_mean`` (param) the standard error of the repeat-averaged estimate by the corrected
+    repeated K-fold variance (:func:`np_roles.corrected_repeated_se`) and ``fold_size``. A failed
     fold fit (NaN) makes its param NaN: no fold is ever skipped.
     """
     fold_score = fold_sum / sizes
@@ -33,6 +35,7 @@ def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray) -> xr.Dataset:
         "estimate_repeat": (dims[:2], per_repeat),
         "fold_score": (dims, fold_score),
         "se": ("param", se.mean(axis=1)),
+        "se_mean": ("param", np_roles.corrected_repeated_se(fold_score)),
         "fold_size": (dims[1:], sizes.astype(np.float64)),
     })
 

@@ -109,3 +109,17 @@ def nested_choice(criterion: np.ndarray, outer_sum: np.ndarray, sizes: np.ndarra
     n = sizes.sum(axis=1)
     return {"chosen": chosen, "outer_sum": m,
             "estimate_repeat": m.sum(axis=1) / n[(...,) + extra]}
+
+
+def corrected_repeated_se(values: np.ndarray) -> np.ndarray:
+    """Standard error of the mean of fold-level values ``values`` (..., R, K) by the corrected
+    repeated K-fold variance (Nadeau & Bengio 2003; Bouckaert & Frank 2004):
+    sqrt((1/(K·R) + 1/(K − 1)) · s²), s² the sample variance over all K·R values.
+
+    s² pools the within-repeat and between-repeat variation of the fold values; the 1/(K − 1)
+    = n_test/n_train term accounts for the overlap of the training sets. NaN in, NaN out.
+    """
+    r, k = values.shape[-2:]
+    flat = values.reshape(values.shape[:-2] + (r * k,))
+    s2 = flat.var(axis=-1, ddof=1) if r * k > 1 else np.full(flat.shape[:-1], np.nan)
+    return np.sqrt((1.0 / (k * r) + 1.0 / (k - 1)) * s2)

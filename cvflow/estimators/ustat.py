@@ -41,6 +41,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
+from . import guardrails
 from ._cube import loss_name, param_label, pointwise_loss, resolve_param
 
 log = logging.getLogger(__name__)
@@ -445,7 +446,15 @@ def ustat(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=None, b=
     }
     if out.attrs["message"]:
         log.warning("ustat: %s", out.attrs["message"])
-    return out
+    warnings = (guardrails.variance_sign(float(res["variance"][0]), float(total[0]))
+                + guardrails.sample_count(n, where)
+                + guardrails.test_set_sizes([n - g], "learning set's test set"))
+    if not complete:
+        warnings += guardrails.variance_precision(float(res["variance"][0]),
+                                                  float(res["variance_se"][0]), table.shape[0])
+    if bad:
+        warnings.append(guardrails.warning("missing_fits", messages[0]))
+    return guardrails.attach(out, warnings, where)
 
 
 def nadeau_bengio(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=None, b=None,
@@ -493,7 +502,16 @@ def nadeau_bengio(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=
         "b": json.dumps(param_label(cube, ib) if ib is not None else {}),
         "alpha": float(alpha), "message": message,
     }
-    return out
+    warnings = [guardrails.warning("missing_fits", message)] if message else []
+    if n - g >= g:
+        # DESIGN CHOICE: the correction (1/F + n_test/n_train) was derived for test fractions
+        # well below 1/2; with learning sets of at most n/2 it inflates the variance.
+        warnings.append(guardrails.warning(
+            "conservative_design", f"n_test/n_train = (n − g)/g = {(n - g) / g:.3g} ≥ 1 on this "
+            "subset design: the Nadeau–Bengio correction overstates the variance here (too wide, "
+            "p too large); ustat on the same fits is the test built for this design",
+            ratio=(n - g) / g))
+    return guardrails.attach(out, warnings, where)
 
 
 def _fmt(x: float) -> str:
