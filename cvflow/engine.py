@@ -61,7 +61,7 @@ def _value(value):
 
 def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
               splits_slice: slice, positive, path_aware: bool = True,
-              todo: np.ndarray | None = None) -> dict:
+              todo: np.ndarray | None = None, sample_weight=None) -> dict:
     """Task body: fit one block, write its region, return a small summary record.
 
     ``todo`` (params, splits) marks the cells to fit in a block shared with stored fits of an
@@ -71,12 +71,12 @@ def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_s
     if todo is None:
         result = fit_block(params, X, y, train, params_slice=params_slice,
                            splits_slice=splits_slice, positive=positive,
-                           path_aware=path_aware)
+                           path_aware=path_aware, sample_weight=sample_weight)
     else:
         from .extend import fit_missing
 
         result = fit_missing(store, params, X, y, train, params_slice, splits_slice, positive,
-                             path_aware, todo)
+                             path_aware, todo, sample_weight)
     cube_store.write_pred(store, result)
     summary = result.summary()
     summary["status"] = result.without_pred()       # the client records it (write_status)
@@ -117,7 +117,7 @@ def prepare_store(workflow: Workflow, study: Study, path: Path, *, overwrite: bo
     dtype = workflow.execution.get("dtype", "float64")
     # timed as blocks fit them: a path-aware ridge grid costs one SVD per split, not one per alpha
     seconds = estimate_seconds_per_fit(
-        study.params, d.X, d.y, study.design.train[0], positive=d.positive,
+        study.params, d.fit_X, d.y, study.design.train[0], positive=d.positive,
         path_aware=bool(workflow.execution.get("path_aware", True))) if fpt == "auto" else 0.0
     chunks = choose_chunks(len(study.params), study.design.n_splits, seconds_per_fit=seconds,
                            n_workers=n_workers, fits_per_task=None if fpt == "auto" else int(fpt),
@@ -220,15 +220,17 @@ def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, 
         # DESIGN CHOICE: X and y travel as two tasks holding them, not scattered: the scheduler
         # keeps a task's inputs, so when every worker holding them dies (a SLURM job cancelled, an
         # adaptive scale-down) it recomputes them; lost scattered data would cancel every block.
-        X = c.submit(_value, study.data.X, pure=False, key=f"cvflow-X-{time.time_ns()}")
+        X = c.submit(_value, study.data.fit_X, pure=False, key=f"cvflow-X-{time.time_ns()}")
         y = c.submit(_value, study.data.y, pure=False, key=f"cvflow-y-{time.time_ns()}")
+        w = None if study.data.sample_weight is None else c.submit(
+            _value, study.data.sample_weight, pure=False, key=f"cvflow-w-{time.time_ns()}")
         futures = []
         for ps, ss in todo:
             # a block sharing its chunk with stored fits (extended study) fits only the rest
             cells = None if not done[ps, ss].any() else ~done[ps, ss]
             futures.append(c.submit(
                 run_block, str(path.absolute()), study.params[ps], X, y, study.design.train[ss], ps, ss,
-                study.data.positive, path_aware, cells, pure=False,
+                study.data.positive, path_aware, cells, w, pure=False,
                 key=f"cvflow-block-{ps.start}-{ss.start}-{time.time_ns()}"))
         return futures
 

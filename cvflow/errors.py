@@ -8,3 +8,7 @@ class InputError(ValueError):
 
 class StoreError(InputError):
     """A store path that cannot be used as asked (not a cvflow store, other workflow)."""
+
+
+class ReproducibilityWarning(UserWarning):
+    """A learner gives other predictions on every run (an unset random_state)."""

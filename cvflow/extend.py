@@ -329,8 +329,8 @@ def _merged_estimators(old: str | None, new: str) -> str:
 
 
 def fit_missing(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
-                splits_slice: slice, positive, path_aware: bool, todo: np.ndarray
-                ) -> cube_store.BlockResult:
+                splits_slice: slice, positive, path_aware: bool, todo: np.ndarray,
+                sample_weight=None) -> cube_store.BlockResult:
     """Fit only the cells ``todo`` (params, splits) of a block; keep the stored ones.
 
     The stored cells of the block's chunk are read and returned unchanged, so the caller
@@ -352,7 +352,7 @@ def fit_missing(store: str, params: list[Param], X, y, train: np.ndarray, params
         c, r = list(cols), list(rows)
         res = fit_block([params[h] for h in r], X, y, train[c], params_slice=slice(0, len(r)),
                         splits_slice=slice(0, len(c)), positive=positive,
-                        path_aware=path_aware)
+                        path_aware=path_aware, sample_weight=sample_weight)
         ix = np.ix_(r, c)
         pred[ix] = res.pred
         failed[ix] = res.failed

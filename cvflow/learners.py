@@ -1,7 +1,7 @@
 """Learners: params from a grid, estimators from dotted paths, and the block fit kernel."""
 from __future__ import annotations
 
-import importlib
+import hashlib
 import itertools
 import json
 import logging
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .describe import build_params, import_path
 from .errors import InputError
 from .store import BlockResult
 
@@ -27,6 +28,8 @@ class Param:
     output: str = "predict"
     # transformers fitted on each training set before the estimator: (dotted path, JSON params)
     preprocess: tuple[tuple[str, str], ...] = ()
+    # the workflow's execution.fit_seed: unset random_state params get a seed per (param, split)
+    fit_seed: int | None = None
 
     def settings(self) -> dict:
         return {**self.fixed, **self.hyper}
@@ -39,11 +42,24 @@ class Param:
                                      for path, params in self.preprocess]
         return json.dumps(setting, sort_keys=True)
 
-    def build(self):
+    def build(self, train: np.ndarray | None = None):
         """A fresh, unfitted estimator (one per fit, as scikit-learn's clone gives); with
         ``preprocess`` a scikit-learn Pipeline, so the transformers learn from the training
-        rows only."""
-        model = import_estimator(self.estimator)(**self.settings())
+        rows only.
+
+        Settings are descriptions (:mod:`cvflow.describe`): nested estimators and functions
+        are built anew on every call; nested keys (``ridge__alpha``) go through ``set_params``.
+        With ``fit_seed`` and the training rows ``train``, every unset ``random_state`` gets
+        the seed of this (param, training set), see :func:`fit_seed`.
+        """
+        cls = import_estimator(self.estimator)
+        settings = build_params(self.settings(), cls, self.learner)
+        model = cls(**{k: v for k, v in settings.items() if "__" not in k})
+        nested = {k: v for k, v in settings.items() if "__" in k}
+        if nested:
+            model.set_params(**nested)
+        if self.fit_seed is not None and train is not None:
+            seed_random_states(model, fit_seed(self.fit_seed, self.to_json(), train))
         if not self.preprocess:
             return model
         from sklearn.pipeline import make_pipeline
@@ -52,15 +68,37 @@ class Param:
         return make_pipeline(*steps, model)
 
 
+def fit_seed(seed: int, param_json: str, train: np.ndarray) -> int:
+    """The seed of one fit: a hash of the workflow seed, the param and its training set.
+
+    It does not depend on indices, so appending params or splits to a store, resuming a run
+    or refitting a chosen param (:meth:`cvflow.study.StudyResult.refit`) gives the same seed.
+    """
+    h = hashlib.sha256(f"{seed}|{param_json}|".encode())
+    h.update(np.packbits(np.asarray(train, dtype=bool)).tobytes())
+    return int.from_bytes(h.digest()[:4], "little") & 0x7FFFFFFF
+
+
+def seed_random_states(model, seed: int) -> None:
+    """Set every unset ``random_state`` of ``model`` (nested ones included) from ``seed``."""
+    unset = sorted(k for k, v in model.get_params(deep=True).items()
+                   if (k == "random_state" or k.endswith("__random_state")) and v is None)
+    if unset:
+        model.set_params(**{k: (seed + i) & 0x7FFFFFFF for i, k in enumerate(unset)})
+
+
+def sample_weight_key(model) -> str:
+    """The fit keyword of sample weights: ``sample_weight``, routed to a Pipeline's last step."""
+    from sklearn.pipeline import Pipeline
+
+    if isinstance(model, Pipeline):
+        return f"{model.steps[-1][0]}__{sample_weight_key(model.steps[-1][1])}"
+    return "sample_weight"
+
+
 def import_estimator(path: str):
     """The estimator class at a dotted path; InputError if it does not import or is no estimator."""
-    module_name, _, name = path.rpartition(".")
-    if not module_name:
-        raise InputError(f"estimator: {path!r} is not a dotted path like sklearn.linear_model.Ridge")
-    try:
-        cls = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as exc:
-        raise InputError(f"estimator: {path!r} does not import ({exc})") from None
+    cls = import_path(path, "estimator")
     if not (isinstance(cls, type) and hasattr(cls, "fit") and hasattr(cls, "get_params")):
         raise InputError(f"estimator: {path!r} is not a scikit-learn estimator class (no fit/get_params)")
     return cls
@@ -92,15 +130,29 @@ def predict_output(model, X: np.ndarray, output: str, positive=None) -> np.ndarr
     return np.asarray(proba[:, column], dtype=np.float64)
 
 
-def fit_one(param: Param, X, y, train: np.ndarray, positive=None) -> tuple[np.ndarray, float, str]:
+def take(X, rows: np.ndarray):
+    """Rows of a numpy array or a pandas DataFrame."""
+    return X.iloc[rows] if hasattr(X, "iloc") else X[rows]
+
+
+def fit_model(param: Param, X, y, train: np.ndarray, sample_weight=None):
+    """``param``'s estimator fitted on the training rows (with their sample weights)."""
+    model = param.build(train)
+    kwargs = {} if sample_weight is None else {
+        sample_weight_key(model): np.asarray(sample_weight)[train]}
+    model.fit(take(X, train), y[train], **kwargs)
+    return model
+
+
+def fit_one(param: Param, X, y, train: np.ndarray, positive=None,
+            sample_weight=None) -> tuple[np.ndarray, float, str]:
     """Fit ``param`` on the training rows and predict every sample.
 
     Returns (predictions, seconds, error message or ""); a raising fit gives NaN predictions.
     """
     t0 = time.perf_counter()
     try:
-        model = param.build()
-        model.fit(X[train], y[train])
+        model = fit_model(param, X, y, train, sample_weight)
         pred = predict_output(model, X, param.output, positive)
         if pred.shape != (X.shape[0],):
             raise ValueError(f"prediction has shape {pred.shape}, expected ({X.shape[0]},)")
@@ -111,14 +163,16 @@ def fit_one(param: Param, X, y, train: np.ndarray, positive=None) -> tuple[np.nd
 
 
 def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: slice,
-              splits_slice: slice, positive=None, path_aware: bool = True) -> BlockResult:
+              splits_slice: slice, positive=None, path_aware: bool = True,
+              sample_weight=None) -> BlockResult:
     """Fit every (param, split) of a block; ``train`` is (splits, sample) for the block's splits.
 
     With ``path_aware`` (the workflow's ``execution.path_aware``), params of one path-aware
     learner that differ only in the penalty (ridge / lasso / elastic net ``alpha``, logistic
     ``C``) are fitted together per training set (:mod:`cvflow.paths`); each of them is charged
     an equal share of the group's seconds. A group whose path fit raises is refitted one param
-    at a time, so failures are recorded exactly as on the generic route.
+    at a time, so failures are recorded exactly as on the generic route. Path fits need a
+    numpy ``X``, no sample weights and no ``fit_seed``.
     """
     from . import paths
 
@@ -126,6 +180,8 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
     pred = np.full((n_p, n_s, n), np.nan)
     seconds = np.zeros((n_p, n_s))
     error = np.full((n_p, n_s), "", dtype=object)
+    path_aware = (path_aware and sample_weight is None and isinstance(X, np.ndarray)
+                  and all(p.fit_seed is None for p in params))
     groups = paths.plan(params) if path_aware else [paths.Group((h,)) for h in range(n_p)]
     for s in range(n_s):
         for group in groups:
@@ -141,6 +197,7 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
                     log.debug("path fit of %s failed (%s); fitting one by one",
                               params[index[0]].learner, exc)
             for h in index:
-                pred[h, s], seconds[h, s], error[h, s] = fit_one(params[h], X, y, train[s], positive)
+                pred[h, s], seconds[h, s], error[h, s] = fit_one(params[h], X, y, train[s], positive,
+                                                                 sample_weight)
     failed = error != ""
     return BlockResult(params_slice, splits_slice, pred, failed, error, seconds)

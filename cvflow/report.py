@@ -169,9 +169,11 @@ def _variants(info: dict, message: str) -> str:
 def _param_text(cube: xr.Dataset, index: int) -> str:
     if index is None or index < 0:
         return "(none: every param failed)"
+    from .describe import short
+
     setting = json.loads(str(cube["param_json"].values[index]))
-    hyper = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                      for k, v in setting["params"].items())
+    # nested estimators (a Pipeline's steps) are long: shown as [...] / Class(params)
+    hyper = ", ".join(f"{k}={short(v)}" for k, v in setting["params"].items())
     return f"#{index} {setting['learner']}({hyper})"
 
 
@@ -192,6 +194,9 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
     from .estimators import DESCRIBE, guardrails
 
     lines = []
+    classes = json.loads(cube.attrs.get("classes") or "null")
+    if classes:
+        lines.append(f"classes: {', '.join(map(str, classes))} (positive class: {classes[-1]})")
     for name, result in results.items():
         if name == "kfold":
             lines += kfold_table(cube, result)

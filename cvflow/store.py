@@ -17,13 +17,15 @@ fold_split                repeat, outer                split trained on D minus 
 pair_split                repeat, outer, inner         split trained on D minus folds j, l
 subset_split              group, member                subset learning set m of group p
 y, is_test                sample                       target, held-out test flag
+sample_weight             sample                       weights passed to fit (if given)
 X                         sample, feature              features
 ========================  ===========================  ======================================
 
 Coordinates: on ``split`` ``split_kind, split_repeat, split_outer, split_inner, split_group``;
 on ``param`` ``learner``, ``output``, ``param_json`` and one per hyperparameter name.
 Attributes: ``cvflow_version``, ``workflow`` (JSON), ``workflow_hash``, ``data_hash``, ``task``,
-``loss`` (the default), ``classes`` (JSON), ``full_split``, ``chunks`` (JSON [param, split]).
+``loss`` (the default), ``classes`` (JSON), ``full_split``, ``chunks`` (JSON [param, split]),
+``columns`` (JSON, a data frame's column names, dtypes and categories; see cvflow.data).
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ BLOCK_VARIABLES = ("pred", "failed", "error", "fit_seconds", "done")
 STORED = "cvflow-stored-"
 RESERVED = {
     "pred", "done", "failed", "error", "fit_seconds", "train", "fold", "fold_split",
-    "pair_split", "subset_split", "y", "is_test", "X", "learner", "output", "param_json",
+    "pair_split", "subset_split", "y", "is_test", "X", "sample_weight", "learner", "output", "param_json",
     "param", "split", "sample", "repeat", "feature", "outer", "inner", "group", "member",
 }
 
@@ -141,6 +143,8 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
         },
     )
     ds["error"].encoding["chunks"] = status
+    if getattr(data, "sample_weight", None) is not None:
+        ds["sample_weight"] = ("sample",), data.sample_weight
     return ds
 
 

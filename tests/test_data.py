@@ -37,10 +37,11 @@ def test_csv_and_npz_sources(tmp_path: Path):
     np.testing.assert_array_equal(d.X, np.eye(3))
 
 
-def test_string_labels_are_coded_01(tmp_path: Path):
+def test_string_labels_are_kept(tmp_path: Path):
     (tmp_path / "d.csv").write_text("a,y\n1,no\n2,yes\n3,no\n4,yes\n")
     d = load_data({"source": "csv", "path": "d.csv", "target": "y"}, "classification", base=tmp_path)
-    np.testing.assert_array_equal(d.y, [0, 1, 0, 1])
+    np.testing.assert_array_equal(d.y, ["no", "yes", "no", "yes"])
+    assert d.classes == ["no", "yes"] and d.positive == "yes"
 
 
 def test_classification_needs_two_classes():

@@ -1,0 +1,376 @@
+"""The Python face of a workflow: ``cvflow.Study`` over scikit-learn objects and arrays.
+
+A Study is a workflow written with Python objects; :meth:`Study.config` turns it into the
+same plain-data workflow a YAML file holds (:mod:`cvflow.describe` spells the estimators),
+so both faces go through :func:`cvflow.spec.parse_workflow`, :func:`cvflow.engine.run` and
+one store format::
+
+    study = cvflow.Study(
+        {"svr": (make_pipeline(StandardScaler(), SVR()), {"svr__C": np.logspace(-1, 2, 20)}),
+         "tree": (DecisionTreeRegressor(random_state=0), {"max_depth": range(1, 9)})},
+        cv=KFold(5, shuffle=True, random_state=0),
+        estimators=["kfold", "corrected_kfold"], loss="squared")
+    result = study.run(X, y, store="study.zarr")
+    result.selected["kfold"]          # {"index": 7, "learner": "svr", "params": {...}}
+    model = result.refit("kfold")     # fitted on all the analysis samples
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from .data import Data, decode_frame, from_arrays, save_npz
+from .describe import CLASS, build, describe, describe_splitter, is_estimator
+from .errors import InputError
+from .spec import Workflow, grid_values, parse_workflow
+
+WHERE = Path("Study")
+
+
+class Study:
+    """A cross-validation study of scikit-learn estimators (DESIGN.md section 8).
+
+    Parameters
+    ----------
+    learners : estimator, or dict name -> estimator or (estimator, grid)
+        scikit-learn estimators (Pipelines, ColumnTransformers, TransformedTargetRegressors
+        included), unfitted. A grid is a dict or a list of dicts as ``ParameterGrid`` reads
+        them (nested names like ``ridge__alpha``; values may be estimators).
+    param_grid : dict or list of dicts, optional
+        The grid of a single ``learners`` estimator.
+    cv : int, scikit-learn splitter or design mapping, default 5
+        An int is ``design: {folds: cv}`` of a workflow file (shuffled with seed 0; stratified
+        for classification). A partition splitter (KFold, StratifiedKFold, GroupKFold,
+        StratifiedGroupKFold, RepeatedKFold, RepeatedStratifiedKFold, ...) gives the folds
+        it draws; a shuffling one needs an integer ``random_state``.
+    estimators : list, default ["kfold"]
+        Estimator names or ``{name: {options}}``, as in a workflow file.
+    loss : str, optional
+        The default loss (squared for regression, zero_one for classification).
+    task : "regression" or "classification", optional
+        Default: from the loss, else classification when ``y`` has two labels that are not
+        numbers or ``type_of_target(y)`` is binary, else regression.
+    fit_seed : int, optional
+        Give every unset ``random_state`` a seed derived from this one and the (param,
+        training set) of each fit, so reruns are bit-identical (``execution.fit_seed``).
+    output : str, optional
+        Stored prediction of every learner (predict, decision_function, predict_proba).
+        Default: predict for regression; for classification predict_proba with the
+        log loss, else decision_function where the learner has one.
+    name : str, default "study"
+    execution : dict, optional
+        The workflow's ``execution`` section (fits_per_task, path_aware, dtype, ...).
+    """
+
+    def __init__(self, learners, *, param_grid=None, cv=5, estimators=("kfold",), loss=None,
+                 task=None, fit_seed=None, output=None, name="study", execution=None):
+        self.learners_arg = learners
+        self.param_grid = param_grid
+        self.cv = cv
+        self.estimators = estimators
+        self.loss = loss
+        self.task = task
+        self.fit_seed = fit_seed
+        self.output = output
+        self.name = name
+        self.execution = execution
+
+    # -- the learners as (estimator, grid) ----------------------------------------------------
+
+    @property
+    def learners(self) -> dict[str, tuple[Any, Any]]:
+        """Each learner's name -> (estimator, grid)."""
+        raw = self.learners_arg
+        if is_estimator(raw):
+            return {type(raw).__name__: (raw, self.param_grid or {})}
+        if self.param_grid is not None:
+            raise InputError("Study: param_grid goes with a single estimator; give a dict "
+                             "name -> (estimator, grid) for several")
+        if not isinstance(raw, dict) or not raw:
+            raise InputError("Study: learners: give an estimator or a dict name -> estimator "
+                             "or (estimator, grid)")
+        out = {}
+        for name, value in raw.items():
+            est, grid = value if isinstance(value, tuple) and len(value) == 2 else (value, {})
+            if not is_estimator(est):
+                raise InputError(f"Study: learners[{name!r}]: {est!r} is not a scikit-learn "
+                                 "estimator object")
+            out[str(name)] = (est, grid)
+        return out
+
+    # -- the workflow --------------------------------------------------------------------------
+
+    def config(self, task: str) -> dict:
+        """The plain-data workflow (what :meth:`to_yaml` writes), data aside."""
+        learners = []
+        for name, (est, grid) in self.learners.items():
+            desc = describe(est, f"learners[{name!r}]")
+            entry = {"name": name, "estimator": desc.pop(CLASS), "params": desc,
+                     "grid": _describe_grid(grid, f"learners[{name!r}].grid")}
+            output = self.output or _output_for(self.loss)
+            if output and task == "classification":
+                entry["output"] = output
+            learners.append(entry)
+        config = {"name": self.name, "data": {"source": "arrays"}, "task": task,
+                  "learners": learners, "design": self._design(),
+                  "estimators": [e if isinstance(e, str) else dict(e) for e in self.estimators]}
+        if self.loss is not None:
+            config["loss"] = self.loss
+        execution = dict(self.execution or {})
+        if self.fit_seed is not None:
+            execution["fit_seed"] = self.fit_seed
+        if execution:
+            config["execution"] = execution
+        return config
+
+    def _design(self) -> dict:
+        cv = self.cv
+        if isinstance(cv, dict):
+            return dict(cv)
+        if isinstance(cv, (int, np.integer)) and not isinstance(cv, bool):
+            return {"folds": int(cv)}
+        return {"splitter": describe_splitter(cv)}
+
+    def _task(self, y) -> str:
+        if self.task is not None:
+            return self.task
+        if self.loss is not None:
+            return "regression" if self.loss in ("squared", "absolute") else "classification"
+        y = np.asarray(y)
+        if y.dtype.kind in "OUSTb":
+            return "classification"
+        from sklearn.utils.multiclass import type_of_target
+
+        return "classification" if type_of_target(y) == "binary" else "regression"
+
+    def workflow(self, X, y, groups=None, *, sample_weight=None) -> Workflow:
+        """The validated workflow of this study on these data (InputError on bad input)."""
+        task = self._task(y)
+        wf = parse_workflow(self.config(task), WHERE)
+        wf.data = from_arrays(X, y, task, groups=groups, sample_weight=sample_weight,
+                              where=str(WHERE))
+        return wf
+
+    def validate(self, X, y, groups=None, *, sample_weight=None) -> str:
+        """Check the study on these data without a store: learners, grids, estimator options,
+        splitter, and one trial fit per learner (see :mod:`cvflow.checks`). Returns a summary
+        line; raises :class:`~cvflow.errors.InputError`."""
+        wf = self.workflow(X, y, groups, sample_weight=sample_weight)
+        built = wf.build()
+        return (f"valid; {len(built.params)} params x {built.design.n_splits} splits = "
+                f"{len(built.params) * built.design.n_splits} fits")
+
+    def run(self, X, y, groups=None, *, sample_weight=None, store=None, cluster=None,
+            workers=None, overwrite=False, client=None, progress=None) -> "StudyResult":
+        """Fit every (param, split) not yet in ``store`` and return the results over it.
+
+        Goes through :func:`cvflow.engine.run` exactly as ``cvflow run`` does (the same
+        validation first, the same resume and extension rules). ``store`` defaults to
+        ``<name>.zarr``; ``cluster``, ``workers``, ``client`` and ``progress`` as there.
+        """
+        from .engine import run
+
+        wf = self.workflow(X, y, groups, sample_weight=sample_weight)
+        path = Path(store) if store is not None else Path(f"{self.name}.zarr")
+        run(wf, store=path, cluster=cluster, workers=workers, overwrite=overwrite,
+            client=client, progress=progress)
+        return StudyResult(path)
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def to_yaml(self, path, X, y, groups=None, *, sample_weight=None) -> Path:
+        """Write a workflow file ``cvflow run`` accepts, with the data beside it.
+
+        The data go to ``<path stem>.npz`` (no pickles) and the file reads them as
+        ``data: {source: npz}``; ``cvflow run`` of the file writes the same cube as
+        :meth:`run` on these data. Returns the path of the workflow file.
+        """
+        path = Path(path)
+        wf = self.workflow(X, y, groups, sample_weight=sample_weight)
+        data_path = path.with_suffix(".npz")
+        save_npz(data_path, wf.data)
+        config = self.config(wf.task)
+        config["data"] = {"source": "npz", "path": data_path.name,
+                          **({"groups": "groups"} if wf.data.groups is not None else {})}
+        path.write_text(yaml.safe_dump(config, sort_keys=False, width=100))
+        return path
+
+    @classmethod
+    def from_store(cls, path) -> "Study":
+        """The study a store was made by, rebuilt from its JSON description (no pickles).
+
+        Its ``learners`` map each name to (estimator, grid) with estimators whose
+        ``get_params(deep=True)`` equals the originals'.
+        """
+        from .store import open_cube
+
+        config = json.loads(open_cube(path).attrs["workflow"])
+        return cls.from_config(config)
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Study":
+        """A Study from a parsed workflow mapping (a workflow file or a store's ``workflow``)."""
+        from .learners import Param
+
+        learners = {}
+        for i, entry in enumerate(config["learners"]):
+            name = str(entry.get("name") or str(entry["estimator"]).rpartition(".")[2])
+            est = Param(name, str(entry["estimator"]), dict(entry.get("params") or {})).build()
+            grid = entry.get("grid") or {}
+            key = f"learners[{i}].grid"
+            grids = [{p: [build(v, f"{key}.{p}") for v in grid_values(str(WHERE), f"{key}.{p}", vals)]
+                      for p, vals in g.items()} for g in (grid if isinstance(grid, list) else [grid])]
+            learners[name] = (est, grids if isinstance(grid, list) else grids[0])
+        design = dict(config.get("design") or {})
+        splitter = design.get("splitter")
+        cv = build(splitter, "design.splitter") if isinstance(splitter, dict) else design
+        estimators = [e if isinstance(e, str) else dict(e) for e in config.get("estimators") or []]
+        execution = dict(config.get("execution") or {})
+        outputs = {e.get("output") for e in config["learners"]} - {None}
+        return cls(learners, cv=cv, estimators=estimators or ["kfold"], loss=config.get("loss"),
+                   task=config.get("task"), fit_seed=execution.pop("fit_seed", None),
+                   output=outputs.pop() if len(outputs) == 1 else None,
+                   name=config.get("name", "study"), execution=execution or None)
+
+    def __repr__(self) -> str:
+        names = ", ".join(f"{n}: {type(e).__name__}" for n, (e, _) in self.learners.items())
+        return f"Study({{{names}}}, cv={self.cv!r}, estimators={list(self.estimators)!r})"
+
+
+def _output_for(loss: str | None) -> str | None:
+    return {"log_loss": "predict_proba", "hinge": "decision_function"}.get(loss or "")
+
+
+def _describe_grid(grid, where: str):
+    """A grid (dict or list of dicts) as plain data: every value list written out."""
+    if isinstance(grid, list):
+        return [_describe_grid(g, f"{where}[{i}]") for i, g in enumerate(grid)]
+    if not isinstance(grid, dict):
+        raise InputError(f"{where}: give a dict or a list of dicts, as ParameterGrid reads them")
+    out = {}
+    for key, values in grid.items():
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            raise InputError(f"{where}.{key}: give a list of values (ParameterGrid needs a "
+                             f"sequence), got {values!r}")
+        out[str(key)] = [describe(v, f"{where}.{key}[{i}]") for i, v in enumerate(values)]
+    return out
+
+
+class StudyResult:
+    """The results of a study over its opened store.
+
+    Attributes
+    ----------
+    cube : xarray.Dataset
+        The opened store (:func:`cvflow.open`).
+    results : dict name -> xarray.Dataset
+        Each requested estimator's result (computed on first use).
+    selected : dict criterion -> {"index", "learner", "params"}
+        The param each selecting estimator chose (its ``selected``), settings as plain data.
+    """
+
+    def __init__(self, store):
+        from .store import open_cube
+
+        self.store = Path(store)
+        self.cube = open_cube(self.store)
+        self._results: dict | None = None
+
+    @property
+    def results(self) -> dict:
+        if self._results is None:
+            from .report import compute
+
+            self._results = compute(self.cube)
+        return self._results
+
+    def __getitem__(self, name: str):
+        return self.results[name]
+
+    def param(self, index: int) -> dict:
+        """Param ``index`` as {"index", "learner", "params"}: its grid point, i.e. the settings
+        that differ from the learner's fixed params (plain data, see :mod:`cvflow.describe`)."""
+        setting = json.loads(str(self.cube["param_json"].values[index]))
+        fixed = {}
+        for entry in json.loads(self.cube.attrs["workflow"])["learners"]:
+            name = str(entry.get("name") or str(entry["estimator"]).rpartition(".")[2])
+            if name == setting["learner"]:
+                fixed = entry.get("params") or {}
+        params = {k: v for k, v in setting["params"].items() if k not in fixed or fixed[k] != v}
+        return {"index": int(index), "learner": setting["learner"], "params": params}
+
+    @property
+    def selected(self) -> dict[str, dict]:
+        out = {}
+        for name, result in self.results.items():
+            if "selected" in result and result["selected"].ndim == 0:
+                index = int(result["selected"])
+                if index >= 0:
+                    out[name] = self.param(index)
+        return out
+
+    def data(self) -> tuple[Any, np.ndarray]:
+        """(X, y) as the learners saw them (a DataFrame when the study was given one)."""
+        cube = self.cube
+        X = np.asarray(cube["X"].values, dtype=np.float64)
+        columns = cube.attrs.get("columns")
+        X = decode_frame(X, json.loads(columns)) if columns else X
+        y = np.asarray(cube["y"].values)
+        return X, (y.astype(object) if y.dtype.kind in "OUT" else y)
+
+    def refit(self, criterion: str | None = None):
+        """The param chosen by ``criterion`` (an estimator name; default: the first that
+        selects) fitted on every analysis sample, as the store's full-split fit was: its
+        predictions equal the cube's ``pred`` of that param on the full split."""
+        from .learners import Param, fit_model
+
+        chosen = self.selected
+        if not chosen:
+            raise InputError("refit: none of the study's estimators selects a param")
+        criterion = criterion or next(iter(chosen))
+        if criterion not in chosen:
+            raise InputError(f"refit: criterion {criterion!r} is not one of "
+                             f"{', '.join(chosen)}")
+        h = chosen[criterion]["index"]
+        setting = json.loads(str(self.cube["param_json"].values[h]))
+        workflow = json.loads(self.cube.attrs["workflow"])
+        preprocess = tuple((s["estimator"], json.dumps(s["params"], sort_keys=True))
+                           for s in setting.get("preprocess", []))
+        param = Param(setting["learner"], setting["estimator"], setting["params"], {},
+                      setting["output"], preprocess,
+                      (workflow.get("execution") or {}).get("fit_seed"))
+        X, y = self.data()
+        weight = self.cube["sample_weight"].values if "sample_weight" in self.cube else None
+        return fit_model(param, X, y, ~np.asarray(self.cube["is_test"].values, dtype=bool),
+                         weight)
+
+    def __repr__(self) -> str:
+        from .report import text
+
+        return f"cvflow study {self.store}\n" + text(self.cube, self.results)
+
+    def _repr_html_(self) -> str:
+        import html
+
+        from .report import status_from_cube
+
+        info = status_from_cube(self.cube)
+        rows = "".join(
+            f"<tr><td>{html.escape(c)}</td><td>{s['index']}</td><td>{html.escape(s['learner'])}"
+            f"</td><td><code>{html.escape(json.dumps(s['params']))}</code></td></tr>"
+            for c, s in self.selected.items())
+        parts = [f"<h4>cvflow study <code>{html.escape(str(self.store))}</code></h4>",
+                 f"<p>{info['done']} of {info['total']} fits done, {info['failed']} failed; "
+                 f"task {html.escape(str(self.cube.attrs.get('task')))}, loss "
+                 f"{html.escape(str(self.cube.attrs.get('loss')))}</p>"]
+        if rows:
+            parts.append("<table><tr><th>criterion</th><th>param</th><th>learner</th>"
+                         f"<th>settings</th></tr>{rows}</table>")
+        for name, result in self.results.items():
+            parts.append(f"<details><summary>{html.escape(name)}</summary>"
+                         f"{result._repr_html_()}</details>")
+        return "\n".join(parts)

@@ -1,0 +1,279 @@
+"""cvflow.Study: scikit-learn objects on arrays and DataFrames, checked against scikit-learn."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.base import BaseEstimator
+from sklearn.compose import ColumnTransformer, TransformedTargetRegressor
+from sklearn.ensemble import RandomForestRegressor
+from sklearn.impute import SimpleImputer
+from sklearn.linear_model import LogisticRegression, Ridge
+from sklearn.metrics import accuracy_score, hinge_loss, log_loss
+from sklearn.model_selection import (GroupKFold, KFold, PredefinedSplit, RepeatedKFold,
+                                     ShuffleSplit, StratifiedGroupKFold, StratifiedKFold,
+                                     cross_val_predict)
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+import cvflow
+from cvflow.errors import InputError, ReproducibilityWarning
+
+from cvtest import REPO, run_cli
+
+
+def frame(n=90, seed=0):
+    """Numeric columns with NaN, a string column and a categorical one; a linear target."""
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"a": rng.normal(size=n), "b": rng.normal(size=n),
+                       "color": rng.choice(["red", "green", "blue"], n),
+                       "size": pd.Categorical(rng.choice(["S", "M", "L"], n),
+                                              categories=["S", "M", "L"], ordered=True)})
+    y = 2 * df["a"] - df["b"] + 1.5 * (df["color"] == "red") + 0.3 * rng.normal(size=n)
+    df.loc[rng.choice(n, 12, replace=False), "a"] = np.nan
+    df.loc[rng.choice(n, 5, replace=False), "b"] = np.nan
+    df.loc[rng.choice(n, 4, replace=False), "color"] = None
+    return df, y.to_numpy()
+
+
+def pipeline():
+    num = Pipeline([("imputer", SimpleImputer()), ("scaler", StandardScaler())])
+    cat = Pipeline([("imputer", SimpleImputer(strategy="most_frequent")),
+                    ("onehot", OneHotEncoder(handle_unknown="ignore"))])
+    prep = ColumnTransformer([("num", num, ["a", "b"]), ("cat", cat, ["color", "size"])])
+    return Pipeline([("prep", prep), ("ridge", Ridge())])
+
+
+GRID = {"ridge__alpha": [0.1, 1.0, 10.0], "prep__num__imputer__strategy": ["mean", "median"]}
+
+
+def same_params(a, b, where="") -> None:
+    """get_params(deep=True) equality, nested estimators compared by class and params."""
+    if isinstance(a, BaseEstimator) or isinstance(b, BaseEstimator):
+        assert type(a) is type(b), where
+        pa, pb = a.get_params(deep=True), b.get_params(deep=True)
+        assert pa.keys() == pb.keys(), where
+        for k in pa:
+            same_params(pa[k], pb[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), where
+        for i, (x, z) in enumerate(zip(a, b)):
+            same_params(x, z, f"{where}[{i}]")
+    elif isinstance(a, float) and np.isnan(a):
+        assert isinstance(b, float) and np.isnan(b), where
+    else:
+        assert a == b and type(a) is type(b), f"{where}: {a!r} != {b!r}"
+
+
+@pytest.fixture(scope="module")
+def frame_study(tmp_path_factory, client):
+    df, y = frame()
+    study = cvflow.Study(pipeline(), param_grid=GRID, cv=KFold(5, shuffle=True, random_state=0),
+                         estimators=["kfold", "corrected_kfold"])
+    store = tmp_path_factory.mktemp("frame") / "s.zarr"
+    return study, df, y, study.run(df, y, store=store, client=client)
+
+
+def test_pipeline_on_a_dataframe_matches_cross_val_predict(frame_study):
+    study, df, y, result = frame_study
+    cube = result.cube
+    pred = cube["pred"].values
+    assert not np.isnan(pred).any() and not cube["failed"].values.any()
+    fold = cube["fold"].values[0]
+    np.testing.assert_array_equal(
+        fold, np.concatenate([np.full(len(t), j) for j, (_, t) in
+                              enumerate(KFold(5, shuffle=True, random_state=0).split(df))])[
+            np.argsort(np.concatenate([t for _, t in KFold(5, shuffle=True, random_state=0).split(df)]))])
+    estimate = result["kfold"]["estimate"].values
+    for h, setting in enumerate(cube["param_json"].values):
+        params = json.loads(str(setting))["params"]
+        model = pipeline().set_params(**{k: params[k] for k in GRID})
+        oof = cross_val_predict(model, df, y, cv=PredefinedSplit(fold))
+        np.testing.assert_allclose(estimate[h], np.mean((y - oof) ** 2), rtol=1e-10, atol=1e-12)
+    # the stored X keeps names and categories; NaN stays NaN
+    assert list(cube["feature"].values) == ["a", "b", "color", "size"]
+    columns = json.loads(cube.attrs["columns"])
+    assert columns[2]["categories"] == ["blue", "green", "red"] and columns[3]["ordered"]
+    assert np.isnan(cube["X"].values[:, 0]).sum() == 12
+
+
+def test_selected_and_refit_equal_the_full_split(frame_study):
+    study, df, y, result = frame_study
+    chosen = result.selected["kfold"]
+    estimate = result["kfold"]["estimate"].values
+    assert chosen["index"] == int(np.argmin(estimate))
+    assert set(chosen["params"]) == set(GRID) and chosen["learner"] == "Pipeline"
+    model = result.refit("kfold")
+    full = result.cube["pred"].values[chosen["index"], int(result.cube.attrs["full_split"])]
+    np.testing.assert_array_equal(model.predict(df), full)
+    assert model.get_params()["ridge__alpha"] == chosen["params"]["ridge__alpha"]
+    assert "<table>" in result._repr_html_() and "kfold" in repr(result)
+
+
+def test_from_store_rebuilds_equal_estimators(frame_study):
+    study, df, y, result = frame_study
+    again = cvflow.Study.from_store(result.store)
+    (name, (est, grid)), = again.learners.items()
+    same_params(est, pipeline())
+    assert grid == GRID
+    assert isinstance(again.cv, KFold) and again.cv.random_state == 0
+
+
+def test_to_yaml_then_cli_run_is_bit_identical(frame_study, tmp_path):
+    study, df, y, result = frame_study
+    wf = study.to_yaml(tmp_path / "study.yaml", df, y)
+    text = wf.read_text()
+    assert "sklearn.compose.ColumnTransformer" in text and "source: npz" in text
+    out = run_cli("run", wf, "--store", tmp_path / "cli.zarr", "--workers", "1")
+    assert out.returncode == 0, out.stderr
+    other = cvflow.open(tmp_path / "cli.zarr")
+    for name in ("pred", "X", "y", "train", "fold", "failed"):
+        np.testing.assert_array_equal(other[name].values, result.cube[name].values, err_msg=name)
+    assert other.attrs["data_hash"] == result.cube.attrs["data_hash"]
+    assert other.attrs["workflow_hash"] != ""
+
+
+def test_opening_and_reducing_imports_no_learner_and_unpickles_nothing(frame_study):
+    study, df, y, result = frame_study
+    code = textwrap.dedent(f"""
+        import pickle, sys
+        def refuse(*a, **k):
+            raise AssertionError("unpickled")
+        pickle.loads = pickle.load = refuse
+        import cvflow
+        from cvflow.report import compute
+        cube = cvflow.open({str(result.store)!r})
+        out = compute(cube)
+        assert float(out["kfold"]["estimate"].min()) > 0
+        bad = [m for m in sys.modules if m.startswith(("sklearn.linear_model", "sklearn.pipeline",
+               "sklearn.compose", "sklearn.impute", "sklearn.preprocessing"))]
+        assert not bad, bad
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(REPO)}, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_binary_classification_with_string_labels(tmp_path, client):
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    X, y = data.data[:200], np.where(data.target[:200] == 1, "benign", "malignant")
+    model = make_pipeline(StandardScaler(), LogisticRegression())
+    cv = StratifiedKFold(4, shuffle=True, random_state=1)
+    grid = {"logisticregression__C": [0.1, 1.0]}
+    for loss, metric, method in (("log_loss", "log_loss", "predict_proba"),
+                                 ("hinge", "hinge", "decision_function")):
+        study = cvflow.Study(model, param_grid=grid, cv=cv, loss=loss)
+        result = study.run(X, y, store=tmp_path / f"{loss}.zarr", client=client)
+        cube = result.cube
+        assert json.loads(cube.attrs["classes"]) == ["benign", "malignant"]
+        assert set(np.asarray(cube["y"].values).tolist()) == {"benign", "malignant"}
+        for h, C in enumerate(grid["logisticregression__C"]):
+            ref = cross_val_predict(model.set_params(logisticregression__C=C), X, y, cv=cv,
+                                    method=method)
+            if method == "predict_proba":
+                want = log_loss(y, ref, labels=["benign", "malignant"])
+                zero_one = 1 - accuracy_score(y, np.where(ref[:, 1] > 0.5, "malignant", "benign"))
+            else:
+                want = hinge_loss(y, ref, labels=["benign", "malignant"])
+                zero_one = 1 - accuracy_score(y, np.where(ref > 0, "malignant", "benign"))
+            got = cvflow.estimators.kfold(cube)["estimate"].values[h]
+            np.testing.assert_allclose(got, want, rtol=1e-10)
+            got01 = cvflow.estimators.kfold(cube, loss="zero_one")["estimate"].values[h]
+            np.testing.assert_allclose(got01, zero_one, rtol=1e-12)
+        assert "positive class: malignant" in repr(result)
+    out = run_cli("report", tmp_path / "hinge.zarr")
+    assert out.returncode == 0 and "classes: benign, malignant" in out.stdout
+
+
+def test_sample_weights_reach_the_fit(tmp_path, client):
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(size=(60, 3)), rng.normal(size=60)
+    w = rng.uniform(0.1, 3, size=60)
+    model = make_pipeline(StandardScaler(), Ridge(alpha=2.0))
+    result = cvflow.Study(model, cv=KFold(3, shuffle=True, random_state=0)).run(
+        X, y, sample_weight=w, store=tmp_path / "w.zarr", client=client)
+    np.testing.assert_array_equal(result.cube["sample_weight"].values, w)
+    fold = result.cube["fold"].values[0]
+    oof = cross_val_predict(model, X, y, cv=PredefinedSplit(fold),
+                            params={"ridge__sample_weight": w})
+    np.testing.assert_allclose(result["kfold"]["estimate"].values[0], np.mean((y - oof) ** 2),
+                               rtol=1e-10)
+
+
+@pytest.mark.parametrize("cv,groups", [
+    (GroupKFold(3), True), (StratifiedGroupKFold(3, shuffle=True, random_state=0), True),
+    (RepeatedKFold(n_splits=3, n_repeats=2, random_state=0), False)])
+def test_splitter_objects_give_their_own_folds(cv, groups):
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(40, 2)), rng.integers(0, 2, 40)
+    g = np.repeat(np.arange(10), 4) if groups else None
+    study = cvflow.Study(LogisticRegression(), cv=cv)
+    built = study.workflow(X, y, g).build()
+    splits = list(cv.split(X, y, g))
+    n_folds = len(splits) // getattr(cv, "n_repeats", 1)
+    for k, (train, test) in enumerate(splits):
+        r, j = divmod(k, n_folds)
+        mask = built.design.train[built.design.fold_split[r, j]]
+        np.testing.assert_array_equal(np.flatnonzero(mask), train)
+    assert study.validate(X, y, g).startswith("valid")
+
+
+def test_refused_before_any_store(tmp_path):
+    X, y = np.random.default_rng(0).normal(size=(30, 2)), np.arange(30.0)
+    store = tmp_path / "never.zarr"
+    bad = Pipeline([("a", Ridge()), ("b", Ridge())])
+    with pytest.raises(InputError, match="All intermediate steps should be transformers"):
+        cvflow.Study(bad).run(X, y, store=store)
+    with pytest.raises(InputError, match="stratified splitter needs class labels"):
+        cvflow.Study(Ridge(), cv=StratifiedKFold(3)).run(X, y, store=store)
+    with pytest.raises(InputError, match="ShuffleSplit does not partition the samples"):
+        cvflow.Study(Ridge(), cv=ShuffleSplit(3, random_state=0)).validate(X, y)
+    with pytest.raises(InputError, match=r"func: .*lambda.*module-level function"):
+        cvflow.Study(TransformedTargetRegressor(Ridge(), func=lambda v: v,
+                                                inverse_func=lambda v: v)).validate(X, y)
+    with pytest.raises(InputError, match="a fitted Ridge"):
+        cvflow.Study(Ridge().fit(X, y)).validate(X, y)
+    assert not store.exists() and not list(tmp_path.iterdir())
+
+
+def test_transformed_target_with_numpy_log_by_dotted_path(tmp_path):
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    y = np.exp(X[:, 0] + 1)
+    study = cvflow.Study(TransformedTargetRegressor(Ridge(), func=np.log, inverse_func=np.exp),
+                         param_grid={"regressor__alpha": [0.1, 1.0]}, cv=3)
+    study.to_yaml(tmp_path / "t.yaml", X, y)
+    assert "function: numpy.log" in (tmp_path / "t.yaml").read_text()
+    wf = cvflow.load_workflow(tmp_path / "t.yaml")
+    same_params(wf.params[0].build(), study.learners["TransformedTargetRegressor"][0].set_params(
+        regressor__alpha=0.1))
+    assert run_cli("validate", tmp_path / "t.yaml").returncode == 0
+    with pytest.raises(InputError, match="a trial fit on 30 samples failed: ValueError: Input y contains NaN"):
+        cvflow.Study(TransformedTargetRegressor(Ridge(), func=np.log, inverse_func=np.exp,
+                                                check_inverse=False),
+                     cv=3).validate(X, -y)
+
+
+def test_unset_random_state_warns_and_fit_seed_makes_runs_equal(tmp_path, client):
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    y = X[:, 0] + np.random.default_rng(1).normal(size=60)
+    forest = RandomForestRegressor(n_estimators=5, max_features=1)
+    with pytest.warns(ReproducibilityWarning, match="random_state unset"):
+        cvflow.Study(forest, cv=3).validate(X, y)
+    seeded = cvflow.Study(forest, cv=3, fit_seed=7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReproducibilityWarning)
+        seeded.validate(X, y)
+    one = seeded.run(X, y, store=tmp_path / "1.zarr", client=client)
+    two = seeded.run(X, y, store=tmp_path / "2.zarr", client=client)
+    np.testing.assert_array_equal(one.cube["pred"].values, two.cube["pred"].values)
+    full = int(one.cube.attrs["full_split"])
+    np.testing.assert_array_equal(one.refit().predict(X), one.cube["pred"].values[0, full])
