@@ -7,6 +7,7 @@ a learner whose predictions change from run to run (an unset ``random_state``) i
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 
@@ -20,6 +21,22 @@ log = logging.getLogger(__name__)
 # DESIGN CHOICE: small enough to cost little next to the study (a few ms for linear models),
 # large enough that a OneHotEncoder or an imputer sees most categories and missing values.
 TRIAL_SAMPLES = 100
+_IN_TRIAL = False
+
+
+def in_trial() -> bool:
+    """True while a trial fit runs (a learner that counts its fits can leave these out)."""
+    return _IN_TRIAL
+
+
+@contextlib.contextmanager
+def _trial_running():
+    global _IN_TRIAL
+    _IN_TRIAL = True
+    try:
+        yield
+    finally:
+        _IN_TRIAL = False
 
 
 def trial_rows(y: np.ndarray, is_test: np.ndarray, task: str, size: int = TRIAL_SAMPLES
@@ -48,8 +65,9 @@ def _unset_random_states(model) -> list[str]:
 
 
 def _trial(param: Param, X, y, rows: np.ndarray, sample_weight, positive) -> np.ndarray:
-    model = fit_model(param, X, y, rows, sample_weight)
-    return predict_output(model, take(X, rows), param.output, positive)
+    with _trial_running():
+        model = fit_model(param, X, y, rows, sample_weight)
+        return predict_output(model, take(X, rows), param.output, positive)
 
 
 def check_learners(workflow, data, where: str) -> None:
