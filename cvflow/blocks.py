@@ -89,8 +89,9 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
 
     For each learner, fits growing samples of its params (1, 2, 4, ... params spread evenly
     over its grid) on one training set until the learner's share of ``budget`` is spent; the
-    per-fit time of the largest sample is that learner's estimate, so path-aware groups are
-    charged per path member. Returns the param-count weighted mean over learners.
+    per-fit time of the largest sample is that learner's estimate. A path-aware learner
+    (:mod:`cvflow.paths`) is timed on one whole path group instead, fitted as blocks fit it,
+    so each param is charged its share of one path (one SVD for a ridge grid). Returns the param-count weighted mean over learners.
     """
     from .learners import fit_block
 
@@ -110,18 +111,19 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     for group in by_learner.values():      # warm-up: imports (and their libraries), caches
         fit_block(group[:1], X, y, train, params_slice=slice(0, 1), splits_slice=slice(0, 1),
                   positive=positive, path_aware=path_aware)
-    with _one_blas_thread():
+    with one_blas_thread():
         for group in by_learner.values():
+            path = _first_path(group) if path_aware else []
             spent, k = 0.0, 1
             while True:
-                fits = sample(group, k)
+                fits = path or sample(group, k)
                 t0 = time.perf_counter()
                 fit_block(fits, X, y, train, params_slice=slice(0, len(fits)),
                           splits_slice=slice(0, 1), positive=positive, path_aware=path_aware)
                 elapsed = time.perf_counter() - t0
                 spent += elapsed
                 per_fit = elapsed / len(fits)
-                if k >= len(group) or spent + 2 * elapsed > share:
+                if path or k >= len(group) or spent + 2 * elapsed > share:
                     break
                 k = min(2 * k, len(group))
             total += per_fit * len(group)
@@ -131,12 +133,21 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     return seconds
 
 
+def _first_path(group: list) -> list:
+    """The params of the first path group (:func:`cvflow.paths.plan`) of a learner, or []."""
+    from .paths import plan
+
+    found = next((g for g in plan(group) if g.kernel is not None), None)
+    return [] if found is None else [group[h] for h in found.index]
+
+
 _CONTROLLER = None
 
 
 @contextlib.contextmanager
-def _one_blas_thread():
-    """Workers run one BLAS thread each (distributed sets OMP/MKL/OPENBLAS_NUM_THREADS=1)."""
+def one_blas_thread():
+    """One BLAS/OpenMP thread, as distributed gives process workers (OMP_NUM_THREADS=1 etc.);
+    used by the timing and by in-process (threads) runs."""
     # DESIGN CHOICE: threadpoolctl scans the loaded libraries each time (~3 ms, a tenth of the
     # timing budget): scan once per process and reuse the controller. A BLAS/OpenMP library
     # first loaded later is not limited; the timing is a rough estimate anyway.

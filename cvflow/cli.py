@@ -26,6 +26,8 @@ class Progress:
 
     def __call__(self, event: dict) -> None:
         if event["event"] == "start":
+            if event.get("execution"):
+                print(f"execution: {event['execution']}", file=self.stream, flush=True)
             if event.get("dashboard"):
                 print(f"dashboard: {event['dashboard']}", file=self.stream, flush=True)
             print(f"{event['todo']} of {event['total']} fits to do", file=self.stream, flush=True)
@@ -151,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a workflow (fits only what is not done)")
     r.add_argument("workflow")
     r.add_argument("--store", help="Zarr store path (default: <workflow name>.zarr)")
-    r.add_argument("--cluster", help="local | slurm | FILE.yaml | tcp://ADDR (default: local)")
+    r.add_argument("--cluster", help="auto | local | threads | slurm | FILE.yaml | tcp://ADDR (default: auto: "
+                        "in this process when the timed study is small, else local worker processes)")
     r.add_argument("--workers", type=int, help="number of local workers")
     r.add_argument("--dashboard-port", type=int, help="dashboard port (default 8787; 0 = any)")
     r.add_argument("--tls", action="store_true",

@@ -1,5 +1,9 @@
 """Connecting to a Dask cluster: the embedded LocalCluster, SLURM, a profile file, or an address.
 
+By default (``cluster=None`` or ``"auto"``) a run chooses where to fit from its timed estimate
+(:func:`choose`): in this process on a threaded Dask scheduler (profile ``threads``) when the
+study is small, on a ``LocalCluster`` of worker processes (profile ``local``) when they pay.
+
 A *profile* is a small mapping that says which cluster to start and how (see
 ``cvflow/cluster.yaml`` for the packaged defaults, and ``cluster/local.yaml``,
 ``cluster/slurm.yaml`` for the same profiles as editable files)::
@@ -19,6 +23,8 @@ import copy
 import logging
 import os
 import re
+import sys
+import types
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
@@ -33,8 +39,10 @@ _DEFAULTS = Path(__file__).with_name("cluster.yaml")
 dask.config.update_defaults(yaml.safe_load(_DEFAULTS.read_text()))
 
 ENV_PREFIX = "CVFLOW_CLUSTER__"
-KINDS = ("local", "slurm")
+KINDS = ("local", "slurm", "threads")
+AUTO = "auto"
 KEYS = {
+    "threads": {"kind", "workers", "host", "dashboard_port", "tls"},
     "local": {"kind", "workers", "threads_per_worker", "memory_limit", "host", "dashboard_port",
               "tls"},
     "slurm": {"kind", "workers", "adaptive", "host", "interface", "dashboard_port", "tls",
@@ -97,6 +105,13 @@ def _packaged(name: str) -> dict | None:
     return copy.deepcopy(dict(found)) if isinstance(found, Mapping) else None
 
 
+def resolve(cluster: str | os.PathLike | None) -> str:
+    """The cluster's name: ``cluster`` itself, or the configured default when None."""
+    if cluster is None:
+        cluster = dask.config.get("cvflow.cluster.default", default=AUTO)
+    return os.fspath(cluster)
+
+
 def load_profile(cluster: str | os.PathLike | None = None, *,
                  options: Sequence[str] | Mapping | None = None,
                  env: Mapping[str, str] | None = None) -> dict:
@@ -109,9 +124,9 @@ def load_profile(cluster: str | os.PathLike | None = None, *,
     cvflow.errors.InputError
         Unknown profile, unreadable file, unknown key, or an invalid value.
     """
-    if cluster is None:
-        cluster = dask.config.get("cvflow.cluster.default", default="local")
-    name = os.fspath(cluster)
+    name = resolve(cluster)
+    if name == AUTO:
+        name = "local"   # without a study to time, auto is the process cluster
     where = "--cluster"
     packaged = _packaged(name)
     if packaged is not None:
@@ -241,6 +256,82 @@ def _security(tls: bool):
         raise InputError("--tls needs the cryptography package: pip install cryptography") from None
 
 
+def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | None = None
+           ) -> tuple[str, str]:
+    """Where a run fits: ``(profile, reason)``; only ``None`` / ``"auto"`` is a choice.
+
+    ``seconds`` is the timed estimate of the study's remaining fits on one thread. Worker
+    processes pay when the time they save over threads sharing one interpreter (at worst
+    ``seconds * (1 - 1/workers)``, fits that hold the GIL) exceeds what starting and stopping
+    them costs (config ``cvflow.cluster.auto.process_start_seconds``). Anything else the user
+    named (``local``, ``threads``, ``slurm``, a file, an address) is used as given.
+
+    >>> choose("auto", seconds=0.05, workers=2)[0]
+    'threads'
+    >>> choose("auto", seconds=60.0, workers=2)[0]
+    'local'
+    """
+    name = resolve(cluster)
+    if name != AUTO:
+        return name, f"{name} (as asked)"
+    start = float(dask.config.get("cvflow.cluster.auto.process_start_seconds", default=2.0))
+    n = workers or load_profile("local").get("workers") or os.cpu_count() or 1
+    saved = seconds * (1 - 1 / n)
+    if n > 1 and saved > start:
+        return "local", (f"local: {n} worker processes (~{seconds:.2g} s of fitting; processes "
+                         f"save up to {saved:.2g} s, more than their {start:g} s start; "
+                         "--cluster threads to stay in this process)")
+    return "threads", (f"threads: in this process (~{seconds:.2g} s of fitting; worker processes "
+                       f"would save at most {saved:.2g} s of their {start:g} s start; "
+                       "--cluster local forces them)")
+
+
+@contextlib.contextmanager
+def clean_main() -> Iterator[None]:
+    """While it is open, ``__main__`` is an empty module, so process workers started (or
+    restarted) meanwhile do not re-run the caller's script."""
+    # DESIGN CHOICE: multiprocessing's spawn, distributed's start method, re-runs the caller's
+    # __main__ in every new worker process: a script without an `if __name__ == "__main__":`
+    # guard would start a cluster inside each worker ("Nanny failed to start"), and `python -`
+    # fails on the file "<stdin>". Workers never need the script: task bodies are module-level
+    # cvflow functions, and distributed ships objects defined in __main__ by value
+    # (cloudpickle). So for the lifetime of cvflow's process cluster, __main__ is swapped for
+    # an empty module and restored afterwards. fork would avoid the re-run but is unsafe with
+    # the client's threads; forkserver re-runs __main__ as spawn does.
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+def _threads(prof: dict):
+    from distributed import LocalCluster
+
+    host = prof.get("host") or "127.0.0.1"
+    port = prof.get("dashboard_port")
+    # DESIGN CHOICE: a real scheduler in this process (threads, no worker processes), started in
+    # ~50 ms: the engine submits the same tasks and writes the same store as on process workers,
+    # and a dashboard is served when a port is asked for. Scheduler, worker and client talk
+    # in memory (inproc://), so `tls` has nothing to protect and is ignored.
+    # The scheduler's HTTP server (health, metrics) listens anyway: on loopback, any free port.
+    return LocalCluster(
+        n_workers=1, threads_per_worker=int(prof.get("workers") or os.cpu_count() or 1),
+        processes=False, dashboard_address=f"{host}:{0 if port is None else port}",
+        scheduler_kwargs={"dashboard": port is not None}, silence_logs=logging.ERROR,
+    )
+
+
+def serves_dashboard(cluster: str | os.PathLike | None, dashboard_port: int | None = None) -> bool:
+    """Whether connecting to ``cluster`` gives a dashboard (a port given or in its profile)."""
+    name = resolve(cluster)
+    if dashboard_port is not None or ADDRESS.match(name):
+        return True
+    return load_profile(name).get("dashboard_port") is not None
+
+
 def _local(prof: dict):
     from distributed import LocalCluster
 
@@ -314,8 +405,9 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
     Parameters
     ----------
     cluster
-        ``None`` (config ``cvflow.cluster.default``, normally ``"local"``), a profile name
-        (``"local"``, ``"slurm"``), a profile YAML file, or a scheduler address
+        ``None`` (config ``cvflow.cluster.default``; ``"auto"`` connects to ``"local"`` here,
+        a run decides between it and ``"threads"`` with :func:`choose`), a profile name
+        (``"local"``, ``"threads"``, ``"slurm"``), a profile YAML file, or a scheduler address
         (``tcp://host:port``, ``tls://...``) to connect to a running scheduler.
     workers
         Number of workers (local) or SLURM jobs (slurm; turns adaptive scaling off).
@@ -329,9 +421,12 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
         The store path, only to warn when a SLURM run's store looks node-local.
 
     The local profile binds the scheduler, workers and dashboard to 127.0.0.1 with process
-    workers of one thread each.
+    workers of one thread each, started without re-running the caller's ``__main__``
+    (:func:`clean_main`); the threads profile runs a scheduler in this process.
     """
     from distributed import Client
+
+    from .blocks import one_blas_thread
 
     if cluster is not None and ADDRESS.match(os.fspath(cluster)):
         # TLS to a running scheduler uses the certificates of the Dask config
@@ -349,7 +444,17 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
     warning = store_warning(store, prof["kind"])
     if warning:
         log.warning(warning)
-    started = _local(prof) if prof["kind"] == "local" else _slurm(prof)
-    with started, Client(started) as client:
-        log.info("cluster %s (%s): dashboard %s", prof["name"], prof["kind"], client.dashboard_link)
+    kind = prof["kind"]
+    with contextlib.ExitStack() as stack:
+        if kind == "local":
+            stack.enter_context(clean_main())
+        elif kind == "threads":
+            stack.enter_context(one_blas_thread())
+            # an in-process scheduler's address names no host: link to where the dashboard listens
+            stack.enter_context(dask.config.set({"distributed.dashboard.link":
+                                                 f"http://{prof.get('host') or '127.0.0.1'}:{{port}}/status"}))
+        started = stack.enter_context({"local": _local, "threads": _threads, "slurm": _slurm}[kind](prof))
+        client = stack.enter_context(Client(started))
+        log.info("cluster %s (%s): dashboard %s", prof["name"], kind,
+                 client.dashboard_link or None)
         yield client

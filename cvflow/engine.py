@@ -47,6 +47,7 @@ class RunResult:
     dashboard: str | None = None
     chunks: tuple[int, int] = (0, 0)
     errors: dict = field(default_factory=dict)
+    execution: str = ""                 # where the fits ran and why (cvflow.cluster.choose)
 
     @property
     def fits_per_distinct(self) -> float:
@@ -99,9 +100,22 @@ def _check_existing(path: Path, workflow: Workflow, study: Study) -> None:
     study.params, study.design = reconcile(path, workflow, study)
 
 
+def seconds_per_fit(workflow: Workflow, study: Study) -> float:
+    """The timed estimate of one fit's seconds as blocks fit them (:mod:`cvflow.blocks`)."""
+    # timed as blocks fit them: a path-aware ridge grid costs one SVD per split, not one per alpha
+    d = study.data
+    return estimate_seconds_per_fit(
+        study.params, d.fit_X, d.y, study.design.train[0], positive=d.positive,
+        path_aware=bool(workflow.execution.get("path_aware", True)))
+
+
 def prepare_store(workflow: Workflow, study: Study, path: Path, *, overwrite: bool = False,
-                  n_workers: int = 2) -> tuple[int, int]:
-    """Create the store (or check the existing one); return the block chunk shape."""
+                  n_workers: int = 2, seconds: float | None = None) -> tuple[int, int]:
+    """Create the store (or check the existing one); return the block chunk shape.
+
+    ``seconds`` per fit sizes the blocks of a new store (timed here when None and the
+    workflow's ``fits_per_task`` is ``auto``).
+    """
     if path.exists() and not overwrite:
         if not cube_store.is_store(path):
             raise StoreError(f"store: {path} exists but is not a cvflow store; choose another path")
@@ -115,11 +129,9 @@ def prepare_store(workflow: Workflow, study: Study, path: Path, *, overwrite: bo
     fpt = workflow.execution.get("fits_per_task", "auto")
     d = study.data
     dtype = workflow.execution.get("dtype", "float64")
-    # timed as blocks fit them: a path-aware ridge grid costs one SVD per split, not one per alpha
-    seconds = estimate_seconds_per_fit(
-        study.params, d.fit_X, d.y, study.design.train[0], positive=d.positive,
-        path_aware=bool(workflow.execution.get("path_aware", True))) if fpt == "auto" else 0.0
-    chunks = choose_chunks(len(study.params), study.design.n_splits, seconds_per_fit=seconds,
+    if fpt == "auto" and seconds is None:
+        seconds = seconds_per_fit(workflow, study)
+    chunks = choose_chunks(len(study.params), study.design.n_splits, seconds_per_fit=seconds or 0.0,
                            n_workers=n_workers, fits_per_task=None if fpt == "auto" else int(fpt),
                            n_samples=d.X.shape[0], itemsize=np.dtype(dtype).itemsize)
     template = cube_store.cube_template(study.data, study.design, study.params, attrs=study.attrs,
@@ -193,13 +205,18 @@ def run(workflow: Workflow | str | Path, *, store: str | Path | None = None,
 
 def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, dashboard_port,
                 client, progress, tls, cluster_options) -> RunResult:
-    from .cluster import connect
+    from .cluster import AUTO, choose, connect, resolve, serves_dashboard
 
     t_start = time.perf_counter()
     study = workflow.build()
     workers = workers or workflow.execution.get("workers")
     fresh = overwrite or not path.exists()
-    chunks = prepare_store(workflow, study, path, overwrite=overwrite, n_workers=workers or 2)
+    auto = client is None and resolve(cluster) == AUTO
+    per_fit = None
+    if auto or (fresh and workflow.execution.get("fits_per_task", "auto") == "auto"):
+        per_fit = seconds_per_fit(workflow, study)
+    chunks = prepare_store(workflow, study, path, overwrite=overwrite, n_workers=workers or 2,
+                           seconds=per_fit)
     n_total = len(study.params) * study.design.n_splits
     # a store created just now has nothing done: no need to read it back
     done = (np.zeros((len(study.params), study.design.n_splits), dtype=bool) if fresh
@@ -214,6 +231,12 @@ def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, 
         notify({"event": "start", "total": n_total, "todo": 0, "dashboard": None})
         result.wall_seconds = time.perf_counter() - t_start
         return result
+    if client is None:
+        cluster, result.execution = choose(cluster, seconds=(per_fit or 0.0) * n_todo,
+                                           workers=workers)
+        log.info("execution: %s", result.execution)
+    else:
+        result.execution = "the given client"
     path_aware = bool(workflow.execution.get("path_aware", True))
 
     def submit_all(c):
@@ -237,8 +260,10 @@ def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, 
     def collect(c):
         from distributed import as_completed
 
-        result.dashboard = getattr(c, "dashboard_link", None)
-        notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": result.dashboard})
+        if client is not None or serves_dashboard(cluster, dashboard_port):
+            result.dashboard = getattr(c, "dashboard_link", None) or None   # "" when none
+        notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": result.dashboard,
+                "execution": result.execution})
         t0 = time.perf_counter()
         # DESIGN CHOICE: tasks write only `pred`; the finished blocks' status (failed, error,
         # fit_seconds, then done) is written here in batches, spaced so that writing it costs
