@@ -147,7 +147,7 @@ def load_profile(cluster: str | os.PathLike | None = None, *,
         prof = _merge(_packaged(kind) or {"kind": kind}, loaded)
     else:
         known = sorted((dask.config.get("cvflow.cluster.profiles", default={}) or {}))
-        raise InputError(f"--cluster: {name!r} is not a profile ({', '.join(known)}), "
+        raise InputError(f"--cluster: {name!r} is not auto, a profile ({', '.join(known)}), "
                          "a profile file (.yaml) or a scheduler address tcp://HOST:PORT")
     prof = _merge(prof, env_options(env))
     prof = _merge(prof, parse_options(options))
