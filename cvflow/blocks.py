@@ -108,12 +108,13 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     share = budget / max(len(by_learner), 1)
     total, count = 0.0, 0
     train = np.asarray(train, dtype=bool)[None, :]
+    paths = {name: _first_path(group) if path_aware else [] for name, group in by_learner.items()}
     for group in by_learner.values():      # warm-up: imports (and their libraries), caches
         fit_block(group[:1], X, y, train, params_slice=slice(0, 1), splits_slice=slice(0, 1),
                   positive=positive, path_aware=path_aware)
     with one_blas_thread():
-        for group in by_learner.values():
-            path = _first_path(group) if path_aware else []
+        for name, group in by_learner.items():
+            path = paths[name]
             spent, k = 0.0, 1
             while True:
                 fits = path or sample(group, k)
