@@ -14,12 +14,28 @@ Python route (DESIGN.md section 8)::
 """
 from __future__ import annotations
 
+import importlib
+
 __version__ = "0.1.0"
 
-from . import estimators  # noqa: E402
-from .engine import run  # noqa: E402
-from .spec import load_workflow  # noqa: E402
-from .store import open_cube as open  # noqa: E402,A001
-from .study import Study  # noqa: E402
+# DESIGN CHOICE: the public names are imported on first use (PEP 562), so that `cvflow status`
+# or `import cvflow.report` does not pay for the engine, the estimators and scikit-learn.
+_LAZY = {"estimators": (".estimators", None), "run": (".engine", "run"),
+         "load_workflow": (".spec", "load_workflow"), "open": (".store", "open_cube"),
+         "Study": (".study", "Study")}
 
 __all__ = ["__version__", "Study", "estimators", "load_workflow", "open", "run"]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'cvflow' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    value = importlib.import_module(module, __name__)
+    value = value if attr is None else getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

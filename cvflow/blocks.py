@@ -39,7 +39,8 @@ def _even(total: int, at_most: int) -> int:
 
 def choose_chunks(n_params: int, n_splits: int, *, seconds_per_fit: float, n_workers: int = 2,
                   fits_per_task: int | None = None, n_samples: int | None = None,
-                  itemsize: int = 8, target_seconds: float | None = None) -> tuple[int, int]:
+                  itemsize: int = 8, target_seconds: float | None = None,
+                  path_length: int = 1) -> tuple[int, int]:
     """Chunk shape (params, splits) of a block.
 
     Parameters
@@ -57,6 +58,9 @@ def choose_chunks(n_params: int, n_splits: int, *, seconds_per_fit: float, n_wor
         Samples per prediction and bytes per value; cap a block at ``MAX_BLOCK_BYTES``.
     target_seconds : float, optional
         Work per task; default ``TARGET_TASK_SECONDS``.
+    path_length : int
+        Params fitted as one path per training set (:func:`cvflow.paths.plan`): blocks hold
+        whole multiples of it whenever that fits ``MAX_BLOCK_BYTES``, so no path is cut.
 
     Blocks span whole param rows first (path-aware learners fit a grid per training set in
     one go), then several splits; both sides are balanced so the last block is not a sliver.
@@ -65,6 +69,8 @@ def choose_chunks(n_params: int, n_splits: int, *, seconds_per_fit: float, n_wor
     (20, 4)
     >>> choose_chunks(100, 16, seconds_per_fit=1.0, fits_per_task=10)
     (10, 1)
+    >>> choose_chunks(100, 6, seconds_per_fit=0.0006, n_workers=2, path_length=100)
+    (100, 1)
     """
     total = n_params * n_splits
     target = TARGET_TASK_SECONDS if target_seconds is None else target_seconds
@@ -76,8 +82,15 @@ def choose_chunks(n_params: int, n_splits: int, *, seconds_per_fit: float, n_wor
         fits = min(fits_target, max(fits_balance, fits_floor))
     else:
         fits = max(1, int(fits_per_task))
-    if n_samples:
-        fits = max(1, min(fits, MAX_BLOCK_BYTES // (n_samples * itemsize)))
+    cap = MAX_BLOCK_BYTES // (n_samples * itemsize) if n_samples else total
+    fits = max(1, min(fits, cap))
+    path_length = min(path_length, n_params)
+    if 1 < path_length <= cap:
+        # DESIGN CHOICE: a path costs little more than its first fit (one SVD, warm starts):
+        # cutting it would pay that first fit once per piece.
+        bp = path_length * max(1, min(fits, n_params) // path_length)
+        bs = _even(n_splits, max(1, fits // bp))
+        return bp, bs
     bp = _even(n_params, fits)
     bs = _even(n_splits, max(1, fits // bp))
     return bp, bs
@@ -91,7 +104,10 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     over its grid) on one training set until the learner's share of ``budget`` is spent; the
     per-fit time of the largest sample is that learner's estimate. A path-aware learner
     (:mod:`cvflow.paths`) is timed on one whole path group instead, fitted as blocks fit it,
-    so each param is charged its share of one path (one SVD for a ridge grid). Returns the param-count weighted mean over learners.
+    so each param is charged its share of one path (one SVD for a ridge grid). A cheap
+    closed-form or coordinate-descent path (ridge, lasso, elastic net on at most
+    ``CHEAP_PATH_ELEMENTS`` values of X) is not timed at all: ``PATH_SECONDS_PER_ELEMENT``
+    per training value and param. Returns the param-count weighted mean over learners.
     """
     from .learners import fit_block
 
@@ -108,11 +124,18 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     share = budget / max(len(by_learner), 1)
     total, count = 0.0, 0
     train = np.asarray(train, dtype=bool)[None, :]
+    n_train = int(train.sum())
+    if path_aware and X.shape[0] * X.shape[1] <= CHEAP_PATH_ELEMENTS:
+        for name, group in list(by_learner.items()):
+            if _cheap_paths(group):
+                total += PATH_SECONDS_PER_ELEMENT * n_train * X.shape[1] * len(group)
+                count += len(group)
+                del by_learner[name]
     paths = {name: _first_path(group) if path_aware else [] for name, group in by_learner.items()}
     for group in by_learner.values():      # warm-up: imports (and their libraries), caches
         fit_block(group[:1], X, y, train, params_slice=slice(0, 1), splits_slice=slice(0, 1),
                   positive=positive, path_aware=path_aware)
-    with one_blas_thread():
+    with one_blas_thread() if by_learner else contextlib.nullcontext():
         for name, group in by_learner.items():
             path = paths[name]
             spent, k = 0.0, 1
@@ -132,6 +155,24 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     seconds = total / max(count, 1)
     log.debug("estimated %.3g s per fit", seconds)
     return seconds
+
+
+# DESIGN CHOICE: timing a path costs one of the study's own path fits on the client while the
+# workers wait (for a lasso path, a sixth of a 5-fold study's work). Ridge paths (one SVD) and
+# coordinate-descent paths on small data are charged by size instead: ~1e-8 s per training
+# value per param is what a 20-alpha ridge path costs here, and several times what a
+# 100-alpha lasso path does (it only sizes blocks and picks threads over processes).
+CHEAP_PATH_KERNELS = ("ridge", "ridge_classifier", "lasso", "enet")
+CHEAP_PATH_ELEMENTS = 2_000_000
+PATH_SECONDS_PER_ELEMENT = 1e-8
+
+
+def _cheap_paths(group: list) -> bool:
+    """Every param of the learner is fitted in a cheap path kernel (see above)."""
+    from .paths import plan
+
+    groups = plan(group)
+    return all(g.kernel in CHEAP_PATH_KERNELS for g in groups)
 
 
 def _first_path(group: list) -> list:

@@ -100,6 +100,15 @@ def _check_existing(path: Path, workflow: Workflow, study: Study) -> None:
     study.params, study.design = reconcile(path, workflow, study)
 
 
+def path_length(params: list[Param]) -> int:
+    """The longest run of consecutive params fitted as one path (:func:`cvflow.paths.plan`)."""
+    from .paths import plan
+
+    return max((len(g.index) for g in plan(params)
+                if g.kernel is not None and g.index == tuple(range(g.index[0], g.index[-1] + 1))),
+               default=1)
+
+
 def seconds_per_fit(workflow: Workflow, study: Study) -> float:
     """The timed estimate of one fit's seconds as blocks fit them (:mod:`cvflow.blocks`)."""
     # timed as blocks fit them: a path-aware ridge grid costs one SVD per split, not one per alpha
@@ -131,9 +140,11 @@ def prepare_store(workflow: Workflow, study: Study, path: Path, *, overwrite: bo
     dtype = workflow.execution.get("dtype", "float64")
     if fpt == "auto" and seconds is None:
         seconds = seconds_per_fit(workflow, study)
+    auto_path = fpt == "auto" and bool(workflow.execution.get("path_aware", True))
     chunks = choose_chunks(len(study.params), study.design.n_splits, seconds_per_fit=seconds or 0.0,
                            n_workers=n_workers, fits_per_task=None if fpt == "auto" else int(fpt),
-                           n_samples=d.X.shape[0], itemsize=np.dtype(dtype).itemsize)
+                           n_samples=d.X.shape[0], itemsize=np.dtype(dtype).itemsize,
+                           path_length=path_length(study.params) if auto_path else 1)
     template = cube_store.cube_template(study.data, study.design, study.params, attrs=study.attrs,
                                         chunks=chunks,
                                         dtype=workflow.execution.get("dtype", "float64"))

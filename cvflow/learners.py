@@ -7,12 +7,15 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .describe import build_params, import_path
 from .errors import InputError
-from .store import BlockResult
+
+if TYPE_CHECKING:   # the store (xarray, zarr) is imported where blocks are fitted, not to validate
+    from .store import BlockResult
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +178,7 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
     numpy ``X``, no sample weights and no ``fit_seed``.
     """
     from . import paths
+    from .store import BlockResult
 
     n_p, n_s, n = len(params), train.shape[0], X.shape[0]
     pred = np.full((n_p, n_s, n), np.nan)

@@ -94,8 +94,10 @@ def enet_path_predictions(X: np.ndarray, y: np.ndarray, train: np.ndarray, alpha
     X, Xt, yt, x_mean, y_mean = _training_rows(X, y, train, fit_intercept)
     alphas = np.asarray(alphas, dtype=np.float64)
     order = np.argsort(-alphas, kind="stable")
+    # DESIGN CHOICE: coordinate descent on the Gram matrix when there are more training rows
+    # than features, as LassoCV / ElasticNetCV do ("auto"): each pass costs p^2, not n p.
     _, coefs, _ = enet_path(np.asfortranarray(Xt - x_mean), yt - y_mean, l1_ratio=l1_ratio,
-                            alphas=alphas[order], precompute=False, tol=tol, max_iter=max_iter,
+                            alphas=alphas[order], precompute="auto", tol=tol, max_iter=max_iter,
                             positive=positive, selection=selection, random_state=random_state)
     out = np.empty((len(alphas), X.shape[0]))
     out[order] = ((X - x_mean) @ coefs).T + y_mean

@@ -36,10 +36,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import dask.array as da
 import numpy as np
 import xarray as xr
 import zarr
+from dask import is_dask_collection   # dask.array itself is imported where used (cvflow status)
 
 from .errors import StoreError
 
@@ -94,6 +94,8 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
     ``data`` is a :class:`cvflow.data.Data`, ``design`` a :class:`cvflow.designs.Design`,
     ``params`` a list of :class:`cvflow.learners.Param`; ``chunks`` = (params, splits) per block.
     """
+    import dask.array as da
+
     n_params, n_splits, n = len(params), design.n_splits, data.X.shape[0]
     bp, bs = min(chunks[0], n_params), min(chunks[1], n_splits)
     block = (bp, bs)
@@ -254,7 +256,7 @@ async def _create(store, template: xr.Dataset) -> None:
         values = template.variables[name].data
         # block variables (dask) stay unwritten: their chunks read as the fill value; the small
         # eager ones are written now (chunks equal to the fill value are skipped, as xarray does)
-        if not isinstance(values, da.Array):
+        if not is_dask_collection(values):
             await array.setitem(Ellipsis, np.asarray(values))
 
     await asyncio.gather(*(one(name, spec) for name, spec in specs.items()))
@@ -327,6 +329,8 @@ def _decode(path: Path, group_attrs: dict, arrays: list) -> xr.Dataset:
             encoding["coordinates"] = attrs.pop("coordinates")
             coord_names.update(encoding["coordinates"].split())
         if values is None:
+            import dask.array as da
+
             values = da.from_array(_ZarrChunks(str(path), name, array.shape, array.dtype),
                                    chunks=array.chunks, name=f"{STORED}{name}-{uuid.uuid4().hex}",
                                    asarray=False, fancy=False,
@@ -347,7 +351,7 @@ def _open_with_xarray(path: Path) -> xr.Dataset:
 
     cube = xr.open_zarr(path, consolidated=False, zarr_format=3)
     names = [n for n in cube.variables if n != "pred"]
-    lazy = [n for n in names if isinstance(cube[n].variable.data, da.Array)]
+    lazy = [n for n in names if dask.is_dask_collection(cube[n].variable.data)]
     values = dask.compute(*[cube[n].variable.data for n in lazy], scheduler="sync")
     data = {n: cube[n].copy(data=v) for n, v in zip(lazy, values)}
     coords = {n: data.pop(n) for n in list(data) if n in cube.coords}
@@ -482,7 +486,7 @@ def read_pred(cube_or_path) -> np.ndarray | None:
     """
     if isinstance(cube_or_path, xr.Dataset):
         pred = cube_or_path["pred"]
-        if not (isinstance(pred.data, da.Array) and pred.data.name.startswith(f"{STORED}pred-")):
+        if not (is_dask_collection(pred.data) and pred.data.name.startswith(f"{STORED}pred-")):
             return None
         values = read_pred(cube_or_path.encoding["source"])
         return values if values.shape == pred.shape else None

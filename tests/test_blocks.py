@@ -127,3 +127,35 @@ def test_estimate_default_budget_is_small(tmp_path):
     est = estimate_seconds_per_fit(grid, X, y, train)
     assert est >= 0.005
     assert 2 <= len(log.read_text().splitlines()) <= 4
+
+
+def test_paths_are_not_cut_when_they_fit_in_memory():
+    # 100-alpha lasso path, 6 splits, ~0.6 ms per alpha: one whole path per task, 6 tasks
+    assert choose_chunks(100, 6, seconds_per_fit=6e-4, n_workers=2, path_length=100) == (100, 1)
+    # cheap 20-alpha paths of 3 learners: whole multiples of the path
+    bp, bs = choose_chunks(60, 6, seconds_per_fit=1e-5, n_workers=2, path_length=20)
+    assert bp % 20 == 0
+    # a path too big for one block is cut as any grid
+    bp, _ = choose_chunks(100, 6, seconds_per_fit=6e-4, n_samples=100_000, path_length=100)
+    assert bp * 100_000 * 8 <= blocks.MAX_BLOCK_BYTES and bp < 100
+
+
+def test_cheap_path_learners_are_charged_by_size_without_a_probe(monkeypatch):
+    import cvflow.learners
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("a cheap path learner was fitted to time it")
+
+    monkeypatch.setattr(cvflow.learners, "fit_block", no_fit)
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(300, 10)), rng.normal(size=300)
+    train = np.arange(300) < 240
+    for path in ("sklearn.linear_model.Ridge", "sklearn.linear_model.Lasso"):
+        grid = [Param("p", path, hyper={"alpha": float(a)}) for a in np.logspace(-3, 1, 20)]
+        est = estimate_seconds_per_fit(grid, X, y, train)
+        assert est == pytest.approx(blocks.PATH_SECONDS_PER_ELEMENT * 240 * 10)
+    # a learner that is not a cheap path is timed (here: refused by the stub)
+    logistic = [Param("lr", "sklearn.linear_model.LogisticRegression", hyper={"C": c})
+                for c in (0.1, 1.0)]
+    with pytest.raises(AssertionError, match="was fitted"):
+        estimate_seconds_per_fit(logistic, X, (y > 0).astype(int), train)
