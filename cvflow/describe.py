@@ -45,6 +45,9 @@ def class_path(obj) -> str:
         module = "numpy"
     if not name or not module or "<" in name:
         raise InputError(f"{obj!r} has no importable name (a lambda or a local function)")
+    if module == "__main__":
+        raise InputError(f"{name} is defined in __main__ (a notebook or a script), which the "
+                         "workers and a workflow file cannot import; move it to a module")
     parts = module.split(".")
     for i in range(1, len(parts) + 1):
         candidate = ".".join(parts[:i])

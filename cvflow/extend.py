@@ -111,6 +111,10 @@ def check_compatible(path: Path, workflow, study, group) -> dict:
     if old_dtype != workflow.execution.get("dtype", "float64"):
         _refuse(path, "dtype", f"execution.dtype: {old_dtype!r} -> "
                 f"{workflow.execution.get('dtype', 'float64')!r}")
+    old_seed = (old_cfg.get("execution") or {}).get("fit_seed")
+    if old_seed != workflow.execution.get("fit_seed"):
+        _refuse(path, "fit seeds", f"execution.fit_seed: {old_seed!r} -> "
+                f"{workflow.execution.get('fit_seed')!r}")
     stored = _stored_learners(attrs)
     merged = dict(stored)
     for name, spec in _learner_specs(new_cfg).items():

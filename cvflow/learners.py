@@ -122,7 +122,12 @@ def default_output(cls, task: str) -> str:
 def predict_output(model, X: np.ndarray, output: str, positive=None) -> np.ndarray:
     """Predictions of ``model`` on every sample in the stored form."""
     if output == "predict":
-        return np.asarray(model.predict(X), dtype=np.float64)
+        values = np.asarray(model.predict(X))
+        if values.dtype.kind not in "biuf":
+            raise ValueError(f"output 'predict' stores numbers but the learner predicts "
+                             f"{values.dtype.name} labels; use output decision_function or "
+                             "predict_proba")
+        return values.astype(np.float64)
     if output == "decision_function":
         values = np.asarray(model.decision_function(X), dtype=np.float64)
         if values.ndim != 1:

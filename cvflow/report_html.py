@@ -388,6 +388,10 @@ def _header_html(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
              f"{cube.sizes['param']} params × {cube.sizes['split']} splits, "
              f"{cube.sizes['sample']} samples ({n_test} held out for testing); "
              f"estimators: {html.escape(', '.join(results))}.</p>"]
+    classes = json.loads(cube.attrs.get("classes") or "null")
+    if classes:
+        parts.append(f"<p>classes: {html.escape(', '.join(map(str, classes)))} (positive class: "
+                     f"<b>{html.escape(str(classes[-1]))}</b>)</p>")
     return "".join(parts)
 
 

@@ -109,6 +109,10 @@ class Study:
         learners = []
         for name, (est, grid) in self.learners.items():
             desc = describe(est, f"learners[{name!r}]")
+            if describe(build(desc), f"learners[{name!r}]") != desc:
+                raise InputError(f"Study: learners[{name!r}]: {type(est).__name__} does not "
+                                 "rebuild from its get_params (state kept outside its params); "
+                                 "cvflow stores learners as their params")
             entry = {"name": name, "estimator": desc.pop(CLASS), "params": desc,
                      "grid": _describe_grid(grid, f"learners[{name!r}].grid")}
             output = self.output or _output_for(self.loss)
@@ -176,9 +180,9 @@ class Study:
 
         wf = self.workflow(X, y, groups, sample_weight=sample_weight)
         path = Path(store) if store is not None else Path(f"{self.name}.zarr")
-        run(wf, store=path, cluster=cluster, workers=workers, overwrite=overwrite,
-            client=client, progress=progress)
-        return StudyResult(path)
+        done = run(wf, store=path, cluster=cluster, workers=workers, overwrite=overwrite,
+                   client=client, progress=progress)
+        return StudyResult(path, run=done)
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -271,13 +275,16 @@ class StudyResult:
         Each requested estimator's result (computed on first use).
     selected : dict criterion -> {"index", "learner", "params"}
         The param each selecting estimator chose (its ``selected``), settings as plain data.
+    run : cvflow.engine.RunResult or None
+        What the run that returned this did (fits executed, failed, seconds).
     """
 
-    def __init__(self, store):
+    def __init__(self, store, *, run=None):
         from .store import open_cube
 
         self.store = Path(store)
         self.cube = open_cube(self.store)
+        self.run = run
         self._results: dict | None = None
 
     @property

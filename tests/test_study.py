@@ -277,3 +277,57 @@ def test_unset_random_state_warns_and_fit_seed_makes_runs_equal(tmp_path, client
     np.testing.assert_array_equal(one.cube["pred"].values, two.cube["pred"].values)
     full = int(one.cube.attrs["full_split"])
     np.testing.assert_array_equal(one.refit().predict(X), one.cube["pred"].values[0, full])
+
+
+def test_rerun_fits_nothing_and_a_longer_grid_fits_only_the_new_params(tmp_path, client):
+    rng = np.random.default_rng(5)
+    X, y = rng.normal(size=(40, 3)), rng.normal(size=40)
+    model = make_pipeline(StandardScaler(), Ridge())
+    cv = KFold(4, shuffle=True, random_state=0)
+    store = tmp_path / "s.zarr"
+    first = cvflow.Study(model, param_grid={"ridge__alpha": [0.1, 1.0]}, cv=cv).run(
+        X, y, store=store, client=client)
+    assert first.run.fits_executed == 2 * 5
+    again = cvflow.Study(model, param_grid={"ridge__alpha": [0.1, 1.0]}, cv=cv).run(
+        X, y, store=store, client=client)
+    assert again.run.fits_executed == 0
+    longer = cvflow.Study(model, param_grid={"ridge__alpha": [0.1, 1.0, 10.0]}, cv=cv).run(
+        X, y, store=store, client=client)
+    assert longer.run.fits_executed == 5
+    np.testing.assert_array_equal(longer.cube["pred"].values[:2], first.cube["pred"].values)
+    with pytest.raises(InputError, match="fit_seed: None -> 3"):
+        cvflow.Study(model, param_grid={"ridge__alpha": [0.1]}, cv=cv, fit_seed=3).run(
+            X, y, store=store, client=client)
+
+
+class LocalScaler(StandardScaler):
+    """A transformer defined in a test module: importable, so describable."""
+
+
+def test_learners_must_be_importable_by_name():
+    from cvflow.describe import describe
+
+    assert describe(LocalScaler())["class"] == "test_study.LocalScaler"
+    main_cls = type("MainScaler", (StandardScaler,), {"__module__": "__main__"})
+    with pytest.raises(InputError, match=r"learners\['s'\].steps\[0\]\[1\]: MainScaler is "
+                                         "defined in __main__"):
+        cvflow.Study({"s": make_pipeline(main_cls(), Ridge())}).config("regression")
+
+
+def test_cli_run_refuses_a_bad_pipeline_before_any_store(tmp_path, capsys):
+    from cvflow.cli import main
+
+    wf = tmp_path / "bad.yaml"
+    wf.write_text(textwrap.dedent("""\
+        data: {source: sklearn, name: diabetes}
+        learners:
+          - name: pipe
+            estimator: sklearn.pipeline.Pipeline
+            params:
+              steps: [[scale, {class: sklearn.linear_model.Ridge}], [ridge, {class: sklearn.linear_model.Ridge}]]
+            grid: {ridge__alpha: [0.1, 1.0]}
+        """))
+    assert main(["run", str(wf), "--store", str(tmp_path / "s.zarr")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "All intermediate steps should be transformers" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
