@@ -331,3 +331,34 @@ def test_cli_run_refuses_a_bad_pipeline_before_any_store(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "All intermediate steps should be transformers" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+def test_dataframe_pipeline_from_python_stdin_without_guard(tmp_path):
+    """The issue's study, run as `python -` (no file, no __main__ guard) on worker processes."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        import numpy as np
+        sys.path.insert(0, {str(REPO / "tests")!r})
+        import cvflow
+        from sklearn.model_selection import KFold, PredefinedSplit, cross_val_predict
+        from test_study import GRID, frame, pipeline
+        df, y = frame()
+        study = cvflow.Study(pipeline(), param_grid=GRID, cv=KFold(5, shuffle=True, random_state=2))
+        result = study.run(df, y, store={str(tmp_path / "s.zarr")!r}, cluster="local", workers=2)
+        cube = result.cube
+        assert not np.isnan(cube["pred"].values).any()
+        fold = cube["fold"].values[0]
+        est = result["kfold"]["estimate"].values
+        worst = 0.0
+        for h, text in enumerate(cube["param_json"].values):
+            params = json.loads(str(text))["params"]
+            model = pipeline().set_params(**{{k: params[k] for k in GRID}})
+            oof = cross_val_predict(model, df, y, cv=PredefinedSplit(fold))
+            worst = max(worst, abs(est[h] - np.mean((y - oof) ** 2)) / np.mean((y - oof) ** 2))
+        print("worst", worst)
+    """)
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.split()[-1]) <= 1e-10
