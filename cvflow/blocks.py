@@ -109,7 +109,7 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     ``CHEAP_PATH_ELEMENTS`` values of X) is not timed at all: ``PATH_SECONDS_PER_ELEMENT``
     per training value and param. Returns the param-count weighted mean over learners.
     """
-    from .learners import fit_block
+    from .fit import fit_block
 
     # DESIGN CHOICE: the estimate only sizes blocks (a factor of ~2 changes little, see
     # choose_chunks) while the workers wait for it: a small budget (20 ms), and samples spread

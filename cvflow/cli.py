@@ -86,10 +86,10 @@ def cmd_run(args) -> int:
 
 def cmd_status(args) -> int:
     from . import report
+    from .location import exists, resolve
     from .store import is_store
-    from pathlib import Path
 
-    if not Path(args.store).exists():
+    if not exists(resolve(args.store)):
         raise InputError(f"store: {args.store} does not exist")
     if not is_store(args.store):
         raise InputError(f"store: {args.store} exists but is not a cvflow store")
@@ -152,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a workflow (fits only what is not done)")
     r.add_argument("workflow")
-    r.add_argument("--store", help="Zarr store path (default: <workflow name>.zarr)")
+    r.add_argument("--store", help="Zarr store: a path or a URL such as s3://bucket/study.zarr "
+                   "(default: <workflow name>.zarr)")
     r.add_argument("--cluster", help="auto | local | threads | slurm | FILE.yaml | tcp://ADDR (default: auto: "
                         "in this process when the timed study is small, else local worker processes)")
     r.add_argument("--workers", type=int, help="number of local workers")

@@ -9,18 +9,20 @@ batches; a fit that raises is recorded in the store, not raised.
 from __future__ import annotations
 
 import logging
-import shutil
+import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from . import store as cube_store
 from .blocks import choose_chunks, estimate_seconds_per_fit
+from .designs import Design
 from .errors import StoreError
-from .learners import Param, fit_block
+from .fit import BlockResult, fit_block
+from .learners import Param
+from .location import exists, remove, resolve
 from .spec import Study, Workflow, load_workflow
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,7 @@ STATUS_FLUSH_FACTOR = 20
 class RunResult:
     """What a run did: counts, timings and where the cube is."""
 
-    store: Path
+    store: str              # a local path or a URL (cvflow.location)
     total_fits: int
     fits_executed: int
     failed: int
@@ -74,8 +76,6 @@ def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_s
                            splits_slice=splits_slice, positive=positive,
                            path_aware=path_aware, sample_weight=sample_weight)
     else:
-        from .extend import fit_missing
-
         result = fit_missing(store, params, X, y, train, params_slice, splits_slice, positive,
                              path_aware, todo, sample_weight)
     cube_store.write_pred(store, result)
@@ -89,15 +89,31 @@ def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_s
     return summary
 
 
-def _check_existing(path: Path, workflow: Workflow, study: Study) -> None:
-    """Refuse a store whose fits this workflow would invalidate; append new params/splits.
+def fit_missing(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
+                splits_slice: slice, positive, path_aware: bool, todo: np.ndarray,
+                sample_weight=None) -> BlockResult:
+    """Fit only the cells ``todo`` (params, splits) of a block; keep the stored ones.
 
-    Afterwards ``study.params`` and ``study.design`` are in the store's order (see
-    :mod:`cvflow.extend`: new params and splits are appended, stored ones kept).
+    The stored cells of the block's chunk are read and returned unchanged, so the caller
+    writes the whole chunk-aligned block (one writer per chunk) with the old bytes intact.
+    Params needing the same splits are fitted together (path-aware groups stay intact).
     """
-    from .extend import reconcile
-
-    study.params, study.design = reconcile(path, workflow, study)
+    stored = cube_store.read_block(store, params_slice, splits_slice)
+    patterns: dict[tuple, list[int]] = {}
+    for h in range(todo.shape[0]):
+        cols = tuple(np.flatnonzero(todo[h]).tolist())
+        if cols:
+            patterns.setdefault(cols, []).append(h)
+    for cols, rows in patterns.items():
+        c, r = list(cols), list(rows)
+        res = fit_block([params[h] for h in r], X, y, train[c], params_slice=slice(0, len(r)),
+                        splits_slice=slice(0, len(c)), positive=positive, path_aware=path_aware,
+                        sample_weight=sample_weight)
+        ix = np.ix_(r, c)
+        for name in ("pred", "failed", "error", "fit_seconds"):
+            stored[name][ix] = getattr(res, name)
+    return BlockResult(params_slice, splits_slice, stored["pred"], stored["failed"],
+                       stored["error"], stored["fit_seconds"])
 
 
 def path_length(params: list[Param]) -> int:
@@ -118,23 +134,40 @@ def seconds_per_fit(workflow: Workflow, study: Study) -> float:
         path_aware=bool(workflow.execution.get("path_aware", True)))
 
 
-def prepare_store(workflow: Workflow, study: Study, path: Path, *, overwrite: bool = False,
-                  n_workers: int = 2, seconds: float | None = None) -> tuple[int, int]:
-    """Create the store (or check the existing one); return the block chunk shape.
+@dataclass(frozen=True)
+class Layout:
+    """The store's params and design (store order: an extended store keeps its indices) and
+    the block chunk shape."""
 
+    params: list[Param]
+    design: Design
+    chunks: tuple[int, int]
+
+
+def prepare_store(workflow: Workflow, study: Study, store: str | os.PathLike, *,
+                  overwrite: bool = False, n_workers: int = 2,
+                  seconds: float | None = None) -> Layout:
+    """Create the store (or check and extend the existing one); the layout to run on.
+
+    ``study`` is left as built: an existing store's order comes back in the layout.
     ``seconds`` per fit sizes the blocks of a new store (timed here when None and the
     workflow's ``fits_per_task`` is ``auto``).
     """
-    if path.exists() and not overwrite:
-        if not cube_store.is_store(path):
-            raise StoreError(f"store: {path} exists but is not a cvflow store; choose another path")
-        _check_existing(path, workflow, study)
-        return cube_store.block_chunks(path)
-    if path.exists():
-        if not cube_store.is_store(path):
-            raise StoreError(f"store: {path} exists but is not a cvflow store; refusing to "
+    from .extend import reconcile
+
+    location = resolve(store)
+    cube_store.clear_interrupted(location)
+    if exists(location) and not overwrite:
+        if not cube_store.is_store(location):
+            raise StoreError(f"store: {location} exists but is not a cvflow store; "
+                             "choose another path")
+        params, design = reconcile(location, workflow, study)
+        return Layout(params, design, cube_store.block_chunks(location))
+    if exists(location):
+        if not cube_store.is_store(location):
+            raise StoreError(f"store: {location} exists but is not a cvflow store; refusing to "
                              "overwrite it")
-        shutil.rmtree(path)
+        remove(location)
     fpt = workflow.execution.get("fits_per_task", "auto")
     d = study.data
     dtype = workflow.execution.get("dtype", "float64")
@@ -148,18 +181,20 @@ def prepare_store(workflow: Workflow, study: Study, path: Path, *, overwrite: bo
     template = cube_store.cube_template(study.data, study.design, study.params, attrs=study.attrs,
                                         chunks=chunks,
                                         dtype=workflow.execution.get("dtype", "float64"))
-    cube_store.create(path, template)
-    return chunks
+    cube_store.create(location, template)
+    return Layout(study.params, study.design, chunks)
 
 
-def pending_blocks(path: Path, chunks: tuple[int, int],
+
+
+def pending_blocks(store: str, chunks: tuple[int, int],
                    done: np.ndarray | None = None) -> list[tuple[slice, slice]]:
     """The blocks with a fit not yet ``done`` (``done``: the store's mask, read if None)."""
-    done = cube_store.read_mask(path, "done") if done is None else done
+    done = cube_store.read_mask(store, "done") if done is None else done
     return [(ps, ss) for ps, ss in cube_store.blocks(*done.shape, chunks) if not done[ps, ss].all()]
 
 
-def run(workflow: Workflow | str | Path, *, store: str | Path | None = None,
+def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | None = None,
         cluster: str | None = None, workers: int | None = None, overwrite: bool = False,
         dashboard_port: int | None = None, client=None,
         progress: Callable[[dict], None] | None = None, tls: bool | None = None,
@@ -170,8 +205,9 @@ def run(workflow: Workflow | str | Path, *, store: str | Path | None = None,
     ----------
     workflow : Workflow or path
         A workflow from :func:`cvflow.load_workflow`, or the path of a workflow file.
-    store : path, optional
-        The Zarr store; defaults to ``<workflow name>.zarr`` in the working directory.
+    store : path or URL, optional
+        The Zarr store: a local path or an fsspec URL such as ``s3://bucket/study.zarr``
+        (:mod:`cvflow.location`); defaults to ``<workflow name>.zarr`` in the working directory.
     cluster : str, optional
         ``"local"`` (default: an embedded LocalCluster on 127.0.0.1), a profile name or YAML
         file, or ``"tcp://host:port"`` of a running scheduler.
@@ -203,7 +239,7 @@ def run(workflow: Workflow | str | Path, *, store: str | Path | None = None,
 
     if not isinstance(workflow, Workflow):
         workflow = load_workflow(workflow)
-    path = Path(store) if store is not None else Path(f"{workflow.name}.zarr")
+    path = resolve(store if store is not None else f"{workflow.name}.zarr")
     cluster = cluster or workflow.execution.get("cluster")
     if client is None and not (cluster and ADDRESS.match(str(cluster))):
         load_profile(cluster, options=cluster_options)   # a bad profile fails before any store work
@@ -214,29 +250,31 @@ def run(workflow: Workflow | str | Path, *, store: str | Path | None = None,
                            tls=tls, cluster_options=cluster_options)
 
 
-def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, dashboard_port,
+def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, dashboard_port,
                 client, progress, tls, cluster_options) -> RunResult:
-    from .cluster import AUTO, choose, connect, resolve, serves_dashboard
+    from .cluster import AUTO, choose, connect, serves_dashboard
+    from .cluster import resolve as resolve_cluster
 
     t_start = time.perf_counter()
     study = workflow.build()
     workers = workers or workflow.execution.get("workers")
-    fresh = overwrite or not path.exists()
-    auto = client is None and resolve(cluster) == AUTO
+    fresh = overwrite or not exists(path)
+    auto = client is None and resolve_cluster(cluster) == AUTO
     per_fit = None
     if auto or (fresh and workflow.execution.get("fits_per_task", "auto") == "auto"):
         per_fit = seconds_per_fit(workflow, study)
-    chunks = prepare_store(workflow, study, path, overwrite=overwrite, n_workers=workers or 2,
+    layout = prepare_store(workflow, study, path, overwrite=overwrite, n_workers=workers or 2,
                            seconds=per_fit)
-    n_total = len(study.params) * study.design.n_splits
+    params, design, chunks = layout.params, layout.design, layout.chunks
+    n_total = len(params) * design.n_splits
     # a store created just now has nothing done: no need to read it back
-    done = (np.zeros((len(study.params), study.design.n_splits), dtype=bool) if fresh
+    done = (np.zeros((len(params), design.n_splits), dtype=bool) if fresh
             else cube_store.read_mask(path, "done"))
     todo = pending_blocks(path, chunks, done)
     n_todo = int(n_total - done.sum())
     result = RunResult(store=path, total_fits=n_total, fits_executed=0, failed=0, tasks=0,
                        wall_seconds=0.0, fit_seconds=0.0, distinct_pairs=n_todo, chunks=chunks,
-                       roles_requested=len(study.params) * study.design.roles_requested)
+                       roles_requested=len(params) * design.roles_requested)
     notify = progress or (lambda event: None)
     if not todo:
         notify({"event": "start", "total": n_total, "todo": 0, "dashboard": None})
@@ -263,7 +301,7 @@ def _run_locked(workflow: Workflow, path: Path, *, cluster, workers, overwrite, 
             # a block sharing its chunk with stored fits (extended study) fits only the rest
             cells = None if not done[ps, ss].any() else ~done[ps, ss]
             futures.append(c.submit(
-                run_block, str(path.absolute()), study.params[ps], X, y, study.design.train[ss], ps, ss,
+                run_block, path, params[ps], X, y, design.train[ss], ps, ss,
                 study.data.positive, path_aware, cells, w, pure=False,
                 key=f"cvflow-block-{ps.start}-{ss.start}-{time.time_ns()}"))
         return futures

@@ -21,30 +21,33 @@ Anything else (other data, folds, seeds, a learner's estimator / fixed params / 
 different subset design when the store already holds subset fits) is refused with a
 :class:`~cvflow.errors.StoreError` naming the first key that differs; ``--overwrite`` refits.
 
+This module is the policy (what may change and the merged params and design); the store
+operation is :func:`cvflow.store.grow`, fed the merged :func:`cvflow.store.cube_template`, so
+a store is encoded by one function whether created or extended, and read by one
+(:func:`cvflow.store.open_cube`).
+
 Chunks never change. After an append, the first new block may share a chunk with stored fits
 (e.g. params 16-19 stored, 20-23 new, chunks of 8). The engine still submits exactly one task
 per chunk-aligned block; that task fits only the (param, split) cells not ``done``
-(:func:`fit_missing`), reads the stored cells of its own chunk and writes them back unchanged,
-so one writer owns each chunk and the old predictions are byte-identical.
+(:func:`cvflow.engine.fit_missing`), reads the stored cells of its own chunk and writes them
+back unchanged, so one writer owns each chunk and the old predictions are byte-identical.
 """
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 
 import numpy as np
-import zarr
+import xarray as xr
 
 from . import store as cube_store
 from .designs import Design
 from .errors import StoreError
-from .learners import Param, fit_block
+from .learners import Param
 
 log = logging.getLogger(__name__)
 
-PARAM_BLOCK = ("pred", "done", "failed", "error", "fit_seconds")
 LEARNERS_ATTR = "learners"   # {name: {estimator, params, output}} of every learner ever stored
 
 
@@ -82,15 +85,15 @@ def _stored_learners(attrs) -> dict:
     return _learner_specs(json.loads(attrs.get("workflow") or "{}"))
 
 
-def _refuse(path: Path, what: str, diff: str) -> None:
+def _refuse(path: str, what: str, diff: str) -> None:
     raise StoreError(
         f"store: {path} holds fits of another workflow ({what} differ: {diff}); its fits "
         "would be invalid; use another --store, or pass --overwrite to refit everything")
 
 
-def check_compatible(path: Path, workflow, study, group) -> dict:
+def check_compatible(path: str, workflow, study, cube: xr.Dataset) -> dict:
     """Refuse a workflow whose stored fits would be invalid; return the merged learner specs."""
-    attrs = group.attrs
+    attrs = cube.attrs
     if attrs.get("data_hash") != study.attrs["data_hash"]:
         _refuse(path, "data", f"data hash {attrs.get('data_hash')} -> {study.attrs['data_hash']}")
     old_cfg = json.loads(attrs.get("workflow") or "{}")
@@ -105,7 +108,7 @@ def check_compatible(path: Path, workflow, study, group) -> dict:
     if diff:
         _refuse(path, "folds, seeds", diff)
     # the subset design matters only once subset splits are stored
-    if group["subset_split"].size and _first_difference(old_subset, new_subset, "design.subset"):
+    if cube["subset_split"].size and _first_difference(old_subset, new_subset, "design.subset"):
         _refuse(path, "subset design", _first_difference(old_subset, new_subset, "design.subset"))
     old_dtype = (old_cfg.get("execution") or {}).get("dtype", "float64")
     if old_dtype != workflow.execution.get("dtype", "float64"):
@@ -139,13 +142,13 @@ def _param_from_json(text: str, specs: dict) -> Param:
                                                  if k in d["params"]}, hyper, d["output"])
 
 
-def store_params(group, params: list[Param], specs: dict) -> tuple[list[Param], int]:
+def store_params(cube: xr.Dataset, params: list[Param], specs: dict) -> tuple[list[Param], int]:
     """The store-ordered params (stored ones first, new ones appended) and the stored count.
 
     Blank ``param_json`` entries at the end (an append interrupted before its coordinates
     were written) are free slots and are filled again.
     """
-    stored = [str(v) for v in group["param_json"][...]]
+    stored = [str(v) for v in cube["param_json"].values]
     n_old = len(stored)
     while n_old and not stored[n_old - 1]:
         n_old -= 1
@@ -160,36 +163,17 @@ def store_params(group, params: list[Param], specs: dict) -> tuple[list[Param], 
     return ordered, n_old
 
 
-def _write_param_coords(path: Path, group, params: list[Param]) -> None:
-    """Resize every param-dim array to len(params) and write the param coordinates."""
-    import xarray as xr
-
-    n = len(params)
-    coords = cube_store.param_coords(params)
-    for name, (_, values) in coords.items():
-        if name in group and group[name].shape != (n,):
-            group[name].resize((n,))
-        if name in group:
-            old_kind = "f" if group[name].dtype.kind == "f" else "s"
+def check_param_coords(path: str, cube: xr.Dataset, params: list[Param]) -> None:
+    """Refuse a hyperparameter stored as numbers that the new grid gives as strings (or back)."""
+    for name, (_, values) in cube_store.param_coords(params).items():
+        if name in cube.coords:
+            old_kind = "f" if cube[name].dtype.kind == "f" else "s"
             new_kind = "f" if np.asarray(values).dtype.kind == "f" else "s"
             if old_kind != new_kind:
                 raise StoreError(
                     f"store: {path}: hyperparameter {name!r} holds "
                     f"{'numbers' if old_kind == 'f' else 'strings'} in the store but the new grid "
                     f"gives {'numbers' if new_kind == 'f' else 'strings'}; use another --store")
-    for name in PARAM_BLOCK:
-        arr = group[name]
-        if arr.shape[0] != n:
-            arr.resize((n,) + arr.shape[1:])
-    # xarray writes the coordinate arrays (new hyperparameter names included) with its encoding;
-    # it replaces the group's attributes with the Dataset's, so pass them through unchanged
-    xr.Dataset(coords=coords, attrs=dict(group.attrs)).to_zarr(
-        str(path), mode="a", zarr_format=3, consolidated=False)
-    group = zarr.open_group(str(path), mode="r+")
-    for name in PARAM_BLOCK:
-        attrs = group[name].attrs
-        listed = str(attrs.get("coordinates", "")).split()
-        attrs["coordinates"] = " ".join(sorted(set(listed) | set(coords)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,13 +190,13 @@ def _row_keys(train: np.ndarray) -> list[bytes]:
     return [np.packbits(row).tobytes() for row in np.asarray(train, dtype=bool)]
 
 
-def store_design(group, design: Design) -> tuple[Design, int]:
+def store_design(cube: xr.Dataset, design: Design) -> tuple[Design, int]:
     """The store-ordered design: stored splits first, the workflow's new ones appended.
 
     Role tables merge the stored entries with the workflow's (mapped to store indices).
     Returns (design, number of stored splits).
     """
-    old_train = group["train"][...]
+    old_train = cube["train"].values
     n_old = old_train.shape[0]
     index = {k: s for s, k in enumerate(_row_keys(old_train))}
     new_keys = _row_keys(design.train)
@@ -229,7 +213,7 @@ def store_design(group, design: Design) -> tuple[Design, int]:
         return np.where(table >= 0, mapping[np.maximum(table, 0)], -1).astype(np.int32)
 
     def merge(name: str, new: np.ndarray) -> np.ndarray:
-        old = np.asarray(group[name][...], dtype=np.int32)
+        old = np.asarray(cube[name].values, dtype=np.int32)
         new = remap(new)
         if old.size == 0:
             return new
@@ -240,15 +224,15 @@ def store_design(group, design: Design) -> tuple[Design, int]:
                              f"{new.shape} in the workflow's design; pass --overwrite to refit")
         return np.where(old >= 0, old, new)
 
-    full_old = int(group.attrs.get("full_split", -1))
+    full_old = int(cube.attrs.get("full_split", -1))
     app = np.asarray(appended, dtype=np.int64)
     merged = Design(
         train=np.concatenate([old_train, design.train[app]]),
-        kind=np.concatenate([_strings(group["split_kind"][...]).astype(str), design.kind[app]]),
-        repeat=np.concatenate([group["split_repeat"][...], design.repeat[app]]),
-        outer=np.concatenate([group["split_outer"][...], design.outer[app]]),
-        inner=np.concatenate([group["split_inner"][...], design.inner[app]]),
-        group=np.concatenate([group["split_group"][...], design.group[app]]),
+        kind=np.concatenate([_strings(cube["split_kind"].values).astype(str), design.kind[app]]),
+        repeat=np.concatenate([cube["split_repeat"].values, design.repeat[app]]),
+        outer=np.concatenate([cube["split_outer"].values, design.outer[app]]),
+        inner=np.concatenate([cube["split_inner"].values, design.inner[app]]),
+        group=np.concatenate([cube["split_group"].values, design.group[app]]),
         fold=design.fold,
         fold_split=merge("fold_split", design.fold_split),
         pair_split=merge("pair_split", design.pair_split),
@@ -260,64 +244,59 @@ def store_design(group, design: Design) -> tuple[Design, int]:
     return merged, n_old
 
 
-def _write_splits(path: Path, group, design: Design, n_old: int) -> None:
-    """Resize the split-dim arrays and write the appended splits and the merged role tables."""
-    n = design.n_splits
-    for name in PARAM_BLOCK:
-        arr = group[name]
-        if arr.shape[1] != n:
-            arr.resize((arr.shape[0], n) + arr.shape[2:])
-    tail = slice(n_old, n)
-    for name, values in (("train", design.train), ("split_kind", design.kind.astype(object)),
-                         ("split_repeat", design.repeat), ("split_outer", design.outer),
-                         ("split_inner", design.inner), ("split_group", design.group)):
-        arr = group[name]
-        arr.resize((n,) + arr.shape[1:])
-        arr[tail] = values[tail]
-    for name in ("fold_split", "pair_split"):
-        group[name][...] = getattr(design, name)
-    sub = design.subset_split
-    if group["subset_split"].shape != sub.shape:
-        group["subset_split"].resize(sub.shape)
-    if sub.size:
-        group["subset_split"][...] = sub
-    group.attrs["full_split"] = int(design.full_split)
-
-
 # ---------------------------------------------------------------------------------------------
 # the entry point the engine calls
 
 
-def reconcile(path: str | Path, workflow, study) -> tuple[list[Param], Design]:
+@dataclass(frozen=True)
+class Extension:
+    """The store's view of a workflow: params and design in store order (stored ones first)."""
+
+    params: list[Param]
+    design: Design
+    n_stored_params: int
+    n_stored_splits: int
+    attrs: dict             # the workflow's attributes, merged with the store's
+    changes: bool           # the store must change (new params, splits or attributes)
+
+
+def plan(path: str, workflow, study) -> Extension:
+    """Check the workflow against its existing store; what the store becomes (nothing written).
+
+    Raises :class:`StoreError` when the change would invalidate stored fits.
+    """
+    cube = cube_store.open_cube(path)
+    specs = check_compatible(path, workflow, study, cube)
+    params, n_params = store_params(cube, study.params, specs)
+    check_param_coords(path, cube, params)
+    design, n_splits = store_design(cube, study.design)
+    attrs = {**study.attrs,
+             "estimators": _merged_estimators(cube.attrs.get("estimators"),
+                                              study.attrs["estimators"]),
+             LEARNERS_ATTR: json.dumps(specs, sort_keys=True, default=str)}
+    changes = (len(params) > n_params or design.n_splits > n_splits
+               or any(cube.attrs.get(k) != v for k, v in attrs.items()))
+    return Extension(params, replace(design, fold=study.design.fold), n_params, n_splits, attrs,
+                     changes)
+
+
+def reconcile(path: str, workflow, study) -> tuple[list[Param], Design]:
     """Check the workflow against its existing store and append what is new.
 
     Returns the store-ordered params and design the engine must use (their indices are the
     store's). Raises :class:`StoreError` when the change would invalidate stored fits.
     """
-    path = Path(path)
-    group = zarr.open_group(str(path), mode="r")
-    specs = check_compatible(path, workflow, study, group)
-    params, n_old_params = store_params(group, study.params, specs)
-    design, n_old_splits = store_design(group, study.design)
-    new_params = len(params) - n_old_params
-    new_splits = design.n_splits - n_old_splits
-    shape_ok = group["done"].shape == (len(params), design.n_splits)
-    if new_params or new_splits or not shape_ok:
-        log.info("store %s: appending %d params and %d splits", path, new_params, new_splits)
-        group = zarr.open_group(str(path), mode="r+")
-        if new_splits or group["done"].shape[1] != design.n_splits:
-            _write_splits(path, group, design, n_old_splits)
-        _write_param_coords(path, group, params)
-        group = zarr.open_group(str(path), mode="r+")
-    if new_params or new_splits or group.attrs.get("workflow_hash") != study.attrs["workflow_hash"]:
-        group = zarr.open_group(str(path), mode="r+")
-        group.attrs.update({
-            "workflow": study.attrs["workflow"], "workflow_hash": study.attrs["workflow_hash"],
-            "estimators": _merged_estimators(group.attrs.get("estimators"),
-                                             study.attrs["estimators"]),
-            LEARNERS_ATTR: json.dumps(specs, sort_keys=True, default=str),
-        })
-    return params, replace(design, fold=study.design.fold)
+    ext = plan(path, workflow, study)
+    if ext.changes:
+        log.info("store %s: appending %d params and %d splits", path,
+                 len(ext.params) - ext.n_stored_params, ext.design.n_splits - ext.n_stored_splits)
+        chunks = cube_store.block_chunks(path)
+        dtype = (workflow.execution or {}).get("dtype", "float64")
+        template = cube_store.cube_template(study.data, ext.design, ext.params, attrs=ext.attrs,
+                                            chunks=chunks, dtype=dtype)
+        cube_store.grow(path, template, n_params=ext.n_stored_params,
+                        n_splits=ext.n_stored_splits)
+    return ext.params, ext.design
 
 
 def _merged_estimators(old: str | None, new: str) -> str:
@@ -326,42 +305,3 @@ def _merged_estimators(old: str | None, new: str) -> str:
     names = {e[0] for e in new_list}
     old_list = json.loads(old or "[]")
     return json.dumps(new_list + [e for e in old_list if e[0] not in names])
-
-
-# ---------------------------------------------------------------------------------------------
-# the task body for a block shared with stored fits
-
-
-def fit_missing(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
-                splits_slice: slice, positive, path_aware: bool, todo: np.ndarray,
-                sample_weight=None) -> cube_store.BlockResult:
-    """Fit only the cells ``todo`` (params, splits) of a block; keep the stored ones.
-
-    The stored cells of the block's chunk are read and returned unchanged, so the caller
-    writes the whole chunk-aligned block (one writer per chunk) with the old bytes intact.
-    Params needing the same splits are fitted together (path-aware groups stay intact).
-    """
-    group = zarr.open_group(str(store), mode="r")
-    region = (params_slice, splits_slice)
-    pred = np.array(group["pred"][region], dtype=np.float64)
-    failed = np.array(group["failed"][region], dtype=bool)
-    error = _strings(group["error"][region])
-    seconds = np.array(group["fit_seconds"][region], dtype=np.float64)
-    patterns: dict[tuple, list[int]] = {}
-    for h in range(todo.shape[0]):
-        cols = tuple(np.flatnonzero(todo[h]).tolist())
-        if cols:
-            patterns.setdefault(cols, []).append(h)
-    for cols, rows in patterns.items():
-        c, r = list(cols), list(rows)
-        res = fit_block([params[h] for h in r], X, y, train[c], params_slice=slice(0, len(r)),
-                        splits_slice=slice(0, len(c)), positive=positive,
-                        path_aware=path_aware, sample_weight=sample_weight)
-        ix = np.ix_(r, c)
-        pred[ix] = res.pred
-        failed[ix] = res.failed
-        error[ix] = res.error
-        seconds[ix] = res.fit_seconds
-    dtype = group["pred"].dtype
-    return cube_store.BlockResult(params_slice, splits_slice, pred.astype(dtype, copy=False),
-                                  failed, error, seconds)

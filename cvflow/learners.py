@@ -1,4 +1,4 @@
-"""Learners: params from a grid, estimators from dotted paths, and the block fit kernel."""
+"""Learners: params from a grid, estimators from dotted paths, one fit of one param."""
 from __future__ import annotations
 
 import hashlib
@@ -7,15 +7,11 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .describe import build_params, import_path
 from .errors import InputError
-
-if TYPE_CHECKING:   # the store (xarray, zarr) is imported where blocks are fitted, not to validate
-    from .store import BlockResult
 
 log = logging.getLogger(__name__)
 
@@ -168,45 +164,3 @@ def fit_one(param: Param, X, y, train: np.ndarray, positive=None,
     except Exception as exc:  # noqa: BLE001 - a failing fit is data, not a crash
         message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
         return np.full(X.shape[0], np.nan), time.perf_counter() - t0, message
-
-
-def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: slice,
-              splits_slice: slice, positive=None, path_aware: bool = True,
-              sample_weight=None) -> BlockResult:
-    """Fit every (param, split) of a block; ``train`` is (splits, sample) for the block's splits.
-
-    With ``path_aware`` (the workflow's ``execution.path_aware``), params of one path-aware
-    learner that differ only in the penalty (ridge / lasso / elastic net ``alpha``, logistic
-    ``C``) are fitted together per training set (:mod:`cvflow.paths`); each of them is charged
-    an equal share of the group's seconds. A group whose path fit raises is refitted one param
-    at a time, so failures are recorded exactly as on the generic route. Path fits need a
-    numpy ``X``, no sample weights and no ``fit_seed``.
-    """
-    from . import paths
-    from .store import BlockResult
-
-    n_p, n_s, n = len(params), train.shape[0], X.shape[0]
-    pred = np.full((n_p, n_s, n), np.nan)
-    seconds = np.zeros((n_p, n_s))
-    error = np.full((n_p, n_s), "", dtype=object)
-    path_aware = (path_aware and sample_weight is None and isinstance(X, np.ndarray)
-                  and all(p.fit_seed is None for p in params))
-    groups = paths.plan(params) if path_aware else [paths.Group((h,)) for h in range(n_p)]
-    for s in range(n_s):
-        for group in groups:
-            index = list(group.index)
-            if group.kernel is not None:
-                t0 = time.perf_counter()
-                try:
-                    pred[index, s] = paths.fit_path([params[h] for h in index], X, y, train[s],
-                                                    positive=positive, kernel=group.kernel)
-                    seconds[index, s] = (time.perf_counter() - t0) / len(index)
-                    continue
-                except Exception as exc:  # noqa: BLE001 - fall back to one fit per param
-                    log.debug("path fit of %s failed (%s); fitting one by one",
-                              params[index[0]].learner, exc)
-            for h in index:
-                pred[h, s], seconds[h, s], error[h, s] = fit_one(params[h], X, y, train[s], positive,
-                                                                 sample_weight)
-    failed = error != ""
-    return BlockResult(params_slice, splits_slice, pred, failed, error, seconds)

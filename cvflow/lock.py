@@ -11,6 +11,18 @@ left by a crashed run never sticks: it is taken over when its owner is provably 
 host, pid gone) or when its heartbeat is older than ``stale_after`` seconds (another host,
 a frozen machine, or a reused pid).
 
+On an object store (a store at a URL, :mod:`cvflow.location`) the lock is a *lease object*
+``<store>.lock`` written with S3's conditional writes: taken with ``If-None-Match: *`` (create
+only if absent: of two runs racing, exactly one succeeds), refreshed with ``If-Match: <ETag of
+our last write>`` (a run that lost its lease learns it at its next heartbeat and stops
+refreshing), and a stale lease is removed with ``If-Match: <the ETag judged stale>`` (a
+takeover never deletes a lease renewed meanwhile). This holds on AWS S3 and on
+S3-compatible servers that implement conditional writes (MinIO, moto, Ceph RGW). What it
+guarantees: no two live runs hold the lease at once; a dead run's lease is taken over
+``stale_after`` seconds after its last heartbeat (the owner's pid cannot be checked across
+machines). Other fsspec schemes get create-if-absent where their backend supports it and
+unconditional refreshes otherwise (best effort).
+
 DESIGN CHOICE: the lock sits *beside* the store, not inside it. The store is created with
 Zarr's ``mode="w-"`` (fail if anything is there), which refuses a directory that already
 holds a lock file; a sibling file can be taken before the store exists, so two runs racing
@@ -34,27 +46,109 @@ from typing import Iterator
 import dask.config
 
 from .errors import StoreError
+from .location import filesystem, is_url, resolve, sibling
 
 log = logging.getLogger(__name__)
 
 
-def lock_path(store: str | os.PathLike) -> Path:
-    """The lock file of ``store``: ``<store>.lock`` (trailing slashes ignored)."""
-    store = Path(os.path.abspath(os.fspath(store)))
-    return store.with_name(store.name + ".lock")
+def lock_path(store: str | os.PathLike) -> Path | str:
+    """The lock of ``store``: ``<store>.lock`` (a Path, or a URL for a store at a URL)."""
+    location = sibling(resolve(store), ".lock")
+    return location if is_url(location) else Path(location)
+
+
+class _FileSlot:
+    """The lock file on a local (or shared POSIX) file system; versions are unused."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def create(self, data: bytes) -> object:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)  # FileExistsError
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return None
+
+    def read(self) -> tuple[bytes | None, object, float | None]:
+        """(content or None if absent, version, modification time)."""
+        try:
+            return self.path.read_bytes(), None, self.path.stat().st_mtime
+        except (FileNotFoundError, NotADirectoryError):
+            return None, None, None
+
+    def replace(self, data: bytes, version: object) -> object:
+        tmp = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, self.path)
+        return None
+
+    def delete(self, version: object) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+class _ObjectSlot:
+    """The lease object on an object store (conditional writes on S3, see the module doc)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.fs, self.path = filesystem(url)
+        self.s3 = hasattr(self.fs, "call_s3")
+
+    def create(self, data: bytes) -> object:
+        out = self.fs.pipe_file(self.path, data, mode="create")   # FileExistsError if present
+        return (out or {}).get("ETag") if isinstance(out, dict) else None
+
+    def read(self) -> tuple[bytes | None, object, float | None]:
+        # the version first, then the content: a content newer than the version can only
+        # make a conditional delete fail, never remove a renewed lease
+        try:
+            info = self.fs.info(self.path, refresh=True) if self.s3 else self.fs.info(self.path)
+            data = self.fs.cat_file(self.path)
+        except FileNotFoundError:
+            return None, None, None
+        mtime = info.get("LastModified") or info.get("mtime")
+        stamp = mtime.timestamp() if hasattr(mtime, "timestamp") else mtime
+        return data, info.get("ETag"), stamp
+
+    def replace(self, data: bytes, version: object) -> object:
+        if self.s3 and version:
+            out = self.fs.pipe_file(self.path, data, IfMatch=version)   # OSError if not ours
+            return out.get("ETag") if isinstance(out, dict) else None
+        self.fs.pipe_file(self.path, data)
+        return None
+
+    def delete(self, version: object) -> None:
+        try:
+            if self.s3 and version:
+                bucket, key, _ = self.fs.split_path(self.path)
+                self.fs.call_s3("delete_object", Bucket=bucket, Key=key, IfMatch=version)
+                self.fs.invalidate_cache(self.path)
+            else:
+                self.fs.rm_file(self.path)
+        except FileNotFoundError:
+            pass
+
+
+def _slot(store: str | os.PathLike):
+    path = lock_path(store)
+    return _ObjectSlot(path) if isinstance(path, str) else _FileSlot(path)
+
+
+def _parse(data: bytes | None) -> dict | None:
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+        return record if isinstance(record, dict) else {}
+    except ValueError:
+        return {}  # being written, or garbage: judged by its age
 
 
 def read_lock(store: str | os.PathLike) -> dict | None:
     """The lock record of ``store`` (host, pid, started, heartbeat, token), or None if free."""
-    try:
-        text = lock_path(store).read_text()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
-        record = json.loads(text)
-        return record if isinstance(record, dict) else {}
-    except ValueError:
-        return {}  # being written, or garbage: judged by the file's age
+    return _parse(_slot(store).read()[0])
 
 
 def _pid_alive(pid: int) -> bool:
@@ -67,23 +161,22 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _age(record: dict, path: Path) -> float:
-    """Seconds since the owner last showed life (heartbeat, else the file's mtime)."""
+def _age(record: dict, mtime: float | None) -> float:
+    """Seconds since the owner last showed life (heartbeat, else the lock's mtime)."""
     beat = record.get("heartbeat")
     if not isinstance(beat, (int, float)):
-        try:
-            beat = path.stat().st_mtime
-        except FileNotFoundError:
+        if mtime is None:
             return float("inf")
+        beat = mtime
     return time.time() - float(beat)
 
 
-def is_stale(record: dict, path: Path, *, stale_after: float) -> str | None:
+def is_stale(record: dict, mtime: float | None, *, stale_after: float) -> str | None:
     """Why the lock is stale (a short reason), or None if its owner may still be running."""
     if record.get("host") == socket.gethostname() and isinstance(record.get("pid"), int):
         if not _pid_alive(record["pid"]):
             return f"pid {record['pid']} on {record['host']} is gone"
-    age = _age(record, path)
+    age = _age(record, mtime)
     if age > stale_after:
         return f"no heartbeat for {age:.0f} s (stale after {stale_after:.0f} s)"
     return None
@@ -106,45 +199,47 @@ class RunLock:
     """
 
     def __init__(self, store: str | os.PathLike, *, heartbeat: float, stale_after: float):
-        self.store = os.fspath(store)
+        self.store = resolve(store)
         self.path = lock_path(store)
         self.heartbeat = heartbeat
         self.stale_after = stale_after
         self.token = uuid.uuid4().hex
         self.lost = False
+        self._slot = _slot(store)
+        self._version: object = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _record(self, started: float) -> dict:
-        return {"host": socket.gethostname(), "pid": os.getpid(), "started": started,
-                "heartbeat": time.time(), "token": self.token, "store": os.path.abspath(self.store)}
+    def _record(self, started: float) -> bytes:
+        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": started,
+                           "heartbeat": time.time(), "token": self.token,
+                           "store": self.store}).encode()
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.started = time.time()
         for _ in range(5):
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                self._version = self._slot.create(self._record(self.started))
+                break
             except FileExistsError:
-                record = read_lock(self.store)
+                data, version, mtime = self._slot.read()
+                record = _parse(data)
                 if record is None:
                     continue  # released in between: try again
-                reason = is_stale(record, self.path, stale_after=self.stale_after)
+                reason = is_stale(record, mtime, stale_after=self.stale_after)
                 if reason is None:
                     raise StoreError(
                         f"store: {self.store} is being written by another cvflow run "
                         f"({describe(record)}); wait for it to finish, or remove {self.path} "
                         "if that run is gone") from None
                 # DESIGN CHOICE: remove only the very record judged stale, so two runs taking
-                # over at once cannot remove each other's fresh lock (a new record differs).
-                if read_lock(self.store) == record:
+                # over at once cannot remove each other's fresh lock (a new record differs;
+                # on S3 the delete is conditional on the stale record's ETag).
+                if _parse(self._slot.read()[0]) == record:
                     log.warning("taking over the stale lock of %s: %s", self.store, reason)
-                    with contextlib.suppress(FileNotFoundError):
-                        self.path.unlink()
+                    with contextlib.suppress(OSError):
+                        self._slot.delete(version)
                 continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(self._record(self.started), f)
-            break
         else:
             raise StoreError(f"store: could not take the lock {self.path}; "
                              "another run keeps taking it")
@@ -162,10 +257,8 @@ class RunLock:
                 self.lost = True
                 log.error("lost the run lock %s to another run", self.path)
                 return
-            tmp = self.path.with_name(f"{self.path.name}.{self.token}.tmp")
             try:
-                tmp.write_text(json.dumps(self._record(self.started)))
-                os.replace(tmp, self.path)
+                self._version = self._slot.replace(self._record(self.started), self._version)
             except OSError as err:  # a full disk must not kill the run; the lock may go stale
                 log.warning("could not refresh the run lock %s: %s", self.path, err)
 
@@ -174,8 +267,8 @@ class RunLock:
         if self._thread is not None:
             self._thread.join()
         if self._owned():
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
+            with contextlib.suppress(OSError):
+                self._slot.delete(self._version)
 
 
 @contextlib.contextmanager
@@ -186,7 +279,7 @@ def run_lock(store: str | os.PathLike, *, heartbeat: float | None = None,
     Parameters
     ----------
     store
-        The store path (it need not exist yet).
+        The store path or URL (it need not exist yet).
     heartbeat, stale_after
         Seconds between heartbeats, and age after which a lock whose owner cannot be
         checked (another host) counts as abandoned. Default: config ``cvflow.lock.heartbeat``

@@ -146,13 +146,17 @@ def _kernel_of(estimator: str, output: str, settings_json: str) -> str | None:
     if kernel is None:
         return None
     try:
-        model = cls(**param.settings())
-        # invalid settings (alpha < 0, unknown solver) must fail per fit as on the generic route
-        getattr(model, "_validate_params", lambda: None)()
-        settings = model.get_params()
+        settings = cls(**param.settings()).get_params()
     except Exception:  # noqa: BLE001
         return None
-    if not _is_number(settings[PATH_KEY[kernel]]):
+    key = PATH_KEY[kernel]
+    value = settings[key]
+    # invalid settings (alpha < 0, an unknown solver) must fail per fit as on the generic route:
+    # the path value is checked here, the other settings by scikit-learn itself
+    if not (_is_number(value) and np.isfinite(value) and (value > 0 if key == "C" else value >= 0)):
+        return None
+    if not _valid_settings(estimator, json.dumps({**json.loads(settings_json), key: 1.0},
+                                                 sort_keys=True)):
         return None
     if kernel in ("ridge", "ridge_classifier"):
         # only scikit-learn's exact solvers: iterative ones (sag, saga, lbfgs, lsqr, sparse_cg)
@@ -169,6 +173,22 @@ def _kernel_of(estimator: str, output: str, settings_json: str) -> str | None:
         if settings["solver"] not in WARM_START_SOLVERS:
             return None
     return kernel
+
+
+@functools.lru_cache(maxsize=256)
+def _valid_settings(estimator: str, settings_json: str) -> bool:
+    """Whether scikit-learn accepts these settings: one fit on four rows (parameters are
+    validated when ``fit`` starts). Cached per setting apart from the path value."""
+    import warnings
+
+    X = np.arange(4.0).reshape(4, 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import_estimator(estimator)(**json.loads(settings_json)).fit(X, [0, 1, 0, 1])
+    except Exception:  # noqa: BLE001 - whatever scikit-learn refuses goes the generic route
+        return False
+    return True
 
 
 def plan(params: list[Param]) -> list[Group]:

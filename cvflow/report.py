@@ -101,15 +101,13 @@ def status(path: str | Path) -> dict:
 
     Reads only the small (param, split) variables, so it works while a run is writing.
     """
-    import zarr
+    from .store import read_mask
 
-    group = zarr.open_group(str(path), mode="r")
     try:
-        done = group["done"][...]
-        failed = group["failed"][...]
-        errors = group["error"][...]
-        learners = np.asarray([str(v) for v in group["learner"][...]])
-    except KeyError:  # the run is still creating the store: nothing done yet
+        done, failed, errors, learners = (read_mask(path, name)
+                                          for name in ("done", "failed", "error", "learner"))
+        learners = np.asarray([str(v) for v in learners])
+    except (KeyError, FileNotFoundError):  # the run is still creating the store: nothing done yet
         return {"store": str(path), "total": 0, "done": 0, "failed": 0, "complete": False,
                 "learners": {}, "failures": {}}
     # an extension (cvflow.extend) may resize arrays between these reads: use the common part

@@ -32,9 +32,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-import uuid
-from dataclasses import dataclass
-from pathlib import Path
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xarray as xr
@@ -42,16 +42,23 @@ import zarr
 from dask import is_dask_collection   # dask.array itself is imported where used (cvflow status)
 
 from .errors import StoreError
+from .location import exists, put, remove, resolve, sibling, storage_options
+
+if TYPE_CHECKING:
+    from .fit import BlockResult
 
 log = logging.getLogger(__name__)
 
 FORMAT_ATTR = "cvflow_version"
 BLOCK_VARIABLES = ("pred", "failed", "error", "fit_seconds", "done")
-# dask names of the lazy arrays open_cube makes: read_pred knows an untouched one by it
-STORED = "cvflow-stored-"
+# the encoding key where open_cube keeps the dask name of the store's own `pred`: read_pred
+# knows an untouched one by it
+STORED = "cvflow_pred"
+CREATING = ".creating"     # the creation marker beside a store (see create)
 RESERVED = {
     "pred", "done", "failed", "error", "fit_seconds", "train", "fold", "fold_split",
-    "pair_split", "subset_split", "y", "is_test", "X", "sample_weight", "learner", "output", "param_json",
+    "pair_split", "subset_split", "y", "is_test", "X", "sample_weight", "learner", "output",
+    "param_json",
     "param", "split", "sample", "repeat", "feature", "outer", "inner", "group", "member",
 }
 
@@ -147,236 +154,101 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
     ds["error"].encoding["chunks"] = status
     if getattr(data, "sample_weight", None) is not None:
         ds["sample_weight"] = ("sample",), data.sample_weight
+    # DESIGN CHOICE: every non-dimension coordinate is listed once, in the group's
+    # `coordinates` attribute (CF's global form), not on each data variable: an extension
+    # adds hyperparameter coordinates by rewriting the group's attributes through xarray,
+    # which leaves existing arrays' attributes as they are.
+    for var in ds.data_vars.values():
+        var.encoding["coordinates"] = None
     return ds
 
 
-def create(path: str | os.PathLike, template: xr.Dataset) -> None:
+def _write(ds: xr.Dataset, location: str, **kwargs) -> None:
+    """``ds.to_zarr(location, ...)`` with consolidated metadata (Zarr v3), blocks left lazy."""
+    # DESIGN CHOICE: consolidated metadata (the whole schema in the root zarr.json) so a plain
+    # `xr.open_zarr(store)` opens a store in one metadata read, silently, on a disk or an
+    # object store. zarr warns on every consolidation that consolidated metadata is not yet
+    # part of the v3 spec; we choose it knowingly, so that one warning is silenced here.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
+        ds.to_zarr(location, compute=False, consolidated=True, zarr_format=3,
+                   storage_options=storage_options(location), **kwargs)
+
+
+def create(store: str | os.PathLike, template: xr.Dataset) -> None:
     """Create the store: metadata and small variables now, block variables left unwritten.
 
     Unwritten chunks read as their fill values (NaN predictions, ``done`` False). The store is
-    what ``template.to_zarr(path, compute=False, zarr_format=3, consolidated=False)`` writes
-    (same arrays, metadata and chunks), created in one concurrent round of zarr writes.
+    ``template.to_zarr(store, compute=False, zarr_format=3, consolidated=True)``.
     """
-    # DESIGN CHOICE: build the store beside its final path and rename it into place (atomic on
-    # POSIX), so a run killed during creation leaves either no store or a complete one, never a
-    # half-written directory that a rerun would refuse as "not a cvflow store". Leftovers of
-    # killed creations are removed here (callers hold the store's run lock, cvflow.lock).
-    import shutil
-
-    path = Path(path)
-    if path.exists():
-        raise StoreError(f"store: {path} already exists")
-    for old in path.parent.glob(f".{path.name}.creating-*"):
-        shutil.rmtree(old, ignore_errors=True)
-    tmp = path.with_name(f".{path.name}.creating-{uuid.uuid4().hex[:8]}")
-    # DESIGN CHOICE: zarr encodes the store into memory (its own metadata and chunk bytes, no
-    # file system round trips), then the few small files are written in one go: ~3x faster
-    # than zarr's thread-pooled local store writes for a store of ~40 small files.
-    files: dict = {}
-    _sync(_create(zarr.storage.MemoryStore(files), template))
-    for key, buffer in files.items():
-        target = tmp / key
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(buffer.to_bytes())
-    os.rename(tmp, path)
+    location = resolve(store)
+    marker = sibling(location, CREATING)
+    clear_interrupted(location)
+    if exists(location):
+        raise StoreError(f"store: {location} already exists")
+    # DESIGN CHOICE: a creation marker beside the store, written first and removed last, makes
+    # creation atomic on a disk and on an object store alike (an object store cannot rename a
+    # directory): a store whose marker remains was cut mid-creation, is not a store
+    # (is_store) and is removed by the next run (callers hold the run lock, cvflow.lock).
+    put(marker, b"")
+    _write(template, location, mode="w-")
+    remove(marker)
 
 
-def _sync(coroutine):
-    """Run ``coroutine`` on zarr's event loop and return its result."""
-    # DESIGN CHOICE: every zarr sync call is a round trip to zarr's event-loop thread (~1 ms
-    # each for a small array); the store's arrays are created / read in one asyncio.gather
-    # instead, one round trip in all (xarray's to_zarr / open_zarr go array by array).
-    from zarr.core.sync import sync
-
-    return sync(coroutine)
-
-
-def _attr(value):
-    """An attribute value as xarray's zarr backend encodes it (numpy -> plain JSON)."""
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return value.item() if isinstance(value, np.generic) else value
+def clear_interrupted(store: str | os.PathLike) -> bool:
+    """Remove a store whose creation was cut (its marker remains); True if there was one."""
+    location = resolve(store)
+    marker = sibling(location, CREATING)
+    if not exists(marker):
+        return False
+    log.warning("removing %s: its creation was interrupted", location)
+    remove(location)
+    remove(marker)
+    return True
 
 
-def _array_specs(ds: xr.Dataset) -> tuple[dict, dict]:
-    """(zarr create_array arguments per variable, group attributes) as xarray's to_zarr makes them.
-
-    The rules of xarray's CF encoding and zarr v3 backend for the dtypes a cube holds: strings
-    (object) -> zarr ``string``; floats get fill value NaN and the ``_FillValue`` attribute
-    (base64 of a little-endian double, whatever the float width); other dtypes zarr's default
-    fill value. Chunks: the encoding's, else the dask chunks, else zarr's "auto". Data
-    variables list the non-index coordinates whose dims they span in ``coordinates``; others
-    go to the group's ``coordinates``.
-    """
-    import base64
-    import struct
-
-    from zarr.dtype import parse_dtype
-
-    coord_names = sorted(str(n) for n in ds.coords if n not in ds.dims)
-    attached: set[str] = set()
-    specs, dtypes = {}, {}
-    for name, var in ds.variables.items():
-        attrs = {k: _attr(v) for k, v in var.attrs.items()}
-        if name not in ds.coords:
-            listed = [c for c in coord_names if set(ds.variables[c].dims) <= set(var.dims)]
-            if listed and "coordinates" not in attrs:
-                attrs["coordinates"] = " ".join(listed)
-            attached.update(str(attrs.get("coordinates", "")).split())
-        fill = None
-        if var.dtype.kind == "f":
-            fill = np.nan
-            attrs["_FillValue"] = base64.standard_b64encode(struct.pack("<d", np.nan)).decode()
-        chunks = var.encoding.get("chunks")
-        if chunks is None and var.chunks is not None:
-            chunks = tuple(c[0] for c in var.chunks)
-        if var.dtype not in dtypes:      # zarr's dtype lookup is slow: once per dtype
-            dtypes[var.dtype] = parse_dtype(str if var.dtype.kind == "O" else var.dtype,
-                                            zarr_format=3)
-        specs[str(name)] = dict(shape=var.shape, dtype=dtypes[var.dtype],
-                                chunks=tuple(chunks) if chunks is not None else "auto",
-                                fill_value=fill, dimension_names=var.dims, attributes=attrs)
-    group_attrs = {k: _attr(v) for k, v in ds.attrs.items()}
-    unattached = [c for c in coord_names if c not in attached]
-    if unattached:
-        group_attrs["coordinates"] = " ".join(unattached)
-    return specs, group_attrs
+def _group(location: str, mode: str = "r"):
+    return zarr.open_group(location, mode=mode, storage_options=storage_options(location))
 
 
-async def _create(store, template: xr.Dataset) -> None:
-    import asyncio
-
-    from zarr.api.asynchronous import create_group
-
-    specs, group_attrs = _array_specs(template)
-    group = await create_group(store=store, zarr_format=3, attributes=group_attrs)
-
-    async def one(name: str, spec: dict) -> None:
-        array = await group.create_array(name, **spec)
-        values = template.variables[name].data
-        # block variables (dask) stay unwritten: their chunks read as the fill value; the small
-        # eager ones are written now (chunks equal to the fill value are skipped, as xarray does)
-        if not is_dask_collection(values):
-            await array.setitem(Ellipsis, np.asarray(values))
-
-    await asyncio.gather(*(one(name, spec) for name, spec in specs.items()))
-
-
-def is_store(path: str | os.PathLike) -> bool:
+def is_store(store: str | os.PathLike) -> bool:
+    """A complete cvflow store is at ``store`` (not a half-created one, not something else)."""
+    location = resolve(store)
     try:
-        return FORMAT_ATTR in zarr.open_group(str(path), mode="r").attrs
+        complete = FORMAT_ATTR in _group(location).attrs
     except Exception:  # noqa: BLE001 - anything unreadable is not a cvflow store
         return False
+    return complete and not exists(sibling(location, CREATING))
 
 
-def open_cube(path: str | os.PathLike) -> xr.Dataset:
+def open_cube(store: str | os.PathLike) -> xr.Dataset:
     """Open a cube: ``pred`` lazy (dask, the store's chunks), everything else loaded.
 
-    The Dataset ``xr.open_zarr(path, consolidated=False)`` gives (variables, coordinates,
-    attributes, encoding), with every variable but ``pred`` read into memory. Raises
-    StoreError if ``path`` is not a cvflow store.
+    ``xr.open_zarr(store, chunks={})`` with every variable but ``pred`` read into memory;
+    ``store`` is a local path or a URL (:mod:`cvflow.location`). Raises StoreError if it is
+    not a cvflow store.
     """
-    path = Path(path)
-    if not path.exists():
-        raise StoreError(f"store: {path} does not exist")
-    # DESIGN CHOICE: everything but `pred` is small (param x split at most) and stored in one
-    # chunk (the status variables are written by the client alone, see write_status): read it
-    # all at once (one concurrent zarr round trip) so reducers index role tables and masks as
-    # numpy; `pred` stays lazy, one dask chunk per store chunk.
-    try:
-        group_attrs, arrays = _sync(_read_arrays(path, lazy=("pred",)))
-    except Exception as exc:  # noqa: BLE001 - anything unreadable is not a cvflow store
-        raise StoreError(f"store: {path} exists but is not a cvflow store") from exc
-    if FORMAT_ATTR not in group_attrs:
-        raise StoreError(f"store: {path} exists but is not a cvflow store")
-    return _decode(path, group_attrs, arrays)
-
-
-async def _read_arrays(path: Path, lazy=()) -> tuple[dict, list]:
-    """(group attributes, [(name, AsyncArray, values or None if lazy)]) in one gather."""
-    import asyncio
-
-    from zarr.api.asynchronous import open_group
-
-    group = await open_group(store=str(path), mode="r", zarr_format=3)
-    members = [(name, array) async for name, array in group.arrays()]
-
-    async def read(name, array):
-        return None if name in lazy else await array.getitem(Ellipsis)
-
-    values = await asyncio.gather(*(read(name, array) for name, array in members))
-    return dict(group.attrs), [(n, a, v) for (n, a), v in zip(members, values)]
-
-
-def _decode(path: Path, group_attrs: dict, arrays: list) -> xr.Dataset:
-    """The Dataset xarray's CF decoding makes of a cvflow store's arrays (see open_cube)."""
-    coord_names = set(str(group_attrs.pop("coordinates", "")).split())
-    variables = {}
-    for name, array, values in arrays:
-        attrs = dict(array.attrs)
-        dims = tuple(array.metadata.dimension_names)
-        encoding = {"chunks": array.chunks, "preferred_chunks": dict(zip(dims, array.chunks)),
-                    "compressors": array.compressors, "filters": array.filters,
-                    "shards": array.shards, "serializer": array.serializer,
-                    "fill_value": array.metadata.fill_value, "dtype": array.dtype}
-        if "_FillValue" in attrs:
-            attrs.pop("_FillValue")
-            if array.dtype.kind != "f" or not np.isnan(array.metadata.fill_value):
-                # cvflow writes NaN fill values on floats only; decode anything else as xarray does
-                return _open_with_xarray(path)
-            encoding["_FillValue"] = np.nan
-        if "coordinates" in attrs:
-            encoding["coordinates"] = attrs.pop("coordinates")
-            coord_names.update(encoding["coordinates"].split())
-        if values is None:
-            import dask.array as da
-
-            values = da.from_array(_ZarrChunks(str(path), name, array.shape, array.dtype),
-                                   chunks=array.chunks, name=f"{STORED}{name}-{uuid.uuid4().hex}",
-                                   asarray=False, fancy=False,
-                                   meta=np.empty((0,) * len(dims), array.dtype))
-        if dims == (name,):
-            coord_names.add(name)
-        variables[name] = xr.Variable(dims, values, attrs, encoding)
-    coords = {n: v for n, v in variables.items() if n in coord_names}
-    data = {n: v for n, v in variables.items() if n not in coord_names}
-    cube = xr.Dataset(data, coords=coords, attrs=group_attrs)
-    cube.encoding["source"] = str(path)
+    location = resolve(store)
+    if not exists(location):
+        raise StoreError(f"store: {location} does not exist")
+    if not is_store(location):
+        raise StoreError(f"store: {location} exists but is not a cvflow store")
+    cube = xr.open_zarr(location, chunks=None, storage_options=storage_options(location))
+    # DESIGN CHOICE: everything but `pred` is small (param x split at most): read it all now,
+    # the arrays concurrently (xarray loads one array at a time, one zarr round trip each;
+    # ~3x faster here on 8 threads) so reducers index role tables and masks as numpy. `pred`
+    # stays lazy, one dask chunk per store chunk.
+    pred = cube["pred"]
+    cube = cube.drop_vars("pred")
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda variable: variable.load(), cube.variables.values()))
+    cube["pred"] = pred.chunk(dict(zip(pred.dims, pred.encoding["chunks"])))
+    cube.encoding.update({"source": location, STORED: cube["pred"].data.name})
     return cube
 
 
-def _open_with_xarray(path: Path) -> xr.Dataset:
-    """open_cube through xarray's own decoding (the general, slower route)."""
-    import dask
-
-    cube = xr.open_zarr(path, consolidated=False, zarr_format=3)
-    names = [n for n in cube.variables if n != "pred"]
-    lazy = [n for n in names if dask.is_dask_collection(cube[n].variable.data)]
-    values = dask.compute(*[cube[n].variable.data for n in lazy], scheduler="sync")
-    data = {n: cube[n].copy(data=v) for n, v in zip(lazy, values)}
-    coords = {n: data.pop(n) for n in list(data) if n in cube.coords}
-    return cube.assign(data).assign_coords(coords)
-
-
-class _ZarrChunks:
-    """A store array as dask's chunk source: one zarr read per requested region."""
-
-    def __init__(self, path: str, name: str, shape: tuple, dtype):
-        self.path, self.name, self.shape, self.dtype = path, name, shape, dtype
-        self.ndim = len(shape)
-        self._array = None
-
-    def __getitem__(self, key):
-        if self._array is None:
-            self._array = zarr.open_array(self.path, path=self.name, mode="r")
-        return self._array[key]
-
-    def __getstate__(self):
-        return {**self.__dict__, "_array": None}
-
-
 def block_chunks(store: str | os.PathLike) -> tuple[int, int]:
-    bp, bs = json.loads(zarr.open_group(str(store), mode="r").attrs["chunks"])
+    bp, bs = json.loads(_group(resolve(store)).attrs["chunks"])
     return int(bp), int(bs)
 
 
@@ -386,31 +258,6 @@ def blocks(n_params: int, n_splits: int, chunks: tuple[int, int]):
     for p0 in range(0, n_params, bp):
         for s0 in range(0, n_splits, bs):
             yield slice(p0, min(p0 + bp, n_params)), slice(s0, min(s0 + bs, n_splits))
-
-
-@dataclass
-class BlockResult:
-    """What a fitted block holds; the task writes it and returns only :meth:`summary`."""
-
-    params: slice
-    splits: slice
-    pred: np.ndarray        # (params, splits, sample)
-    failed: np.ndarray      # (params, splits) bool
-    error: np.ndarray       # (params, splits) object (str)
-    fit_seconds: np.ndarray  # (params, splits)
-
-    def without_pred(self) -> "BlockResult":
-        """The status part only (small: what a task sends back to the client)."""
-        return BlockResult(self.params, self.splits, None, self.failed, self.error, self.fit_seconds)
-
-    def summary(self) -> dict:
-        return {
-            "params": (self.params.start, self.params.stop),
-            "splits": (self.splits.start, self.splits.stop),
-            "fits": int(self.failed.size),
-            "failed": int(self.failed.sum()),
-            "seconds": float(np.nansum(self.fit_seconds)),
-        }
 
 
 def _check_aligned(shape, chunks, params: slice, splits: slice) -> None:
@@ -423,71 +270,123 @@ def _check_aligned(shape, chunks, params: slice, splits: slice) -> None:
             )
 
 
-def write_pred(path: str | os.PathLike, result: BlockResult) -> None:
+def write_pred(store: str | os.PathLike, result: BlockResult) -> None:
     """Write one block's predictions (the task side). Idempotent; chunk-aligned or ValueError."""
-    group = zarr.open_group(str(path), mode="r+")
+    location = resolve(store)
+    pred = zarr.open_array(location, path="pred", mode="r+",
+                           storage_options=storage_options(location))
     region = (result.params, result.splits)
-    pred = group["pred"]
     _check_aligned(pred.shape[:2], pred.chunks[:2], *region)
     pred[region] = result.pred.astype(pred.dtype, copy=False)
 
 
-def write_status(path: str | os.PathLike, results) -> None:
+def write_status(store: str | os.PathLike, results) -> None:
     """Record finished blocks (the client side): failed, error, fit_seconds, then ``done``.
 
-    ``results`` are :class:`BlockResult` (``pred`` may be None) whose predictions are already
-    written. One read-modify-write per variable for the whole batch (the four reads together,
-    then the three writes together, then ``done``: done implies the status is written); only
-    one process (the run's client) may call this on a store at a time.
+    ``results`` are :class:`cvflow.fit.BlockResult` (``pred`` may be None) whose
+    predictions are already written. One read-modify-write per variable for the whole batch,
+    ``done`` last (done implies the status is written); only one process (the run's client)
+    may call this on a store at a time.
     """
     results = list(results)
-    if results:
-        _sync(_write_status(str(path), results))
+    if not results:
+        return
+    group = _group(resolve(store), "r+")
+    for name in ("failed", "error", "fit_seconds", "done"):
+        array = group[name]
+        values = array[...]
+        for r in results:
+            values[r.params, r.splits] = True if name == "done" else getattr(r, name)
+        array[...] = values
 
 
-async def _write_status(path: str, results: list) -> None:
-    import asyncio
-
-    from zarr.api.asynchronous import open_group
-
-    group = await open_group(store=path, mode="r+", zarr_format=3)
-    names = ("failed", "error", "fit_seconds", "done")
-    arrays = await asyncio.gather(*(group.getitem(name) for name in names))
-    values = dict(zip(names, await asyncio.gather(*(a.getitem(Ellipsis) for a in arrays))))
-    for r in results:
-        for name in names:
-            values[name][r.params, r.splits] = True if name == "done" else getattr(r, name)
-    await asyncio.gather(*(a.setitem(Ellipsis, values[n]) for n, a in zip(names[:3], arrays)))
-    await arrays[3].setitem(Ellipsis, values["done"])
-
-
-def write_block(path: str | os.PathLike, result: BlockResult) -> None:
+def write_block(store: str | os.PathLike, result: BlockResult) -> None:
     """Write one block's predictions and status; ``done`` last, so done implies written.
 
     Idempotent: rewriting a block writes the same bytes. For a single writer (in-process use);
     the engine's tasks call :func:`write_pred` and the client :func:`write_status`.
     """
-    write_pred(path, result)
-    write_status(path, [result])
+    write_pred(store, result)
+    write_status(store, [result])
 
 
-def read_mask(path: str | os.PathLike, name: str) -> np.ndarray:
+def read_mask(store: str | os.PathLike, name: str) -> np.ndarray:
     """A small (param, split) variable read eagerly (done, failed, fit_seconds, error)."""
-    return zarr.open_group(str(path), mode="r")[name][...]
+    location = resolve(store)
+    return zarr.open_array(location, path=name, mode="r",
+                           storage_options=storage_options(location))[...]
 
 
-def read_pred(cube_or_path) -> np.ndarray | None:
-    """The whole ``pred`` in memory, its chunks read concurrently (one zarr round trip).
+def read_block(store: str | os.PathLike, params: slice, splits: slice) -> dict[str, np.ndarray]:
+    """The stored cells of one block: pred (float64), failed, error (str objects), fit_seconds."""
+    group = _group(resolve(store))
+    region = (params, splits)
+    error = np.asarray(group["error"][region])
+    return {"pred": np.array(group["pred"][region], dtype=np.float64),
+            "failed": np.array(group["failed"][region], dtype=bool),
+            "error": np.array([str(e) for e in error.ravel()], dtype=object).reshape(error.shape),
+            "fit_seconds": np.array(group["fit_seconds"][region], dtype=np.float64)}
 
-    ``cube_or_path``: a store path, or a cube from :func:`open_cube` whose ``pred`` is still
-    the store's own lazy array (else None: a selection, an in-memory cube, or a store extended
-    since the cube was opened). ~2x faster than computing the lazy ``pred`` chunk by chunk;
-    for cubes that fit in memory (see ``cvflow.estimators._cube.load_if_small``).
+
+def read_pred(cube_or_store) -> np.ndarray | None:
+    """The whole ``pred`` in memory (zarr reads its chunks concurrently).
+
+    ``cube_or_store``: a store path or URL, or a cube from :func:`open_cube` whose ``pred`` is
+    still the store's own lazy array (else None: a selection, an in-memory cube, or a store
+    extended since the cube was opened). ~2x faster than computing the lazy ``pred`` chunk
+    by chunk; for cubes that fit in memory (see ``cvflow.estimators._cube.load_if_small``).
     """
-    if isinstance(cube_or_path, xr.Dataset):
-        pred = cube_or_path["pred"]
-        if not (is_dask_collection(pred.data) and pred.data.name.startswith(f"{STORED}pred-")):
+    if isinstance(cube_or_store, xr.Dataset):
+        pred = cube_or_store["pred"]
+        if not (is_dask_collection(pred.data)
+                and pred.data.name == cube_or_store.encoding.get(STORED)):
             return None
-        values = read_pred(cube_or_path.encoding["source"])
-        return values if values.shape == pred.shape else None
-    return zarr.open_array(str(cube_or_path), path="pred", mode="r")[...]
+        values = read_pred(cube_or_store.encoding["source"])
+        return values if values is not None and values.shape == pred.shape else None
+    location = resolve(cube_or_store)
+    return zarr.open_array(location, path="pred", mode="r",
+                           storage_options=storage_options(location))[...]
+
+
+# ---------------------------------------------------------------------------------------------
+# growing a store (an extended study, cvflow.extend decides what may change)
+
+
+def grow(store: str | os.PathLike, template: xr.Dataset, *, n_params: int, n_splits: int) -> None:
+    """Grow the store to ``template``'s shape; its first ``n_params`` params and ``n_splits``
+    splits are the stored ones, whose fits keep their bytes.
+
+    ``template`` is :func:`cube_template` of the merged params and design (the one encoder):
+    new splits are appended along ``split``, then new params along ``param`` (xarray's
+    ``append_dim``; the block variables stay unwritten, i.e. fill values, as at creation),
+    then every other variable, coordinate and attribute is rewritten from the template.
+    Consolidated metadata is rewritten at each step.
+    """
+    location = resolve(store)
+    stored = xr.open_zarr(location, chunks=None, storage_options=storage_options(location))
+    # a hyperparameter the store lacks: created at the stored length first (append needs it)
+    new = [n for n in template.coords if n not in stored.variables]
+    if new:
+        _write(xr.Dataset(coords={n: template[n].isel(param=slice(0, n_params)) for n in new}),
+               location, mode="a")
+
+    def tail(dim: str, **index) -> xr.Dataset:
+        names = [n for n in template.variables if dim in template[n].dims]
+        return template[names].isel(index).drop_vars(
+            [n for n in template.coords if dim not in template[n].dims], errors="ignore")
+
+    if template.sizes["split"] > n_splits:
+        _write(tail("split", param=slice(0, n_params), split=slice(n_splits, None)), location,
+               append_dim="split", safe_chunks=False)
+    if template.sizes["param"] > n_params:
+        _write(tail("param", param=slice(n_params, None)), location, append_dim="param",
+               safe_chunks=False)
+    grown = {"param", "split"}
+    rest = template.drop_vars([n for n in template.data_vars
+                               if grown & set(template[n].dims)])
+    if template.sizes["group"] != stored.sizes["group"]:
+        # the subset design added to a store without one: its role table grows from (0, 2)
+        _write(rest[["subset_split"]].isel(group=slice(stored.sizes["group"], None)),
+               location, append_dim="group")
+        rest = rest.drop_vars("subset_split")
+    _write(rest, location, mode="a")

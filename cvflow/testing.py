@@ -12,7 +12,8 @@ import xarray as xr
 
 from .data import Data
 from .designs import Design, fold_labels, make_design, subset_splits
-from .learners import Param, fit_block
+from .fit import fit_block
+from .learners import Param
 from .store import cube_template
 
 

@@ -3,10 +3,12 @@ splits are appended and fitted alone; stored predictions stay byte-identical; ch
 would invalidate stored fits are refused before the store is touched."""
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 
 import numpy as np
 import pytest
+import xarray as xr
 import zarr
 
 import cvflow
@@ -146,6 +148,12 @@ def test_new_learner_hyperparameter_and_splits(tmp_path, write_workflow, client)
         np.testing.assert_array_equal(train[int(cube["fold_split"].values[0, j])], fold != j)
     out = cvflow.estimators.nested_cv(cube)
     assert np.isfinite(float(out["estimate"]))
+    # the extended store's consolidated metadata is current: plain xarray opens it silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain = xr.open_zarr(store)
+    assert "selection" in plain.coords and plain.sizes["split"] == 11
+    xr.testing.assert_identical(plain.load(), xr.open_zarr(store, consolidated=False).load())
 
 
 def test_removed_params_are_kept(tmp_path, write_workflow, client):

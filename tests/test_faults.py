@@ -202,8 +202,6 @@ def test_random_cuts_six_times_then_complete(workflow, clean, tmp_path):
 
 def test_store_creation_cut_midway_leaves_no_half_store(tmp_path, monkeypatch):
     """A run killed while creating the store leaves no store at its path; the rerun creates it."""
-    import zarr
-
     import cvflow.engine
     from cvflow import store as cube_store
     from cvflow.spec import load_workflow
@@ -212,16 +210,19 @@ def test_store_creation_cut_midway_leaves_no_half_store(tmp_path, monkeypatch):
     study = wf.build()
     path = tmp_path / "s.zarr"
 
-    def die(*args):                                    # every file written, not yet renamed:
+    def die(*args, **kwargs):                          # half the arrays written:
         raise KeyboardInterrupt                        # the process is cut
 
-    monkeypatch.setattr(cube_store.os, "rename", die)
+    real = cube_store._write
+    monkeypatch.setattr(cube_store, "_write", lambda ds, loc, **kw: (
+        real(ds[["y", "X"]], loc, **kw), die()))
     with pytest.raises(KeyboardInterrupt):
         cvflow.engine.prepare_store(wf, study, path)
     monkeypatch.undo()
-    leftovers = list(tmp_path.glob(".s.zarr.creating-*"))
-    assert not path.exists() and len(leftovers) == 1
-    chunks = cvflow.engine.prepare_store(wf, study, path)  # the rerun
-    assert cube_store.is_store(path) and not list(tmp_path.glob(".s.zarr.creating-*"))
-    assert zarr.open_group(str(path), mode="r")["done"].shape == (4, study.design.n_splits)
-    assert chunks == (1, 1)
+    assert path.exists() and not cube_store.is_store(path)
+    with pytest.raises(StoreError, match="not a cvflow store"):
+        cube_store.open_cube(path)
+    layout = cvflow.engine.prepare_store(wf, study, path)  # the rerun
+    assert cube_store.is_store(path) and not (tmp_path / "s.zarr.creating").exists()
+    assert cube_store.read_mask(path, "done").shape == (4, study.design.n_splits)
+    assert layout.chunks == (1, 1)

@@ -9,7 +9,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 
 from cvflow.errors import InputError
-from cvflow.learners import fit_block
+from cvflow.fit import fit_block
 from cvflow.spec import parse_workflow
 
 

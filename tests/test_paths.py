@@ -7,7 +7,8 @@ from sklearn.datasets import load_diabetes, make_classification
 from sklearn.linear_model import ElasticNet, Lasso, LogisticRegression, Ridge, RidgeClassifier
 
 from cvflow import paths
-from cvflow.learners import Param, fit_block
+from cvflow.fit import fit_block
+from cvflow.learners import Param
 
 
 @pytest.fixture(scope="module")
