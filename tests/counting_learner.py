@@ -42,3 +42,30 @@ class SleepyCountingRidge(CountingRidge):
 
 class OtherCountingRidge(CountingRidge):
     """The same learner under another dotted path (a changed ``estimator``)."""
+
+
+class Clock:
+    """A fake ``time.perf_counter``: advances only when a :class:`TickingRidge` fits (or when
+    told), so timings are counted work, whatever the machine's load."""
+
+    now = 0.0
+
+    @classmethod
+    def read(cls) -> float:
+        return cls.now
+
+    @classmethod
+    def tick(cls, seconds: float) -> None:
+        cls.now += seconds
+
+
+class TickingRidge(Ridge):
+    """Ridge whose ``fit`` costs exactly ``delay`` seconds on :class:`Clock` (no sleeping)."""
+
+    def __init__(self, alpha=1.0, delay=0.0):
+        super().__init__(alpha=alpha)
+        self.delay = delay
+
+    def fit(self, X, y, sample_weight=None):
+        Clock.tick(self.delay)
+        return super().fit(X, y, sample_weight=sample_weight)

@@ -75,58 +75,82 @@ def test_block_bytes_are_capped():
     assert bp * bs * 20_000 * 8 <= blocks.MAX_BLOCK_BYTES
 
 
-def test_estimate_charges_path_aware_ridge_per_alpha():
+@pytest.fixture
+def clock(monkeypatch):
+    """Timings in counted work: the estimate reads a clock that only fits advance."""
+    from counting_learner import Clock
+
+    monkeypatch.setattr(blocks.time, "perf_counter", Clock.read)
+    return Clock
+
+
+def test_estimate_charges_path_aware_ridge_per_alpha(clock, monkeypatch):
+    """One unit of work per path fit (one SVD, every alpha) or per single fit."""
+    from cvflow import fit, paths
+
+    real_path, real_one = paths.fit_path, fit.fit_one
+
+    def path(*args, **kwargs):
+        clock.tick(1.0)
+        return real_path(*args, **kwargs)
+
+    def one(*args, **kwargs):
+        clock.tick(1.0)
+        return real_one(*args, **kwargs)
+
+    monkeypatch.setattr(fit.paths, "fit_path", path)
+    monkeypatch.setattr(fit, "fit_one", one)
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(300, 10)), rng.normal(size=300)
     train = np.arange(300) < 240
     ridge = [Param("ridge", "sklearn.linear_model.Ridge", hyper={"alpha": float(a)})
              for a in np.logspace(-3, 3, 64)]
-    fast = estimate_seconds_per_fit(ridge, X, y, train, budget=0.2)
-    slow = estimate_seconds_per_fit(ridge, X, y, train, path_aware=False, budget=0.2)
-    assert 0 < fast < slow / 3
+    assert estimate_seconds_per_fit(ridge, X, y, train, path_aware=False, budget=1e9) == 1.0
+    # path-aware: one path fit (one unit) for the whole grid, or charged by size unprobed
+    assert estimate_seconds_per_fit(ridge, X, y, train, budget=1e9) <= 1 / 64
 
 
-def test_estimate_weights_learners_by_their_param_count():
-    """9 params of a ~0.5 ms learner and 1 of a 30 ms one: about (9 * 0.5 + 30) / 10 ms."""
+def test_estimate_weights_learners_by_their_param_count(clock):
+    """9 params of a 0.5 ms learner and 1 of a 30 ms one: (9 * 0.5 + 30) / 10 ms."""
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(200, 5)), rng.normal(size=200)
     train = np.ones(200, bool)
-    cheap = [Param("dummy", "sklearn.dummy.DummyRegressor", hyper={"constant": float(c)})
-             for c in range(9)]
-    sleepy = [Param("sleepy", "fault_helpers.SlowRidge", fixed={"delay": 0.03},
-                    hyper={"alpha": 1.0})]
-    est = estimate_seconds_per_fit(cheap + sleepy, X, y, train, budget=0.1)
-    assert 0.003 <= est <= 0.01
+    cheap = [Param("cheap", "counting_learner.TickingRidge",
+                   hyper={"alpha": float(c), "delay": 0.0005}) for c in range(9)]
+    costly = [Param("costly", "counting_learner.TickingRidge", hyper={"alpha": 1.0, "delay": 0.03})]
+    est = estimate_seconds_per_fit(cheap + costly, X, y, train, budget=0.1)
+    assert est == pytest.approx((9 * 0.0005 + 0.03) / 10)
 
 
-def test_estimate_samples_the_whole_grid_not_its_first_params():
-    """Grid of 64: the first half fits in no time, the second half sleeps 10 ms per fit.
+def test_estimate_samples_the_whole_grid_not_its_first_params(clock):
+    """Grid of 64: the first half costs nothing, the second half 10 ms per fit.
 
     The timed params are spread over the grid, so the estimate is near the grid's mean
-    (5 ms), not the ~0 ms of its first params (timing the first 32 fits the budget).
+    (5 ms), not the 0 ms of its first params (timing the first 32 would fit the budget).
     """
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(100, 3)), rng.normal(size=100)
     train = np.ones(100, bool)
-    grid = [Param("sleepy", "fault_helpers.SlowRidge", hyper={"delay": 0.0 if i < 32 else 0.01,
-                                                               "alpha": float(i)})
-            for i in range(64)]
+    grid = [Param("ticking", "counting_learner.TickingRidge",
+                  hyper={"delay": 0.0 if i < 32 else 0.01, "alpha": float(i)}) for i in range(64)]
     est = estimate_seconds_per_fit(grid, X, y, train, budget=0.02)
-    assert 0.0035 <= est <= 0.009
+    assert 0.0035 <= est <= 0.0065
 
 
-def test_estimate_default_budget_is_small(tmp_path):
+def test_estimate_default_budget_is_small(tmp_path, clock):
     """The client times fits while the workers wait: with fits of >= 5 ms the default budget
-    (tens of ms) allows a warm-up and two timed rounds (1 + 2 params) at most, of 50."""
+    (20 ms) allows a warm-up and two timed rounds (1 + 2 params) at most, of 50."""
+    from counting_learner import Clock
+
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(200, 5)), rng.normal(size=200)
     train = np.arange(200) < 160
-    log = tmp_path / "fits.log"
-    grid = [Param("sleepy", "counting_learner.SleepyCountingRidge",
-                  hyper={"alpha": float(a), "log": str(log), "delay": 0.005}) for a in range(50)]
+    grid = [Param("ticking", "counting_learner.TickingRidge",
+                  hyper={"alpha": float(a), "delay": 0.005}) for a in range(50)]
+    start = Clock.now
     est = estimate_seconds_per_fit(grid, X, y, train)
-    assert est >= 0.005
-    assert 2 <= len(log.read_text().splitlines()) <= 4
+    assert est == pytest.approx(0.005)
+    assert 2 <= round((Clock.now - start) / 0.005) <= 4          # fits done
 
 
 def test_paths_are_not_cut_when_they_fit_in_memory():
@@ -141,12 +165,12 @@ def test_paths_are_not_cut_when_they_fit_in_memory():
 
 
 def test_cheap_path_learners_are_charged_by_size_without_a_probe(monkeypatch):
-    import cvflow.learners
+    import cvflow.fit
 
     def no_fit(*args, **kwargs):
         raise AssertionError("a cheap path learner was fitted to time it")
 
-    monkeypatch.setattr(cvflow.learners, "fit_block", no_fit)
+    monkeypatch.setattr(cvflow.fit, "fit_block", no_fit)
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(300, 10)), rng.normal(size=300)
     train = np.arange(300) < 240

@@ -126,10 +126,8 @@ def test_groups_that_draw_the_same_learning_set_share_one_split():
         assert d.train[s0].sum() == 1 and not (d.train[s0] & d.train[s1]).any()
 
 
-def test_hundred_thousand_groups_build_quickly():
-    import time
-
-    t0 = time.perf_counter()
+def test_hundred_thousand_groups_build():
+    """Linear in the groups (the per-test timeout catches a quadratic build, no clock here)."""
     d = _design(62, size=26, pairs=100_000, seed=0)
     assert d.subset_split.shape == (100_000, 2)
-    assert time.perf_counter() - t0 < 20
+    assert d.n_splits == len(np.unique(np.packbits(d.train, axis=1), axis=0))

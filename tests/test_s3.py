@@ -1,0 +1,207 @@
+"""Stores at URLs: a real S3-compatible server (moto in server mode) on 127.0.0.1, reached with
+the standard AWS environment variables by the client, its workers and the CLI."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fault_helpers as fh
+from cvtest import REPO
+from cvflow.errors import InputError, StoreError
+
+BUCKET = "cvflow-test"
+QUICKSTART = REPO / "workflows" / "quickstart.yaml"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server on 127.0.0.1 and the AWS environment pointing at it (for children too)."""
+    pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
+    pytest.importorskip("s3fs", reason="s3fs is in the test extra")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        import boto3
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                boto3.client("s3").create_bucket(Bucket=BUCKET)
+                break
+            except Exception:  # noqa: BLE001 - the server is still starting
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.skip("moto's S3 server did not start on 127.0.0.1")
+                time.sleep(0.2)
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        proc.terminate()
+        proc.wait()
+
+
+def _url() -> str:
+    return f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}.zarr"
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cvflow", *args], capture_output=True,
+                          text=True, env=fh.cli_env(), cwd=REPO, timeout=timeout)
+
+
+def _objects(url: str) -> list[str]:
+    from cvflow.location import filesystem
+
+    fs, path = filesystem(url)
+    return fs.find(path)
+
+
+@pytest.fixture(scope="module")
+def quick_local(tmp_path_factory):
+    path = tmp_path_factory.mktemp("local") / "q.zarr"
+    out = _cli("run", str(QUICKSTART), "--store", str(path), "--workers", "2", "--dashboard-port", "0")
+    assert out.returncode == 0, out.stderr[-2000:]
+    return path
+
+
+def test_quickstart_to_s3_equals_a_local_run(s3, quick_local, tmp_path):
+    import warnings
+
+    import xarray as xr
+
+    import cvflow
+
+    url = _url()
+    out = _cli("run", str(QUICKSTART), "--store", url, "--workers", "2", "--dashboard-port", "0")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert url in out.stdout and not list(tmp_path.glob("s3*")) and not (REPO / "s3:").exists()
+    assert any(key.endswith("pred/c/0/0/0") for key in _objects(url))   # on the server
+    status = _cli("status", url, "--json")
+    assert status.returncode == 0, status.stderr
+    info = json.loads(status.stdout)
+    assert info["complete"] and info["done"] == info["total"] == 120 and info["failed"] == 0
+    report = _cli("report", url, "--json")
+    assert report.returncode == 0, report.stderr
+    local_report = _cli("report", str(quick_local), "--json")
+    assert json.loads(report.stdout) == json.loads(local_report.stdout)
+    cube, local = cvflow.open(url), cvflow.open(quick_local)
+    assert cube["pred"].values.tobytes() == local["pred"].values.tobytes()
+    assert cube["done"].values.all()
+    with warnings.catch_warnings():          # plain xarray, consolidated metadata: silent
+        warnings.simplefilter("error")
+        plain = xr.open_zarr(url)
+    assert plain["pred"].values.tobytes() == local["pred"].values.tobytes()
+    again = _cli("run", str(QUICKSTART), "--store", url, "--dashboard-port", "0")
+    assert again.returncode == 0 and "already complete, 0 fits performed" in again.stdout
+
+
+def test_second_run_on_a_held_url_is_refused(s3):
+    from cvflow.lock import read_lock, run_lock
+
+    url = _url()
+    with run_lock(url) as lock:
+        assert read_lock(url)["token"] == lock.token and _objects(url + ".lock")
+        out = _cli("run", str(QUICKSTART), "--store", url, "--dashboard-port", "0")
+        assert out.returncode == 2
+        assert "is being written by another cvflow run" in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+        assert not _objects(url)                       # nothing created
+    assert read_lock(url) is None
+
+
+def test_lease_heartbeat_takeover_and_lost_lease(s3):
+    """Conditional writes: a refresh needs our ETag; a takeover deletes only the stale record."""
+    from cvflow.lock import _slot, read_lock, run_lock
+
+    url = _url()
+    slot = _slot(url)
+    stale = json.dumps({"host": "elsewhere", "pid": 1, "started": 0, "heartbeat": time.time() - 60,
+                        "token": "old"}).encode()
+    slot.create(stale)
+    with pytest.raises(FileExistsError):               # create-if-absent: If-None-Match
+        slot.create(stale)
+    with run_lock(url, heartbeat=0.2, stale_after=30) as lock:   # 60 s old: taken over
+        first = read_lock(url)
+        assert first["token"] == lock.token
+        time.sleep(0.7)
+        assert read_lock(url)["heartbeat"] > first["heartbeat"]   # refreshed with If-Match
+        _, version, _ = slot.read()
+        with pytest.raises(OSError):                   # someone else's ETag: refused
+            slot.replace(b"{}", '"not-the-etag"')
+        # another run takes the lease (as after a long freeze): we learn it at the next beat
+        slot.delete(version)
+        slot.create(json.dumps({"host": "other", "pid": 2, "started": 0,
+                                "heartbeat": time.time(), "token": "new"}).encode())
+        time.sleep(0.7)
+        assert lock.lost
+    assert read_lock(url)["token"] == "new"            # not removed by the run that lost it
+
+
+def test_urls_that_are_not_stores_are_refused(s3, tmp_path):
+    from cvflow.location import resolve
+
+    for bad, match in (("nosuch://bucket/x.zarr", "unknown or unavailable URL scheme"),
+                       ("s3:/bucket/x.zarr", "missing slash")):
+        with pytest.raises(InputError, match=match):
+            resolve(bad)
+        out = _cli("run", str(QUICKSTART), "--store", bad)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    for cmd in ("status", "report"):
+        out = _cli(cmd, f"s3://{BUCKET}/absent.zarr")
+        assert out.returncode == 2 and "does not exist" in out.stderr, out.stderr
+    import cvflow
+
+    with pytest.raises(StoreError, match="does not exist"):
+        cvflow.open(f"s3://{BUCKET}/absent.zarr")
+
+
+@pytest.mark.slow
+def test_client_sigkill_then_rerun_completes_to_the_reference_cube(s3, tmp_path):
+    workflow = fh.slow_workflow(tmp_path / "wf.yaml")
+    clean = tmp_path / "clean.zarr"
+    rc, _, err = fh.finish(fh.start_run(workflow, clean, "--workers", "2"))
+    assert rc == 0, err[-2000:]
+    url = _url()
+    proc = fh.start_run(workflow, url, "--workers", "2")
+    try:
+        fh.wait_for_done(url, 6, proc, timeout=240)
+        second = _cli("run", str(workflow), "--store", url, "--dashboard-port", "0")
+        assert second.returncode == 2 and "being written by another cvflow run" in second.stderr
+        os.kill(proc.pid, signal.SIGKILL)              # the client only
+        proc.wait()
+    finally:
+        fh.reap(proc)
+    done_before = fh.done_count(url)
+    assert 6 <= done_before < 24
+    # the dead client's lease stays until it is stale (no pid check across machines)
+    env = fh.cli_env(DASK_CVFLOW__LOCK__STALE_AFTER="3", DASK_CVFLOW__LOCK__HEARTBEAT="1")
+    time.sleep(3.5)
+    rc, out, err = fh.finish(fh.start_run(workflow, url, "--workers", "2", env=env))
+    assert rc == 0, err[-2000:]
+    fh.assert_same_cube(url, clean)
+    assert Path(clean).exists()
+    assert np.asarray(fh.cube_arrays(url)["done"]).all()
