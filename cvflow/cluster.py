@@ -26,12 +26,15 @@ import re
 import sys
 import types
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 import dask.config
 import yaml
 
 from .errors import InputError
+
+if TYPE_CHECKING:
+    import distributed
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +238,8 @@ def store_warning(store: str | os.PathLike | None, kind: str) -> str | None:
     real = os.path.realpath(text)
     top = next((p for p in SHARED_WARNING_PREFIXES if real == p or real.startswith(p + "/")), None)
     if top:
-        return (f"store {text} is under {top}, usually local to each node; SLURM workers write the store directly, so put it on "
+        return (f"store {text} is under {top}, usually local to each node; SLURM workers write "
+                "the store directly, so put it on "
                 "a shared file system (home, project or scratch)")
     return None
 
@@ -399,7 +403,7 @@ def _slurm(prof: dict):
 def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = None,
             dashboard_port: int | None = None, tls: bool | None = None,
             options: Sequence[str] | Mapping | None = None,
-            store: str | os.PathLike | None = None) -> Iterator["distributed.Client"]:  # noqa: F821
+            store: str | os.PathLike | None = None) -> Iterator[distributed.Client]:
     """Yield a ``distributed.Client``; closes (and cancels the jobs of) what it started on exit.
 
     Parameters

@@ -277,7 +277,7 @@ def load_raw(cfg: dict, base: Path, where: str):
                      else [f"x{j}" for j in range(X.shape[1])])
         return X, y, names, g, extra
     if source == "synthetic":
-        gen = GENERATORS.get(name)
+        gen = GENERATORS.get(str(name))
         if gen is None:
             raise InputError(f"{where}: data.name: unknown generator {name!r}; "
                              f"use one of {', '.join(GENERATORS)}")

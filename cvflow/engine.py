@@ -191,7 +191,9 @@ def pending_blocks(store: str, chunks: tuple[int, int],
                    done: np.ndarray | None = None) -> list[tuple[slice, slice]]:
     """The blocks with a fit not yet ``done`` (``done``: the store's mask, read if None)."""
     done = cube_store.read_mask(store, "done") if done is None else done
-    return [(ps, ss) for ps, ss in cube_store.blocks(*done.shape, chunks) if not done[ps, ss].all()]
+    n_params, n_splits = done.shape
+    return [(ps, ss) for ps, ss in cube_store.block_slices(n_params, n_splits, chunks)
+            if not done[ps, ss].all()]
 
 
 def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | None = None,
@@ -238,7 +240,7 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
     from .lock import run_lock
 
     if not isinstance(workflow, Workflow):
-        workflow = load_workflow(workflow)
+        workflow = load_workflow(os.fspath(workflow))
     path = resolve(store if store is not None else f"{workflow.name}.zarr")
     cluster = cluster or workflow.execution.get("cluster")
     if client is None and not (cluster and ADDRESS.match(str(cluster))):

@@ -108,8 +108,9 @@ def check_compatible(path: str, workflow, study, cube: xr.Dataset) -> dict:
     if diff:
         _refuse(path, "folds, seeds", diff)
     # the subset design matters only once subset splits are stored
-    if cube["subset_split"].size and _first_difference(old_subset, new_subset, "design.subset"):
-        _refuse(path, "subset design", _first_difference(old_subset, new_subset, "design.subset"))
+    subset_diff = _first_difference(old_subset, new_subset, "design.subset")
+    if cube["subset_split"].size and subset_diff:
+        _refuse(path, "subset design", subset_diff)
     old_dtype = (old_cfg.get("execution") or {}).get("dtype", "float64")
     if old_dtype != workflow.execution.get("dtype", "float64"):
         _refuse(path, "dtype", f"execution.dtype: {old_dtype!r} -> "
@@ -201,7 +202,7 @@ def store_design(cube: xr.Dataset, design: Design) -> tuple[Design, int]:
     index = {k: s for s, k in enumerate(_row_keys(old_train))}
     new_keys = _row_keys(design.train)
     mapping = np.empty(design.n_splits, dtype=np.int64)
-    appended = []
+    appended: list[int] = []
     for s, key in enumerate(new_keys):
         if key not in index:
             index[key] = n_old + len(appended)
@@ -275,7 +276,7 @@ def plan(path: str, workflow, study) -> Extension:
                                               study.attrs["estimators"]),
              LEARNERS_ATTR: json.dumps(specs, sort_keys=True, default=str)}
     changes = (len(params) > n_params or design.n_splits > n_splits
-               or any(cube.attrs.get(k) != v for k, v in attrs.items()))
+               or cube.attrs.get("workflow_hash") != study.attrs["workflow_hash"])
     return Extension(params, replace(design, fold=study.design.fold), n_params, n_splits, attrs,
                      changes)
 

@@ -434,6 +434,7 @@ def _estimators(where: str, raw: Any) -> list[tuple[str, dict]]:
     if not isinstance(raw, list):
         _fail(where, "estimators", "give a list of estimator names or {name: {options}}")
     out = []
+    options: dict
     for i, item in enumerate(raw):
         if isinstance(item, str):
             name, options = item, {}

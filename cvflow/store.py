@@ -34,7 +34,7 @@ import logging
 import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import xarray as xr
@@ -207,7 +207,7 @@ def clear_interrupted(store: str | os.PathLike) -> bool:
     return True
 
 
-def _group(location: str, mode: str = "r"):
+def _group(location: str, mode: Literal["r", "r+"] = "r"):
     return zarr.open_group(location, mode=mode, storage_options=storage_options(location))
 
 
@@ -252,7 +252,7 @@ def block_chunks(store: str | os.PathLike) -> tuple[int, int]:
     return int(bp), int(bs)
 
 
-def blocks(n_params: int, n_splits: int, chunks: tuple[int, int]):
+def block_slices(n_params: int, n_splits: int, chunks: tuple[int, int]):
     """All blocks as (param slice, split slice), chunk-aligned."""
     bp, bs = chunks
     for p0 in range(0, n_params, bp):

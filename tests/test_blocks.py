@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from cvflow import blocks
 from cvflow.blocks import choose_chunks, estimate_seconds_per_fit
 from cvflow.learners import Param
-from cvflow.store import blocks as block_slices
+from cvflow.store import block_slices
 
 
 def n_tasks(n_params, n_splits, chunks):

@@ -6,7 +6,6 @@ import json
 import math
 from statistics import NormalDist
 
-import numpy as np
 import pytest
 
 from cvflow.errors import InputError

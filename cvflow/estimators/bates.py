@@ -145,7 +145,7 @@ def bates_ncv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = 
     se_raw = np.sqrt((k - 1) / k * mse.where(mse >= 0))
     # DESIGN CHOICE (Bates et al. Sec. 4): the nested se is at least the naive one and at most
     # √K times it; a negative MSE estimate thus gives the naive width.
-    se = xr.where(se_raw.isnull() & mse.notnull(), se_naive,
+    se = xr.where(se_raw.isnull() & mse.notnull(), se_naive,  # type: ignore[attr-defined]
                   np.minimum(np.maximum(se_raw, se_naive), np.sqrt(k) * se_naive))
     at_floor = mse.notnull() & (se_raw.isnull() | (se_raw < se_naive))
     at_cap = se_raw > np.sqrt(k) * se_naive

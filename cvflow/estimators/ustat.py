@@ -182,7 +182,7 @@ def normal_test(estimate: float, variance: float, alpha: float) -> dict:
             "lower": estimate - q * se, "upper": estimate + q * se}
 
 
-def nadeau_bengio_stats(d: np.ndarray, n: int, g: int, alpha: float) -> dict:
+def nadeau_bengio_stats(d: np.ndarray, n: float, g: float, alpha: float) -> dict:
     """Corrected resampled t-test (Nadeau & Bengio 2003) from per-fit mean differences d_f.
 
     Variance (1/F + (n - g)/g)·s²_d, Student t with F - 1 degrees of freedom.
