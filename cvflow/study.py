@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from .data import Data, decode_frame, from_arrays, save_npz
+from .data import decode_frame, from_arrays, save_npz
 from .describe import CLASS, build, describe, describe_splitter, is_estimator
 from .errors import InputError
 from .spec import Workflow, grid_values, parse_workflow
