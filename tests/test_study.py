@@ -190,6 +190,10 @@ def test_binary_classification_with_string_labels(tmp_path, client):
             got01 = cvflow.estimators.kfold(cube, loss="zero_one")["estimate"].values[h]
             np.testing.assert_allclose(got01, zero_one, rtol=1e-12)
         assert "positive class: malignant" in repr(result)
+        from cvflow.report_html import write_html
+
+        page = write_html(cube, result.results, tmp_path / f"{loss}.html").read_text()
+        assert "classes: benign, malignant (positive class: &lt;b&gt;malignant" in page
     out = run_cli("report", tmp_path / "hinge.zarr")
     assert out.returncode == 0 and "classes: benign, malignant" in out.stdout
 
