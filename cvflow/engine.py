@@ -20,7 +20,7 @@ from . import store as cube_store
 from .blocks import choose_chunks, estimate_seconds_per_fit
 from .designs import Design
 from .errors import StoreError
-from .fit import BlockResult, fit_block
+from .fit import BlockResult, fit_block, fit_isolated
 from .learners import Param
 from .location import exists, remove, resolve
 from .spec import Study, Workflow, load_workflow
@@ -79,14 +79,47 @@ def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_s
         result = fit_missing(store, params, X, y, train, params_slice, splits_slice, positive,
                              path_aware, todo, sample_weight)
     cube_store.write_pred(store, result)
+    summary = _summary(result, todo)
+    summary["task_seconds"] = time.perf_counter() - t0
+    return summary
+
+
+def _summary(result: BlockResult, todo: np.ndarray | None) -> dict:
+    """The small record of a written block: its status and counts of the fits done now."""
     summary = result.summary()
     summary["status"] = result.without_pred()       # the client records it (write_status)
     fitted = np.ones(result.failed.shape, dtype=bool) if todo is None else todo
     summary.update(fits=int(fitted.sum()), failed=int(result.failed[fitted].sum()),
                    seconds=float(np.nansum(result.fit_seconds[fitted])))
-    summary["task_seconds"] = time.perf_counter() - t0
     summary["errors"] = sorted({str(e) for e in result.error[fitted] if e})
     return summary
+
+
+class _SplitBlock:
+    """A block whose task killed its workers, refitted one fit per task (fit_isolated); the
+    client assembles it and writes it once every fit is back (still one writer per chunk)."""
+
+    def __init__(self, store: str, ps: slice, ss: slice, n_samples: int, todo: np.ndarray | None):
+        shape = (ps.stop - ps.start, ss.stop - ss.start)
+        self.todo = todo
+        if todo is None:
+            self.result = BlockResult(ps, ss, np.full(shape + (n_samples,), np.nan),
+                                      np.zeros(shape, bool), np.full(shape, "", dtype=object),
+                                      np.zeros(shape))
+        else:     # stored fits of an extended study keep their bytes
+            stored = cube_store.read_block(store, ps, ss)
+            self.result = BlockResult(ps, ss, stored["pred"], stored["failed"], stored["error"],
+                                      stored["fit_seconds"])
+        self.cells = [tuple(c) for c in np.argwhere(np.ones(shape, bool) if todo is None else todo)]
+        self.left = len(self.cells)
+
+    def record(self, h: int, s: int, fitted: tuple[np.ndarray, float, str]) -> bool:
+        """Keep one fit's result; True when the block is complete."""
+        r = self.result
+        r.pred[h, s], r.fit_seconds[h, s], r.error[h, s] = fitted
+        r.failed[h, s] = bool(fitted[2])
+        self.left -= 1
+        return self.left == 0
 
 
 def fit_missing(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
@@ -298,6 +331,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         y = c.submit(_value, study.data.y, pure=False, key=f"cvflow-y-{time.time_ns()}")
         w = None if study.data.sample_weight is None else c.submit(
             _value, study.data.sample_weight, pure=False, key=f"cvflow-w-{time.time_ns()}")
+        inputs.update(X=X, y=y, w=w)
         futures = []
         for ps, ss in todo:
             # a block sharing its chunk with stored fits (extended study) fits only the rest
@@ -306,10 +340,51 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                 run_block, path, params[ps], X, y, design.train[ss], ps, ss,
                 study.data.positive, path_aware, cells, w, pure=False,
                 key=f"cvflow-block-{ps.start}-{ss.start}-{time.time_ns()}"))
+            blocks_of[futures[-1].key] = (ps, ss, cells)
         return futures
 
+    def split(c, key, exc) -> list:
+        """Refit a block that killed its workers one fit per task, each in a child process."""
+        ps, ss, cells = blocks_of[key]
+        block = _SplitBlock(path, ps, ss, len(study.data.y), cells)
+        log.warning("the block of params %d-%d x splits %d-%d killed %d workers (%s); "
+                    "refitting its %d fits one by one, each in a child process",
+                    ps.start, ps.stop - 1, ss.start, ss.stop - 1, exc.allowed_failures + 1,
+                    type(exc).__name__, len(block.cells))
+        split_blocks[key] = block
+        futures = []
+        for h, s in block.cells:
+            f = c.submit(fit_isolated, params[ps.start + h], inputs["X"], inputs["y"],
+                         design.train[ss.start + s], study.data.positive, inputs["w"],
+                         pure=False, key=f"cvflow-fit-{ps.start + h}-{ss.start + s}-{time.time_ns()}")
+            cell_of[f.key] = (key, h, s)
+            futures.append(f)
+        return futures
+
+    def finish_cell(future) -> dict | None:
+        """A split block's fit is back: the block's summary once all are (None before)."""
+        from distributed import KilledWorker
+
+        key, h, s = cell_of.pop(future.key)
+        try:
+            fitted = future.result()
+        except KilledWorker as exc:   # the child's death took the worker with it
+            fitted = (np.full(len(study.data.y), np.nan), 0.0,
+                      f"worker died while fitting this alone ({exc.allowed_failures + 1} workers)")
+        block = split_blocks[key]
+        if not block.record(h, s, fitted):
+            return None
+        del split_blocks[key]
+        cube_store.write_pred(path, block.result)
+        return _summary(block.result, block.todo)
+
+    inputs: dict = {}
+    blocks_of: dict = {}          # block task key -> (params slice, splits slice, cells)
+    split_blocks: dict = {}       # block task key -> _SplitBlock being refitted
+    cell_of: dict = {}            # fit task key -> (block task key, param, split in the block)
+
     def collect(c):
-        from distributed import as_completed
+        from distributed import KilledWorker, as_completed
 
         if client is not None or serves_dashboard(cluster, dashboard_port):
             result.dashboard = getattr(c, "dashboard_link", None) or None   # "" when none
@@ -322,8 +397,24 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         # raises.
         pending, flushed, gap = [], t0, STATUS_FLUSH_SECONDS
         try:
-            for future in as_completed(submit_all(c)):
-                summary = future.result()
+            queue = as_completed(submit_all(c))
+            for future in queue:
+                # DESIGN CHOICE: a fit that kills its worker (out of memory, a segfault,
+                # os._exit) is retried by Dask (distributed.scheduler.allowed-failures, on other
+                # workers) and then raises KilledWorker here; its block is then split into
+                # single fits, each in a child process, so only the culprit fits are recorded
+                # failed (with the exit status) and every other fit of the block completes.
+                if future.key in cell_of:
+                    summary = finish_cell(future)
+                    if summary is None:
+                        continue
+                else:
+                    try:
+                        summary = future.result()
+                    except KilledWorker as exc:
+                        for f in split(c, future.key, exc):
+                            queue.add(f)
+                        continue
                 pending.append(summary.pop("status"))
                 if time.perf_counter() - flushed > gap:
                     t_write = time.perf_counter()

@@ -3,6 +3,7 @@ together (:mod:`cvflow.paths`), one param at a time otherwise (:func:`cvflow.lea
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -78,3 +79,62 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
                                                                  sample_weight)
     failed = error != ""
     return BlockResult(params_slice, splits_slice, pred, failed, error, seconds)
+
+
+# ---------------------------------------------------------------------------------------------
+# fits that kill their process
+
+
+def death_message(code: int) -> str:
+    """What a fit's process exit ``code`` (negative: the signal) says, and its likely cause."""
+    import signal
+
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "an unknown signal"
+        cause = {"SIGKILL": "out of memory (the kernel's OOM killer, or the worker's memory "
+                            "limit) or an external kill",
+                 "SIGSEGV": "a crash in compiled code (segmentation fault)",
+                 "SIGABRT": "an abort in compiled code",
+                 "SIGBUS": "a crash in compiled code (bus error)"}.get(name, "an external signal")
+        return f"worker died: the fit was killed by signal {-code} ({name}); likely cause: {cause}"
+    return (f"worker died: the fit ended its process with exit status {code}; likely cause: "
+            "exit() or os._exit() in the learner's code, or a library that exits on error")
+
+
+def fit_isolated(param: Param, X, y, train: np.ndarray, positive=None,
+                 sample_weight=None) -> tuple[np.ndarray, float, str]:
+    """:func:`cvflow.learners.fit_one` in a forked child process: a fit that kills its process
+    (out of memory, a segfault, ``os._exit``) is reported as a failed fit, the caller lives.
+
+    Task body of a block that killed its workers (:mod:`cvflow.engine` splits it into fits).
+    """
+    import os
+    import pickle
+
+    # DESIGN CHOICE: os.fork, not multiprocessing: Dask workers are daemonic processes, which
+    # multiprocessing forbids to have children; the child only fits, pickles its result into a
+    # pipe and leaves with os._exit (no atexit handlers, no Dask state touched).
+    # the learner's modules are imported here, once per worker, not in every child
+    with contextlib.suppress(Exception):
+        param.build(train)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                   # the child
+        try:
+            os.close(read_end)
+            data = pickle.dumps(fit_one(param, X, y, train, positive, sample_weight))
+            with os.fdopen(write_end, "wb") as pipe:
+                pipe.write(data)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 0 and data:
+        return pickle.loads(data)
+    return np.full(X.shape[0], np.nan), 0.0, death_message(code)

@@ -153,3 +153,17 @@ def read_lock_pid(store: Path):
 
     record = read_lock(store)
     return None if record is None else record.get("pid")
+
+
+class DyingRidge(Ridge):
+    """Ridge whose fit ends its process (``os._exit(3)``) when ``alpha == die_at``: a learner
+    that kills its worker (as an out-of-memory kill or a segfault would) for one grid value."""
+
+    def __init__(self, alpha=1.0, die_at=None):
+        super().__init__(alpha=alpha)
+        self.die_at = die_at
+
+    def fit(self, X, y, sample_weight=None):
+        if self.die_at is not None and self.alpha == self.die_at:
+            os._exit(3)
+        return super().fit(X, y, sample_weight=sample_weight)

@@ -1,0 +1,66 @@
+"""Fits that kill their worker process (os._exit for one grid value): retried as Dask does,
+then their block is split so every other fit completes; the culprits are recorded failed
+with the exit status. Reference: the same study with a learner that never dies."""
+from __future__ import annotations
+
+import re
+import textwrap
+
+import numpy as np
+import pytest
+
+import fault_helpers as fh
+
+
+def _workflow(path, die_at):
+    path.write_text(textwrap.dedent(f"""\
+        name: dying
+        data: {{source: sklearn, name: diabetes}}
+        task: regression
+        learners:
+          - name: ridge
+            estimator: fault_helpers.DyingRidge
+            params: {{die_at: {die_at}}}
+            grid: {{alpha: [0.1, 1.0, 10.0, 100.0]}}
+        design: {{folds: 3, seed: 0}}
+        estimators: [kfold]
+        execution: {{fits_per_task: 16}}
+        """))
+    return path
+
+
+def test_fit_that_exits_its_process_is_a_failed_fit(tmp_path):
+    from cvflow.fit import fit_isolated
+    from cvflow.learners import Param
+
+    X, y = np.arange(20.0).reshape(10, 2), np.arange(10.0)
+    train = np.arange(10) < 8
+    ok = fit_isolated(Param("r", "fault_helpers.DyingRidge", hyper={"alpha": 1.0, "die_at": 10.0}),
+                      X, y, train)
+    assert ok[2] == "" and np.isfinite(ok[0]).all()
+    pred, _, error = fit_isolated(
+        Param("r", "fault_helpers.DyingRidge", hyper={"alpha": 10.0, "die_at": 10.0}), X, y, train)
+    assert np.isnan(pred).all()
+    assert error.startswith("worker died: the fit ended its process with exit status 3")
+
+
+@pytest.mark.slow
+def test_block_that_kills_its_workers_is_split_and_completes(tmp_path):
+    clean, dying = tmp_path / "clean.zarr", tmp_path / "dying.zarr"
+    rc, _, err = fh.finish(fh.start_run(_workflow(tmp_path / "c.yaml", "null"), clean,
+                                        "--workers", "2", "--cluster", "local"))
+    assert rc == 0, err[-2000:]
+    rc, out, err = fh.finish(fh.start_run(_workflow(tmp_path / "d.yaml", 10.0), dying,
+                                          "--workers", "2", "--cluster", "local"), timeout=600)
+    assert rc == 0, err[-2000:]
+    print(out, err[-3000:])
+    assert re.search(r"16 fits performed .* 4 failed", out), out
+    a, b = fh.cube_arrays(dying), fh.cube_arrays(clean)
+    assert a["done"].all()
+    culprit = np.zeros(a["done"].shape, bool)
+    culprit[2] = True                                        # alpha = 10: every split
+    np.testing.assert_array_equal(a["failed"], culprit)
+    assert all(e.startswith("worker died: the fit ended its process with exit status 3")
+               for e in a["error"][culprit])
+    assert np.isnan(a["pred"][culprit]).all()
+    assert a["pred"][~culprit].tobytes() == b["pred"][~culprit].tobytes()
