@@ -43,9 +43,10 @@ def warning(code: str, message: str, **numbers) -> dict:
 
 
 def attach(result: xr.Dataset, warnings: list[dict], where: str) -> xr.Dataset:
-    """``result`` with ``attrs["warnings"]`` (JSON list) set; each warning is logged."""
+    """``result`` with ``attrs["warnings"]`` (JSON list) set; each warning is logged at INFO
+    (the reports print them; a WARNING per call would flood simulations that loop)."""
     for w in warnings:
-        log.warning("%s: %s", where, w["message"])
+        log.info("%s: %s", where, w["message"])
     result.attrs["warnings"] = json.dumps(warnings)
     return result
 
