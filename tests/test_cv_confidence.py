@@ -72,6 +72,23 @@ def test_constant_differences():
     assert codes == {"few_samples", "tiny_test_sets"}
 
 
+def test_simplest_member():
+    """Params 0 and 1 predict alike (both in the set), 2 is worse everywhere (out)."""
+    design = simple_design(12, 3, fold=[[0, 1, 2] * 4])
+    base = np.abs(np.random.default_rng(1).normal(size=12))
+    pred = np.stack([np.broadcast_to(v, (design.n_splits, 12)) for v in (base, base, base + 1)])
+    cube = cube_from_predictions(pred, np.zeros(12), design, loss="absolute")
+    out = cv_confidence(cube, B=50, simplest={"h": "max"})
+    np.testing.assert_array_equal(out["in_set"].values, [True, True, False])
+    assert int(out["simplest"]) == 1 and json.loads(out.attrs["simplest_param"])["h"] == 1
+    assert int(cv_confidence(cube, B=50, simplest={"h": "min"})["simplest"]) == 0
+    with pytest.raises(InputError, match=r"cv_confidence.simplest: no hyperparameter 'C' in "
+                                         r"the grid; it has h"):
+        cv_confidence(cube, simplest={"C": "min"})
+    with pytest.raises(InputError, match=r"cv_confidence.simplest.h: 'up'; use max"):
+        cv_confidence(cube, simplest={"h": "up"})
+
+
 @pytest.mark.parametrize("kw,match", [
     ({"repeat": 2}, r"cv_confidence.repeat: 2; the design has 2 repeat\(s\), use 0..1"),
     ({"B": -3}, r"cv_confidence.B: -3; give a positive integer"),

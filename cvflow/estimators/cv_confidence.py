@@ -78,7 +78,8 @@ def cvc_pvalues(e: np.ndarray, fold: np.ndarray, zeta) -> np.ndarray:
 
 
 def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0.05,
-                  B: int = 1000, seed: int = 0, repeat: int = 0) -> xr.Dataset:
+                  B: int = 1000, seed: int = 0, repeat: int = 0,
+                  simplest: dict | None = None) -> xr.Dataset:
     """Lei's CV with confidence: per param a p-value for "no worse than the best" and the set.
 
     Parameters
@@ -95,13 +96,19 @@ def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0
         Seed of ``numpy.random.default_rng`` for the multipliers (see the module docstring).
     repeat : int, default 0
         The repeat of the fold design to use.
+    simplest : dict, optional
+        ``{hyperparameter: "max" | "min"}``: also report the most regularised member of the
+        set along that hyperparameter (e.g. ``{alpha: max}`` for ridge, ``{C: min}`` for an
+        SVM), among the params that have it; ties to the first in grid order.
 
     Returns
     -------
     xarray.Dataset
         Per param ``estimate`` (the K-fold estimate on that repeat), ``p_value``, ``in_set``;
-        scalars ``selected`` (the K-fold choice), ``set_size``. attrs ``estimator``,
-        ``loss``, ``alpha``, ``B``, ``seed``, ``repeat``, ``selected_param``, ``warnings``.
+        scalars ``selected`` (the K-fold choice), ``set_size`` and, with ``simplest``,
+        ``simplest`` (index, -1 if no member has the hyperparameter). attrs ``estimator``,
+        ``loss``, ``alpha``, ``B``, ``seed``, ``repeat``, ``selected_param``,
+        ``simplest_param`` (with ``simplest``), ``warnings``.
     """
     where = "cv_confidence"
     name = loss_name(cube, loss)
@@ -113,6 +120,7 @@ def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0
             or not 0 <= repeat < repeats:
         raise InputError(f"{where}.repeat: {repeat!r}; the design has {repeats} repeat(s), "
                          f"use 0..{repeats - 1}")
+    order = None if simplest is None else _order(cube, simplest, f"{where}.simplest")
     e, fold = out_of_fold(cube, name, where)
     e, fold = e[:, repeat], fold[repeat]
     n = e.shape[1]
@@ -133,7 +141,31 @@ def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0
     out.attrs = {"estimator": where, "loss": name, "alpha": a_level, "B": b_count,
                  "seed": seed, "repeat": int(repeat),
                  "selected_param": json.dumps(param_label(cube, selected))}
+    if order is not None:
+        pick = int(np_roles.argmin_first(np.where(in_set, order, np.nan)))
+        out["simplest"] = xr.DataArray(pick)
+        out.attrs["simplest_param"] = json.dumps(param_label(cube, pick))
     return guardrails.attach(out, warnings, where)
+
+
+def _order(cube: xr.Dataset, simplest, where: str) -> np.ndarray:
+    """Per param a key whose minimum is the most regularised (NaN: lacks the hyperparameter)."""
+    hyper = sorted(k for k, c in cube.coords.items() if c.dims == ("param",)
+                   and k not in ("learner", "output", "param_json"))
+    if not isinstance(simplest, dict) or len(simplest) != 1:
+        raise InputError(f"{where}: {simplest!r}; give one hyperparameter and a direction, "
+                         "e.g. {alpha: max} or {C: min}")
+    (key, way), = simplest.items()
+    if key not in hyper:
+        raise InputError(f"{where}: no hyperparameter {key!r} in the grid; it has "
+                         f"{', '.join(hyper) or 'none'}")
+    if way not in ("max", "min"):
+        raise InputError(f"{where}.{key}: {way!r}; use max (larger is simpler) or min")
+    try:
+        values = np.asarray(cube[key].values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: hyperparameter {key!r} is not numeric") from None
+    return -values if way == "max" else values
 
 
 def describe(result: xr.Dataset) -> list[str]:
@@ -148,4 +180,6 @@ def describe(result: xr.Dataset) -> list[str]:
     for h in order:
         lines.append(f"  param {int(h)}: CV {float(result['estimate'][h]):.5g}  "
                      f"p = {float(result['p_value'][h]):.3g}")
+    if "simplest" in result:
+        lines.append(f"  most regularised member: {at.get('simplest_param')}")
     return lines
