@@ -103,19 +103,21 @@ def test_warnings_reach_json_and_html(tmp_path):
                "cv_confidence": cv_confidence(cube, B=50),
                "bates_ncv": bates_ncv(hand_cube({(0, 1): 4, (0, 2): 4, (1, 2): 0}), param=0),
                "nadeau_bengio": nadeau_bengio(subset_cube(1), compare=[0, 1]),
-               "ustat": ustat(subset_cube(0), compare=[0, 1])}
+               "ustat": next(r for r in (ustat(subset_cube(s), compare=[0, 1]) for s in range(60))
+                             if float(r["variance"]) < 0)}
     doc = json.loads(json.dumps(report.to_json(results)))
     seen = {name: {w["code"] for w in doc[name]["warnings"]} for name in results}
-    assert "tiny_test_sets" in seen["corrected_t"] and "few_samples" in seen["wald_cv"]
+    assert {"tiny_test_sets", "few_folds"} <= seen["corrected_t"]
+    assert "few_samples" in seen["wald_cv"]
+    assert {"variance_not_positive", "variance_imprecise"} <= seen["ustat"]
     assert "mse_clamped" in seen["bates_ncv"]
     assert "conservative_design" in seen["nadeau_bengio"]
-    assert "variance_imprecise" in seen["ustat"]
     text = report.text(cube, results)
     assert "warning [conservative_design]" in text and "warning [mse_clamped]" in text
     page = write_html(cube, results, tmp_path / "r.html").read_text()
     assert "Warnings: answers that are weak" in page
-    for code in ("tiny_test_sets", "few_samples", "mse_clamped", "conservative_design",
-                 "variance_imprecise"):
+    for code in ("tiny_test_sets", "few_samples", "few_folds", "mse_clamped",
+                 "conservative_design", "variance_imprecise", "variance_not_positive"):
         assert code in page
 
 
