@@ -174,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="estimates from a store, without refitting")
     rep.add_argument("store")
-    rep.add_argument("--loss", help="loss to apply (default: the workflow's)")
+    rep.add_argument("--loss", help="loss or metric to apply (default: the workflow's), e.g. "
+                     "log_loss, pinball:0.9, roc_auc or mymodule.myloss")
     rep.add_argument("--json", action="store_true", help="one JSON object, a key per estimator")
     rep.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     rep.add_argument("--lambdas", help="comma-separated λ grid for stability_nested")

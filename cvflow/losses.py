@@ -1,109 +1,363 @@
-"""Loss functions applied to stored predictions.
+"""Losses and metrics applied to stored predictions, chosen at report time.
 
-Every loss is a numpy-compatible function ``loss(y, pred, positive) -> array`` that works
-elementwise and broadcasts, so it runs unchanged on numpy, dask and xarray objects. ``pred``
-is what the cube stores: a regression prediction, a decision value, or the probability of
-the positive class. NaN predictions (not written, or failed fits) give NaN losses.
+Every loss declares itself once, where it is defined (:func:`declare`): its name, the task,
+the stored outputs it can read, whether it is pointwise, whether it handles more than two
+classes, and an optional parameter (``pinball:0.9``, ``huber:1.5``). Everything else (the
+workflow check, the reducers, the README table) reads :data:`DECLARED`.
+
+A *pointwise* loss ``f(target, score, output, arg) -> array`` works elementwise and broadcasts,
+so it runs unchanged on numpy and dask arrays; ``score`` carries params/splits first and
+samples last (multiclass: then a trailing ``class`` axis). ``target`` is y for regression; for classification
+the class index of y (binary: 1 for the positive class) or, with more than two classes, y
+one-hot (n, C) in the order of the cube's ``classes``. A
+binary cube stores one score per sample for class 1 (the positive class); a multiclass cube
+stores C per sample. Stored labels (``predict``) are read as indicators: binary 1.0 for the
+positive class, multiclass one-hot. NaN predictions (not written, or a failed fit) give NaN.
+
+A *metric* (``pointwise=False``: ROC AUC, average precision, R²) is not a mean of per-sample
+losses; the reducers that allow it compute it per fold from the out-of-fold predictions,
+``f(y, score, classes) -> float``.
+
+A custom pointwise loss is any importable function ``f(y_true, y_pred) -> per-sample array``
+named by dotted path (``loss: mymodule.myloss``), imported like a learner (a module beside
+the workflow file, or in the working directory, is found too); it receives y as the cube stores it and the
+stored output of each fit (multiclass probabilities / decision values as (n, C), labels as
+labels).
 """
 from __future__ import annotations
 
+import functools
+import importlib
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from .errors import InputError
-from .types import CLASSIFICATION_LOSSES, REGRESSION_LOSSES
 
-# Probabilities are clipped away from 0 and 1 in the log loss, as scikit-learn does.
-_EPS = np.finfo(np.float64).eps
+OUTPUTS = ("predict", "decision_function", "predict_proba")
 
 
-def _signed(y, positive):
-    """Labels as +1 (positive class) / -1 (any other class)."""
-    return 2.0 * (y == positive) - 1.0
+@dataclass(frozen=True)
+class Loss:
+    """A loss's declaration; ``arg`` is its parameter's value once resolved (``pinball:0.9``)."""
+
+    name: str
+    func: Callable
+    task: str | None                 # "regression" | "classification" | None (custom: any)
+    outputs: tuple[str, ...]
+    doc: str = ""
+    pointwise: bool = True
+    multiclass: bool = True
+    greater_is_better: bool = False
+    parameter: tuple[str, Callable] | None = None   # (symbol, check(value) -> error or "")
+    arg: float | None = None
+    custom: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.name if self.arg is None else f"{self.name}:{self.arg:g}"
+
+    @property
+    def sign(self) -> float:
+        """+1 when smaller is better, -1 when larger is (selection minimises sign·value)."""
+        return -1.0 if self.greater_is_better else 1.0
 
 
-def squared(y, pred, positive=None):
+DECLARED: dict[str, Loss] = {}
+
+
+def declare(name: str, *, task, outputs, doc: str, pointwise: bool = True, multiclass: bool = True,
+            greater_is_better: bool = False, parameter=None):
+    """Decorator: declare the function below as the loss ``name``."""
+    def register(func):
+        DECLARED[name] = Loss(name, func, task, tuple(outputs), doc, pointwise, multiclass,
+                              greater_is_better, parameter)
+        return func
+    return register
+
+
+# ---------------------------------------------------------------------------------------------
+# pointwise losses
+
+_EPS = np.finfo(np.float64).eps      # probabilities clipped to [eps, 1 - eps], as scikit-learn
+
+
+def _keep_nan(values, score):
+    """``values`` with NaN where ``score`` is NaN (any class, for a multiclass score)."""
+    return values + score * 0.0
+
+
+def _unit_interval(value) -> str:
+    return "" if 0 < value < 1 else "must be in (0, 1)"
+
+
+def _positive(value) -> str:
+    return "" if value > 0 else "must be > 0"
+
+
+@declare("squared", task="regression", outputs=("predict",),
+         doc="(y - ŷ)²; mean_squared_error")
+def squared(y, pred, output=None, arg=None):
     return (y - pred) ** 2
 
 
-def absolute(y, pred, positive=None):
+@declare("absolute", task="regression", outputs=("predict",),
+         doc="|y - ŷ|; mean_absolute_error")
+def absolute(y, pred, output=None, arg=None):
     return abs(y - pred)
 
 
-def zero_one(y, pred, positive=None, *, output: str = "decision_function"):
-    """1 when the predicted class differs from y.
+@declare("pinball", task="regression", outputs=("predict",), parameter=("Q", _unit_interval),
+         doc="Q·max(y - ŷ, 0) + (1 - Q)·max(ŷ - y, 0); mean_pinball_loss(alpha=Q)")
+def pinball(y, pred, output=None, arg=0.5):
+    diff = y - pred
+    return arg * diff * (diff >= 0) - (1 - arg) * diff * (diff < 0)
 
-    Decision values predict the positive class when > 0, probabilities when > 0.5
-    (scikit-learn's ``predict`` conventions); ``output="predict"`` compares labels.
+
+@declare("huber", task="regression", outputs=("predict",), parameter=("DELTA", _positive),
+         doc="r²/2 if |r| ≤ δ else δ(|r| - δ/2), r = y - ŷ; scipy.special.huber(δ, r)")
+def huber(y, pred, output=None, arg=1.0):
+    r = abs(y - pred)
+    small = r <= arg
+    return small * 0.5 * r ** 2 + (1 - small) * arg * (r - 0.5 * arg)
+
+
+@declare("zero_one", task="classification", outputs=OUTPUTS,
+         doc="1 if the predicted class is wrong; zero_one_loss (binary: decision > 0 or "
+             "p > 0.5; multiclass: argmax)")
+def zero_one(target, score, output, arg=None):
+    if target.ndim == 2:                             # multiclass: one-hot target, C scores
+        wrong = (score.argmax(axis=-1) != target.argmax(axis=-1)) * 1.0
+        return _keep_nan(wrong, score.sum(axis=-1))
+    threshold = 0.0 if output == "decision_function" else 0.5
+    return _keep_nan(((score > threshold) != (target == 1)) * 1.0, score)
+
+
+@declare("hinge", task="classification", outputs=("decision_function",), multiclass=False,
+         doc="max(0, 1 - y·f(x)), y in {-1, +1}; hinge_loss")
+def hinge(target, score, output=None, arg=None):
+    margin = 1.0 - (2.0 * (target == 1) - 1.0) * score
+    return _keep_nan(margin * (margin > 0), score)
+
+
+@declare("log_loss", task="classification", outputs=("predict_proba",),
+         doc="-log p(y | x); log_loss")
+def log_loss(target, score, output=None, arg=None):
+    if target.ndim == 2:
+        return -np.log(np.clip((score * target).sum(axis=-1), _EPS, 1 - _EPS))
+    p = np.clip(score, _EPS, 1 - _EPS)               # binary: p is P(class 1)
+    return -((target == 1) * np.log(p) + (target != 1) * np.log(1 - p))
+
+
+@declare("brier", task="classification", outputs=("predict_proba",),
+         doc="Σ over classes of (1{y = c} - p_c)² (binary: (1{y = 1} - p)²); brier_score_loss")
+def brier(target, score, output=None, arg=None):
+    if target.ndim == 2:
+        return ((target - score) ** 2).sum(axis=-1)
+    return ((target == 1) - score) ** 2
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics: computed per fold from out-of-fold predictions
+
+def _binary_score(y, score, classes):
+    return np.asarray(y) == classes[-1], score
+
+
+@declare("roc_auc", task="classification", outputs=("decision_function", "predict_proba"),
+         pointwise=False, greater_is_better=True,
+         doc="area under the ROC curve per fold; roc_auc_score (multiclass: one-vs-rest, "
+             "macro, on predict_proba)")
+def roc_auc(y, score, classes):
+    from sklearn.metrics import roc_auc_score
+
+    if score.ndim == 1:
+        return roc_auc_score(*_binary_score(y, score, classes))
+    return roc_auc_score(y, score, multi_class="ovr", labels=list(classes))
+
+
+@declare("average_precision", task="classification",
+         outputs=("decision_function", "predict_proba"), pointwise=False, multiclass=False,
+         greater_is_better=True, doc="average precision per fold; average_precision_score")
+def average_precision(y, score, classes):
+    from sklearn.metrics import average_precision_score
+
+    return average_precision_score(*_binary_score(y, score, classes))
+
+
+@declare("r2", task="regression", outputs=("predict",), pointwise=False, greater_is_better=True,
+         doc="coefficient of determination per fold; r2_score")
+def r2(y, pred, classes=None):
+    from sklearn.metrics import r2_score
+
+    return r2_score(y, pred)
+
+
+# ---------------------------------------------------------------------------------------------
+# resolving a name and applying a loss
+
+def get_loss(spec: str, *, search: str | Path | None = None, where: str = "loss") -> Loss:
+    """The declaration of ``spec``: ``name``, ``name:ARG`` or a dotted path to a function.
+
+    ``search`` (a workflow's directory) is tried first for a dotted path, as for learners.
     """
-    if output == "predict":
-        wrong = (pred != y) * 1.0
-    else:
-        threshold = 0.5 if output == "predict_proba" else 0.0
-        wrong = ((pred > threshold) != (y == positive)) * 1.0
-    return wrong + pred * 0.0  # keeps NaN where pred is NaN
+    if isinstance(spec, Loss):
+        return spec
+    if not isinstance(spec, str) or not spec:
+        raise InputError(f"{where}: {spec!r} is not a loss; use one of {', '.join(_names())}")
+    name, colon, raw = spec.partition(":")
+    if name in DECLARED:
+        loss = DECLARED[name]
+        if loss.parameter is None:
+            if colon:
+                raise InputError(f"{where}: {name!r} takes no parameter; write {name}")
+            return loss
+        symbol, check = loss.parameter
+        if not colon:
+            raise InputError(f"{where}: {name!r} needs its parameter: write {name}:{symbol}, "
+                             f"e.g. {name}:{'0.9' if name == 'pinball' else '1.0'}")
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        problem = "is not a number" if not math.isfinite(value) else check(value)
+        if problem:
+            raise InputError(f"{where}: {spec!r}: {symbol} = {raw!r} {problem}")
+        return _with_arg(loss, value)
+    if "." in spec and not colon:
+        return _custom(spec, str(search) if search is not None else None, where)
+    raise InputError(f"{where}: unknown loss {spec!r}; use one of {', '.join(_names())} "
+                     "or a function by dotted path (module.function)")
 
 
-def hinge(y, pred, positive=None):
-    """max(0, 1 - y f(x)) on the decision value, y in {-1, +1}."""
-    margin = 1.0 - _signed(y, positive) * pred
-    return margin * (margin > 0) + pred * 0.0
+def _names() -> list[str]:
+    return [n if l.parameter is None else f"{n}:{l.parameter[0]}" for n, l in DECLARED.items()]
 
 
-def log_loss(y, pred, positive=None):
-    """-log p(y | x) on the probability of the positive class."""
-    p = pred.clip(_EPS, 1 - _EPS) if hasattr(pred, "clip") else np.clip(pred, _EPS, 1 - _EPS)
-    is_pos = y == positive
-    return -(is_pos * np.log(p) + (1 - is_pos) * np.log(1 - p))
+@functools.lru_cache(maxsize=None)
+def _with_arg(loss: Loss, value: float) -> Loss:
+    from dataclasses import replace
+
+    return replace(loss, arg=value)
 
 
-LOSSES: dict[str, Callable] = {
-    "squared": squared,
-    "absolute": absolute,
-    "zero_one": zero_one,
-    "hinge": hinge,
-    "log_loss": log_loss,
-}
+@functools.lru_cache(maxsize=64)
+def _custom(path: str, search: str | None, where: str) -> Loss:
+    module_name, _, attr = path.rpartition(".")
+    search = search or str(Path.cwd())
+    added = search not in sys.path
+    if added:
+        sys.path.insert(0, search)
+    try:
+        func = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InputError(f"{where}: {path!r} does not import ({exc})") from None
+    finally:
+        if added:
+            sys.path.remove(search)
+    if not callable(func):
+        raise InputError(f"{where}: {path!r} is not a function f(y_true, y_pred) -> per-sample array")
+    return Loss(path, func, None, OUTPUTS, "custom pointwise loss", custom=True)
 
-# Which stored outputs a loss can read.
-LOSS_OUTPUTS: dict[str, tuple[str, ...]] = {
-    "squared": ("predict",),
-    "absolute": ("predict",),
-    "zero_one": ("predict", "decision_function", "predict_proba"),
-    "hinge": ("decision_function",),
-    "log_loss": ("predict_proba",),
-}
+
+def check_loss(loss, task: str, outputs=(), *, n_classes: int = 2, search=None,
+               where: str = "loss") -> str:
+    """Validate a loss for a task, the stored outputs and the number of classes; return its name."""
+    return resolve(loss, task, outputs, n_classes=n_classes, search=search, where=where).label
 
 
-def apply_loss(name: str, y, pred, positive=None, outputs=None):
-    """Loss ``name`` of predictions ``pred`` (params first, samples last) against ``y``.
+def resolve(loss, task: str, outputs=(), *, n_classes: int = 2, search=None,
+            where: str = "loss") -> Loss:
+    """:func:`get_loss` checked against the task, the stored outputs and the class count."""
+    decl = get_loss(loss, search=search, where=where)
+    if decl.task is not None and decl.task != task:
+        valid = [n for n in _names() if DECLARED[n.partition(":")[0]].task == task]
+        raise InputError(f"{where}: {decl.label!r} is not a {task} loss; use one of "
+                         f"{', '.join(valid)}")
+    bad = sorted(set(outputs) - set(decl.outputs))
+    if bad:
+        raise InputError(f"{where}: {decl.label!r} cannot be computed from stored {bad[0]} values; "
+                         f"it needs {' or '.join(decl.outputs)} (set the learner's `output`)")
+    if n_classes > 2 and not decl.multiclass:
+        raise InputError(f"{where}: {decl.label!r} is defined for two classes only, and the data "
+                         f"have {n_classes}")
+    if n_classes > 2 and decl.name == "roc_auc" and set(outputs) != {"predict_proba"}:
+        raise InputError(f"{where}: multiclass 'roc_auc' (one-vs-rest) needs predict_proba "
+                         "outputs; set the learners' `output: predict_proba`")
+    return decl
 
-    ``outputs`` (one per param along the first axis) tells ``zero_one`` how to read each
-    param's stored values (labels, decision values or probabilities). Works on numpy and
-    dask arrays alike.
+
+def class_index(y, classes) -> np.ndarray:
+    """Position of each label of ``y`` in ``classes``."""
+    classes = np.asarray(classes)
+    order = np.argsort(classes, kind="stable")
+    return order[np.searchsorted(classes, np.asarray(y), sorter=order)]
+
+
+def stored_scores(pred, output: str, classes):
+    """The stored values of one output as the pointwise losses read them (see module doc)."""
+    if output != "predict" or classes is None:
+        return pred
+    if len(classes) > 2:
+        return pred                  # a multiclass cube stores predicted labels one-hot
+    return _keep_nan((pred == classes[-1]) * 1.0, pred)
+
+
+def apply_loss(loss, y, pred, classes=None, outputs=None):
+    """Loss of predictions ``pred`` (params first, samples last) against ``y``.
+
+    ``loss`` is a name or a :class:`Loss`; ``classes`` the cube's class labels (None for
+    regression); ``outputs`` (one per param along the first axis) tells each param's stored
+    form. Works on numpy and dask arrays alike (a custom loss: numpy only, row by row).
     """
-    fn = LOSSES[name]
-    if name != "zero_one":
-        return fn(y, pred, positive)
-    outputs = np.asarray(outputs, dtype=object)
-    kinds = sorted(set(outputs.tolist()))
-    out = fn(y, pred, positive, output=kinds[0])
-    for kind in kinds[1:]:
-        rows = (outputs == kind).reshape((-1,) + (1,) * (np.ndim(pred) - 1))
-        out = np.where(rows, fn(y, pred, positive, output=kind), out)
+    decl = get_loss(loss)
+    if not decl.pointwise:
+        raise InputError(f"loss: {decl.label!r} is a per-fold metric, not a pointwise loss")
+    outputs = np.asarray(["predict"] * len(pred) if outputs is None else outputs, dtype=object)
+    if decl.custom:
+        return _apply_custom(decl, y, pred, classes, outputs)
+    target = np.asarray(y) if classes is None else class_index(y, classes)
+    if classes is not None and len(classes) > 2:
+        target = (target[:, None] == np.arange(len(classes))) * 1.0    # one-hot (n, C)
+    kinds = list(dict.fromkeys(outputs.tolist()))
+    out = None
+    for kind in kinds:
+        values = decl.func(target, stored_scores(pred, kind, classes), kind, decl.arg)
+        if out is None:
+            out = values
+        else:
+            rows = (outputs == kind).reshape((-1,) + (1,) * (np.ndim(values) - 1))
+            out = np.where(rows, values, out)
     return out
 
 
-def check_loss(loss: str, task: str, outputs=()) -> str:
-    """Validate a loss name for a task and the stored prediction outputs; return it."""
-    valid = REGRESSION_LOSSES if task == "regression" else CLASSIFICATION_LOSSES
-    if loss not in valid:
-        raise InputError(f"loss: {loss!r} is not a {task} loss; use one of {', '.join(valid)}")
-    bad = sorted(set(outputs) - set(LOSS_OUTPUTS[loss]))
-    if bad:
-        raise InputError(
-            f"loss: {loss!r} cannot be computed from stored {bad[0]} values; "
-            f"it needs {' or '.join(LOSS_OUTPUTS[loss])} (set the learner's `output`)"
-        )
-    return loss
+def _apply_custom(decl: Loss, y, pred, classes, outputs):
+    if not isinstance(pred, np.ndarray):            # dask: the loss runs on each whole block
+        import dask.array as da
+
+        pred = pred.rechunk({0: 1, -1: -1} if len(classes or ()) <= 2 else {0: 1, -2: -1, -1: -1})
+        multi = classes is not None and len(classes) > 2
+        return da.map_blocks(
+            lambda block, block_info=None: _apply_custom(
+                decl, y, block, classes,
+                outputs[block_info[0]["array-location"][0][0]:][:len(block)]),
+            pred, dtype=np.float64, drop_axis=pred.ndim - 1 if multi else None)
+    multi = classes is not None and len(classes) > 2
+    n = len(y)
+    out = np.full(pred.shape[:-1] if multi else pred.shape, np.nan)
+    for index in np.ndindex(*pred.shape[:-2 if multi else -1]):
+        row = pred[index]
+        if np.isnan(row).any():
+            continue
+        if multi and outputs[index[0]] == "predict":
+            row = np.asarray(classes)[row.argmax(axis=-1)]
+        values = np.asarray(decl.func(y, row), dtype=np.float64)
+        if values.shape != (n,):
+            raise InputError(f"loss: {decl.name} returned shape {values.shape}; a pointwise loss "
+                             f"returns one value per sample, shape ({n},)")
+        out[index] = values
+    return out

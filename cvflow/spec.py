@@ -131,6 +131,11 @@ class Workflow:
         """
         where = str(self.path)
         data = self.load()
+        try:
+            check_loss(self.loss, self.task, {p.output for p in self.params},
+                       n_classes=len(data.classes or ()), search=self.path.parent)
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
         d = self.config["design"]
         kinds = self.splits_needed()
         try:
@@ -378,7 +383,7 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
         _int(where, "execution.fit_seed", fit_seed, 0)
     params = _learners(where, c["learners"], task, fit_seed)
     try:
-        check_loss(c["loss"], task, {p.output for p in params})
+        c["loss"] = check_loss(c["loss"], task, {p.output for p in params}, search=path.parent)
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
     design = dict(_check_keys(where, "design", c.get("design") or {}, DESIGN_KEYS))

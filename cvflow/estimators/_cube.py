@@ -11,37 +11,56 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from ..losses import apply_loss, check_loss
+from ..losses import Loss, apply_loss, resolve
 from . import np_roles
+
+
+def cube_classes(cube: xr.Dataset) -> list | None:
+    """The class labels of a classification cube (their order is the ``class`` axis'), else None."""
+    return json.loads(cube.attrs.get("classes") or "null") or None
+
+
+def cube_loss(cube: xr.Dataset, loss: str | None) -> Loss:
+    """The declaration of ``loss`` (default: the workflow's), checked against the cube's task,
+    stored outputs and class count."""
+    task = cube.attrs.get("task", "regression")
+    name = loss or cube.attrs.get("loss") or ("squared" if task == "regression" else "zero_one")
+    outputs = {str(v) for v in cube["output"].values} if "output" in cube.coords else ()
+    return resolve(name, task, outputs, n_classes=len(cube_classes(cube) or ()))
 
 
 def loss_name(cube: xr.Dataset, loss: str | None) -> str:
     """The loss to use: ``loss`` or the workflow's default, checked against the task/outputs."""
-    name = loss or cube.attrs.get("loss") or (
-        "squared" if cube.attrs.get("task", "regression") == "regression" else "zero_one")
-    outputs = {str(v) for v in cube["output"].values} if "output" in cube.coords else ()
-    return check_loss(name, cube.attrs.get("task", "regression"), outputs)
+    return cube_loss(cube, loss).label
 
 
-def positive_label(cube: xr.Dataset):
-    classes = json.loads(cube.attrs.get("classes") or "null")
-    return None if not classes else classes[-1]
+def pointwise(cube: xr.Dataset, loss: str | None, what: str) -> Loss:
+    """:func:`cube_loss`, refused with one line when it is a per-fold metric (ROC AUC, R², ...)."""
+    decl = cube_loss(cube, loss)
+    if not decl.pointwise:
+        raise InputError(f"loss: {decl.label!r} is a per-fold metric, but {what} averages "
+                         "per-sample losses; use a pointwise loss (e.g. zero_one, log_loss, "
+                         "squared) or the kfold / nested_cv estimators")
+    return decl
 
 
-def pointwise_loss(cube: xr.Dataset, loss: str | None = None, pred: xr.DataArray | None = None
-                   ) -> xr.DataArray:
+def pointwise_loss(cube: xr.Dataset, loss: str | None = None, pred: xr.DataArray | None = None,
+                   *, what: str = "this estimator") -> xr.DataArray:
     """ℓ_i(h, s) for every (param, split, sample); lazy when ``pred`` is lazy and too big to load.
 
-    ``pred`` defaults to ``cube.pred``; pass a selection of it to compute fewer losses.
+    ``pred`` defaults to ``cube.pred``; pass a selection of it to compute fewer losses. A
+    multiclass ``pred`` (with a ``class`` dim) gives losses without it.
     """
-    name = loss_name(cube, loss)
+    decl = pointwise(cube, loss, what)
     pred = load_if_small(cube["pred"] if pred is None else pred)
     outputs = (pred if "output" in pred.coords else cube)["output"].values
-    dims = pred.dims
-    pred = pred.transpose("param", ..., "sample")
-    values = apply_loss(name, np.asarray(cube["y"].values), pred.data, positive_label(cube),
+    classes = [c for c in ("class",) if c in pred.dims]
+    dims = [d for d in pred.dims if d not in classes]
+    pred = pred.transpose("param", ..., "sample", *classes)
+    values = apply_loss(decl, np.asarray(cube["y"].values), pred.data, cube_classes(cube),
                         outputs)
-    return pred.copy(data=values).transpose(*dims).rename("loss")
+    template = pred.isel({c: 0 for c in classes}, drop=True)
+    return template.copy(data=values).transpose(*dims).rename("loss")
 
 
 def require(cube: xr.Dataset, table: str, what: str) -> xr.DataArray:
@@ -147,7 +166,7 @@ def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str
     "pair" implies "fold" (the inner study's full fit is the fold fit). Returns numpy arrays
     with ``param`` first; see the table in :mod:`cvflow.estimators.np_roles`.
     """
-    name = loss_name(cube, loss)
+    decl = pointwise(cube, loss, what)
     roles = set(roles) | ({"fold"} if "pair" in roles else set())
     tables = {}
     if "full" in roles:
@@ -161,11 +180,11 @@ def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str
     member = np_roles.fold_members(cube["fold"].values, int(cube.sizes["outer"]))
     analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
     y = np.asarray(cube["y"].values)
-    positive = positive_label(cube)
+    classes = cube_classes(cube)
     outputs = np.asarray([str(o) for o in cube["output"].values], dtype=object)
 
     def terms_of(pred: np.ndarray, p0: int) -> dict[str, np.ndarray]:
-        losses = apply_loss(name, y, pred, positive, outputs[p0:p0 + len(pred)])
+        losses = apply_loss(decl, y, pred, classes, outputs[p0:p0 + len(pred)])
         out, full = {}, None
         if "full" in where:
             full = losses[:, where["full"]]
@@ -178,7 +197,7 @@ def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str
         return out
 
     data = cube["pred"].data
-    n_params, n = data.shape[0], data.shape[2]
+    n_params, n = data.shape[0], int(np.prod(data.shape[2:]))   # n samples (x classes)
     # a block's predictions and losses, the fold gather and the pair loop's copies: < 5 per split
     rows = max(1, ROLE_BLOCK_BYTES // (8 * n * 5 * len(distinct)))
     every_split = len(distinct) == data.shape[1]
@@ -205,9 +224,10 @@ def _lazy_terms(data, terms_of, rows: int) -> dict[str, np.ndarray]:
         return np.concatenate([terms[key].reshape(len(block), size) for key, _, size in layout],
                               axis=1)
 
-    data = data.rechunk({0: min(rows, max(data.chunks[0])), 1: -1, 2: -1})
+    data = data.rechunk({0: min(rows, max(data.chunks[0])), **{a: -1 for a in range(1, data.ndim)}})
     width = sum(size for _, _, size in layout)
-    values = data.map_blocks(packed, drop_axis=2, chunks=(data.chunks[0], (width,)),
+    values = data.map_blocks(packed, drop_axis=list(range(2, data.ndim)),
+                             chunks=(data.chunks[0], (width,)),
                              dtype=np.float64).compute()
     out, start = {}, 0
     for key, shape, size in layout:

@@ -60,7 +60,7 @@ def _check_alpha(alpha, where: str) -> float:
 def fold_fit_losses(cube: xr.Dataset, loss: str | None = None, *, what: str) -> xr.DataArray:
     """ℓ_i(h, fold j) on every sample; dims (param, repeat, outer, sample), lazy."""
     index = require(cube, "fold_split", what)
-    return pointwise_loss(cube, loss, pred=at_splits(cube["pred"], index))
+    return pointwise_loss(cube, loss, pred=at_splits(cube["pred"], index), what=what)
 
 
 def out_of_fold_losses(cube: xr.Dataset, loss: str | None = None, *, what: str = "intervals"

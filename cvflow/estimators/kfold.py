@@ -7,7 +7,8 @@ import numpy as np
 import xarray as xr
 
 from . import np_roles
-from ._cube import loss_name, param_coords, param_label, role_terms
+from ._cube import cube_loss, param_coords, param_label, role_terms
+from .fold_metrics import metric_terms
 
 
 def fold_sizes(cube: xr.Dataset) -> np.ndarray:
@@ -40,6 +41,20 @@ def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray) -> xr.Dataset:
     })
 
 
+def metric_scores(fold_metric: np.ndarray, sizes: np.ndarray) -> xr.Dataset:
+    """:func:`kfold_scores` for a per-fold metric (P, R, K): the mean of the fold values."""
+    per_repeat = fold_metric.mean(axis=2)
+    se = fold_metric.std(axis=2, ddof=1) / np.sqrt(sizes.shape[1])
+    dims = ("param", "repeat", "outer")
+    return xr.Dataset({
+        "estimate": ("param", per_repeat.mean(axis=1)),
+        "estimate_repeat": (dims[:2], per_repeat),
+        "fold_score": (dims, fold_metric),
+        "se": ("param", se.mean(axis=1)),
+        "fold_size": (dims[1:], sizes.astype(np.float64)),
+    })
+
+
 def kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     """K-fold estimate per param, its fold scores, naive standard error and the selection.
 
@@ -48,21 +63,28 @@ def kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     cube : xarray.Dataset
         A cube with the schema of DESIGN.md section 3 (lazy or in memory).
     loss : str, optional
-        Loss applied to the stored predictions; defaults to the workflow's.
+        Loss applied to the stored predictions; defaults to the workflow's. A per-fold
+        metric (``roc_auc``, ``average_precision``, ``r2``) is computed on each test fold
+        and averaged over the folds; the selection then maximises it.
 
     Returns
     -------
     xarray.Dataset
         ``estimate`` (param), ``fold_score`` (param, repeat, outer), ``se`` (param) and
-        ``selected`` (scalar index of the first minimiser); attrs ``loss`` and
-        ``selected_param`` (JSON of the chosen setting).
+        ``selected`` (scalar index of the first best param); attrs ``loss``,
+        ``greater_is_better`` and ``selected_param`` (JSON of the chosen setting).
     """
-    name = loss_name(cube, loss)
-    terms = role_terms(cube, name, roles=("fold",), what="K-fold")
-    out = kfold_scores(terms["fold_sum"], fold_sizes(cube))
-    selected = int(np_roles.argmin_first(out["estimate"].values))
+    decl = cube_loss(cube, loss)
+    name = decl.label
+    if decl.pointwise:
+        terms = role_terms(cube, decl, roles=("fold",), what="K-fold")
+        out = kfold_scores(terms["fold_sum"], fold_sizes(cube))
+    else:
+        terms = metric_terms(cube, decl, what="K-fold")
+        out = metric_scores(terms["fold_metric"], fold_sizes(cube))
+    selected = int(np_roles.argmin_first(decl.sign * out["estimate"].values))
     out["selected"] = xr.DataArray(selected)
     out = out.assign_coords(param_coords(cube))
-    out.attrs = {"estimator": "kfold", "loss": name,
+    out.attrs = {"estimator": "kfold", "loss": name, "greater_is_better": int(decl.greater_is_better),
                  "selected_param": json.dumps(param_label(cube, selected))}
     return out

@@ -22,7 +22,8 @@ import numpy as np
 import xarray as xr
 
 from . import np_roles
-from ._cube import loss_name, param_coords, param_label, role_terms
+from ._cube import cube_loss, param_coords, param_label, role_terms
+from .fold_metrics import metric_terms
 from .kfold import fold_sizes
 
 
@@ -97,7 +98,10 @@ def nested_cv(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     cube : xarray.Dataset
         A cube with fold and pair splits (lazy or in memory).
     loss : str, optional
-        Loss applied to the stored predictions; defaults to the workflow's.
+        Loss applied to the stored predictions; defaults to the workflow's. With a per-fold
+        metric (``roc_auc``, ``r2``, ...) every score is the metric on a test fold, inner
+        scores are the mean over the inner folds, the choice maximises it when larger is
+        better, and the estimate is the mean of the outer folds' metrics.
 
     Returns
     -------
@@ -109,21 +113,49 @@ def nested_cv(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
         ``kfold_min`` its minimum (the optimistic "best CV score"); attrs ``loss`` and
         ``chosen_params`` (JSON list per repeat and outer fold).
     """
-    name = loss_name(cube, loss)
-    terms = role_terms(cube, name, roles=("pair",), what="nested_cv")
+    decl = cube_loss(cube, loss)
     sizes = fold_sizes(cube)
-    score = inner_score(terms["inner_sum"], sizes)
-    out = nested_choice(score, terms["fold_sum"], sizes)
-    kf = _mean_over_repeats((terms["fold_sum"].sum(axis=2) / sizes.sum(axis=1)).T)
+    if decl.pointwise:
+        terms = role_terms(cube, decl, roles=("pair",), what="nested_cv")
+        score = inner_score(terms["inner_sum"], sizes)
+        out = nested_choice(score, terms["fold_sum"], sizes)
+        kf = _mean_over_repeats((terms["fold_sum"].sum(axis=2) / sizes.sum(axis=1)).T)
+    else:
+        score, out, kf = _metric_nested(cube, decl, sizes)
     out["inner_score"] = (("param", "repeat", "outer"), score)
     out["kfold"] = ("param", kf)
-    out["kfold_min"] = xr.DataArray(np.nan if np.isnan(kf).all() else np.nanmin(kf))
+    best = np.nanmin(decl.sign * kf) * decl.sign if not np.isnan(kf).all() else np.nan
+    out["kfold_min"] = xr.DataArray(best)
     out["fold_size"] = (("repeat", "outer"), sizes.astype(np.float64))
     out = out.assign_coords(param_coords(cube))
     chosen = out["chosen"].values
-    out.attrs = {"estimator": "nested_cv", "loss": name,
+    out.attrs = {"estimator": "nested_cv", "loss": decl.label,
                  "chosen_params": json.dumps([[param_label(cube, h) for h in row] for row in chosen])}
     return out
+
+
+def _metric_nested(cube: xr.Dataset, decl, sizes: np.ndarray):
+    """Nested CV with a per-fold metric: (inner score, choice dataset, K-fold estimate).
+
+    The inner score of outer fold t is the mean over l ≠ t of the metric of pair (t, l) on
+    N_l; h_t is its best param; the nested estimate is the mean over outer folds of the
+    metric of fold t's fit of h_t on N_t (fold means, as the metric's K-fold estimate).
+    """
+    terms = metric_terms(cube, decl, roles=("pair",), what="nested_cv")
+    fold_metric, k = terms["fold_metric"], sizes.shape[1]
+    inner = np.where(np.eye(k, dtype=bool), 0.0, terms["inner_metric"])
+    score = inner.sum(axis=3) / (k - 1)            # a failed pair fit (NaN) makes it NaN
+    chosen = np_roles.argmin_first(np.where(np.isnan(fold_metric), np.nan, decl.sign * score))
+    picked = np.take_along_axis(fold_metric, np.maximum(chosen, 0)[None], axis=0)[0]
+    outer = np.where(chosen >= 0, picked, np.nan)
+    dims = ("repeat", "outer")
+    out = xr.Dataset({
+        "chosen": (dims, chosen),
+        "outer_score": (dims, outer),
+        "estimate_repeat": ("repeat", outer.mean(axis=1)),
+        "estimate": ((), _mean_over_repeats(outer.mean(axis=1))),
+    })
+    return score, out, _mean_over_repeats(fold_metric.mean(axis=2).T)
 
 
 def describe(result: xr.Dataset) -> list[str]:

@@ -42,7 +42,7 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import loss_name, param_label, pointwise_loss, resolve_param
+from ._cube import param_label, pointwise, pointwise_loss, resolve_param
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +342,7 @@ def _scalar(value) -> xr.DataArray:
 def _setup(cube, loss, compare, a, b, alpha, where):
     """Checked inputs shared by the subset reducers: (loss name, param a, param b, subset table,
     complete?, analysis mask, n, g)."""
-    name = loss_name(cube, loss)
+    name = pointwise(cube, loss, where).label
     ia, ib = _compare(cube, compare, a, b, where)
     if not 0 < float(alpha) < 1:
         raise InputError(f"{where}.alpha: {alpha!r}; use a number in (0, 1)")

@@ -1,0 +1,60 @@
+"""Per-fold metrics (ROC AUC, average precision, R², ...) from stored out-of-fold predictions.
+
+A metric that is not a mean of per-sample losses is computed on each test fold separately,
+from the fold fit's predictions on that fold, and the fold values are averaged (scikit-learn's
+``cross_val_score`` convention). Terms, for a param h, with folds N_1..N_K of repeat r:
+
+==================  ===============  ====================================================
+term                shape            value
+==================  ===============  ====================================================
+fold_metric         (P, R, K)        metric(y[N_j], fit (h, fold j) on N_j)
+inner_metric        (P, R, K, K)     metric(y[N_l], fit (h, pair(t, l)) on N_l); NaN diag.
+==================  ===============  ====================================================
+
+A fit that failed (any NaN prediction on the fold) gives NaN, never a skipped fold.
+"""
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from ..losses import Loss, stored_scores
+from . import np_roles
+from ._cube import IN_MEMORY_BYTES, at_splits, compute_here, cube_classes, is_lazy, require
+
+
+def metric_terms(cube: xr.Dataset, decl: Loss, *, roles=("fold",), what: str
+                 ) -> dict[str, np.ndarray]:
+    """``fold_metric`` and (with role "pair") ``inner_metric``; see the module table.
+
+    Reads the role's predictions a block of params at a time (about ``IN_MEMORY_BYTES``).
+    """
+    tables = {"fold_metric": require(cube, "fold_split", what)}
+    if "pair" in roles:
+        tables["inner_metric"] = require(cube, "pair_split", what)
+    k = int(cube.sizes["outer"])
+    member = np_roles.fold_members(cube["fold"].values, k)
+    y = np.asarray(cube["y"].values)
+    classes = cube_classes(cube)
+    outputs = [str(o) for o in cube["output"].values]
+    pred = cube["pred"]
+    n_params = int(pred.sizes["param"])
+    out = {}
+    for key, table in tables.items():
+        picked = at_splits(pred, table)                   # (param, repeat, outer[, inner], ...)
+        per_param = picked.nbytes // max(n_params, 1)
+        step = max(1, IN_MEMORY_BYTES // max(per_param, 1))
+        values = np.full(picked.shape[:len(table.dims) + 1], np.nan)
+        for p0 in range(0, n_params, step):
+            block = picked.isel(param=slice(p0, p0 + step)).data
+            block = np.asarray(compute_here(block) if is_lazy(block) else block)
+            for index in np.ndindex(*block.shape[:values.ndim]):
+                h, r, scored = p0 + index[0], index[1], index[-1]   # N_scored: outer j or inner l
+                rows = member[r, scored]
+                score = block[index][rows]
+                if (key == "inner_metric" and index[2] == scored) or np.isnan(score).any():
+                    continue
+                values[(h,) + index[1:]] = decl.func(
+                    y[rows], stored_scores(score, outputs[h], classes), classes)
+        out[key] = values
+    return out
