@@ -28,13 +28,17 @@ class Data:
     feature_names: list[str]
     is_test: np.ndarray            # (n,) bool
     groups: np.ndarray | None = None
-    classes: list | None = None    # classification: [negative, positive], the labels as given
+    classes: list | None = None    # classification: sorted labels as given ([negative, positive] if two)
     columns: list[dict] | None = None   # per feature {name, kind, dtype[, categories, ordered]}
     sample_weight: np.ndarray | None = None   # (n,) float64, passed to every fit
 
     @property
     def positive(self):
-        return None if self.classes is None else self.classes[-1]
+        """What a classifier's stored scores describe: the positive class (two classes) or,
+        with more, the tuple of all classes in the order of the cube's ``class`` axis."""
+        if self.classes is None:
+            return None
+        return self.classes[-1] if len(self.classes) == 2 else tuple(self.classes)
 
     @property
     def fit_X(self):
@@ -380,8 +384,8 @@ def _checked(X, y, names, groups, extra: dict, task: str, cfg: dict, where: str)
                 raise InputError(f"{where}: data.target: labels mix strings and other values")
             y = y.astype(object)
         labels = np.unique(y)
-        if labels.size != 2:
-            raise InputError(f"{where}: data.target: classification needs exactly 2 classes, "
+        if labels.size < 2:
+            raise InputError(f"{where}: data.target: classification needs at least 2 classes, "
                              f"found {labels.size}")
         # DESIGN CHOICE: labels are kept as given (strings too): the learners are fitted on
         # them, the store keeps them, and the positive class is the last in sorted order, as

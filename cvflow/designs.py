@@ -173,6 +173,31 @@ def splitter_fold_labels(cv, y: np.ndarray, is_test: np.ndarray, *,
     return labels
 
 
+def timeseries_folds(is_test: np.ndarray, *, folds: int, gap: int = 0,
+                     max_train_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Time-ordered folds: scikit-learn's ``TimeSeriesSplit`` over the analysis samples in order.
+
+    Returns (fold labels (1, n), fold training masks (1, K, n)). Fold j trains on samples
+    before its test block (less ``gap``, at most ``max_train_size``), never on later ones; the
+    first samples, never tested, have label -1 (they are in D but in no test fold).
+    """
+    from sklearn.model_selection import TimeSeriesSplit
+
+    analysis = np.flatnonzero(~np.asarray(is_test, dtype=bool))
+    try:
+        splits = list(TimeSeriesSplit(folds, gap=gap, max_train_size=max_train_size)
+                      .split(analysis))
+    except ValueError as exc:
+        raise InputError(f"design.folds: {exc}") from None
+    n = len(is_test)
+    labels = np.full((1, n), -1, dtype=np.int32)
+    train = np.zeros((1, folds, n), dtype=bool)
+    for j, (tr, te) in enumerate(splits):
+        labels[0, analysis[te]] = j
+        train[0, j, analysis[tr]] = True
+    return labels, train
+
+
 def _group_kfold_shuffles() -> bool:
     import inspect
 
@@ -189,10 +214,13 @@ def make_design(
     folds: bool = True,
     pairs: bool = False,
     subsets: list[tuple[np.ndarray, int, int]] | None = None,
+    fold_train: np.ndarray | None = None,
 ) -> Design:
     """Build the deduplicated design from fold labels (repeats, n).
 
     ``subsets`` is a list of (training mask, group, member) from :func:`subset_splits`.
+    ``fold_train`` (repeats, K, n) gives the fold splits' training sets when they are not
+    D minus the fold (time-ordered folds, :func:`timeseries_folds`).
     """
     n_repeats, n = fold.shape
     n_folds = int(fold.max()) + 1 if fold.size else 0
@@ -204,7 +232,8 @@ def make_design(
     for r in range(n_repeats):
         if folds:
             for j in range(n_folds):
-                fold_split[r, j] = b.add(analysis & (fold[r] != j), "fold", r, j)
+                mask = analysis & (fold[r] != j) if fold_train is None else fold_train[r, j]
+                fold_split[r, j] = b.add(mask, "fold", r, j)
         if pairs:
             if n_folds < 3:
                 raise InputError(

@@ -209,7 +209,9 @@ def prepare_store(workflow: Workflow, study: Study, store: str | os.PathLike, *,
     auto_path = fpt == "auto" and bool(workflow.execution.get("path_aware", True))
     chunks = choose_chunks(len(study.params), study.design.n_splits, seconds_per_fit=seconds or 0.0,
                            n_workers=n_workers, fits_per_task=None if fpt == "auto" else int(fpt),
-                           n_samples=d.X.shape[0], itemsize=np.dtype(dtype).itemsize,
+                           n_samples=d.X.shape[0] * (len(d.positive) if isinstance(d.positive, tuple)
+                                                     else 1),      # values a fit stores
+                           itemsize=np.dtype(dtype).itemsize,
                            path_length=path_length(study.params) if auto_path else 1)
     template = cube_store.cube_template(study.data, study.design, study.params, attrs=study.attrs,
                                         chunks=chunks,

@@ -116,7 +116,15 @@ def default_output(cls, task: str) -> str:
 
 
 def predict_output(model, X: np.ndarray, output: str, positive=None) -> np.ndarray:
-    """Predictions of ``model`` on every sample in the stored form."""
+    """Predictions of ``model`` on every sample in the stored form.
+
+    ``positive`` is the positive class of a binary task (one score per sample: its
+    probability or the decision value), or the tuple of all classes of a multiclass task:
+    then (n, C) per-class probabilities or decision values in that order (a class missing
+    from the training set gets probability 0 and decision value -inf), and ``predict`` one-hot.
+    """
+    if isinstance(positive, tuple):
+        return _per_class(model, X, output, np.asarray(positive))
     if output == "predict":
         values = np.asarray(model.predict(X))
         if values.dtype.kind not in "biuf":
@@ -132,6 +140,19 @@ def predict_output(model, X: np.ndarray, output: str, positive=None) -> np.ndarr
     proba = model.predict_proba(X)
     column = int(np.flatnonzero(np.asarray(model.classes_) == positive)[0])
     return np.asarray(proba[:, column], dtype=np.float64)
+
+
+def _per_class(model, X: np.ndarray, output: str, classes: np.ndarray) -> np.ndarray:
+    """(n, C) stored output of a multiclass task, columns in the order of ``classes``."""
+    if output == "predict":
+        return (np.asarray(model.predict(X))[:, None] == classes[None, :]).astype(np.float64)
+    known = np.asarray(model.classes_)
+    values = np.asarray(getattr(model, output)(X), dtype=np.float64)
+    if values.ndim == 1:               # a 2-class model (a class missing from the training set)
+        values = np.column_stack([-values, values]) if output == "decision_function" else values
+    out = np.full((X.shape[0], len(classes)), 0.0 if output == "predict_proba" else -np.inf)
+    out[:, np.searchsorted(classes, known)] = values
+    return out
 
 
 def take(X, rows: np.ndarray):
@@ -158,9 +179,14 @@ def fit_one(param: Param, X, y, train: np.ndarray, positive=None,
     try:
         model = fit_model(param, X, y, train, sample_weight)
         pred = predict_output(model, X, param.output, positive)
-        if pred.shape != (X.shape[0],):
-            raise ValueError(f"prediction has shape {pred.shape}, expected ({X.shape[0]},)")
+        if pred.shape != pred_shape(X, positive):
+            raise ValueError(f"prediction has shape {pred.shape}, expected {pred_shape(X, positive)}")
         return pred, time.perf_counter() - t0, ""
     except Exception as exc:  # noqa: BLE001 - a failing fit is data, not a crash
         message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
-        return np.full(X.shape[0], np.nan), time.perf_counter() - t0, message
+        return np.full(pred_shape(X, positive), np.nan), time.perf_counter() - t0, message
+
+
+def pred_shape(X, positive) -> tuple[int, ...]:
+    """Shape of one fit's stored predictions: (n,) or, multiclass, (n, C)."""
+    return (X.shape[0],) + ((len(positive),) if isinstance(positive, tuple) else ())

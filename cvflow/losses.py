@@ -54,6 +54,7 @@ class Loss:
     multiclass: bool = True
     greater_is_better: bool = False
     parameter: tuple[str, Callable] | None = None   # (symbol, check(value) -> error or "")
+    multiclass_outputs: tuple[str, ...] | None = None   # when fewer than ``outputs``
     arg: float | None = None
     custom: bool = False
 
@@ -71,11 +72,11 @@ DECLARED: dict[str, Loss] = {}
 
 
 def declare(name: str, *, task, outputs, doc: str, pointwise: bool = True, multiclass: bool = True,
-            greater_is_better: bool = False, parameter=None):
+            greater_is_better: bool = False, parameter=None, multiclass_outputs=None):
     """Decorator: declare the function below as the loss ``name``."""
     def register(func):
         DECLARED[name] = Loss(name, func, task, tuple(outputs), doc, pointwise, multiclass,
-                              greater_is_better, parameter)
+                              greater_is_better, parameter, multiclass_outputs)
         return func
     return register
 
@@ -169,7 +170,7 @@ def _binary_score(y, score, classes):
 
 
 @declare("roc_auc", task="classification", outputs=("decision_function", "predict_proba"),
-         pointwise=False, greater_is_better=True,
+         pointwise=False, greater_is_better=True, multiclass_outputs=("predict_proba",),
          doc="area under the ROC curve per fold; roc_auc_score (multiclass: one-vs-rest, "
              "macro, on predict_proba)")
 def roc_auc(y, score, classes):
@@ -278,16 +279,17 @@ def resolve(loss, task: str, outputs=(), *, n_classes: int = 2, search=None,
         valid = [n for n in _names() if DECLARED[n.partition(":")[0]].task == task]
         raise InputError(f"{where}: {decl.label!r} is not a {task} loss; use one of "
                          f"{', '.join(valid)}")
+    if n_classes > 2 and not decl.multiclass:
+        raise InputError(f"{where}: {decl.label!r} is defined for two classes only, and the data "
+                         f"have {n_classes}")
     bad = sorted(set(outputs) - set(decl.outputs))
     if bad:
         raise InputError(f"{where}: {decl.label!r} cannot be computed from stored {bad[0]} values; "
                          f"it needs {' or '.join(decl.outputs)} (set the learner's `output`)")
-    if n_classes > 2 and not decl.multiclass:
-        raise InputError(f"{where}: {decl.label!r} is defined for two classes only, and the data "
-                         f"have {n_classes}")
-    if n_classes > 2 and decl.name == "roc_auc" and set(outputs) != {"predict_proba"}:
-        raise InputError(f"{where}: multiclass 'roc_auc' (one-vs-rest) needs predict_proba "
-                         "outputs; set the learners' `output: predict_proba`")
+    wanted = decl.multiclass_outputs or decl.outputs
+    if n_classes > 2 and set(outputs) - set(wanted):
+        raise InputError(f"{where}: {decl.label!r} with {n_classes} classes needs "
+                         f"{' or '.join(wanted)} outputs (set the learners' `output`)")
     return decl
 
 

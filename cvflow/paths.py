@@ -284,12 +284,12 @@ def _logistic(params, X, y, train, positive):
     model = params[0].build()
     model.set_params(warm_start=True)
     Xt, yt = X[train], np.asarray(y)[train]
-    out = np.empty((len(params), X.shape[0]))
+    out = {}
     for h in np.argsort(Cs, kind="stable"):   # strongest penalty first
         model.set_params(C=Cs[h])
         model.fit(Xt, yt)
         out[h] = predict_output(model, X, params[h].output, positive)
-    return out
+    return np.stack([out[h] for h in range(len(params))])
 
 
 _KERNELS: dict[str, Callable] = {"ridge": _ridge, "ridge_classifier": _ridge_classifier,

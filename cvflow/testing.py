@@ -49,9 +49,8 @@ def fit_cube(X, y, params: list[Param], design: Design, *, task: str = "regressi
                 classes=classes)
     cube = cube_template(data, design, params, attrs=_attrs(task, loss, classes),
                          chunks=(len(params), design.n_splits)).load()
-    positive = None if classes is None else classes[-1]
     res = fit_block(params, X, y, design.train, params_slice=slice(0, len(params)),
-                    splits_slice=slice(0, design.n_splits), positive=positive)
+                    splits_slice=slice(0, design.n_splits), positive=data.positive)
     cube["pred"][:] = res.pred
     cube["failed"][:] = res.failed
     cube["error"][:] = res.error
@@ -63,7 +62,7 @@ def fit_cube(X, y, params: list[Param], design: Design, *, task: str = "regressi
 def cube_from_predictions(pred, y, design: Design, *, task: str = "regression", params=None,
                           classes=None, loss: str | None = None, output: str | None = None,
                           X=None) -> xr.Dataset:
-    """A cube holding given predictions ``pred`` (param, split, sample) for ``design``."""
+    """A cube holding given predictions ``pred`` (param, split, sample[, class]) for ``design``."""
     pred = np.asarray(pred, dtype=np.float64)
     y = np.asarray(y)
     n_params = pred.shape[0]
@@ -81,6 +80,6 @@ def cube_from_predictions(pred, y, design: Design, *, task: str = "regression", 
     cube = cube_template(data, design, params, attrs=_attrs(task, loss, classes),
                          chunks=(n_params, design.n_splits)).load()
     cube["pred"][:] = pred
-    cube["failed"][:] = np.isnan(pred).all(axis=-1)
+    cube["failed"][:] = np.isnan(pred).reshape(pred.shape[:2] + (-1,)).all(axis=-1)
     cube["done"][:] = True
     return cube

@@ -39,12 +39,21 @@ def constant_cube(fold, full, folds, pairs, *, test_full=None):
     return cube_from_predictions(pred, np.zeros(n), design, loss="absolute")
 
 
-def random_cube(n=13, k=4, repeats=2, n_params=3, seed=0, test=2, classification=False):
-    """Random predictions on a design with unequal folds (n not divisible by k) and repeats."""
+def random_cube(n=13, k=4, repeats=2, n_params=3, seed=0, test=2, classification=False,
+                classes=0):
+    """Random predictions on a design with unequal folds (n not divisible by k) and repeats.
+
+    ``classes`` > 2: a multiclass cube of random per-class probabilities (Dirichlet).
+    """
     rng = np.random.default_rng(seed)
     is_test = np.zeros(n, bool)
     is_test[n - test:] = True
     design = simple_design(n, k, repeats=repeats, pairs=True, is_test=is_test, seed=seed)
+    if classes > 2:
+        y = np.arange(n) % classes
+        pred = rng.dirichlet(np.ones(classes), size=(n_params, design.n_splits, n))
+        return cube_from_predictions(pred, y, design, task="classification",
+                                     output="predict_proba"), design
     if classification:
         y = rng.integers(0, 2, n)
         pred = rng.normal(size=(n_params, design.n_splits, n))
@@ -56,9 +65,22 @@ def random_cube(n=13, k=4, repeats=2, n_params=3, seed=0, test=2, classification
 
 
 def losses(cube, loss="squared"):
-    """Per-(param, split, sample) losses as a plain array (reference side)."""
+    """Per-(param, split, sample) losses as a plain array (reference side); multiclass
+    probabilities sample by sample through scikit-learn's metrics."""
     pred = cube["pred"].values
     y = cube["y"].values
+    if pred.ndim == 4:
+        from sklearn.metrics import brier_score_loss, log_loss, zero_one_loss
+
+        labels = cube["class"].values.tolist()
+        metric = {"log_loss": lambda t, p: log_loss(t, p, labels=labels),
+                  "brier": lambda t, p: brier_score_loss(t, p, labels=labels),
+                  "zero_one": lambda t, p: zero_one_loss(t, np.asarray(labels)[p.argmax(1)])}[loss]
+        out = np.empty(pred.shape[:3])
+        for index in np.ndindex(*out.shape):
+            i = index[2]
+            out[index] = metric(y[i:i + 1], pred[index][None])
+        return out
     if loss == "squared":
         return (pred - y) ** 2
     if loss == "absolute":

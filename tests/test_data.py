@@ -44,9 +44,16 @@ def test_string_labels_are_kept(tmp_path: Path):
     assert d.classes == ["no", "yes"] and d.positive == "yes"
 
 
-def test_classification_needs_two_classes():
-    with pytest.raises(InputError, match="exactly 2 classes, found 3"):
-        load_data({"source": "sklearn", "name": "iris"}, "classification")
+def test_classification_needs_two_classes(tmp_path: Path):
+    (tmp_path / "d.csv").write_text("a,y\n1,no\n2,no\n")
+    with pytest.raises(InputError, match="at least 2 classes, found 1"):
+        load_data({"source": "csv", "path": "d.csv", "target": "y"}, "classification",
+                  base=tmp_path)
+
+
+def test_iris_is_three_classes():
+    d = load_data({"source": "sklearn", "name": "iris"}, "classification")
+    assert d.classes == [0, 1, 2] and d.positive == (0, 1, 2)
 
 
 def test_stratified_test_fraction():
