@@ -202,12 +202,20 @@ def r2(y, pred, classes=None):
 # resolving a name and applying a loss
 
 def get_loss(spec: str, *, search: str | Path | None = None, where: str = "loss") -> Loss:
-    """The declaration of ``spec``: ``name``, ``name:ARG`` or a dotted path to a function.
+    """The declaration of ``spec``: ``name``, ``name:ARG``, a dotted path to a function, or
+    (from Python) the function itself.
 
     ``search`` (a workflow's directory) is tried first for a dotted path, as for learners.
     """
     if isinstance(spec, Loss):
         return spec
+    if callable(spec):                           # Python: the function itself
+        decl = Loss(f"{spec.__module__}.{spec.__qualname__}", spec, None, OUTPUTS,
+                    "custom pointwise loss", custom=True)
+        _GIVEN[decl.name] = decl                 # its label resolves to it from now on
+        return decl
+    if spec in _GIVEN:
+        return _GIVEN[spec]
     if not isinstance(spec, str) or not spec:
         raise InputError(f"{where}: {spec!r} is not a loss; use one of {', '.join(_names())}")
     name, colon, raw = spec.partition(":")
@@ -233,6 +241,10 @@ def get_loss(spec: str, *, search: str | Path | None = None, where: str = "loss"
         return _custom(spec, str(search) if search is not None else None, where)
     raise InputError(f"{where}: unknown loss {spec!r}; use one of {', '.join(_names())} "
                      "or a function by dotted path (module.function)")
+
+
+# custom losses given as functions from Python, by label (reducers pass labels around)
+_GIVEN: dict[str, Loss] = {}
 
 
 def _names() -> list[str]:

@@ -250,6 +250,18 @@ def test_custom_loss_by_dotted_path(tmp_path, monkeypatch):
     np.testing.assert_allclose(res["fold_score"].values[:, 0], want, rtol=1e-12)
     assert float(corrected_kfold(cube, loss="mylosses.cubic")["kfold"][0]) == \
         pytest.approx(float(res["estimate"][0]), rel=1e-12)
+    # from Python, the function itself
+    def cubic(y_true, y_pred):
+        return np.abs(y_true - y_pred) ** 3
+    np.testing.assert_allclose(kfold(cube, loss=cubic)["estimate"], res["estimate"], rtol=1e-12)
+    np.testing.assert_allclose(corrected_kfold(cube, loss=cubic)["kfold"], res["estimate"],
+                               rtol=1e-12)
+
+
+def test_custom_loss_must_return_one_value_per_sample():
+    cube, _, _ = _regression_cube()
+    with pytest.raises(InputError, match="returned shape \\(\\); a pointwise loss returns one value"):
+        kfold(cube, loss=lambda y_true, y_pred: float(np.mean(y_true - y_pred)))
 
 
 @pytest.mark.parametrize("spec,fragment", [
