@@ -16,7 +16,8 @@ def fold_sizes(cube: xr.Dataset) -> np.ndarray:
     return np_roles.fold_members(cube["fold"].values, int(cube.sizes["outer"])).sum(-1)
 
 
-def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray) -> xr.Dataset:
+def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray, *, pooled: bool = True
+                 ) -> xr.Dataset:
     """The K-fold estimate per param from the out-of-fold loss sums.
 
     ``fold_sum`` (param, repeat, outer) = Σ_{i∈N_j} ℓ_i(h, fold j), ``sizes`` (repeat, outer)
@@ -26,9 +27,12 @@ def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray) -> xr.Dataset:
     ``se_mean`` (param) the standard error of the repeat-averaged estimate by the corrected
     repeated K-fold variance (:func:`np_roles.corrected_repeated_se`) and ``fold_size``. A failed
     fold fit (NaN) makes its param NaN: no fold is ever skipped.
+
+    ``pooled=False``: ``fold_sum`` holds per-fold metric values (ROC AUC, R², ...), which
+    are the fold scores, and the estimate is their plain mean over the folds.
     """
-    fold_score = fold_sum / sizes
-    per_repeat = fold_sum.sum(axis=2) / sizes.sum(axis=1)
+    fold_score = fold_sum / sizes if pooled else fold_sum
+    per_repeat = fold_sum.sum(axis=2) / sizes.sum(axis=1) if pooled else fold_sum.mean(axis=2)
     se = fold_score.std(axis=2, ddof=1) / np.sqrt(sizes.shape[1])
     dims = ("param", "repeat", "outer")
     return xr.Dataset({
@@ -37,20 +41,6 @@ def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray) -> xr.Dataset:
         "fold_score": (dims, fold_score),
         "se": ("param", se.mean(axis=1)),
         "se_mean": ("param", np_roles.corrected_repeated_se(fold_score)),
-        "fold_size": (dims[1:], sizes.astype(np.float64)),
-    })
-
-
-def metric_scores(fold_metric: np.ndarray, sizes: np.ndarray) -> xr.Dataset:
-    """:func:`kfold_scores` for a per-fold metric (P, R, K): the mean of the fold values."""
-    per_repeat = fold_metric.mean(axis=2)
-    se = fold_metric.std(axis=2, ddof=1) / np.sqrt(sizes.shape[1])
-    dims = ("param", "repeat", "outer")
-    return xr.Dataset({
-        "estimate": ("param", per_repeat.mean(axis=1)),
-        "estimate_repeat": (dims[:2], per_repeat),
-        "fold_score": (dims, fold_metric),
-        "se": ("param", se.mean(axis=1)),
         "fold_size": (dims[1:], sizes.astype(np.float64)),
     })
 
@@ -81,7 +71,7 @@ def kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
         out = kfold_scores(terms["fold_sum"], fold_sizes(cube))
     else:
         terms = metric_terms(cube, decl, what="K-fold")
-        out = metric_scores(terms["fold_metric"], fold_sizes(cube))
+        out = kfold_scores(terms["fold_metric"], fold_sizes(cube), pooled=False)
     selected = int(np_roles.argmin_first(decl.sign * out["estimate"].values))
     out["selected"] = xr.DataArray(selected)
     out = out.assign_coords(param_coords(cube))
