@@ -6,7 +6,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import zarr
 from sklearn.metrics import hinge_loss, log_loss, mean_squared_error, zero_one_loss
