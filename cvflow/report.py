@@ -25,12 +25,19 @@ def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, 
     the estimators share one read instead of each selecting its splits from disk.
     """
     from .estimators import REGISTRY
+    from .estimators._cube import cube_loss
+    from .spec import refusal, time_ordered
 
+    decl = cube_loss(cube, loss)
+    ordered = time_ordered(json.loads(cube.attrs.get("workflow") or "{}").get("design") or {})
     cube = cube.assign(pred=_pred_in_memory_if_small(cube))
     out = {}
     for name, options in estimators or requested_estimators(cube):
         if name not in REGISTRY:
             raise InputError(f"estimator {name!r} is not available in this cvflow version")
+        why = refusal(REGISTRY[name], name, decl, ordered)
+        if why:
+            raise InputError(why)
         options = {**options, **(overrides or {}).get(name, {})}
         out[name] = REGISTRY[name](cube, loss=loss, **options)
     return out

@@ -21,7 +21,7 @@ from .designs import (Design, fold_labels, make_design, splitter_fold_labels, sp
                       subset_splits, timeseries_folds)
 from .errors import InputError
 from .learners import Param, default_output, expand_grid, import_estimator
-from .losses import check_loss
+from .losses import check_loss, get_loss
 
 TOP_KEYS = {"name", "description", "data", "task", "loss", "learners", "design", "estimators",
             "execution"}
@@ -429,6 +429,8 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
         design["subset"] = sub
     c["design"] = design
     estimators = _estimators(where, c.get("estimators") or ["kfold"])
+    _check_assumptions(where, estimators, get_loss(c["loss"], search=path.parent),
+                       time_ordered(design))
     c["estimators"] = [e if not o else {e: o} for e, o in estimators]
     if any(e == "paired_5x2cv" for e, _ in estimators) and (design["folds"], design["repeats"]) != (2, 5):
         _fail(where, "design", f"paired_5x2cv needs {{folds: 2, repeats: 5}} (Dietterich's 5×2cv); "
@@ -443,6 +445,29 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
             and "subset" not in design:
         _fail(where, "design.subset", "the ustat estimators need design.subset {size: g, pairs: P}")
     return Workflow(path=path, config=c, params=params, estimators=estimators, execution=execution)
+
+
+def refusal(estimator, name: str, loss, ordered: bool) -> str:
+    """Why ``estimator`` cannot reduce with ``loss`` (a :class:`cvflow.losses.Loss`) on a design
+    that is (``ordered``) or is not time-ordered; "" when it can. Read from the estimator's own
+    declaration: ``metrics`` (it accepts per-fold metrics), ``time_ordered`` (it does not
+    assume exchangeable samples); both default to False."""
+    if not loss.pointwise and not getattr(estimator, "metrics", False):
+        return (f"loss: {loss.label!r} is a per-fold metric, but {name} averages per-sample "
+                "losses; use a pointwise loss or the kfold / nested_cv estimators")
+    if ordered and not getattr(estimator, "time_ordered", False):
+        return (f"{name} assumes exchangeable samples, but design.splitter is time-ordered "
+                "(timeseries); use kfold")
+    return ""
+
+
+def _check_assumptions(where: str, estimators, loss, ordered: bool) -> None:
+    from .estimators import REGISTRY
+
+    for i, (name, _) in enumerate(estimators):
+        why = refusal(REGISTRY.get(name), name, loss, ordered)
+        if why:
+            _fail(where, f"estimators[{i}]", why)
 
 
 def time_ordered(design: dict, cv=None) -> bool:

@@ -354,3 +354,14 @@ def test_pinball_and_custom_loss_from_yaml_and_cli(tmp_path, write_workflow, cap
                                rtol=1e-12)
     assert main(["report", str(store), "--loss", "pinball:2"]) == 2
     assert "pinball:2" in capsys.readouterr().err
+
+
+def test_validate_refuses_a_metric_default_for_pointwise_estimators(write_workflow):
+    from cvtest import QUICK, run_cli
+
+    wf = write_workflow(QUICK.replace("[kfold]", "[kfold, nested_cv, corrected_kfold]")
+                        + "loss: r2\n")
+    done = run_cli("validate", wf)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
+    assert "estimators[2]: loss: 'r2' is a per-fold metric, but corrected_kfold averages" in \
+        done.stderr

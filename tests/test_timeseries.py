@@ -70,6 +70,9 @@ def test_timeseries_from_yaml_equals_cross_val_score(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra,estimators,fragment", [
+    ("", "kfold, corrected_kfold", "estimators[1]: corrected_kfold assumes exchangeable samples"),
+    ("", "nested_cv", "nested_cv assumes exchangeable samples"),
+    ("", "bbc_cv", "bbc_cv assumes exchangeable samples"),
     (", repeats: 2", "kfold", "design.repeats: 2; time-ordered folds are fixed"),
     (", gap: -1", "kfold", "design.gap: -1; use at least 0"),
     (", max_train_size: 0", "kfold", "design.max_train_size: 0; use at least 1"),
@@ -93,3 +96,20 @@ def test_gap_needs_timeseries(tmp_path):
         parse_workflow({"data": {"source": "sklearn", "name": "diabetes"},
                         "learners": [{"estimator": "sklearn.linear_model.Ridge"}],
                         "design": {"gap": 2}}, tmp_path / "wf.yaml")
+
+
+def test_timeseries_split_object_in_yaml(tmp_path):
+    """A TimeSeriesSplit object (as cvflow.Study writes cv=TimeSeriesSplit(...)) builds the
+    same time-ordered design."""
+    from cvflow.spec import load_workflow
+
+    X, y = _series()
+    np.savez(tmp_path / "series.npz", X=X, y=y)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(WORKFLOW.format(extra="", estimators="kfold").replace(
+        "{folds: 4, splitter: timeseries}",
+        "{splitter: {class: sklearn.model_selection.TimeSeriesSplit, n_splits: 4, gap: 2}}"))
+    design = load_workflow(wf).build(check_fits=False).design
+    for j, (tr, te) in enumerate(TimeSeriesSplit(4, gap=2).split(X)):
+        np.testing.assert_array_equal(np.flatnonzero(design.train[design.fold_split[0, j]]), tr)
+        np.testing.assert_array_equal(np.flatnonzero(design.fold[0] == j), te)

@@ -78,3 +78,10 @@ def kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     out.attrs = {"estimator": "kfold", "loss": name, "greater_is_better": int(decl.greater_is_better),
                  "selected_param": json.dumps(param_label(cube, selected))}
     return out
+
+
+# DESIGN CHOICE: the declaration of what kfold accepts beyond pointwise losses on exchangeable
+# folds (read by cvflow.spec.refusal): per-fold metrics, and time-ordered folds (it only scores
+# each fold fit on its own test fold).
+kfold.metrics = True
+kfold.time_ordered = True

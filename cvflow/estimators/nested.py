@@ -134,6 +134,9 @@ def nested_cv(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     return out
 
 
+nested_cv.metrics = True      # per-fold metrics accepted (read by cvflow.spec.refusal)
+
+
 def _metric_nested(cube: xr.Dataset, decl, sizes: np.ndarray):
     """Nested CV with a per-fold metric: (inner score, choice dataset, K-fold estimate).
 
