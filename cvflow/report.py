@@ -186,7 +186,8 @@ def kfold_table(cube: xr.Dataset, result: xr.Dataset, max_rows: int = 12) -> lis
     """Per-param K-fold table (the best rows when the grid is long)."""
     est = result["estimate"].values
     se = result["se"].values
-    order = np.argsort(np.where(np.isnan(est), np.inf, est), kind="stable")[:max_rows]
+    sign = -1.0 if result.attrs.get("greater_is_better") else 1.0    # ROC AUC, R²: larger first
+    order = np.argsort(np.where(np.isnan(est), np.inf, sign * est), kind="stable")[:max_rows]
     lines = [f"K-fold ({result.attrs.get('loss')}): {len(est)} params, best {min(max_rows, len(est))}:"]
     for h in order:
         lines.append(f"  {_param_text(cube, int(h)):<40} {est[h]:12.6g}  se {se[h]:.3g}")
@@ -201,7 +202,8 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
     lines = []
     classes = json.loads(cube.attrs.get("classes") or "null")
     if classes:
-        lines.append(f"classes: {', '.join(map(str, classes))} (positive class: {classes[-1]})")
+        lines.append(f"classes: {', '.join(map(str, classes))}"
+                     + (f" (positive class: {classes[-1]})" if len(classes) == 2 else ""))
     for name, result in results.items():
         if name == "kfold":
             lines += kfold_table(cube, result)
