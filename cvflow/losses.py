@@ -306,10 +306,14 @@ def resolve(loss, task: str, outputs=(), *, n_classes: int = 2, search=None,
 
 
 def class_index(y, classes) -> np.ndarray:
-    """Position of each label of ``y`` in ``classes``."""
-    classes = np.asarray(classes)
-    order = np.argsort(classes, kind="stable")
-    return order[np.searchsorted(classes, np.asarray(y), sorter=order)]
+    """Position of each label of ``y`` in ``classes`` (numbers or strings, as the store keeps)."""
+    y = np.asarray(y)
+    if y.dtype.kind in "biuf":
+        classes = np.asarray(classes, dtype=np.float64)
+        order = np.argsort(classes, kind="stable")
+        return order[np.searchsorted(classes, y, sorter=order)]
+    lookup = {str(c): i for i, c in enumerate(classes)}
+    return np.asarray([lookup[str(v)] for v in y.tolist()], dtype=np.int64)
 
 
 def stored_scores(pred, output: str, classes):
