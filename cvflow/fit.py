@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import paths
-from .learners import Param, fit_one
+from .learners import Param, fit_one, pred_shape
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,7 @@ class BlockResult:
 
     params: slice
     splits: slice
-    pred: np.ndarray | None   # (params, splits, sample); None once written
+    pred: np.ndarray | None   # (params, splits, sample[, class]); None once written
     failed: np.ndarray        # (params, splits) bool
     error: np.ndarray         # (params, splits) object (str)
     fit_seconds: np.ndarray   # (params, splits)
@@ -54,8 +54,8 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
     at a time, so failures are recorded exactly as on the generic route. Path fits need a
     numpy ``X``, no sample weights and no ``fit_seed``.
     """
-    n_p, n_s, n = len(params), train.shape[0], X.shape[0]
-    pred = np.full((n_p, n_s, n), np.nan)
+    n_p, n_s = len(params), train.shape[0]
+    pred = np.full((n_p, n_s) + pred_shape(X, positive), np.nan)     # multiclass: (n, C) a fit
     seconds = np.zeros((n_p, n_s))
     error = np.full((n_p, n_s), "", dtype=object)
     path_aware = (path_aware and sample_weight is None and isinstance(X, np.ndarray)
