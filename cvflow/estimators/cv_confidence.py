@@ -150,7 +150,7 @@ def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0
 
 def _order(cube: xr.Dataset, simplest, where: str) -> np.ndarray:
     """Per param a key whose minimum is the most regularised (NaN: lacks the hyperparameter)."""
-    hyper = sorted(k for k, c in cube.coords.items() if c.dims == ("param",)
+    hyper = sorted(str(k) for k, c in cube.coords.items() if c.dims == ("param",)
                    and k not in ("learner", "output", "param_json"))
     if not isinstance(simplest, dict) or len(simplest) != 1:
         raise InputError(f"{where}: {simplest!r}; give one hyperparameter and a direction, "
