@@ -183,16 +183,18 @@ def test_urls_that_are_not_stores_are_refused(s3, tmp_path):
 
 @pytest.mark.slow
 def test_client_sigkill_then_rerun_completes_to_the_reference_cube(s3, tmp_path):
-    workflow = fh.slow_workflow(tmp_path / "wf.yaml")
+    workflow = fh.slow_workflow(tmp_path / "wf.yaml", delay=1.5)    # ~20 s: time to cut it
     clean = tmp_path / "clean.zarr"
-    rc, _, err = fh.finish(fh.start_run(workflow, clean, "--workers", "2"))
+    rc, _, err = fh.finish(fh.start_run(workflow, clean, "--workers", "2", "--cluster", "local"))
     assert rc == 0, err[-2000:]
     url = _url()
-    proc = fh.start_run(workflow, url, "--workers", "2")
+    proc = fh.start_run(workflow, url, "--workers", "2", "--cluster", "local")
     try:
         fh.wait_for_done(url, 6, proc, timeout=240)
-        second = _cli("run", str(workflow), "--store", url, "--dashboard-port", "0")
-        assert second.returncode == 2 and "being written by another cvflow run" in second.stderr
+        import cvflow.engine
+
+        with pytest.raises(StoreError, match="being written by another cvflow run"):
+            cvflow.engine.run(workflow, store=url)       # in-process: no CLI start-up to wait
         os.kill(proc.pid, signal.SIGKILL)              # the client only
         proc.wait()
     finally:
@@ -202,7 +204,8 @@ def test_client_sigkill_then_rerun_completes_to_the_reference_cube(s3, tmp_path)
     # the dead client's lease stays until it is stale (no pid check across machines)
     env = fh.cli_env(DASK_CVFLOW__LOCK__STALE_AFTER="3", DASK_CVFLOW__LOCK__HEARTBEAT="1")
     time.sleep(3.5)
-    rc, out, err = fh.finish(fh.start_run(workflow, url, "--workers", "2", env=env))
+    rc, out, err = fh.finish(fh.start_run(workflow, url, "--workers", "2", "--cluster", "local",
+                                          env=env))
     assert rc == 0, err[-2000:]
     fh.assert_same_cube(url, clean)
     assert Path(clean).exists()
