@@ -34,7 +34,8 @@ class SlowRidge(Ridge):
 
 def slow_workflow(path: Path, *, alphas=(0.01, 0.1, 1.0, 10.0), folds: int = 5,
                   delay: float = 0.2) -> Path:
-    """A workflow of ``len(alphas) * (folds + 1)`` fits, one fit per task."""
+    """A workflow of ``len(alphas) * (folds + 1)`` fits, one fit per task, on worker processes
+    (the faults need processes to kill; the auto choice could run so small a study in threads)."""
     path.write_text(textwrap.dedent(f"""\
         name: slow
         data: {{source: sklearn, name: diabetes}}
@@ -46,7 +47,7 @@ def slow_workflow(path: Path, *, alphas=(0.01, 0.1, 1.0, 10.0), folds: int = 5,
             grid: {{alpha: {list(alphas)}}}
         design: {{folds: {folds}, seed: 0}}
         estimators: [kfold]
-        execution: {{fits_per_task: 1}}
+        execution: {{fits_per_task: 1, cluster: local}}
         """))
     return path
 
