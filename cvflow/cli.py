@@ -30,6 +30,8 @@ class Progress:
                 print(f"execution: {event['execution']}", file=self.stream, flush=True)
             if event.get("dashboard"):
                 print(f"dashboard: {event['dashboard']}", file=self.stream, flush=True)
+            if event.get("live"):
+                print(f"live study page: {event['live']}", file=self.stream, flush=True)
             print(f"{event['todo']} of {event['total']} fits to do", file=self.stream, flush=True)
             return
         done, todo, elapsed = event["done"], event["todo"], event["elapsed"]

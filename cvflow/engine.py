@@ -47,6 +47,7 @@ class RunResult:
     distinct_pairs: int
     roles_requested: int = 0
     dashboard: str | None = None
+    live: str | None = None          # the live study page (cvflow.live), when served
     chunks: tuple[int, int] = (0, 0)
     errors: dict = field(default_factory=dict)
     execution: str = ""                 # where the fits ran and why (cvflow.cluster.choose)
@@ -64,11 +65,12 @@ def _value(value):
 
 def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
               splits_slice: slice, positive, path_aware: bool = True,
-              todo: np.ndarray | None = None, sample_weight=None) -> dict:
+              todo: np.ndarray | None = None, sample_weight=None, scorer=None) -> dict:
     """Task body: fit one block, write its region, return a small summary record.
 
     ``todo`` (params, splits) marks the cells to fit in a block shared with stored fits of an
-    extended study (:func:`cvflow.extend.fit_missing`); None fits the whole block.
+    extended study (:func:`cvflow.extend.fit_missing`); None fits the whole block. ``scorer``
+    adds two loss sums per fit (``terms``) for the live page.
     """
     t0 = time.perf_counter()
     if todo is None:
@@ -80,6 +82,8 @@ def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_s
                              path_aware, todo, sample_weight)
     cube_store.write_pred(store, result)
     summary = _summary(result, todo)
+    if scorer is not None:
+        summary["terms"] = scorer(result.pred, y, train, params, positive)
     summary["task_seconds"] = time.perf_counter() - t0
     return summary
 
@@ -289,6 +293,7 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
 
 def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, dashboard_port,
                 client, progress, tls, cluster_options) -> RunResult:
+    from . import live
     from .cluster import AUTO, choose, connect, serves_dashboard
     from .cluster import resolve as resolve_cluster
 
@@ -325,7 +330,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         result.execution = "the given client"
     path_aware = bool(workflow.execution.get("path_aware", True))
 
-    def submit_all(c):
+    def submit_all(c, scorer):
         # DESIGN CHOICE: X and y travel as two tasks holding them, not scattered: the scheduler
         # keeps a task's inputs, so when every worker holding them dies (a SLURM job cancelled, an
         # adaptive scale-down) it recomputes them; lost scattered data would cancel every block.
@@ -340,7 +345,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
             cells = None if not done[ps, ss].any() else ~done[ps, ss]
             futures.append(c.submit(
                 run_block, path, params[ps], X, y, design.train[ss], ps, ss,
-                study.data.positive, path_aware, cells, w, pure=False,
+                study.data.positive, path_aware, cells, w, scorer, pure=False,
                 key=f"cvflow-block-{ps.start}-{ss.start}-{time.time_ns()}"))
             blocks_of[futures[-1].key] = (ps, ss, cells)
         return futures
@@ -390,8 +395,11 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
 
         if client is not None or serves_dashboard(cluster, dashboard_port):
             result.dashboard = getattr(c, "dashboard_link", None) or None   # "" when none
+        monitor = (live.start(c, workflow, params, design, study.data, path)
+                   if result.dashboard else None)
+        result.live = monitor and monitor.url
         notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": result.dashboard,
-                "execution": result.execution})
+                "live": result.live, "execution": result.execution})
         t0 = time.perf_counter()
         # DESIGN CHOICE: tasks write only `pred`; the finished blocks' status (failed, error,
         # fit_seconds, then done) is written here in batches, spaced so that writing it costs
@@ -399,7 +407,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         # raises.
         pending, flushed, gap = [], t0, STATUS_FLUSH_SECONDS
         try:
-            queue = as_completed(submit_all(c))
+            queue = as_completed(submit_all(c, monitor and monitor.scorer))
             for future in queue:
                 # DESIGN CHOICE: a fit that kills its worker (out of memory, a segfault,
                 # os._exit) is retried by Dask (distributed.scheduler.allowed-failures, on other
@@ -417,6 +425,8 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                         for f in split(c, future.key, exc):
                             queue.add(f)
                         continue
+                if monitor:
+                    monitor.block(summary)
                 pending.append(summary.pop("status"))
                 if time.perf_counter() - flushed > gap:
                     t_write = time.perf_counter()
@@ -434,10 +444,13 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                         "elapsed": time.perf_counter() - t0})
         finally:
             cube_store.write_status(path, pending)
+            if monitor:
+                monitor.publish()            # the final state, for a scheduler that outlives us
 
     if client is not None:
         collect(client)
     else:
+        live.enable_routes()        # the scheduler started here serves <dashboard>/cvflow
         with connect(cluster, workers=workers, dashboard_port=dashboard_port, tls=tls,
                      options=cluster_options, store=path) as c:
             collect(c)
