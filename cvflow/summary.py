@@ -1,0 +1,173 @@
+"""The answer first: one row per criterion of a study's results, read from the shared result
+vocabulary (DESIGN.md 6.8), for the head of the reports.
+
+Each scalar integer ``selected`` / ``selected_<tag>`` of a result is a criterion (corrected
+K-fold's ``selected`` and ``selected_kfold`` are two). Its row holds the chosen param (readable),
+the estimate at it (``selected<tag>_estimate``, else the per-param ``estimate``), the interval
+there when the result has per-param ``lower`` / ``upper``, the test risk of its full fit
+(``selected<tag>_test_risk``, else the per-param ``test_risk<tag>``, else any result's per-param
+``test_risk``: the full fits are shared) and the result's guardrail warnings. A result without a selection but with a scalar ``estimate`` (an interval for one
+param, a two-learner test) is a row of its own; one with per-param intervals and no selection
+(e.g. ``bates_ncv`` over the grid) is read at the first criterion's choice.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import xarray as xr
+
+SELECTION = re.compile(r"^selected(_[a-z]+)?$")
+TAG_NAMES = {"": "", "_kfold": "plain K-fold"}
+
+
+def param_text(cube: xr.Dataset, h: int | None) -> str:
+    """``learner(key=value, ...)`` of param ``h``; "(none)" when no param could be chosen."""
+    if h is None or h < 0:
+        return "(none: every param failed)"
+    setting = json.loads(str(cube["param_json"].values[h]))
+    hyper = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in setting["params"].items())
+    return f"{setting['learner']}({hyper})"
+
+
+def _scalar(result: xr.Dataset, name: str) -> float | None:
+    if name in result and result[name].ndim == 0:
+        value = result[name].values.item()
+        if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def _at(result: xr.Dataset, name: str, h: int) -> float | None:
+    if name in result and result[name].dims == ("param",) and 0 <= h < result.sizes["param"]:
+        return float(result[name].values[h])
+    return None
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _selections(result: xr.Dataset) -> list[tuple[str, int]]:
+    out = []
+    for name, var in result.data_vars.items():
+        m = SELECTION.match(str(name))
+        if m and var.ndim == 0 and np.issubdtype(var.dtype, np.integer):
+            out.append((m.group(1) or "", int(var.values)))
+    return sorted(out, key=lambda s: (s[0] != "", s[0]))
+
+
+def _warnings(result: xr.Dataset) -> list[dict]:
+    from .estimators import guardrails
+
+    return [{"code": w["code"], "message": w["message"]} for w in guardrails.read(result)]
+
+
+def rows(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> list[dict]:
+    """The summary rows: ``criterion``, ``estimator``, ``param`` (index or None), ``chosen``,
+    ``estimate``, ``lower``, ``upper``, ``se``, ``test_risk``, ``p_value`` (floats or None)
+    and ``warnings`` (list of ``{"code", "message"}``)."""
+    out: list[dict] = []
+    first_choice = None
+    shared_test = next((r["test_risk"] for r in results.values()
+                        if "test_risk" in r and r["test_risk"].dims == ("param",)), None)
+    for name, result in results.items():
+        selections = _selections(result)
+        for tag, h in selections:
+            if tag and tag[1:] in results:        # e.g. corrected_kfold's plain K-fold choice
+                continue
+            what = TAG_NAMES.get(tag, tag[1:])
+            estimate = _scalar(result, f"selected{tag}_estimate")
+            if estimate is None:
+                estimate = _at(result, "estimate" if not tag else tag[1:], h)
+            test = _scalar(result, f"selected{tag}_test_risk")
+            if test is None:
+                test = _at(result, f"test_risk{tag}", h)
+            if test is None and shared_test is not None and h >= 0:
+                test = float(shared_test.values[h])
+            row = _row(f"{name}: {what}" if what else name, name, cube, h, estimate, test,
+                       _warnings(result) if tag == selections[0][0] else [])
+            if not tag:
+                row.update(lower=_finite(_at(result, "lower", h)),
+                           upper=_finite(_at(result, "upper", h)),
+                           se=_finite(_at(result, "se", h)))
+            first_choice = h if first_choice is None and h >= 0 else first_choice
+            out.append(row)
+        if selections:
+            continue
+        estimate = _scalar(result, "estimate")
+        if estimate is not None:
+            row = _row(name, name, cube, None, estimate, _scalar(result, "test_risk"),
+                       _warnings(result))
+            row.update(chosen=_compared(cube, result), lower=_finite(_scalar(result, "lower")),
+                       upper=_finite(_scalar(result, "upper")),
+                       p_value=_finite(_scalar(result, "p_value")))
+            out.append(row)
+        elif {"lower", "upper"} <= set(result.data_vars) and result["estimate"].dims == ("param",):
+            out.append({"pending_choice": True, "estimator": name, "result": result})
+        elif _warnings(result):
+            out.append(_row(name, name, cube, None, None, None, _warnings(result)))
+    return [_at_choice(cube, r, first_choice) if r.get("pending_choice") else r for r in out]
+
+
+def _row(criterion, estimator, cube, h, estimate, test, warnings) -> dict:
+    return {"criterion": criterion, "estimator": estimator, "param": h,
+            "chosen": param_text(cube, h) if h is not None else "", "estimate": _finite(estimate),
+            "lower": None, "upper": None, "se": None, "test_risk": _finite(test), "p_value": None,
+            "warnings": list(warnings)}
+
+
+def _at_choice(cube: xr.Dataset, pending: dict, h: int | None) -> dict:
+    """A per-param interval result read at the first criterion's choice."""
+    name, result = pending["estimator"], pending["result"]
+    if h is None:
+        return _row(name, name, cube, None, None, None, _warnings(result))
+    row = _row(f"{name}: interval at the first choice", name, cube, h, _at(result, "estimate", h),
+               _at(result, "test_risk", h), _warnings(result))
+    row.update(lower=_finite(_at(result, "lower", h)), upper=_finite(_at(result, "upper", h)))
+    return row
+
+
+def _compared(cube: xr.Dataset, result: xr.Dataset) -> str:
+    """What a scalar result is about: its param, or "a − b" for a two-param comparison."""
+    texts = []
+    for key in ("param", "a", "b"):
+        raw = result.attrs.get(key)
+        if raw in (None, "", "null"):
+            continue
+        label = json.loads(raw) if isinstance(raw, str) else raw
+        if isinstance(label, dict) and "index" in label:
+            texts.append(param_text(cube, int(label["index"])))
+    return " − ".join(texts)
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g}"
+
+
+def to_html(rows_: list[dict], *, loss: str | None) -> str:
+    """The rows as an HTML table (class ``summary``); warnings by code (message on hover)."""
+    import html
+
+    head = ("<tr><th>criterion</th><th>chosen</th><th>estimate"
+            f"{f' ({html.escape(loss)})' if loss else ''}</th><th>interval</th>"
+            "<th>test risk (full fit)</th><th>warnings</th></tr>")
+    body = []
+    for r in rows_:
+        estimate = _number(r["estimate"])
+        if r.get("se") is not None:
+            estimate += f" <span class='se'>(se {_number(r['se'])})</span>"
+        if r.get("p_value") is not None:
+            estimate += f" <span class='p'>p = {r['p_value']:.3g}</span>"
+        interval = (f"[{_number(r['lower'])}, {_number(r['upper'])}]"
+                    if r["lower"] is not None and r["upper"] is not None else "")
+        warnings = ", ".join(f"<span title='{html.escape(w['message'], quote=True)}'>"
+                             f"{html.escape(w['code'])}</span>" for w in r["warnings"])
+        body.append(f"<tr><td>{html.escape(r['criterion'])}</td>"
+                    f"<td><code>{html.escape(r['chosen'])}</code></td><td>{estimate}</td>"
+                    f"<td>{interval}</td><td>{_number(r['test_risk'])}</td>"
+                    f"<td>{warnings}</td></tr>")
+    return f"<table class='summary'>{head}{''.join(body)}</table>"
