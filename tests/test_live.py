@@ -198,3 +198,23 @@ def _artifact(name: str):
     out = REPO / "artifacts"
     out.mkdir(exist_ok=True)
     return out / name
+
+
+def test_in_process_threads_cluster_serves_the_page_too(tmp_path):
+    wf = fh.slow_workflow(tmp_path / "wf.yaml", alphas=[0.01, 0.1], delay=0.3)
+    proc = fh.start_run(wf, tmp_path / "s.zarr", "--cluster", "threads")
+    try:
+        url, deadline = None, time.monotonic() + 120
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                break
+            m = re.match(r"live study page: (http://\S+)", line)
+            url = m and m.group(1)
+        assert url, "no live page URL printed"
+        with urllib.request.urlopen(url, timeout=60) as response:
+            assert response.status == 200 and b"cvflow-learner-0" in response.read()
+        rc, _, err = fh.finish(proc)
+        assert rc == 0, err[-2000:]
+    finally:
+        fh.reap(proc)
