@@ -1,15 +1,18 @@
 """The HTML report: one self-contained bokeh page (BokehJS inlined, opens from disk, no server).
 
-Sections, each present when the store and the results have what it needs:
+It leads with the answer and fits a 1400 px window. Sections, each present when the store and
+the results have what it needs:
 
+- the answer: one row per criterion (:mod:`cvflow.summary`: the chosen param, its estimate
+  with its interval where there is one, the test risk of its full fit, warnings), then the
+  failed fits grouped by message and the guardrail warnings of every result;
 - per learner, the K-fold, the bias-corrected K-fold and (with a held-out test set) the test
-  risk along the hyperparameter grid, the selections marked;
-- per learner, the hypothesis stability mu(h) along the grid;
+  risk along the hyperparameter grid, the selections marked; and the hypothesis stability mu(h);
 - the stability-regularised nested CV error m_λ against λ, λ* marked;
-- the Bates nested-CV and the naive CV intervals side by side (and Wald's where computed);
+- the Bates nested-CV and the naive CV intervals side by side (and Wald's where computed),
+  one figure per learner (and per 16 params);
 - the U-statistic estimate with its interval (and Nadeau–Bengio's where computed);
-- the guardrail warnings of every result (a table; absent when there are none);
-- fit times per param, progress per learner and the failures grouped by message;
+- fit times per param (path-aware learners' shares explained) and progress per learner;
 - the text report.
 
 Every figure has a ``name`` (``kfold-<learner>``, ``stability-<learner>``, ``m-lambda``,
@@ -35,9 +38,22 @@ COLORS = {"kfold": "#1f77b4", "corrected": "#d62728", "test": "#2ca02c", "stabil
           "nb": "#7f7f7f"}
 LEARNER_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                   "#7f7f7f", "#bcbd22", "#17becf"]
-WIDTH = 640
+# DESIGN CHOICE: the page fits a 1400 px window without horizontal scrolling: two grid figures
+# of WIDTH side by side (toolbars above, legends inside the figure box), text and tables at
+# PAGE_WIDTH, wrapping; long per-param axes are split by learner and into chunks.
+PAGE_WIDTH = 1340
+WIDTH = 660
 HEIGHT = 340
 MAX_INTERVAL_PARAMS = 40
+PARAMS_PER_INTERVAL_FIGURE = 16
+# the selection markers: different shapes and sizes, so coinciding choices stay visible as
+# concentric outlines
+MARK_SIZES = (24, 17, 11)
+CSS = ("<style>table{border-collapse:collapse;margin:4px 0}th,td{border:1px solid #bbb;"
+       "padding:3px 6px;vertical-align:top;text-align:left}td{overflow-wrap:anywhere}"
+       "pre{white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}"
+       "table.summary th{background:#eef}p.note{color:#444;margin:2px 0}"
+       "table.warnings td:nth-child(-n+2){white-space:nowrap}</style>")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,6 +133,15 @@ def _figure(title: str, name: str, x_label: str, y_label: str, x_axis_type: str 
     return fig
 
 
+def _legend_beside(fig) -> None:
+    """The legend to the right of the plot, inside the figure's width (never below it)."""
+    legend = fig.legend[0]
+    legend.click_policy = "hide"
+    legend.label_text_font_size = "8pt"
+    legend.spacing, legend.padding, legend.margin = 0, 4, 4
+    fig.add_layout(legend, "right")
+
+
 def _source(x, y, labels, **extra):
     from bokeh.models import ColumnDataSource
 
@@ -157,7 +182,7 @@ def _grid_figures(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> list:
         order = np.argsort(x, kind="stable")
         rows, x = rows[order], x[order]
         if curves:
-            fig = _figure(f"{name}: estimated risk along the grid ({loss})", f"kfold-{name}",
+            fig = _figure(f"{name}: estimated risk along the grid", f"kfold-{name}",
                           x_label, f"risk ({loss})", axis)
             for label, y, color in curves:
                 src = _source(x, y[rows], labels[rows])
@@ -167,28 +192,26 @@ def _grid_figures(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> list:
                 est, se = kf["estimate"].values[rows], kf["se"].values[rows]
                 fig.varea(x=x, y1=_finite(est - se), y2=_finite(est + se), color=COLORS["kfold"],
                           alpha=0.12, legend_label="K-fold ± naive se")
-            for label, h, color, marker in marks:
+            for k, (label, h, color, marker) in enumerate(marks):
                 if h is None or h not in rows:
                     continue
                 ys = [c[1][h] for c in curves if np.isfinite(c[1][h])]
                 i = int(np.flatnonzero(rows == h)[0])
                 src = _source([x[i]] * len(ys), ys, [labels[h]] * len(ys))
-                fig.scatter("x", "y", source=src, marker=marker, size=14, fill_alpha=0.0,
-                            line_color=color, line_width=3, legend_label=f"{label}: {labels[h]}")
-            fig.legend.click_policy = "hide"
-            fig.legend.label_text_font_size = "8pt"
-            fig.add_layout(fig.legend[0], "below")
-            fig.height = HEIGHT + 40 + 18 * len(fig.legend[0].items)
+                fig.scatter("x", "y", source=src, marker=marker, size=MARK_SIZES[k % 3],
+                            fill_alpha=0.0, line_color=color, line_width=2.5, legend_label=label)
+            _legend_beside(fig)
             figures.append(fig)
         if mu is not None:
-            fig = _figure(f"{name}: hypothesis stability mu(h) along the grid", f"stability-{name}",
-                          x_label, f"mu(h) ({loss})", axis)
+            fig = _figure(f"{name}: hypothesis stability mu(h)", f"stability-{name}",
+                          x_label, "max_j mean_i |l(h, fold j) - l(h, full)|", axis)
             src = _source(x, mu[rows], labels[rows])
             fig.line("x", "y", source=src, color=COLORS["stability"], line_width=2,
-                     legend_label="mu(h) = max_j mean_i |l_i(h, fold j) - l_i(h, full)|")
+                     legend_label="mu(h)")
             fig.scatter("x", "y", source=src, color=COLORS["stability"], size=4)
+            fig.legend.location = "top_left"
             fig.legend.label_text_font_size = "8pt"
-            fig.add_layout(fig.legend[0], "below")
+            fig.legend.background_fill_alpha = 0.7
             figures.append(fig)
     return figures
 
@@ -223,18 +246,20 @@ def _lambda_figure(result: xr.Dataset):
     return fig
 
 
-def _interval_figure(cube: xr.Dataset, bates: xr.Dataset | None, wald: xr.Dataset | None):
-    """Bates nested-CV and naive (and Wald) intervals per param, side by side."""
+def _interval_figures(cube: xr.Dataset, bates: xr.Dataset | None,
+                      wald: xr.Dataset | None) -> list:
+    """Bates nested-CV and naive (and Wald) intervals per param, side by side: one figure per
+    learner (and per PARAMS_PER_INTERVAL_FIGURE params), each within the page's width."""
     from bokeh.models import ColumnDataSource, FactorRange, Whisker
     from bokeh.transform import dodge
 
-    labels = _labels(cube)
+    labels = np.asarray(_short_labels(cube), dtype=object)
+    learners = np.asarray([str(v) for v in cube["learner"].values])
     base = bates if bates is not None else wald
     center = base["err_cv"].values if bates is not None else base["estimate"].values
     keep = np.flatnonzero(np.isfinite(center))
     if keep.size > MAX_INTERVAL_PARAMS:
-        keep = keep[np.argsort(center[keep], kind="stable")[:MAX_INTERVAL_PARAMS]]
-    factors = [labels[h] for h in keep]
+        keep = np.sort(keep[np.argsort(center[keep], kind="stable")[:MAX_INTERVAL_PARAMS]])
     series = []
     if bates is not None:
         series.append(("naive CV", bates["err_cv"], bates["naive_lower"], bates["naive_upper"],
@@ -245,25 +270,43 @@ def _interval_figure(cube: xr.Dataset, bates: xr.Dataset | None, wald: xr.Datase
         series.append(("Wald (within folds)", wald["estimate"], wald["lower_within"],
                        wald["upper_within"], COLORS["wald"]))
     level = 100 * (1 - float(base.attrs.get("alpha", 0.1)))
-    fig = _figure(f"{level:.0f}% intervals for the prediction error ({base.attrs.get('loss')})",
-                  "intervals", "param", "error", x_range=FactorRange(*factors))
-    fig.width = max(WIDTH, 60 * len(factors) + 200)
-    fig.xaxis.major_label_orientation = 0.9
-    width = 0.8 / max(len(series), 1)
-    for k, (label, est, lo, hi, color) in enumerate(series):
-        offset = (k - (len(series) - 1) / 2) * width
-        src = ColumnDataSource({"x": factors, "label": factors,
-                                "y": [float(v) for v in est.values[keep]],
-                                "lower": [float(v) for v in lo.values[keep]],
-                                "upper": [float(v) for v in hi.values[keep]]})
-        fig.scatter(dodge("x", offset, range=fig.x_range), "y", source=src, color=color, size=8,
-                    legend_label=label)
-        fig.add_layout(Whisker(base=dodge("x", offset, range=fig.x_range), lower="lower",
-                               upper="upper", source=src, line_color=color, line_width=2))
-    _fit_y_range(fig, [v for s in series for v in (*s[2].values[keep], *s[3].values[keep],
-                                                   *s[1].values[keep])])
-    fig.add_layout(fig.legend[0], "right")
-    return fig
+    figures = []
+    for name in dict.fromkeys(learners[keep]):
+        rows = keep[learners[keep] == name]
+        for start in range(0, rows.size, PARAMS_PER_INTERVAL_FIGURE):
+            part = rows[start:start + PARAMS_PER_INTERVAL_FIGURE]
+            factors = [str(labels[h]) for h in part]
+            more = f" ({start + 1}-{start + part.size} of {rows.size})" if rows.size > part.size else ""
+            fig = _figure(f"{name}: {level:.0f}% intervals{more}", "intervals", "",
+                          f"error ({base.attrs.get('loss')})", x_range=FactorRange(*factors))
+            fig.width = min(PAGE_WIDTH, max(WIDTH, 64 * len(factors) + 300))
+            fig.xaxis.major_label_orientation = 0.6 if max(map(len, factors)) > 8 else 0
+            width = 0.8 / max(len(series), 1)
+            for k, (label, est, lo, hi, color) in enumerate(series):
+                offset = (k - (len(series) - 1) / 2) * width
+                src = ColumnDataSource({"x": factors, "label": factors,
+                                        "y": [float(v) for v in est.values[part]],
+                                        "lower": [float(v) for v in lo.values[part]],
+                                        "upper": [float(v) for v in hi.values[part]]})
+                fig.scatter(dodge("x", offset, range=fig.x_range), "y", source=src, color=color,
+                            size=8, legend_label=label)
+                fig.add_layout(Whisker(base=dodge("x", offset, range=fig.x_range), lower="lower",
+                                       upper="upper", source=src, line_color=color, line_width=2))
+            _fit_y_range(fig, [v for s_ in series for arr in s_[1:4] for v in arr.values[part]])
+            _legend_beside(fig)
+            figures.append(fig)
+    return figures
+
+
+def _short_labels(cube: xr.Dataset) -> list[str]:
+    """Each param's hyperparameters only (its learner is the figure's), e.g. ``alpha=0.1``."""
+    out = []
+    for text in np.asarray(cube["param_json"].values):
+        setting = json.loads(str(text))
+        out.append(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                             for k, v in setting["params"].items()
+                             if k not in ("random_state",)) or setting["learner"])
+    return out
 
 
 def _fit_y_range(fig, values) -> None:
@@ -292,9 +335,10 @@ def _ustat_figure(ustat: xr.Dataset | None, nb: xr.Dataset | None):
     b = json.loads(base.attrs.get("b") or "null")
     what = (f"Δ = e({_short(a)}) − e({_short(b)})" if b else f"error of {_short(a)}")
     level = 100 * (1 - float(base.attrs.get("alpha", 0.05)))
-    fig = _figure(f"{what}, learning-set size g = {int(base['size'].values)}: estimate and "
-                  f"{level:.0f}% interval", "ustat", "", f"{base.attrs.get('loss')}",
-                  x_range=FactorRange(*[r[0] for r in rows]))
+    fig = _figure(f"{'Δ' if b else 'error'}: estimate and {level:.0f}% interval", "ustat", "",
+                  f"{base.attrs.get('loss')}", x_range=FactorRange(*[r[0] for r in rows]))
+    caption = (f"<p class='note'>{html.escape(what)} at learning-set size g = "
+               f"{int(base['size'].values)}</p>")
     src = ColumnDataSource({"x": [r[0] for r in rows], "label": [r[0] for r in rows],
                             "y": [r[1] for r in rows],
                             "lower": [r[2] if math.isfinite(r[2]) else None for r in rows],
@@ -306,7 +350,7 @@ def _ustat_figure(ustat: xr.Dataset | None, nb: xr.Dataset | None):
     if b:
         from bokeh.models import Span
         fig.add_layout(Span(location=0, dimension="width", line_color="#000000", line_dash="dotted"))
-    return fig
+    return _div(caption), fig
 
 
 def _short(label: dict | None) -> str:
@@ -327,31 +371,59 @@ def _fit_time_figure(cube: xr.Dataset):
             if done.any() else np.full(done.shape[0], np.nan)
     learners = [str(v) for v in cube["learner"].values]
     palette = {n: LEARNER_COLORS[i % len(LEARNER_COLORS)] for i, n in enumerate(dict.fromkeys(learners))}
-    fig = _figure("mean fit + predict seconds per param (over its done splits)", "fit-time",
-                  "param index", "seconds")
+    fig = _figure("mean fit + predict seconds per param", "fit-time", "param index", "seconds")
     src = ColumnDataSource({"x": list(range(len(learners))),
                             "y": [None if not np.isfinite(v) else float(v) for v in mean],
                             "label": _labels(cube), "color": [palette[n] for n in learners],
                             "learner": learners})
     fig.vbar(x="x", top="y", width=0.8, source=src, color="color", legend_group="learner")
-    fig.legend.location = "top_left"
+    _legend_beside(fig)
     return fig
+
+
+def _path_aware_learners(cube: xr.Dataset) -> list[str]:
+    """Learners whose grid was fitted as regularisation paths (one fit per training set)."""
+    from .learners import Param
+    from .paths import kernel_of
+
+    workflow = json.loads(cube.attrs.get("workflow") or "{}")
+    if not (workflow.get("execution") or {}).get("path_aware", True):
+        return []
+    counts: dict[str, int] = {}
+    for text in np.asarray(cube["param_json"].values):
+        setting = json.loads(str(text))
+        param = Param(setting["learner"], setting["estimator"], fixed=setting["params"],
+                      output=setting.get("output", "predict"))
+        if not setting.get("preprocess") and kernel_of(param) is not None:
+            counts[param.learner] = counts.get(param.learner, 0) + 1
+    return [name for name, n in counts.items() if n > 1]
+
+
+def _fit_time_note(cube: xr.Dataset) -> str:
+    names = _path_aware_learners(cube)
+    if not names:
+        return "<p class='note'>Wall time of each fit and its predictions, averaged over the splits.</p>"
+    return (f"<p class='note'>Wall time of each fit and its predictions, averaged over the splits. "
+            f"<b>{html.escape(', '.join(names))}</b>: the whole grid is fitted as one "
+            "regularisation path per training set, and each param is charged an equal share of "
+            "the path's time; their bars are small because the path is cheap, not because a "
+            "fit was skipped (compare learners by their total in the table below).</p>")
 
 
 # ---------------------------------------------------------------------------------------------
 # text blocks
 
 
-def _div(text: str, width: int = 2 * WIDTH):
+def _div(text: str, width: int = PAGE_WIDTH):
+    """HTML text at the page's width (its tables and preformatted text wrap inside it)."""
     from bokeh.models import Div
 
-    return Div(text=text, width=width)
+    return Div(text=CSS + text, width=width)
 
 
 def _status_html(cube: xr.Dataset) -> str:
     done = np.asarray(cube["done"].values, dtype=bool)
     failed = np.asarray(cube["failed"].values, dtype=bool) & done
-    errors = np.asarray([str(e) for e in np.asarray(cube["error"].values).ravel()]).reshape(done.shape)
     seconds = np.where(done, np.asarray(cube["fit_seconds"].values, dtype=float), np.nan)
     learners = np.asarray([str(v) for v in cube["learner"].values])
     rows = []
@@ -361,21 +433,36 @@ def _status_html(cube: xr.Dataset) -> str:
         rows.append(f"<tr><td>{html.escape(name)}</td><td>{int(sel.sum())}</td>"
                     f"<td>{int(done[sel].sum())}/{done[sel].size}</td><td>{int(failed[sel].sum())}</td>"
                     f"<td>{total:.3g}</td></tr>")
-    table = ("<table border='1' cellpadding='4' style='border-collapse:collapse'>"
-             "<tr><th>learner</th><th>params</th><th>fits done</th><th>failed</th>"
-             "<th>fit seconds</th></tr>" + "".join(rows) + "</table>")
-    messages: dict[str, int] = {}
-    for e in errors[failed]:
-        messages[e] = messages.get(e, 0) + 1
-    if messages:
-        fail = ("<table border='1' cellpadding='4' style='border-collapse:collapse'>"
-                "<tr><th>fits</th><th>message</th></tr>"
-                + "".join(f"<tr><td>{c}</td><td><code>{html.escape(m)}</code></td></tr>"
-                          for m, c in sorted(messages.items(), key=lambda kv: -kv[1]))
-                + "</table>")
-    else:
-        fail = "<p>No fit failed.</p>"
-    return f"<h2>Fits and failures</h2>{table}<h3>Failures grouped by message</h3>{fail}"
+    return ("<h2>Fits per learner</h2><table><tr><th>learner</th><th>params</th>"
+            "<th>fits done</th><th>failed</th><th>fit seconds (total)</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _failures_html(cube: xr.Dataset) -> str:
+    """Failed fits grouped by message up to its numbers (:mod:`cvflow.failures`), or a line
+    saying none failed."""
+    from .failures import group, normalise
+
+    done = np.asarray(cube["done"].values, dtype=bool)
+    failed = np.asarray(cube["failed"].values, dtype=bool) & done
+    if not failed.any():
+        return "<p>No fit failed.</p>"
+    errors = np.asarray([str(e) for e in np.asarray(cube["error"].values).ravel()]).reshape(done.shape)
+    learners = np.asarray([str(v) for v in cube["learner"].values])
+    rows_, cols = np.nonzero(failed)
+    by_group: dict[str, set] = {}
+    for h, s_ in zip(rows_, cols):
+        by_group.setdefault(normalise(errors[h, s_]), set()).add(learners[h])
+    body = "".join(
+        f"<tr><td>{g['count']}</td><td>{html.escape(', '.join(sorted(by_group[normalise(m)])))}"
+        f"</td><td><code>{html.escape(m)}</code>"
+        + (f" <i>(and {g['variants'] - 1} similar message(s) differing only in numbers)</i>"
+           if g["variants"] > 1 else "") + "</td></tr>"
+        for m, g in group(errors[failed]).items())
+    return (f"<h2>Failed fits: {int(failed.sum())} of {failed.size}</h2><p class='note'>A failed "
+            "fit leaves NaN: the params missing a fit an estimator needs get NaN there.</p>"
+            f"<table><tr><th>fits</th><th>learner</th><th>message (one example)</th></tr>{body}"
+            "</table>")
 
 
 def _header_html(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
@@ -422,14 +509,23 @@ def build_layout(cube: xr.Dataset, results: dict[str, xr.Dataset]):
 
     from . import report
 
+    from . import summary
+
     results = _extra_results(cube, results)
-    items = [_div(_header_html(cube, results))]
-    if _warnings_html(results):
-        items.append(_div(_warnings_html(results)))
+    loss = next((r.attrs.get("loss") for r in results.values() if r.attrs.get("loss")), None)
+    # the answer first: what each criterion chose and how sure it is, then what went wrong
+    items = [_div(_header_html(cube, results) + _section("The answer")
+                  + summary.to_html(summary.rows(cube, results), loss=loss)
+                  + "<p class='note'>Estimates are at the chosen param; warnings by code "
+                    "(explained below, and on hover).</p>"
+                  + _failures_html(cube) + _warnings_html(results))]
     grid = _grid_figures(cube, results)
     if grid:
-        items += [_div(_section("Risk along the hyperparameter grid")),
-                  gridplot(grid, ncols=2, toolbar_location="right")]
+        items += [_div(_section("Risk along the hyperparameter grid")
+                       + "<p class='note'>Selections are outlined (shapes of different sizes, "
+                         "so choices of the same param stay visible); hover a point for its "
+                         "param.</p>"),
+                  gridplot(grid, ncols=2, toolbar_location="above")]
     if "stability_nested" in results:
         items += [_div(_section("Choosing λ: nested CV error m_λ")),
                   _lambda_figure(results["stability_nested"])]
@@ -438,11 +534,12 @@ def build_layout(cube: xr.Dataset, results: dict[str, xr.Dataset]):
                  if k in ("bates_ncv", "wald_cv") and "param" in r["estimate"].dims}
     if per_param:
         items += [_div(_section("Intervals for the prediction error")),
-                  _interval_figure(cube, per_param.get("bates_ncv"), per_param.get("wald_cv"))]
+                  *_interval_figures(cube, per_param.get("bates_ncv"), per_param.get("wald_cv"))]
     if "ustat" in results or "nadeau_bengio" in results:
         items += [_div(_section("U-statistic comparison")),
-                  _ustat_figure(results.get("ustat"), results.get("nadeau_bengio"))]
-    items += [_div(_section("Fit time")), _fit_time_figure(cube), _div(_status_html(cube))]
+                  *_ustat_figure(results.get("ustat"), results.get("nadeau_bengio"))]
+    items += [_div(_section("Fit time") + _fit_time_note(cube)), _fit_time_figure(cube),
+              _div(_status_html(cube))]
     text = report.text(cube, {k: v for k, v in results.items()})
     items.append(_div(_section("Text report") + f"<pre>{html.escape(text)}</pre>"))
     return column(*items)

@@ -6,8 +6,9 @@ K-fold's ``selected`` and ``selected_kfold`` are two). Its row holds the chosen 
 the estimate at it (``selected<tag>_estimate``, else the per-param ``estimate``), the interval
 there when the result has per-param ``lower`` / ``upper``, the test risk of its full fit
 (``selected<tag>_test_risk``, else the per-param ``test_risk<tag>``, else any result's per-param
-``test_risk``: the full fits are shared) and the result's guardrail warnings. A result without a selection but with a scalar ``estimate`` (an interval for one
-param, a two-learner test) is a row of its own; one with per-param intervals and no selection
+``test_risk``: the full fits are shared) and the result's guardrail warnings. A result
+without a selection but with a scalar ``estimate`` (an interval for one param, a two-learner
+test) is a row of its own; one with per-param intervals and no selection
 (e.g. ``bates_ncv`` over the grid) is read at the first criterion's choice.
 """
 from __future__ import annotations
@@ -102,7 +103,8 @@ def rows(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> list[dict]:
         if estimate is not None:
             row = _row(name, name, cube, None, estimate, _scalar(result, "test_risk"),
                        _warnings(result))
-            row.update(chosen=_compared(cube, result), lower=_finite(_scalar(result, "lower")),
+            row.update(chosen=_compared(cube, result) or "(the tune-then-fit procedure)",
+                       lower=_finite(_scalar(result, "lower")),
                        upper=_finite(_scalar(result, "upper")),
                        p_value=_finite(_scalar(result, "p_value")))
             out.append(row)
