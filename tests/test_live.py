@@ -16,7 +16,8 @@ from browser import chromium
 from cvflow import live
 from cvflow.engine import run
 from cvflow.estimators import corrected_kfold, kfold
-from cvflow.store import BlockResult, block_chunks, blocks
+from cvflow.fit import BlockResult
+from cvflow.store import block_chunks, block_slices
 from cvtest import REPO
 
 STUDY = """\
@@ -58,7 +59,7 @@ def test_monitor_curves_equal_the_estimators_on_the_fits_landed_so_far(tmp_path,
     monitor = live.Monitor(published, wf, study.params, study.design, study.data,
                            store=str(result.store), url="http://x/cvflow")
     pred, y, train = cube["pred"].values, study.data.y, study.design.train
-    all_blocks = list(blocks(*cube["done"].shape, block_chunks(result.store)))
+    all_blocks = list(block_slices(*cube["done"].shape, block_chunks(result.store)))
     order = np.random.default_rng(0).permutation(len(all_blocks))
     landed = np.zeros(cube["done"].shape, dtype=bool)
     for step, b in enumerate(order):
