@@ -33,7 +33,7 @@ def _free_port() -> int:
 def s3():
     """A moto S3 server on 127.0.0.1 and the AWS environment pointing at it (for children too)."""
     pytest.importorskip("moto.server", reason="moto[server] is in the test extra")
-    pytest.importorskip("s3fs", reason="s3fs is in the test extra")
+    s3fs = pytest.importorskip("s3fs", reason="s3fs is in the test extra")
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -41,6 +41,8 @@ def s3():
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    # fsspec caches filesystems: one an earlier test made without these credentials is dropped
+    s3fs.S3FileSystem.clear_instance_cache()
     try:
         import boto3
 
@@ -60,6 +62,7 @@ def s3():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        s3fs.S3FileSystem.clear_instance_cache()
         proc.terminate()
         proc.wait()
 
@@ -92,6 +95,7 @@ def quick_local(tmp_path_factory):
 def test_quickstart_to_s3_equals_a_local_run(s3, quick_local, tmp_path):
     import warnings
 
+    import dask
     import xarray as xr
 
     import cvflow
@@ -109,13 +113,16 @@ def test_quickstart_to_s3_equals_a_local_run(s3, quick_local, tmp_path):
     assert report.returncode == 0, report.stderr
     local_report = _cli("report", str(quick_local), "--json")
     assert json.loads(report.stdout) == json.loads(local_report.stdout)
-    cube, local = cvflow.open(url), cvflow.open(quick_local)
-    assert cube["pred"].values.tobytes() == local["pred"].values.tobytes()
-    assert cube["done"].values.all()
-    with warnings.catch_warnings():          # plain xarray, consolidated metadata: silent
-        warnings.simplefilter("error")
-        plain = xr.open_zarr(url)
-    assert plain["pred"].values.tobytes() == local["pred"].values.tobytes()
+    # Read here, not on a Client some earlier test left as the default (its workers started
+    # before this module set the AWS environment).
+    with dask.config.set(scheduler="threads"):
+        cube, local = cvflow.open(url), cvflow.open(quick_local)
+        assert cube["pred"].values.tobytes() == local["pred"].values.tobytes()
+        assert cube["done"].values.all()
+        with warnings.catch_warnings():          # plain xarray, consolidated metadata: silent
+            warnings.simplefilter("error")
+            plain = xr.open_zarr(url)
+        assert plain["pred"].values.tobytes() == local["pred"].values.tobytes()
     again = _cli("run", str(QUICKSTART), "--store", url, "--dashboard-port", "0")
     assert again.returncode == 0 and "already complete, 0 fits performed" in again.stdout
 
