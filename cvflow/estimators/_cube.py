@@ -376,3 +376,15 @@ def resolve_param(cube: xr.Dataset, spec, *, where: str = "param") -> int:
                          f"{listing}")
     raise InputError(f"{where}: {spec!r} matches {len(matches)} params of {learner!r}; name one "
                      f"as learner(key=value, ...) or by index: {listing}")
+
+
+def check_alpha(alpha, where: str) -> float:
+    """``alpha`` as a float in (0, 1), the level of a test or the miscoverage of an interval."""
+    try:
+        level = float(alpha)
+    except (TypeError, ValueError):
+        level = float("nan")
+    if not 0 < level < 1:
+        raise InputError(f"{where}.alpha: {alpha!r}; use a number in (0, 1), e.g. 0.05 for a "
+                         "test or 0.1 for a 90% interval")
+    return level

@@ -30,8 +30,8 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails, np_roles
-from ._cube import loss_name, param_label
-from .corrected_t import _alpha, _fmt
+from ._cube import check_alpha, loss_name, param_label
+from .corrected_t import _fmt
 from .paired import out_of_fold
 from .selection import selection
 
@@ -90,7 +90,7 @@ def bbc_cv(cube: xr.Dataset, *, loss: str | None = None, B: int = 1000, seed: in
     """
     where = "bbc_cv"
     name = loss_name(cube, loss)
-    a_level = _alpha(alpha, where)
+    a_level = check_alpha(alpha, where)
     b_count = _positive_int(B, f"{where}.B")
     seed = _seed(seed, f"{where}.seed")
     e, _ = out_of_fold(cube, name, where)

@@ -21,9 +21,8 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..errors import InputError
 from . import guardrails
-from ._cube import loss_name
+from ._cube import check_alpha, loss_name
 from .paired import compare_attrs, compare_params, fold_scores
 from .ustat import nadeau_bengio_stats
 
@@ -77,7 +76,7 @@ def corrected_t(cube: xr.Dataset, *, loss: str | None = None, compare=None,
     """
     where = "corrected_t"
     name = loss_name(cube, loss)
-    a_level = _alpha(alpha, where)
+    a_level = check_alpha(alpha, where)
     a, b = compare_params(cube, compare, where)
     scores, sizes = fold_scores(cube, name, [a] if b is None else [a, b], what=where)
     d = scores[0] if b is None else scores[0] - scores[1]
@@ -96,15 +95,6 @@ def corrected_t(cube: xr.Dataset, *, loss: str | None = None, compare=None,
                  "alpha": a_level, "folds": k, "repeats": r}
     return guardrails.attach(out, warnings, where)
 
-
-def _alpha(alpha, where: str) -> float:
-    try:
-        a = float(alpha)
-    except (TypeError, ValueError):
-        a = float("nan")
-    if not 0 < a < 1:
-        raise InputError(f"{where}.alpha: {alpha!r}; use a number in (0, 1), e.g. 0.05")
-    return a
 
 
 def _fmt(x: float) -> str:

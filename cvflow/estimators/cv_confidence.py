@@ -32,9 +32,8 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails, np_roles
-from ._cube import loss_name, param_coords, param_label
+from ._cube import check_alpha, loss_name, param_coords, param_label
 from .bbc_cv import _positive_int, _seed
-from .corrected_t import _alpha
 from .paired import out_of_fold
 
 # DESIGN CHOICE: multiplier draws are made and used in blocks of this many bootstrap rows.
@@ -112,7 +111,7 @@ def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0
     """
     where = "cv_confidence"
     name = loss_name(cube, loss)
-    a_level = _alpha(alpha, where)
+    a_level = check_alpha(alpha, where)
     b_count = _positive_int(B, f"{where}.B")
     seed = _seed(seed, f"{where}.seed")
     repeats = int(cube.sizes.get("repeat", 0))

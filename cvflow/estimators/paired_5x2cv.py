@@ -21,8 +21,8 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import loss_name
-from .corrected_t import _alpha, _fmt
+from ._cube import check_alpha, loss_name
+from .corrected_t import _fmt
 from .paired import compare_attrs, compare_params, fold_scores
 
 SCALARS = ("estimate", "first_difference", "se", "t", "p_value", "lower", "upper", "f",
@@ -78,7 +78,7 @@ def paired_5x2cv(cube: xr.Dataset, *, loss: str | None = None, compare=None,
     """
     where = "paired_5x2cv"
     name = loss_name(cube, loss)
-    a_level = _alpha(alpha, where)
+    a_level = check_alpha(alpha, where)
     check_design(int(cube.sizes.get("outer", 0)), int(cube.sizes.get("repeat", 0)))
     a, b = compare_params(cube, compare, where)
     if b is None:

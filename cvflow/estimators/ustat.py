@@ -42,7 +42,7 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import param_label, pointwise, pointwise_loss, resolve_param
+from ._cube import check_alpha, param_label, pointwise, pointwise_loss, resolve_param
 
 log = logging.getLogger(__name__)
 
@@ -344,8 +344,7 @@ def _setup(cube, loss, compare, a, b, alpha, where):
     complete?, analysis mask, n, g)."""
     name = pointwise(cube, loss, where).label
     ia, ib = _compare(cube, compare, a, b, where)
-    if not 0 < float(alpha) < 1:
-        raise InputError(f"{where}.alpha: {alpha!r}; use a number in (0, 1)")
+    check_alpha(alpha, where)
     table, complete = _subset_table(cube, where)
     analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
     n = int(analysis.sum())
