@@ -21,7 +21,7 @@ from .blocks import choose_chunks, estimate_seconds_per_fit
 from .designs import Design
 from .errors import StoreError
 from .fit import BlockResult, fit_block, fit_isolated
-from .learners import Param
+from .learners import Param, pred_shape
 from .location import exists, remove, resolve
 from .spec import Study, Workflow, load_workflow
 
@@ -376,7 +376,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         try:
             fitted = future.result()
         except KilledWorker as exc:   # the child's death took the worker with it
-            fitted = (np.full(len(study.data.y), np.nan), 0.0,
+            fitted = (np.full(pred_shape(study.data.fit_X, study.data.positive), np.nan), 0.0,
                       f"worker died while fitting this alone ({exc.allowed_failures + 1} workers)")
         block = split_blocks[key]
         if not block.record(h, s, fitted):

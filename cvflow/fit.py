@@ -85,10 +85,15 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
 # fits that kill their process
 
 
-def death_message(code: int) -> str:
-    """What a fit's process exit ``code`` (negative: the signal) says, and its likely cause."""
+def death_message(code: int, memory: tuple[int, int] | None = None) -> str:
+    """What a fit's process exit ``code`` (negative: the signal) says, and its likely cause;
+    ``memory`` = (resident bytes, limit) when the watchdog stopped the fit over the limit."""
     import signal
 
+    if memory is not None:
+        used, limit = memory
+        return (f"worker died: the fit used {_gib(used)} GiB, over the worker's memory limit of "
+                f"{_gib(limit)} GiB; it was stopped alone in a child process")
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -104,12 +109,69 @@ def death_message(code: int) -> str:
             "exit() or os._exit() in the learner's code, or a library that exits on error")
 
 
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f}"
+
+
+def worker_memory_limit() -> int | None:
+    """The memory limit in bytes of the Dask worker running this task; None outside a worker
+    or when the worker has none."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().memory_manager.memory_limit or None
+    except (ImportError, ValueError, AttributeError):
+        return None
+
+
+class _MemoryWatch:
+    """Polls a child's resident memory and kills it once over ``limit`` bytes: a forked fit's
+    memory is not the worker's, so the nanny's own limit does not see it."""
+
+    INTERVAL = 0.05
+
+    def __init__(self, pid: int, limit: int | None):
+        import threading
+
+        self.pid, self.limit, self.over = pid, limit, None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True, name="cvflow-memwatch")
+        if limit:
+            self._thread.start()
+
+    def _watch(self) -> None:
+        import os
+        import signal
+
+        import psutil
+
+        try:
+            proc = psutil.Process(self.pid)
+            while not self._stop.wait(self.INTERVAL):
+                rss = proc.memory_info().rss
+                if rss > self.limit:
+                    self.over = (rss, self.limit)
+                    os.kill(self.pid, signal.SIGKILL)
+                    return
+        except (psutil.Error, ProcessLookupError):
+            return                                   # the child has ended
+
+    def stop(self) -> tuple[int, int] | None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return self.over
+
+
 def fit_isolated(param: Param, X, y, train: np.ndarray, positive=None,
-                 sample_weight=None) -> tuple[np.ndarray, float, str]:
+                 sample_weight=None, memory_limit: int | None = None) -> tuple[np.ndarray, float, str]:
     """:func:`cvflow.learners.fit_one` in a forked child process: a fit that kills its process
     (out of memory, a segfault, ``os._exit``) is reported as a failed fit, the caller lives.
 
     Task body of a block that killed its workers (:mod:`cvflow.engine` splits it into fits).
+    The child is stopped once its resident memory passes ``memory_limit`` bytes (default: the
+    running Dask worker's limit), so a fit too big for the worker is recorded failed instead
+    of taking the machine's memory.
     """
     import os
     import pickle
@@ -120,6 +182,7 @@ def fit_isolated(param: Param, X, y, train: np.ndarray, positive=None,
     # the learner's modules are imported here, once per worker, not in every child
     with contextlib.suppress(Exception):
         param.build(train)
+    limit = memory_limit if memory_limit is not None else worker_memory_limit()
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:                                   # the child
@@ -131,10 +194,12 @@ def fit_isolated(param: Param, X, y, train: np.ndarray, positive=None,
         finally:
             os._exit(0)
     os.close(write_end)
+    watch = _MemoryWatch(pid, limit)
     with os.fdopen(read_end, "rb") as pipe:
         data = pipe.read()
     _, status = os.waitpid(pid, 0)
+    over = watch.stop()
     code = os.waitstatus_to_exitcode(status)
-    if code == 0 and data:
+    if code == 0 and data and over is None:
         return pickle.loads(data)
-    return np.full(X.shape[0], np.nan), 0.0, death_message(code)
+    return np.full(pred_shape(X, positive), np.nan), 0.0, death_message(code, over)

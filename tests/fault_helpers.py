@@ -168,3 +168,19 @@ class DyingRidge(Ridge):
         if self.die_at is not None and self.alpha == self.die_at:
             os._exit(3)
         return super().fit(X, y, sample_weight=sample_weight)
+
+
+class HungryRidge(Ridge):
+    """Ridge whose fit holds ``hunger_mb`` MB of touched memory for ``hold`` seconds when
+    ``alpha == hungry_at``: a learner too big for its worker's memory limit for one grid value."""
+
+    def __init__(self, alpha=1.0, hungry_at=None, hunger_mb=1000, hold=2.0):
+        super().__init__(alpha=alpha)
+        self.hungry_at, self.hunger_mb, self.hold = hungry_at, hunger_mb, hold
+
+    def fit(self, X, y, sample_weight=None):
+        if self.hungry_at is not None and self.alpha == self.hungry_at:
+            ballast = np.ones(self.hunger_mb * 2**20 // 8)     # written, so resident
+            time.sleep(self.hold)
+            del ballast
+        return super().fit(X, y, sample_weight=sample_weight)

@@ -12,15 +12,15 @@ import pytest
 import fault_helpers as fh
 
 
-def _workflow(path, die_at):
+def _workflow(path, die_at, learner="DyingRidge", option="die_at"):
     path.write_text(textwrap.dedent(f"""\
         name: dying
         data: {{source: sklearn, name: diabetes}}
         task: regression
         learners:
           - name: ridge
-            estimator: fault_helpers.DyingRidge
-            params: {{die_at: {die_at}}}
+            estimator: fault_helpers.{learner}
+            params: {{{option}: {die_at}}}
             grid: {{alpha: [0.1, 1.0, 10.0, 100.0]}}
         design: {{folds: 3, seed: 0}}
         estimators: [kfold]
@@ -44,6 +44,23 @@ def test_fit_that_exits_its_process_is_a_failed_fit(tmp_path):
     assert error.startswith("worker died: the fit ended its process with exit status 3")
 
 
+def test_fit_over_the_memory_limit_is_stopped_in_its_child(tmp_path):
+    from cvflow.fit import fit_isolated
+    from cvflow.learners import Param
+
+    X, y = np.arange(20.0).reshape(10, 2), np.arange(10.0)
+    train = np.arange(10) < 8
+    hungry = Param("r", "fault_helpers.HungryRidge",
+                   hyper={"alpha": 10.0, "hungry_at": 10.0, "hunger_mb": 400, "hold": 1.0})
+    pred, _, error = fit_isolated(hungry, X, y, train, memory_limit=200 * 2**20)
+    assert np.isnan(pred).all()
+    used = float(re.search(r"the fit used ([0-9.]+) GiB, over the worker's memory limit of 0.20 GiB",
+                           error).group(1))
+    assert 0.19 < used <= 0.5                     # stopped on the way up, not after 400 MB
+    pred, _, error = fit_isolated(hungry, X, y, train, memory_limit=2**30)   # room enough
+    assert error == "" and np.isfinite(pred).all()
+
+
 @pytest.mark.slow
 def test_block_that_kills_its_workers_is_split_and_completes(tmp_path):
     clean, dying = tmp_path / "clean.zarr", tmp_path / "dying.zarr"
@@ -63,4 +80,27 @@ def test_block_that_kills_its_workers_is_split_and_completes(tmp_path):
     assert all(e.startswith("worker died: the fit ended its process with exit status 3")
                for e in a["error"][culprit])
     assert np.isnan(a["pred"][culprit]).all()
+    assert a["pred"][~culprit].tobytes() == b["pred"][~culprit].tobytes()
+
+
+@pytest.mark.slow
+def test_fit_over_the_worker_memory_limit_is_recorded_not_retried_forever(tmp_path):
+    """Workers limited to 600 MB; one alpha holds 1.5 GB. Dask's nanny restarts the worker
+    (allowed-failures), the block is split, the child is stopped by cvflow's watch: that
+    alpha's fits are failed with the limit in the message, every other fit is done."""
+    clean, hungry = tmp_path / "clean.zarr", tmp_path / "hungry.zarr"
+    args = ("--workers", "2", "--cluster", "local", "--cluster-option", "memory_limit=600MB")
+    rc, _, err = fh.finish(fh.start_run(_workflow(tmp_path / "c.yaml", "null", "HungryRidge",
+                                                  "hungry_at"), clean, *args))
+    assert rc == 0, err[-2000:]
+    rc, out, err = fh.finish(fh.start_run(_workflow(tmp_path / "h.yaml", 10.0, "HungryRidge",
+                                                    "hungry_at"), hungry, *args), timeout=600)
+    assert rc == 0, err[-2000:]
+    a, b = fh.cube_arrays(hungry), fh.cube_arrays(clean)
+    assert a["done"].all()
+    culprit = np.zeros(a["done"].shape, bool)
+    culprit[2] = True
+    np.testing.assert_array_equal(a["failed"], culprit)
+    assert all("over the worker's memory limit of 0.56 GiB" in e for e in a["error"][culprit]), \
+        a["error"][culprit]
     assert a["pred"][~culprit].tobytes() == b["pred"][~culprit].tobytes()
