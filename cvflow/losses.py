@@ -357,7 +357,9 @@ def _apply_custom(decl: Loss, y, pred, classes, outputs):
     if not isinstance(pred, np.ndarray):            # dask: the loss runs on each whole block
         import dask.array as da
 
-        pred = pred.rechunk({0: 1, -1: -1} if len(classes or ()) <= 2 else {0: 1, -2: -1, -1: -1})
+        # tasks, not dask's p2p default under a Client: see cvflow.estimators._cube._lazy_terms
+        pred = pred.rechunk({0: 1, -1: -1} if len(classes or ()) <= 2 else {0: 1, -2: -1, -1: -1},
+                            method="tasks")
         multi = classes is not None and len(classes) > 2
         return da.map_blocks(
             lambda block, block_info=None: _apply_custom(

@@ -224,7 +224,13 @@ def _lazy_terms(data, terms_of, rows: int) -> dict[str, np.ndarray]:
         return np.concatenate([terms[key].reshape(len(block), size) for key, _, size in layout],
                               axis=1)
 
-    data = data.rechunk({0: min(rows, max(data.chunks[0])), **{a: -1 for a in range(1, data.ndim)}})
+    # DESIGN CHOICE: task rechunking, named: each param block only gathers its own chunks of
+    # the selected splits, and tasks run on every scheduler. Left to dask, the method is "p2p"
+    # whenever a default distributed Client exists in this process (an open cluster, a notebook's
+    # Client()), even when this graph then runs on threads or synchronously, where P2P fails
+    # ("requires Dask's distributed scheduler").
+    data = data.rechunk({0: min(rows, max(data.chunks[0])), **{a: -1 for a in range(1, data.ndim)}},
+                        method="tasks")
     width = sum(size for _, _, size in layout)
     values = data.map_blocks(packed, drop_axis=list(range(2, data.ndim)),
                              chunks=(data.chunks[0], (width,)),
