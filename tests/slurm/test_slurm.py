@@ -88,3 +88,36 @@ def test_scancel_worker_job_mid_run(tmp_path, client, no_jobs_left):
         fh.reap(proc)
     assert rc == 0, err[-3000:]
     fh.assert_same_cube(store, clean)
+
+
+def test_workers_retire_before_walltime_and_are_replaced(tmp_path, client, no_jobs_left):
+    """Jobs with a 1-minute walltime, workers retiring at 30-40 s (lifetime + stagger): the
+    adaptive cluster submits fresh jobs as they go, no job reaches its walltime, and the
+    study outlives every job, ending with the cube of a run that never lost a worker."""
+    import cvflow.engine
+
+    wf = fh.slow_workflow(tmp_path / "slow.yaml", alphas=(0.01, 0.1, 1.0, 10.0, 100.0, 1000.0),
+                          delay=2.5)
+    clean = tmp_path / "clean.zarr"
+    cvflow.engine.run(wf, store=clean, client=client)
+    logs = tmp_path / "logs"
+    store = tmp_path / "s.zarr"
+    proc = fh.start_run(wf, store, "--cluster", str(PROFILE),
+                        "--cluster-option", "jobqueue.walltime=00:01:00",
+                        "--cluster-option", "lifetime=30s",
+                        "--cluster-option", "lifetime_stagger=10s",
+                        "--cluster-option", f"jobqueue.log_directory={logs}",
+                        env=fh.cli_env(DASK_LOGGING__DISTRIBUTED="info"))   # the jobs log why they end
+    t0 = time.perf_counter()
+    try:
+        rc, out, err = fh.finish(proc, timeout=600)
+    finally:
+        fh.reap(proc)
+    assert rc == 0, err[-3000:]
+    fh.assert_same_cube(store, clean)
+    texts = {p.name: p.read_text(errors="replace") for p in logs.glob("*")}
+    print(f"run {time.perf_counter() - t0:.0f} s;", {n: len(t) for n, t in texts.items()})
+    assert len(texts) > 2, f"no job was replaced: {sorted(texts)}"      # 2 at a time, then more
+    assert not [n for n, t in texts.items() if "TIME LIMIT" in t], "a job reached its walltime"
+    retired = [n for n, t in texts.items() if "worker-lifetime-reached" in t]
+    assert retired, "no worker retired by its lifetime"
