@@ -94,11 +94,24 @@ def enet_path_predictions(X: np.ndarray, y: np.ndarray, train: np.ndarray, alpha
     X, Xt, yt, x_mean, y_mean = _training_rows(X, y, train, fit_intercept)
     alphas = np.asarray(alphas, dtype=np.float64)
     order = np.argsort(-alphas, kind="stable")
+    Xc = np.asfortranarray(Xt - x_mean)
+    yc = np.ascontiguousarray(yt - y_mean)
     # DESIGN CHOICE: coordinate descent on the Gram matrix when there are more training rows
-    # than features, as LassoCV / ElasticNetCV do ("auto"): each pass costs p^2, not n p.
-    _, coefs, _ = enet_path(np.asfortranarray(Xt - x_mean), yt - y_mean, l1_ratio=l1_ratio,
-                            alphas=alphas[order], precompute="auto", tol=tol, max_iter=max_iter,
-                            positive=positive, selection=selection, random_state=random_state)
+    # than features, as LassoCV / ElasticNetCV do ("auto"): each pass costs p^2, not n p. The
+    # Gram matrix and X'y are computed here as enet_path's "auto" computes them (C-ordered
+    # np.dot), and the arrays are passed validated (check_input=False): with check_input=True
+    # enet_path re-validates the Gram matrix before every alpha (~0.3 ms each, two thirds of a
+    # 100-alpha path of a 1600 x 200 fold; LassoCV pays it too).
+    gram: np.ndarray | bool = False
+    xy = None
+    if Xc.shape[0] > Xc.shape[1]:
+        gram = np.empty((Xc.shape[1], Xc.shape[1]), order="C")
+        np.dot(Xc.T, Xc, out=gram)
+        xy = np.empty(Xc.shape[1])
+        np.dot(Xc.T, yc, out=xy)
+    _, coefs, _ = enet_path(Xc, yc, l1_ratio=l1_ratio, alphas=alphas[order], precompute=gram,
+                            Xy=xy, tol=tol, max_iter=max_iter, positive=positive,
+                            selection=selection, random_state=random_state, check_input=False)
     out = np.empty((len(alphas), X.shape[0]))
     out[order] = ((X - x_mean) @ coefs).T + y_mean
     return out

@@ -4,7 +4,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from sklearn.datasets import load_diabetes, make_classification
-from sklearn.linear_model import ElasticNet, Lasso, LogisticRegression, Ridge, RidgeClassifier
+from sklearn.linear_model import (
+    ElasticNet,
+    ElasticNetCV,
+    Lasso,
+    LassoCV,
+    LogisticRegression,
+    Ridge,
+    RidgeClassifier,
+    lasso_path,
+)
+from sklearn.model_selection import KFold
 
 from cvflow import paths
 from cvflow.fit import fit_block
@@ -104,6 +114,48 @@ def test_lasso_default_tolerance_is_close(diabetes):
     got = paths.fit_path(params, X, y, train[0])
     want = reference(Lasso, [{"alpha": a} for a in alphas], X, y, train[0])
     assert rel_err(got, want) < 1e-3
+
+
+@pytest.mark.parametrize("cls,cv_cls,fixed", [
+    (Lasso, LassoCV, {}),
+    (ElasticNet, ElasticNetCV, {"l1_ratio": 0.5}),
+])
+def test_enet_path_gives_sklearn_cv_mse_path(cls, cv_cls, fixed):
+    """Default settings (tol 1e-4, n > p so the Gram matrix): the per-fold test MSE of every
+    alpha equals LassoCV's / ElasticNetCV's mse_path_ on the same folds and alphas, which fit
+    the same warm-started coordinate-descent path on the Gram matrix."""
+    from sklearn.datasets import make_regression
+
+    X, y = make_regression(n_samples=300, n_features=30, n_informative=8, noise=5.0,
+                           random_state=0)
+    folds = list(KFold(5, shuffle=True, random_state=0).split(X))
+    ref = cv_cls(alphas=40, cv=folds, **fixed).fit(X, y)
+    alphas = ref.alphas_                        # decreasing; given here in another order
+    shuffled = np.random.default_rng(0).permutation(len(alphas))
+    params = params_of(f"sklearn.linear_model.{cls.__name__}", "alpha", alphas[shuffled], fixed)
+    mse = np.empty((len(alphas), len(folds)))
+    for j, (train_idx, test_idx) in enumerate(folds):
+        train = np.zeros(len(y), bool)
+        train[train_idx] = True
+        pred = np.empty((len(alphas), len(y)))
+        pred[shuffled] = paths.fit_path(params, X, y, train)
+        mse[:, j] = ((pred[:, test_idx] - y[test_idx]) ** 2).mean(axis=1)
+    assert rel_err(mse, ref.mse_path_) < 1e-7
+    assert alphas[mse.mean(axis=1).argmin()] == ref.alpha_
+
+
+@pytest.mark.parametrize("n_train", [100, 20])         # Gram route (n > p) and plain CD (n < p)
+def test_lasso_path_predictions_equal_lasso_path(n_train):
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(130, 40))
+    y = X[:, :5] @ np.arange(1.0, 6.0) + rng.normal(size=130)
+    train = np.arange(130) < n_train
+    alphas = np.geomspace(2.0, 0.002, 30)
+    got = paths.enet_path_predictions(X, y, train, alphas)
+    x_mean, y_mean = X[train].mean(axis=0), y[train].mean()
+    _, coefs, _ = lasso_path(X[train] - x_mean, y[train] - y_mean, alphas=alphas)
+    want = ((X - x_mean) @ coefs).T + y_mean
+    assert rel_err(got, want) < 1e-9
 
 
 @pytest.mark.parametrize("output", ["decision_function", "predict_proba"])
