@@ -26,7 +26,6 @@ import common  # noqa: I001 - first: one BLAS thread before numpy loads
 
 import argparse
 import os
-import shutil
 import warnings
 import statistics
 import subprocess
@@ -68,14 +67,16 @@ def report(name: str, ta: list, tb: list, competitor: str, goal: float) -> float
 def quickstart(runs: int, tmp: Path) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-    store = tmp / "quickstart.zarr"
-    cv_cmd = [sys.executable, "-m", "cvflow", "run", str(REPO / "workflows" / "quickstart.yaml"),
-              "--store", str(store), "--overwrite"]
-    plain_cmd = [sys.executable, str(REPO / "benchmarks" / "plain_quickstart.py")]
+    def cv_cmd():
+        return [sys.executable, "-m", "cvflow", "run", str(REPO / "workflows" / "quickstart.yaml"),
+                "--store", str(fresh_store(tmp / "quickstart"))]
+
+    def plain_cmd():
+        return [sys.executable, str(REPO / "benchmarks" / "plain_quickstart.py")]
 
     def call(cmd):
         def go():
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            out = subprocess.run(cmd(), env=env, capture_output=True, text=True, check=True)
             return out.stdout + out.stderr
         return go
 
@@ -114,13 +115,20 @@ def config(name: str, data: Path, task: str, loss: str, learner: dict, estimator
             "estimators": list(estimators)}
 
 
-def cvflow_study(wf, store: Path):
-    """A user's whole study: run (default cluster choice), reopen the store, reduce it with
-    the workflow's estimators (what ``cvflow report`` computes)."""
+def fresh_store(where: Path) -> Path:
+    """A new store path in ``where`` (stores are removed with the scratch directory, so no
+    run is timed deleting the previous one)."""
+    where.mkdir(exist_ok=True)
+    return where / f"{len(list(where.iterdir()))}.zarr"
+
+
+def cvflow_study(wf, where: Path):
+    """A user's whole study: run (default cluster choice) into a new store, reopen it, reduce
+    it with the workflow's estimators (what ``cvflow report`` computes)."""
     import cvflow
     from cvflow import report as cv_report
 
-    shutil.rmtree(store, ignore_errors=True)
+    store = fresh_store(where)
     result = cvflow.run(wf, store=store)
     return result, cv_report.compute(cvflow.open(store))
 
@@ -143,7 +151,7 @@ def lasso(runs: int, tmp: Path) -> None:
     fold = common.fold_labels(wf)
     cv = PredefinedSplit(fold)
     ta, tb, (res, out), ref = interleaved(
-        lambda: cvflow_study(wf, tmp / "lasso.zarr"),
+        lambda: cvflow_study(wf, tmp / "lasso"),
         lambda: LassoCV(alphas=alphas, cv=cv, n_jobs=2).fit(X, y), runs)
     print(f"  cvflow execution: {res.execution}; {res.tasks} tasks, chunks {res.chunks}")
     print(f"  LassoCV alpha_ = {ref.alpha_:.6g}; cvflow kfold selected: {selected(out)}")
@@ -168,7 +176,7 @@ def ridge(runs: int, tmp: Path) -> None:
         "grid": {"alpha": [float(a) for a in alphas]}}, ("kfold",)), tmp)
     cv = PredefinedSplit(common.fold_labels(wf))
     ta, tb, (res, out), ref = interleaved(
-        lambda: cvflow_study(wf, tmp / "ridge.zarr"),
+        lambda: cvflow_study(wf, tmp / "ridge"),
         lambda: RidgeCV(alphas=alphas, cv=cv).fit(X, y), runs)
     print(f"  cvflow execution: {res.execution}")
     print(f"  RidgeCV alpha_ = {ref.alpha_:.6g}; cvflow kfold selected: {selected(out)}")
@@ -187,7 +195,7 @@ def logistic(runs: int, tmp: Path) -> None:
         "grid": {"C": [float(c) for c in Cs]}}, ("kfold",)), tmp)
     cv = PredefinedSplit(common.fold_labels(wf))
     ta, tb, (res, out), ref = interleaved(
-        lambda: cvflow_study(wf, tmp / "logistic.zarr"),
+        lambda: cvflow_study(wf, tmp / "logistic"),
         lambda: LogisticRegressionCV(Cs=Cs, cv=cv, scoring="neg_log_loss", max_iter=1000,
                                      n_jobs=2).fit(X, y), runs)
     print(f"  cvflow execution: {res.execution}")

@@ -104,10 +104,9 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     over its grid) on one training set until the learner's share of ``budget`` is spent; the
     per-fit time of the largest sample is that learner's estimate. A path-aware learner
     (:mod:`cvflow.paths`) is timed on one whole path group instead, fitted as blocks fit it,
-    so each param is charged its share of one path (one SVD for a ridge grid). A cheap
-    closed-form or coordinate-descent path (ridge, lasso, elastic net on at most
-    ``CHEAP_PATH_ELEMENTS`` values of X) is not timed at all: ``PATH_SECONDS_PER_ELEMENT``
-    per training value and param. Returns the param-count weighted mean over learners.
+    so each param is charged its share of one path (one SVD for a ridge grid). A path
+    learner on at most ``CHEAP_PATH_ELEMENTS`` values of X is not timed at all: it is charged
+    ``PATH_COST`` of its kernel. Returns the param-count weighted mean over learners.
     """
     from .fit import fit_block
 
@@ -127,8 +126,9 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     n_train = int(train.sum())
     if path_aware and X.shape[0] * X.shape[1] <= CHEAP_PATH_ELEMENTS:
         for name, group in list(by_learner.items()):
-            if _cheap_paths(group):
-                total += PATH_SECONDS_PER_ELEMENT * n_train * X.shape[1] * len(group)
+            cost = _path_cost(group, n_train * X.shape[1])
+            if cost is not None:
+                total += cost * len(group)
                 count += len(group)
                 del by_learner[name]
     paths = {name: _first_path(group) if path_aware else [] for name, group in by_learner.items()}
@@ -158,21 +158,27 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
 
 
 # DESIGN CHOICE: timing a path costs one of the study's own path fits on the client while the
-# workers wait (for a lasso path, a sixth of a 5-fold study's work). Ridge paths (one SVD) and
-# coordinate-descent paths on small data are charged by size instead: ~1e-8 s per training
-# value per param is what a 20-alpha ridge path costs here, and several times what a
-# 100-alpha lasso path does (it only sizes blocks and picks threads over processes).
-CHEAP_PATH_KERNELS = ("ridge", "ridge_classifier", "lasso", "enet")
+# workers wait (a sixth of a 5-fold study's work, before any task starts). Path learners on
+# small data are charged by size instead: (seconds per fit, seconds per training value per
+# fit) of their kernel. The estimate only sizes blocks and picks threads over processes, so
+# these are round upper figures measured on this 2-core VM: ~1e-8 s per value is what a
+# 20-alpha ridge path costs per alpha, and several times what a 100-alpha lasso path does; a
+# warm-started lbfgs logistic fit pays ~2 ms of scikit-learn's per-fit checks plus ~1e-7 s
+# per value (its iterations vary with C and the data, hence the margin).
+PATH_COST = {"ridge": (0.0, 1e-8), "ridge_classifier": (0.0, 1e-8), "lasso": (0.0, 1e-8),
+             "enet": (0.0, 1e-8), "logistic": (2e-3, 1e-7)}
 CHEAP_PATH_ELEMENTS = 2_000_000
-PATH_SECONDS_PER_ELEMENT = 1e-8
 
 
-def _cheap_paths(group: list) -> bool:
-    """Every param of the learner is fitted in a cheap path kernel (see above)."""
+def _path_cost(group: list, values: int) -> float | None:
+    """Charged seconds per fit when every param of the learner is fitted in a path kernel
+    (:func:`cvflow.paths.plan`) of ``PATH_COST``, for ``values`` training values; else None."""
     from .paths import plan
 
-    groups = plan(group)
-    return all(g.kernel in CHEAP_PATH_KERNELS for g in groups)
+    kernels = {g.kernel for g in plan(group)}
+    if not kernels or not kernels <= PATH_COST.keys():
+        return None
+    return max(PATH_COST[k][0] + PATH_COST[k][1] * values for k in kernels)   # type: ignore[index]
 
 
 def _first_path(group: list) -> list:

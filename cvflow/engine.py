@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -25,12 +25,17 @@ from .learners import Param, pred_shape
 from .location import exists, remove, resolve
 from .spec import Study, Workflow, load_workflow
 
+if TYPE_CHECKING:
+    import xarray as xr
+
 log = logging.getLogger(__name__)
 
 # the client writes finished blocks' status (done, failed, ...) in batches: at least this many
 # seconds apart, and at least STATUS_FLUSH_FACTOR times the last write's own duration apart
 STATUS_FLUSH_SECONDS = 0.25
 STATUS_FLUSH_FACTOR = 20
+# a block task waits at most this long, once fitted, for the client to create a new store
+STORE_READY_TIMEOUT = 600
 
 
 @dataclass
@@ -65,12 +70,15 @@ def _value(value):
 
 def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
               splits_slice: slice, positive, path_aware: bool = True,
-              todo: np.ndarray | None = None, sample_weight=None, scorer=None) -> dict:
+              todo: np.ndarray | None = None, sample_weight=None, scorer=None,
+              ready: str | None = None) -> dict:
     """Task body: fit one block, write its region, return a small summary record.
 
     ``todo`` (params, splits) marks the cells to fit in a block shared with stored fits of an
     extended study (:func:`cvflow.extend.fit_missing`); None fits the whole block. ``scorer``
-    adds two loss sums per fit (``terms``) for the live page.
+    adds two loss sums per fit (``terms``) for the live page. ``ready`` names the
+    ``distributed.Event`` the client sets once it has created the store: the block is fitted
+    meanwhile and written after it.
     """
     t0 = time.perf_counter()
     if todo is None:
@@ -80,6 +88,12 @@ def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_s
     else:
         result = fit_missing(store, params, X, y, train, params_slice, splits_slice, positive,
                              path_aware, todo, sample_weight)
+    if ready is not None:
+        from distributed import Event
+
+        if not Event(ready).wait(timeout=STORE_READY_TIMEOUT):
+            raise StoreError(f"store: {store} was not created within {STORE_READY_TIMEOUT} s "
+                             "of this block's start; its predictions were not written")
     cube_store.write_pred(store, result)
     summary = _summary(result, todo)
     if scorer is not None:
@@ -173,22 +187,25 @@ def seconds_per_fit(workflow: Workflow, study: Study) -> float:
 
 @dataclass(frozen=True)
 class Layout:
-    """The store's params and design (store order: an extended store keeps its indices) and
-    the block chunk shape."""
+    """The store's params and design (store order: an extended store keeps its indices), the
+    block chunk shape, and the template of a new store not created yet (``create=False``)."""
 
     params: list[Param]
     design: Design
     chunks: tuple[int, int]
+    template: xr.Dataset | None = None
 
 
 def prepare_store(workflow: Workflow, study: Study, store: str | os.PathLike, *,
                   overwrite: bool = False, n_workers: int = 2,
-                  seconds: float | None = None) -> Layout:
+                  seconds: float | None = None, create: bool = True) -> Layout:
     """Create the store (or check and extend the existing one); the layout to run on.
 
     ``study`` is left as built: an existing store's order comes back in the layout.
     ``seconds`` per fit sizes the blocks of a new store (timed here when None and the
-    workflow's ``fits_per_task`` is ``auto``).
+    workflow's ``fits_per_task`` is ``auto``). With ``create=False`` a new store is not
+    created: its template comes back in the layout, for ``cvflow.store.create`` (a replaced
+    store is removed here all the same).
     """
     from .extend import reconcile
 
@@ -220,6 +237,8 @@ def prepare_store(workflow: Workflow, study: Study, store: str | os.PathLike, *,
     template = cube_store.cube_template(study.data, study.design, study.params, attrs=study.attrs,
                                         chunks=chunks,
                                         dtype=workflow.execution.get("dtype", "float64"))
+    if not create:
+        return Layout(study.params, study.design, chunks, template)
     cube_store.create(location, template)
     return Layout(study.params, study.design, chunks)
 
@@ -305,9 +324,13 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     per_fit = None
     if auto or (fresh and workflow.execution.get("fits_per_task", "auto") == "auto"):
         per_fit = seconds_per_fit(workflow, study)
+    # DESIGN CHOICE: a new store is created by the client while the first blocks fit (their
+    # tasks wait for it before writing, see run_block): its ~25 arrays' metadata cost about as
+    # much as a small study's fits.
     layout = prepare_store(workflow, study, path, overwrite=overwrite, n_workers=workers or 2,
-                           seconds=per_fit)
+                           seconds=per_fit, create=False)
     params, design, chunks = layout.params, layout.design, layout.chunks
+    fresh = layout.template is not None
     n_total = len(params) * design.n_splits
     # a store created just now has nothing done: no need to read it back
     done = (np.zeros((len(params), design.n_splits), dtype=bool) if fresh
@@ -319,6 +342,8 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                        roles_requested=len(params) * design.roles_requested)
     notify = progress or (lambda event: None)
     if not todo:
+        if layout.template is not None:        # an empty grid or design: the store all the same
+            cube_store.create(path, layout.template)
         notify({"event": "start", "total": n_total, "todo": 0, "dashboard": None})
         result.wall_seconds = time.perf_counter() - t_start
         return result
@@ -330,7 +355,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         result.execution = "the given client"
     path_aware = bool(workflow.execution.get("path_aware", True))
 
-    def submit_all(c, scorer):
+    def submit_all(c, scorer, ready):
         # DESIGN CHOICE: X and y travel as two tasks holding them, not scattered: the scheduler
         # keeps a task's inputs, so when every worker holding them dies (a SLURM job cancelled, an
         # adaptive scale-down) it recomputes them; lost scattered data would cancel every block.
@@ -345,7 +370,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
             cells = None if not done[ps, ss].any() else ~done[ps, ss]
             futures.append(c.submit(
                 run_block, path, params[ps], X, y, design.train[ss], ps, ss,
-                study.data.positive, path_aware, cells, w, scorer, pure=False,
+                study.data.positive, path_aware, cells, w, scorer, ready, pure=False,
                 key=f"cvflow-block-{ps.start}-{ss.start}-{time.time_ns()}"))
             blocks_of[futures[-1].key] = (ps, ss, cells)
         return futures
@@ -390,8 +415,10 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     split_blocks: dict = {}       # block task key -> _SplitBlock being refitted
     cell_of: dict = {}            # fit task key -> (block task key, param, split in the block)
 
+    status = cube_store.StatusWriter(path, fresh=fresh)
+
     def collect(c):
-        from distributed import KilledWorker, as_completed
+        from distributed import Event, KilledWorker, as_completed
 
         if client is not None or serves_dashboard(cluster, dashboard_port):
             result.dashboard = getattr(c, "dashboard_link", None) or None   # "" when none
@@ -406,8 +433,18 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         # the client < 5% of its time, and whatever finished is recorded even if a later task
         # raises.
         pending, flushed, gap = [], t0, STATUS_FLUSH_SECONDS
+        ready = None if layout.template is None else Event(f"cvflow-store-{time.time_ns()}", client=c)
         try:
-            queue = as_completed(submit_all(c, monitor and monitor.scorer))
+            futures = submit_all(c, monitor and monitor.scorer, ready and ready.name)
+            if ready is not None:
+                try:
+                    cube_store.create(path, layout.template)
+                except BaseException:
+                    c.cancel(futures)
+                    raise
+                finally:
+                    ready.set()        # waiting tasks wake (cancelled ones write nothing kept)
+            queue = as_completed(futures)
             for future in queue:
                 # DESIGN CHOICE: a fit that kills its worker (out of memory, a segfault,
                 # os._exit) is retried by Dask (distributed.scheduler.allowed-failures, on other
@@ -430,7 +467,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                 pending.append(summary.pop("status"))
                 if time.perf_counter() - flushed > gap:
                     t_write = time.perf_counter()
-                    cube_store.write_status(path, pending)
+                    status.write(pending)
                     flushed = time.perf_counter()
                     pending, gap = [], max(STATUS_FLUSH_SECONDS,
                                            STATUS_FLUSH_FACTOR * (flushed - t_write))
@@ -443,7 +480,9 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                 notify({"event": "block", "done": result.fits_executed, "todo": n_todo,
                         "elapsed": time.perf_counter() - t0})
         finally:
-            cube_store.write_status(path, pending)
+            if ready is not None:
+                ready.clear()          # the scheduler forgets the event
+            status.write(pending)
             if monitor:
                 monitor.publish()            # the final state, for a scheduler that outlives us
 

@@ -304,24 +304,61 @@ def write_pred(store: str | os.PathLike, result: BlockResult) -> None:
     pred[region] = result.pred.astype(pred.dtype, copy=False)
 
 
+STATUS_VARIABLES = ("failed", "error", "fit_seconds", "done")     # the order they are written
+
+
+class StatusWriter:
+    """The client's copy of a store's status variables (failed, error, fit_seconds, done),
+    written whole at each :meth:`write`: ``done`` last, the other three concurrently.
+
+    The copy is read from the store at the first write, or starts at the fill values for a
+    store created by this run (``fresh``), so a run reads the status at most once. Only one
+    process (the run's client) may write a store's status at a time.
+    """
+
+    def __init__(self, store: str | os.PathLike, *, fresh: bool = False):
+        self.location = resolve(store)
+        self.fresh = fresh
+        self.arrays: dict | None = None
+        self.values: dict[str, np.ndarray] = {}
+
+    def write(self, results) -> None:
+        """Record finished blocks: :class:`cvflow.fit.BlockResult` (``pred`` may be None)
+        whose predictions are already written."""
+        results = list(results)
+        if not results:
+            return
+        if self.arrays is None:
+            group = _group(self.location, "r+")
+            self.arrays = {name: group[name] for name in STATUS_VARIABLES}
+            shape = self.arrays["done"].shape
+            fills = {"failed": False, "error": "", "fit_seconds": np.nan, "done": False}
+            self.values = {name: (np.full(shape, fills[name], dtype=object if name == "error"
+                                          else type(fills[name]))
+                                  if self.fresh else array[...])
+                           for name, array in self.arrays.items()}
+        for name, values in self.values.items():
+            for r in results:
+                values[r.params, r.splits] = True if name == "done" else getattr(r, name)
+        arrays = self.arrays
+
+        def put(name: str) -> None:
+            arrays[name][...] = self.values[name]
+
+        # DESIGN CHOICE: one zarr round trip each; the three that `done` vouches for go together
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(put, STATUS_VARIABLES[:-1]))
+        put("done")
+
+
 def write_status(store: str | os.PathLike, results) -> None:
     """Record finished blocks (the client side): failed, error, fit_seconds, then ``done``.
 
     ``results`` are :class:`cvflow.fit.BlockResult` (``pred`` may be None) whose
-    predictions are already written. One read-modify-write per variable for the whole batch,
-    ``done`` last (done implies the status is written); only one process (the run's client)
-    may call this on a store at a time.
+    predictions are already written; one read and one write per variable for the batch
+    (:class:`StatusWriter` keeps the values between batches of a run).
     """
-    results = list(results)
-    if not results:
-        return
-    group = _group(resolve(store), "r+")
-    for name in ("failed", "error", "fit_seconds", "done"):
-        array = group[name]
-        values = array[...]
-        for r in results:
-            values[r.params, r.splits] = True if name == "done" else getattr(r, name)
-        array[...] = values
+    StatusWriter(store).write(results)
 
 
 def write_block(store: str | os.PathLike, result: BlockResult) -> None:

@@ -164,22 +164,29 @@ def test_paths_are_not_cut_when_they_fit_in_memory():
     assert bp * 100_000 * 8 <= blocks.MAX_BLOCK_BYTES and bp < 100
 
 
-def test_cheap_path_learners_are_charged_by_size_without_a_probe(monkeypatch):
+def test_path_learners_are_charged_by_size_without_a_probe(monkeypatch):
     import cvflow.fit
 
     def no_fit(*args, **kwargs):
-        raise AssertionError("a cheap path learner was fitted to time it")
+        raise AssertionError("a path learner was fitted to time it")
 
     monkeypatch.setattr(cvflow.fit, "fit_block", no_fit)
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(300, 10)), rng.normal(size=300)
     train = np.arange(300) < 240
-    for path in ("sklearn.linear_model.Ridge", "sklearn.linear_model.Lasso"):
-        grid = [Param("p", path, hyper={"alpha": float(a)}) for a in np.logspace(-3, 1, 20)]
-        est = estimate_seconds_per_fit(grid, X, y, train)
-        assert est == pytest.approx(blocks.PATH_SECONDS_PER_ELEMENT * 240 * 10)
-    # a learner that is not a cheap path is timed (here: refused by the stub)
-    logistic = [Param("lr", "sklearn.linear_model.LogisticRegression", hyper={"C": c})
-                for c in (0.1, 1.0)]
+    for path, key, kernel, yy in (("Ridge", "alpha", "ridge", y), ("Lasso", "alpha", "lasso", y),
+                                  ("LogisticRegression", "C", "logistic", (y > 0).astype(int))):
+        grid = [Param("p", f"sklearn.linear_model.{path}", hyper={key: float(a)})
+                for a in np.logspace(-3, 1, 20)]
+        per_fit, per_value = blocks.PATH_COST[kernel]
+        assert estimate_seconds_per_fit(grid, X, yy, train) == pytest.approx(
+            per_fit + per_value * 240 * 10)
+    # a learner fitted one param at a time is timed (here: refused by the stub)
+    trees = [Param("t", "sklearn.tree.DecisionTreeRegressor", hyper={"max_depth": d})
+             for d in (1, 2)]
     with pytest.raises(AssertionError, match="was fitted"):
-        estimate_seconds_per_fit(logistic, X, (y > 0).astype(int), train)
+        estimate_seconds_per_fit(trees, X, y, train)
+    # so is a path learner on more than CHEAP_PATH_ELEMENTS values of X
+    monkeypatch.setattr(blocks, "CHEAP_PATH_ELEMENTS", 100)
+    with pytest.raises(AssertionError, match="was fitted"):
+        estimate_seconds_per_fit(grid, X, (y > 0).astype(int), train)
