@@ -30,7 +30,6 @@ import warnings
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -40,17 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def interleaved(a, b, runs: int) -> tuple[list[float], list[float], object, object]:
     """Times of ``a()`` and ``b()`` called alternately ``runs`` times after one warm-up each."""
-    ra, rb = a(), b()
-    ta, tb = [], []
-    for _ in range(runs):
-        for fn, times in ((a, ta), (b, tb)):
-            t0 = time.perf_counter()
-            out = fn()
-            times.append(time.perf_counter() - t0)
-            if fn is a:
-                ra = out
-            else:
-                rb = out
+    (ta, tb), (ra, rb) = common.interleaved((a, b), runs=runs)
     return ta, tb, ra, rb
 
 

@@ -61,6 +61,20 @@ def median_time(fn, *, runs: int, warmup: int = 1):
     return statistics.median(times), times, result
 
 
+def interleaved(fns, *, runs: int) -> tuple[list[list[float]], list]:
+    """Seconds of each of ``fns`` called in turn (a, b, ..., a, b, ...) ``runs`` times after one
+    warm-up call of each, and each one's last result: on a shared machine a change of load
+    then hits every side alike."""
+    last = [fn() for fn in fns]
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(runs):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            last[i] = fn()
+            times[i].append(time.perf_counter() - t0)
+    return times, last
+
+
 def _one_blas_thread() -> None:
     threadpool_limits(1)
 

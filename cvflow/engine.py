@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -304,14 +305,16 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
     if client is None and not (cluster and ADDRESS.match(str(cluster))):
         load_profile(cluster, options=cluster_options)   # a bad profile fails before any store work
     # One run per store at a time; a lock left by a crashed run is taken over.
-    with run_lock(path):
+    # The pool creates a new store beside the run; leaving it waits for the creation, so the
+    # lock is never released with a store half created.
+    with run_lock(path), ThreadPoolExecutor(1, thread_name_prefix="cvflow-create") as pool:
         return _run_locked(workflow, path, cluster=cluster, workers=workers, overwrite=overwrite,
                            dashboard_port=dashboard_port, client=client, progress=progress,
-                           tls=tls, cluster_options=cluster_options)
+                           tls=tls, cluster_options=cluster_options, pool=pool)
 
 
 def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, dashboard_port,
-                client, progress, tls, cluster_options) -> RunResult:
+                client, progress, tls, cluster_options, pool: ThreadPoolExecutor) -> RunResult:
     from . import live
     from .cluster import AUTO, choose, connect, serves_dashboard
     from .cluster import resolve as resolve_cluster
@@ -324,11 +327,14 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     per_fit = None
     if auto or (fresh and workflow.execution.get("fits_per_task", "auto") == "auto"):
         per_fit = seconds_per_fit(workflow, study)
-    # DESIGN CHOICE: a new store is created by the client while the first blocks fit (their
-    # tasks wait for it before writing, see run_block): its ~25 arrays' metadata cost about as
-    # much as a small study's fits.
+    # DESIGN CHOICE: a new store is created in a thread of the client while the cluster starts
+    # and the first blocks fit (their tasks wait for it before writing, see run_block): xarray
+    # writes its ~25 arrays' metadata one by one, which costs about as much as a small study's
+    # fits.
     layout = prepare_store(workflow, study, path, overwrite=overwrite, n_workers=workers or 2,
                            seconds=per_fit, create=False)
+    creating = (None if layout.template is None
+                else pool.submit(cube_store.create, path, layout.template))
     params, design, chunks = layout.params, layout.design, layout.chunks
     fresh = layout.template is not None
     n_total = len(params) * design.n_splits
@@ -342,8 +348,8 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                        roles_requested=len(params) * design.roles_requested)
     notify = progress or (lambda event: None)
     if not todo:
-        if layout.template is not None:        # an empty grid or design: the store all the same
-            cube_store.create(path, layout.template)
+        if creating is not None:               # an empty grid or design: the store all the same
+            creating.result()
         notify({"event": "start", "total": n_total, "todo": 0, "dashboard": None})
         result.wall_seconds = time.perf_counter() - t_start
         return result
@@ -433,12 +439,12 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         # the client < 5% of its time, and whatever finished is recorded even if a later task
         # raises.
         pending, flushed, gap = [], t0, STATUS_FLUSH_SECONDS
-        ready = None if layout.template is None else Event(f"cvflow-store-{time.time_ns()}", client=c)
+        ready = None if creating is None else Event(f"cvflow-store-{time.time_ns()}", client=c)
         try:
             futures = submit_all(c, monitor and monitor.scorer, ready and ready.name)
-            if ready is not None:
+            if creating is not None and ready is not None:
                 try:
-                    cube_store.create(path, layout.template)
+                    creating.result()
                 except BaseException:
                     c.cancel(futures)
                     raise
