@@ -222,6 +222,20 @@ def test_failing_path_falls_back_and_records_like_generic(diabetes):
     assert "NaN" in res.error[0, 0]
 
 
+def test_logistic_path_with_nan_falls_back_and_records_like_generic(binary):
+    X, y, train = binary
+    X = X.copy()
+    X[3, 1] = np.nan
+    params = params_of("sklearn.linear_model.LogisticRegression", "C", [0.1, 1.0],
+                       output="decision_function")
+    kw = dict(params_slice=slice(0, 2), splits_slice=slice(0, 1), positive=1)
+    res = fit_block(params, X, y, train[None, :], **kw)
+    generic = fit_block(params, X, y, train[None, :], path_aware=False, **kw)
+    assert res.failed.all()
+    assert list(res.error.ravel()) == list(generic.error.ravel())
+    assert "NaN" in res.error[0, 0]
+
+
 def test_invalid_member_fails_alone(diabetes):
     X, y, train = diabetes
     params = params_of("sklearn.linear_model.Ridge", "alpha", [0.1, -1.0, 10.0])
