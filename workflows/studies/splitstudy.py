@@ -122,7 +122,7 @@ def geometric_mean(ratios, ses) -> tuple[float, float]:
     return g, g * math.sqrt(np.sum((s / r) ** 2)) / r.size
 
 
-def pct(value: float, se: float | None = None, digits: int = 1) -> str:
-    """``+1.2% ± 0.3`` (percent, signed)."""
-    text = f"{100 * value:+.{digits}f}%"
+def pct(value: float, se: float | None = None, digits: int = 1, sign: bool = True) -> str:
+    """``+1.2% ± 0.3`` (percent; signed unless ``sign`` is false)."""
+    text = f"{100 * value:{'+' if sign else ''}.{digits}f}%"
     return text if se is None else f"{text} ± {100 * se:.{digits}f}"
