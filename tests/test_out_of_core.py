@@ -43,9 +43,10 @@ def lazy_cube(n_params: int, n: int, *, bp: int, allowed: set[int] | None = None
         if allowed is not None and s0 not in allowed:
             raise AssertionError(f"reducer computed pred of split {s0}, which it does not need")
         generated.append(s0)
-        noise = np.random.default_rng(1000 * s0 + p0).standard_normal((p1 - p0, 1, n))
-        scale = 1.0 + np.arange(p0, p1)[:, None, None] / n_params
-        return y[None, None, :] + scale * noise
+        pred = np.random.default_rng(1000 * s0 + p0).standard_normal((p1 - p0, 1, n))
+        pred *= 1.0 + np.arange(p0, p1)[:, None, None] / n_params      # in place: one chunk
+        pred += y[None, None, :]
+        return pred
 
     pred = da.map_blocks(make, dtype=np.float64, chunks=((bp,) * (n_params // bp), (1,) * 16, (n,)))
     cube["pred"] = (("param", "split", "sample"), pred)
@@ -76,6 +77,30 @@ def test_kfold_reads_only_fold_chunks_with_bounded_memory():
     # a handful of chunks per thread: well under the 160 MB the reducer reads, let alone pred
     assert peak < 20 * chunk_bytes, f"peak {peak / 2**20:.0f} MiB"
     assert 20 * chunk_bytes <= cube["pred"].nbytes / 6
+
+
+def test_store_of_path_tasks_is_reduced_in_param_groups_with_bounded_memory():
+    """Path tasks write every param of a few splits: chunks (P, 1 split). A param block then
+    needs every chunk, so the reducer goes through the params in groups of its in-memory
+    budget (each group reading the chunks again) instead of holding the whole selection."""
+    n_params, n = 200, 10_000                  # pred 256 MB, 5 fold splits 80 MB, a chunk 16 MB
+    fold_splits = set(simple_design(n, 5, pairs=True, seed=0).fold_split.ravel().tolist())
+    cube, design, generated = lazy_cube(n_params, n, bp=n_params, allowed=fold_splits)
+    with dask.config.set({"cvflow.reduce.in-memory-bytes": 8 * 2**20, "scheduler": "threads",
+                          "num_workers": 1}):
+        tracemalloc.start()
+        res = kfold(cube)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    assert sorted(set(generated)) == sorted(fold_splits)
+    assert len(generated) == len(fold_splits) * 10          # 8 MB: 20 params of 0.4 MB a group
+    assert peak < 64 * 2**20, f"peak {peak / 2**20:.0f} MiB of an 80 MiB selection (164 before)"
+    # by hand: the held-out squared errors of each fold's model, pooled over the folds
+    splits = [int(s) for s in design.fold_split[0]]
+    loss = (cube["pred"].isel(split=splits).values - cube["y"].values) ** 2
+    fold = cube["fold"].values[0]
+    hand = sum(loss[:, j, fold == j].sum(axis=1) for j in range(len(splits))) / n
+    np.testing.assert_allclose(res["estimate"].values, hand, rtol=1e-12)
 
 
 def test_small_selection_is_read_once_in_process():

@@ -218,8 +218,8 @@ def _lazy_terms(data, terms_of, rows: int) -> dict[str, np.ndarray]:
     probe = terms_of(np.full((1,) + data.shape[1:], np.nan), 0)
     layout = [(key, value.shape[1:], int(np.prod(value.shape[1:]))) for key, value in probe.items()]
 
-    def packed(block, block_info=None):
-        p0 = block_info[0]["array-location"][0][0]
+    def packed(block, block_info=None, offset=0):
+        p0 = offset + block_info[0]["array-location"][0][0]
         terms = terms_of(block, p0)
         return np.concatenate([terms[key].reshape(len(block), size) for key, _, size in layout],
                               axis=1)
@@ -229,17 +229,40 @@ def _lazy_terms(data, terms_of, rows: int) -> dict[str, np.ndarray]:
     # whenever a default distributed Client exists in this process (an open cluster, a notebook's
     # Client()), even when this graph then runs on threads or synchronously, where P2P fails
     # ("requires Dask's distributed scheduler").
-    data = data.rechunk({0: min(rows, max(data.chunks[0])), **{a: -1 for a in range(1, data.ndim)}},
-                        method="tasks")
     width = sum(size for _, _, size in layout)
-    values = data.map_blocks(packed, drop_axis=list(range(2, data.ndim)),
-                             chunks=(data.chunks[0], (width,)),
-                             dtype=np.float64).compute()
+    parts = []
+    for group in _param_groups(data):
+        sub = data[group].rechunk({0: min(rows, max(data.chunks[0])),
+                                   **{a: -1 for a in range(1, data.ndim)}}, method="tasks")
+        parts.append(sub.map_blocks(packed, drop_axis=list(range(2, data.ndim)),
+                                    chunks=(sub.chunks[0], (width,)), dtype=np.float64,
+                                    offset=group.start).compute())
+    values = np.concatenate(parts)
     out, start = {}, 0
     for key, shape, size in layout:
         out[key] = values[:, start:start + size].reshape((len(values),) + shape)
         start += size
     return out
+
+
+def _param_groups(data) -> list[slice]:
+    """Params in groups whose selected predictions fit the in-memory budget, aligned to the
+    store's param chunks where a chunk is within 4 budgets.
+
+    DESIGN CHOICE: one dask computation per group. A store written by path tasks is chunked
+    by splits (every param in one chunk), so a block of params needs every chunk: one graph
+    over all params would hold the whole selection in memory at once (2.3 GiB for a 10^6-fit
+    float32 cube). Per group, memory stays near the budget; each chunk is read once per group.
+    """
+    import dask
+
+    budget = dask.config.get("cvflow.reduce.in-memory-bytes", default=IN_MEMORY_BYTES)
+    n_params, chunk = data.shape[0], max(data.chunks[0])
+    per_param = data.dtype.itemsize * int(np.prod(data.shape[1:]))
+    size = max(1, budget // max(per_param, 1))
+    if size >= chunk or chunk * per_param <= 4 * budget:
+        size = max(size - size % chunk, chunk)       # whole chunks: each read once
+    return [slice(p0, min(p0 + size, n_params)) for p0 in range(0, n_params, size)]
 
 
 def fold_membership(cube: xr.Dataset) -> xr.DataArray:
