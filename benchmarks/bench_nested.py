@@ -17,7 +17,6 @@ from __future__ import annotations
 import common  # noqa: I001 - first: one BLAS thread before numpy loads
 
 import argparse
-import json
 import os
 import statistics
 
@@ -29,7 +28,7 @@ CONFIG = {
     "data": {"source": "sklearn", "name": "diabetes", "seed": 0},
     "task": "regression",
     "loss": "squared",
-    "learners": [{"name": "cart", "estimator": "sklearn.tree.DecisionTreeRegressor",
+    "learners": [{"name": "cart", "class": "sklearn.tree.DecisionTreeRegressor",
                   "params": {"random_state": 0},
                   "grid": {"max_depth": {"range": [1, 11, 1]},
                            "min_samples_leaf": {"range": [1, 11, 1]}}}],
@@ -115,7 +114,7 @@ def main(argv=None) -> dict:
         sk_choice = [(e.best_params_["max_depth"], e.best_params_["min_samples_leaf"])
                      for e in sk_res["estimator"]]
         cv_choice = [(c["max_depth"], c["min_samples_leaf"])
-                     for c in json.loads(nested.attrs["chosen_params"])[0]]
+                     for c in nested.attrs["chosen_params"][0]]
         sk_score = -float(np.average(sk_res["test_score"],
                                      weights=np.bincount(fold[fold >= 0])))
 

@@ -124,7 +124,7 @@ def cvflow_study(wf, where: Path):
 
 def selected(results: dict, name: str = "kfold") -> str:
     ds = results[name]
-    return str(ds.attrs.get("selected_param", ds.get("selected_param", "?")))
+    return str(ds.attrs.get("selected_params", "?"))
 
 
 def lasso(runs: int, tmp: Path) -> None:
@@ -135,7 +135,7 @@ def lasso(runs: int, tmp: Path) -> None:
     alphas = _lasso_alphas(X, y)
     est = ("kfold", "corrected_kfold")
     wf = common.workflow(config("lasso", data, "regression", "squared", {
-        "name": "lasso", "estimator": "sklearn.linear_model.Lasso",
+        "name": "lasso", "class": "sklearn.linear_model.Lasso",
         "grid": {"alpha": [float(a) for a in alphas]}}, est), tmp)
     fold = common.fold_labels(wf)
     cv = PredefinedSplit(fold)
@@ -161,7 +161,7 @@ def ridge(runs: int, tmp: Path) -> None:
     X, y, data = regression_data(tmp)
     alphas = np.logspace(-3, 3, 100)
     wf = common.workflow(config("ridge", data, "regression", "squared", {
-        "name": "ridge", "estimator": "sklearn.linear_model.Ridge",
+        "name": "ridge", "class": "sklearn.linear_model.Ridge",
         "grid": {"alpha": [float(a) for a in alphas]}}, ("kfold",)), tmp)
     cv = PredefinedSplit(common.fold_labels(wf))
     ta, tb, (res, out), ref = interleaved(
@@ -179,7 +179,7 @@ def logistic(runs: int, tmp: Path) -> None:
     X, y, data = classification_data(tmp)
     Cs = np.logspace(-3, 2, 20)
     wf = common.workflow(config("logistic", data, "classification", "log_loss", {
-        "name": "logistic", "estimator": "sklearn.linear_model.LogisticRegression",
+        "name": "logistic", "class": "sklearn.linear_model.LogisticRegression",
         "params": {"max_iter": 1000}, "output": "predict_proba",
         "grid": {"C": [float(c) for c in Cs]}}, ("kfold",)), tmp)
     cv = PredefinedSplit(common.fold_labels(wf))

@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 
 from .errors import InputError
 
@@ -123,19 +124,44 @@ def _split_params(text: str) -> list[str]:
     return [i for i in items if i]
 
 
+def _parse_set(items: list[str] | None) -> dict[str, dict]:
+    """``--set ESTIMATOR.OPTION=VALUE`` (repeatable) -> {estimator: {option: value}}; the value
+    is read as YAML (``0.05``, ``[0, 1, 10]``, ``"ridge(alpha=1)"``). A dotted estimator path
+    splits at its last dot."""
+    import yaml
+
+    out: dict[str, dict] = {}
+    for item in items or []:
+        key, eq, value = item.partition("=")
+        name, dot, option = key.strip().rpartition(".")
+        if not eq or not dot or not name or not option:
+            raise InputError(f"--set: {item!r} is not ESTIMATOR.OPTION=VALUE, "
+                             "e.g. stability_nested.lambdas=[0,1,10]")
+        try:
+            out.setdefault(name, {})[option] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise InputError(f"--set: {item!r}: the value does not parse as YAML") from None
+    return out
+
+
 def cmd_report(args) -> int:
     from . import report
     from .store import open_cube
 
     cube = open_cube(args.store)
-    overrides = {}
-    lambdas = _parse_lambdas(getattr(args, "lambdas", None))
+    requested = {name for name, _ in report.requested_estimators(cube)}
+    overrides = _parse_set(args.set)
+    shorthands = {}
+    lambdas = _parse_lambdas(args.lambdas)
     if lambdas is not None:
-        overrides["stability_nested"] = overrides["stability"] = {"lambdas": lambdas}
-    if getattr(args, "compare", None):
+        shorthands.update({n: {"lambdas": lambdas} for n in ("stability", "stability_nested")})
+    if args.compare:
         # the same pair for both subset-design tests; a/b from the workflow give way to it
         pair = {"compare": _split_params(args.compare), "a": None, "b": None}
-        overrides["ustat"] = overrides["nadeau_bengio"] = pair
+        shorthands.update({n: dict(pair) for n in ("ustat", "nadeau_bengio")})
+    for name, options in shorthands.items():
+        if name in requested:
+            overrides[name] = {**options, **overrides.get(name, {})}
     results = report.compute(cube, loss=args.loss, overrides=overrides)
     if args.html:
         from .report_html import write_html
@@ -180,7 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "log_loss, pinball:0.9, roc_auc or mymodule.myloss")
     rep.add_argument("--json", action="store_true", help="one JSON object, a key per estimator")
     rep.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
-    rep.add_argument("--lambdas", help="comma-separated λ grid for stability_nested")
+    rep.add_argument("--set", action="append", metavar="ESTIMATOR.OPTION=VALUE",
+                     help="override an estimator's option, the value read as YAML, e.g. "
+                          "stability_nested.lambdas=[0,1,10] or bates_ncv.alpha=0.05 (repeatable)")
+    rep.add_argument("--lambdas", help="comma-separated λ grid for stability and stability_nested "
+                     "(shorthand for --set stability_nested.lambdas=[...])")
     rep.add_argument("--compare", help="the params ustat / nadeau_bengio compare, comma-separated "
                      "(indices or learner(key=value)); one param gives its error alone")
     rep.set_defaults(func=cmd_report)
@@ -199,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     if "DASK_LOGGING__DISTRIBUTED" not in os.environ:
         dask.config.set({"logging.distributed": "error"})
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # cvflow's deprecations (e.g. a learner's `estimator:` key) reach the user as one line
+    warnings.filterwarnings("default", category=DeprecationWarning, module=r"cvflow\.")
+    warnings.formatwarning = lambda message, category, *_, **__: \
+        f"cvflow: {category.__name__}: {message}\n"
     for noisy in ("distributed", "bokeh", "tornado"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)

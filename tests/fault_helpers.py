@@ -42,7 +42,7 @@ def slow_workflow(path: Path, *, alphas=(0.01, 0.1, 1.0, 10.0), folds: int = 5,
         task: regression
         learners:
           - name: slow_ridge
-            estimator: fault_helpers.SlowRidge
+            class: fault_helpers.SlowRidge
             params: {{delay: {delay}}}
             grid: {{alpha: {list(alphas)}}}
         design: {{folds: {folds}, seed: 0}}

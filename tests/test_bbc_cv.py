@@ -46,7 +46,7 @@ def test_matches_reference(seed, repeats):
     for key, value in ref.items():
         assert float(out[key]) == pytest.approx(value, rel=1e-10), key
     assert float(out["chosen_share"].sum()) == pytest.approx(1.0)
-    assert json.loads(out.attrs["selected_param"])["index"] == ref["selected"]
+    assert out.attrs["selected_params"]["index"] == ref["selected"]
 
 
 def test_failed_param_never_chosen():

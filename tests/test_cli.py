@@ -20,7 +20,7 @@ data:
   source: csv
   path: d.csv
   target: {target}{feats}
-learners: [{{estimator: sklearn.linear_model.Ridge}}]
+learners: [{{class: sklearn.linear_model.Ridge}}]
 design: {{folds: 2}}
 {extra}"""
 
@@ -39,8 +39,8 @@ BAD = [
     ("string-column-to-ridge", _csv_workflow(target="b"),
      "learners[0] (Ridge): a trial fit on 6 samples failed: ValueError: could not convert string"),
     ("pipeline-middle-step", QUICK.replace(
-        "estimator: sklearn.linear_model.Ridge",
-        "estimator: sklearn.pipeline.Pipeline\n    params: {steps: [[a, {class: sklearn.linear_model.Ridge}], "
+        "class: sklearn.linear_model.Ridge",
+        "class: sklearn.pipeline.Pipeline\n    params: {steps: [[a, {class: sklearn.linear_model.Ridge}], "
         "[ridge, {class: sklearn.linear_model.Ridge}]]}").replace("alpha:", "ridge__alpha:"),
      "a trial fit on 100 samples failed: TypeError: All intermediate steps should be transformers"),
     ("stratified-regression", QUICK.replace("folds: 5", "folds: 5, splitter: stratified"),
@@ -53,7 +53,7 @@ BAD = [
         "n_splits: 3, random_state: 0}}"), "ShuffleSplit does not partition the samples"),
     ("nan-target", _csv_workflow(features="[a, b]"), "data.target: 1 NaN or infinite target values"),
     ("estimator-import", QUICK.replace("sklearn.linear_model.Ridge", "sklearn.linear_model.Rigde"),
-     "estimator: 'sklearn.linear_model.Rigde' does not import"),
+     "learners[0].class: 'sklearn.linear_model.Rigde' does not import"),
     ("not-estimator", QUICK.replace("sklearn.linear_model.Ridge", "numpy.linalg.norm"),
      "is not a scikit-learn estimator class"),
     ("empty-grid", QUICK.replace("[0.01, 0.1, 1.0, 10.0]", "[]"), "grid.alpha: empty grid"),

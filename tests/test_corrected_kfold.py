@@ -1,7 +1,6 @@
 """Bias-corrected K-fold (DESIGN.md 6.2): hand computations, brute force, simulation with a known truth."""
 from __future__ import annotations
 
-import json
 
 import dask
 import dask.array as da
@@ -12,7 +11,7 @@ from sklearn.linear_model import Ridge
 
 from cvflow.designs import make_design
 from cvflow.errors import InputError
-from cvflow.estimators import DESCRIBE, REGISTRY, corrected_kfold
+from cvflow.estimators import REGISTRY, corrected_kfold
 from cvflow.estimators.selection import full_fit_risk, heldout_risk, selection
 from cvflow.learners import Param
 from cvflow.testing import cube_from_predictions, fit_cube, simple_design
@@ -71,15 +70,15 @@ def test_hand_computed_squared_loss_n6_k3():
     np.testing.assert_allclose(res["full_risk"].values, [1, 2], rtol=1e-14)
     np.testing.assert_allclose(res["fold_model_risk"].values, [14 / 9, 1], rtol=1e-14)
     np.testing.assert_allclose(res["estimate"].values, [59 / 18, 7 / 2], rtol=1e-14)
-    np.testing.assert_allclose(res["test_risk"].values, [5, 2], rtol=1e-14)
-    assert int(res["selected"]) == 0 and int(res["selected_kfold"]) == 1
-    assert float(res["selected_estimate"]) == pytest.approx(59 / 18, rel=1e-14)
-    assert float(res["selected_kfold_estimate"]) == pytest.approx(5 / 2, rel=1e-14)
-    assert float(res["selected_test_risk"]) == pytest.approx(5, rel=1e-14)
-    assert float(res["selected_kfold_test_risk"]) == pytest.approx(2, rel=1e-14)
+    np.testing.assert_allclose(res["full_test_risk"].values, [5, 2], rtol=1e-14)
+    assert int(res["selected"]) == 0 and int(res["kfold_selected"]) == 1
+    assert float(res["estimate"][int(res["selected"])]) == pytest.approx(59 / 18, rel=1e-14)
+    assert float(res["kfold"][int(res["kfold_selected"])]) == pytest.approx(5 / 2, rel=1e-14)
+    assert float(res["test_risk"]) == pytest.approx(5, rel=1e-14)
+    assert float(res["kfold_test_risk"]) == pytest.approx(2, rel=1e-14)
     assert res.attrs["estimator"] == "corrected_kfold" and res.attrs["loss"] == "squared"
-    assert json.loads(res.attrs["selected_param"]) == {"index": 0, "learner": "hand", "h": 0}
-    assert json.loads(res.attrs["selected_param_kfold"]) == {"index": 1, "learner": "hand", "h": 1}
+    assert res.attrs["selected_params"] == {"index": 0, "learner": "hand", "h": 0}
+    assert res.attrs["kfold_selected_params"] == {"index": 1, "learner": "hand", "h": 1}
 
 
 def test_hand_computed_absolute_loss_chosen_at_reduction_time():
@@ -90,12 +89,13 @@ def test_hand_computed_absolute_loss_chosen_at_reduction_time():
     assert res.attrs["loss"] == "absolute"
     np.testing.assert_allclose(res["kfold"].values, [11 / 6, 3 / 2], rtol=1e-14)
     np.testing.assert_allclose(res["estimate"].values, [29 / 18, 13 / 6], rtol=1e-14)
-    np.testing.assert_allclose(res["test_risk"].values, [2, 1], rtol=1e-14)
+    np.testing.assert_allclose(res["full_test_risk"].values, [2, 1], rtol=1e-14)
 
 
 def test_registered_and_described():
-    assert REGISTRY["corrected_kfold"] is corrected_kfold
-    lines = DESCRIBE["corrected_kfold"](corrected_kfold(hand_cube()))
+    assert REGISTRY["corrected_kfold"].func is corrected_kfold
+    assert REGISTRY["corrected_kfold"].needs == ("full", "fold")
+    lines = REGISTRY["corrected_kfold"].text(corrected_kfold(hand_cube()))
     text = "\n".join(lines)
     assert "K-fold" in lines[1] and "corrected K-fold" in lines[1]
     assert "hand(h=1)" in text and "hand(h=0)" in text
@@ -153,17 +153,17 @@ def test_ties_go_to_first_param_and_failed_params_are_skipped():
     y = np.zeros(6)
     res = corrected_kfold(cube_from_predictions(pred, y, design))
     assert np.isnan(res["estimate"].values[1]) and np.isnan(res["kfold"].values[1])
-    assert int(res["selected"]) == 2 and int(res["selected_kfold"]) == 2
-    assert "selected_test_risk" not in res and "test_risk" not in res
+    assert int(res["selected"]) == 2 and int(res["kfold_selected"]) == 2
+    assert "test_risk" not in res and "full_test_risk" not in res
 
 
 def test_all_failed_selects_nothing():
     design = simple_design(6, 3, fold=FOLD[:, :6])
     pred = np.full((2, design.n_splits, 6), np.nan)
     res = corrected_kfold(cube_from_predictions(pred, np.zeros(6), design))
-    assert int(res["selected"]) == -1 and int(res["selected_kfold"]) == -1
-    assert json.loads(res.attrs["selected_param"]) == {}
-    assert "every param failed" in "\n".join(DESCRIBE["corrected_kfold"](res))
+    assert int(res["selected"]) == -1 and int(res["kfold_selected"]) == -1
+    assert res.attrs["selected_params"] == {}
+    assert "every param failed" in "\n".join(REGISTRY["corrected_kfold"].text(res))
 
 
 def test_missing_full_split_is_a_clear_error():
@@ -185,8 +185,8 @@ def test_heldout_risk_helper():
     assert heldout_risk(cube, 0) == pytest.approx(5.0)
     assert heldout_risk(cube, 1, loss="absolute") == pytest.approx(1.0)
     assert np.isnan(heldout_risk(cube, -1))
-    np.testing.assert_allclose(heldout_risk(cube).values, [5, 2])
-    np.testing.assert_allclose(full_fit_risk(cube).compute().values, [1, 2])
+    np.testing.assert_allclose(heldout_risk(cube), [5, 2])
+    np.testing.assert_allclose(full_fit_risk(cube), [1, 2])
     choice = selection(cube, xr.DataArray([3.0, 3.0], dims="param"))
     assert choice["index"] == 0 and choice["test_risk"] == pytest.approx(5.0)
     no_test = cube_from_predictions(np.zeros((1, 4, 6)), np.zeros(6), simple_design(6, 3, fold=FOLD[:, :6]))

@@ -18,15 +18,22 @@ import cvflow
 from cvflow.cluster import choose
 
 import fault_helpers as fh
-from cvtest import QUICK
 
-# the quick ridge workflow plus a tree (a generic learner), with a full fit (corrected_kfold)
-MIXED = QUICK.replace("name: quick", "name: mixed").replace("design:", """\
+MIXED = """\
+name: mixed
+data: {source: sklearn, name: diabetes}
+task: regression
+learners:
+  - name: ridge
+    class: sklearn.linear_model.Ridge
+    grid: {alpha: [0.01, 0.1, 1.0, 10.0]}
   - name: tree
-    estimator: sklearn.tree.DecisionTreeRegressor
+    class: sklearn.tree.DecisionTreeRegressor
     params: {random_state: 0}
     grid: {max_depth: [2, 4]}
-design:""").replace("estimators: [kfold]", "estimators: [kfold, corrected_kfold]")
+design: {folds: 5, seed: 0}
+estimators: [kfold, corrected_kfold]
+"""
 
 
 def _reference(store) -> np.ndarray:

@@ -25,7 +25,7 @@ data: {{source: synthetic, name: linear, params: {{n: 40, p: 3}}}}
 task: regression
 learners:
   - name: ridge
-    estimator: counting_learner.CountingRidge
+    class: counting_learner.CountingRidge
     params: {{log: {log}}}
     grid: {{alpha: {alphas}}}
 {extra}design: {{folds: 4, seed: 0}}
@@ -119,7 +119,7 @@ def test_new_learner_hyperparameter_and_splits(tmp_path, write_workflow, client)
     run(workflow(write_workflow, log, "[0.1, 1.0]", name="a.yaml"), store=store, client=client)
     old_pred = stored(store)
     log.unlink()
-    lasso = ("  - name: lasso\n    estimator: sklearn.linear_model.Lasso\n"
+    lasso = ("  - name: lasso\n    class: sklearn.linear_model.Lasso\n"
              "    grid: {alpha: [0.1], selection: [cyclic]}\n")
     second = workflow(write_workflow, log, "[0.1, 1.0]", name="b.yaml", extra=lasso,
                       estimators="[kfold, nested_cv]")

@@ -37,7 +37,7 @@ data: {source: sklearn, name: diabetes}
 task: regression
 learners:
   - name: knn
-    estimator: sklearn.neighbors.KNeighborsRegressor
+    class: sklearn.neighbors.KNeighborsRegressor
     grid: {n_neighbors: [5, 500]}
 design: {folds: 5, seed: 0}
 estimators: [kfold]

@@ -130,7 +130,7 @@ data: {source: synthetic, name: linear, params: {n: 24, p: 3}, seed: 0}
 task: regression
 learners:
   - name: ridge
-    estimator: sklearn.linear_model.Ridge
+    class: sklearn.linear_model.Ridge
     grid: {alpha: [0.1, 10.0]}
 design: {folds: 4, repeats: 2, seed: 0}
 estimators: [{corrected_t: {compare: [0, 1]}}, {wald_cv: {compare: [0, 1]}},

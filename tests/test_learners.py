@@ -19,7 +19,7 @@ def _workflow(learner: dict, tmp_path):
 
 
 def test_preprocess_fits_a_pipeline_on_each_training_set(tmp_path):
-    wf = _workflow({"estimator": "sklearn.linear_model.Ridge", "grid": {"alpha": [0.1, 10.0]},
+    wf = _workflow({"class": "sklearn.linear_model.Ridge", "grid": {"alpha": [0.1, 10.0]},
                     "preprocess": ["sklearn.preprocessing.StandardScaler",
                                    {"sklearn.preprocessing.PolynomialFeatures": {"degree": 2}}]},
                    tmp_path)
@@ -31,7 +31,7 @@ def test_preprocess_fits_a_pipeline_on_each_training_set(tmp_path):
         ref = make_pipeline(StandardScaler(), PolynomialFeatures(degree=2), Ridge(alpha=alpha))
         np.testing.assert_allclose(res.pred[h, 0], ref.fit(X[:300], y[:300]).predict(X), rtol=1e-9)
     assert '"preprocess"' in wf.params[0].to_json()
-    plain = _workflow({"estimator": "sklearn.linear_model.Ridge"}, tmp_path)
+    plain = _workflow({"class": "sklearn.linear_model.Ridge"}, tmp_path)
     assert wf.fit_hash() != plain.fit_hash()
 
 
@@ -42,11 +42,11 @@ def test_preprocess_fits_a_pipeline_on_each_training_set(tmp_path):
 ])
 def test_preprocess_errors(tmp_path, steps, fragment):
     with pytest.raises(InputError, match=fragment):
-        _workflow({"estimator": "sklearn.linear_model.Ridge", "preprocess": steps}, tmp_path)
+        _workflow({"class": "sklearn.linear_model.Ridge", "preprocess": steps}, tmp_path)
 
 
 def test_grid_generators(tmp_path):
-    wf = _workflow({"estimator": "sklearn.linear_model.Ridge",
+    wf = _workflow({"class": "sklearn.linear_model.Ridge",
                     "grid": {"alpha": {"logspace": [-1, 1, 3]}, "fit_intercept": [True, False]}},
                    tmp_path)
     got = [(p.hyper["alpha"], p.hyper["fit_intercept"]) for p in wf.params]
@@ -54,5 +54,23 @@ def test_grid_generators(tmp_path):
     np.testing.assert_allclose([g[0] for g in got], [w[0] for w in want])
     assert [g[1] for g in got] == [w[1] for w in want]
     with pytest.raises(InputError, match="range needs three numbers"):
-        _workflow({"estimator": "sklearn.linear_model.Ridge", "grid": {"alpha": {"range": [1, 2]}}},
+        _workflow({"class": "sklearn.linear_model.Ridge", "grid": {"alpha": {"range": [1, 2]}}},
                   tmp_path)
+
+
+def test_class_key_and_the_deprecated_estimator_spelling(tmp_path):
+    """`class:` names a learner's class; `estimator:` still works with one DeprecationWarning,
+    and both spellings give the same fit hash (stores made with either stay valid)."""
+    new = _workflow({"class": "sklearn.linear_model.Ridge", "grid": {"alpha": [1.0]}}, tmp_path)
+    with pytest.warns(DeprecationWarning, match=r"learners\[0\]\.estimator is deprecated; "
+                                                r"write class: sklearn.linear_model.Ridge") as rec:
+        old = _workflow({"estimator": "sklearn.linear_model.Ridge", "grid": {"alpha": [1.0]}},
+                        tmp_path)
+    assert len(rec) == 1 and "\n" not in str(rec[0].message)
+    assert old.fit_hash() == new.fit_hash() and old.params == new.params
+    with pytest.raises(InputError, match=r"learners\[0\]\.estimator: give the learner's class "
+                                         "once, as class:"):
+        _workflow({"class": "sklearn.linear_model.Ridge",
+                   "estimator": "sklearn.linear_model.Ridge"}, tmp_path)
+    with pytest.raises(InputError, match=r"learners\[0\]\.class: missing; give a dotted path"):
+        _workflow({"grid": {"alpha": [1.0]}}, tmp_path)

@@ -27,10 +27,10 @@ task: regression
 loss: absolute
 learners:
   - name: ridge
-    estimator: sklearn.linear_model.Ridge
+    class: sklearn.linear_model.Ridge
     grid: {alpha: [0.01, 1.0, -1.0, 100.0]}
   - name: knn
-    estimator: sklearn.neighbors.KNeighborsRegressor
+    class: sklearn.neighbors.KNeighborsRegressor
     grid: {n_neighbors: [3, 15, 400]}
 design: {folds: 4, repeats: 2, seed: 1}
 estimators: [kfold, corrected_kfold]

@@ -69,7 +69,7 @@ def test_classifier_losses_equal_sklearn_metrics(labels, output, loss):
         folds = [(design.fold[0] == j, pred[s]) for j, s in enumerate(design.fold_split[0])]
         kf = sum(rows.sum() / n * metric(p, rows) for rows, p in folds)
         on_d = sum(rows.sum() / n * metric(p, d) for rows, p in folds)
-        assert float(res["test_risk"][h]) == pytest.approx(metric(full, is_test), rel=1e-12)
+        assert float(res["full_test_risk"][h]) == pytest.approx(metric(full, is_test), rel=1e-12)
         assert float(res["full_risk"][h]) == pytest.approx(metric(full, d), rel=1e-12)
         assert float(res["kfold"][h]) == pytest.approx(kf, rel=1e-12)
         assert float(plain["estimate"][h]) == pytest.approx(kf, rel=1e-12)
@@ -100,7 +100,7 @@ def test_regression_losses_equal_sklearn_metrics():
     model = Ridge(alpha=3.0).fit(X[~is_test], y[~is_test])
     for loss, metric in (("squared", mean_squared_error), ("absolute", mean_absolute_error)):
         res = corrected_kfold(cube, loss=loss)
-        assert float(res["test_risk"][0]) == pytest.approx(
+        assert float(res["full_test_risk"][0]) == pytest.approx(
             metric(y[is_test], model.predict(X[is_test])), rel=1e-10)
         assert float(res["full_risk"][0]) == pytest.approx(
             metric(y[~is_test], model.predict(X[~is_test])), rel=1e-10)

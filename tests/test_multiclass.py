@@ -34,7 +34,7 @@ def four_class_store(tmp_path_factory):
         "loss: log_loss\n"
         "learners:\n"
         "  - name: logreg\n"
-        "    estimator: sklearn.linear_model.LogisticRegression\n"
+        "    class: sklearn.linear_model.LogisticRegression\n"
         "    output: predict_proba\n"
         "    grid: {C: [0.01, 1.0]}\n"
         "design: {folds: 5, seed: 0}\n"
@@ -104,7 +104,7 @@ def test_nested_family_equals_brute_force(loss):
     lambdas = [0.0, 0.3, 2.0]
     ref = ref_all(cube, lambdas, loss=loss)
     out = stability_nested(cube, lambdas=lambdas, loss=loss)
-    np.testing.assert_allclose(out["nested_error"], ref["m"], rtol=1e-10)
+    np.testing.assert_allclose(out["estimate"], ref["m"], rtol=1e-10)
     np.testing.assert_array_equal(out["chosen"], ref["chosen"])
     np.testing.assert_allclose(out["inner_stability"], ref["mu_t"], rtol=1e-10)
     assert int(out["selected"]) == ref["h_star"]
@@ -132,7 +132,7 @@ def test_binary_only_losses_refused_at_validate(tmp_path):
     np.savez(tmp_path / "three.npz", X=X, y=y)
     (tmp_path / "wf.yaml").write_text(
         "data: {source: npz, path: three.npz}\ntask: classification\nloss: hinge\n"
-        "learners: [{estimator: sklearn.svm.LinearSVC}]\n")
+        "learners: [{class: sklearn.svm.LinearSVC}]\n")
     done = run_cli("validate", tmp_path / "wf.yaml")
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0

@@ -99,7 +99,7 @@ def test_refused_unless_5x2():
 
 def test_workflow_refused_before_any_fit(tmp_path):
     config = {"name": "x", "data": {"source": "sklearn", "name": "diabetes"},
-              "learners": [{"name": "ridge", "estimator": "sklearn.linear_model.Ridge",
+              "learners": [{"name": "ridge", "class": "sklearn.linear_model.Ridge",
                             "grid": {"alpha": [0.1, 1.0]}}],
               "design": {"folds": 5}, "estimators": [{"paired_5x2cv": {"compare": [0, 1]}}]}
     with pytest.raises(InputError, match=r"design: paired_5x2cv needs \{folds: 2, repeats: 5\}"):

@@ -20,7 +20,7 @@ task: regression
 loss: {loss}
 learners:
   - name: ridge
-    estimator: sklearn.linear_model.Ridge
+    class: sklearn.linear_model.Ridge
     grid: {{alpha: [0.1, 1.0, 10.0]}}
 design: {{folds: 3, seed: 0, subset: {{size: 6, pairs: 3}}}}
 estimators: [kfold, corrected_kfold, {{stability_nested: {{lambdas: {lambdas}}}}}, bates_ncv,

@@ -22,10 +22,10 @@ data: {source: synthetic, name: linear, params: {n: 64, p: 3}, test_fraction: 0.
 task: regression
 learners:
   - name: ridge
-    estimator: sklearn.linear_model.Ridge
+    class: sklearn.linear_model.Ridge
     grid: {alpha: [0.01, 1.0, 100.0]}
   - name: lasso
-    estimator: sklearn.linear_model.Lasso
+    class: sklearn.linear_model.Lasso
     grid: {alpha: [0.05, 0.5]}
 design: {folds: 3, seed: 0, subset: {size: 8, pairs: 3}}
 estimators: [kfold, corrected_kfold, {stability_nested: {lambdas: [0, 0.5, 2]}}, bates_ncv,

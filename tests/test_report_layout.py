@@ -19,16 +19,16 @@ data: {source: synthetic, name: linear, params: {n: 96, p: 4}, test_fraction: 0.
 task: regression
 learners:
   - name: ridge
-    estimator: sklearn.linear_model.Ridge
+    class: sklearn.linear_model.Ridge
     grid: {alpha: {logspace: [-3, 3, 9]}}
   - name: lasso
-    estimator: sklearn.linear_model.Lasso
+    class: sklearn.linear_model.Lasso
     grid: {alpha: [0.01, 0.1, 1.0]}
   - name: knn
-    estimator: sklearn.neighbors.KNeighborsRegressor
+    class: sklearn.neighbors.KNeighborsRegressor
     grid: {n_neighbors: [3, 10, 80]}
   - name: tree
-    estimator: sklearn.tree.DecisionTreeRegressor
+    class: sklearn.tree.DecisionTreeRegressor
     params: {random_state: 0}
     grid: {max_depth: [2, 4, 8], min_samples_leaf: [1, 5]}
 design: {folds: 4, repeats: 2, seed: 0, subset: {size: 12, pairs: 4}}

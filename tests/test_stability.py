@@ -51,23 +51,23 @@ def test_stability_nested_by_hand(hand):
     np.testing.assert_allclose(out["inner_stability"].isel(repeat=0), [[0, 0, 0], [3, 2, 2]])
     # λ=0: t0 -> param 1 (1 < 3), m=1*4; t1 -> 0 (3 < 3.25), m=2*3; t2 tie 3 = 3 -> 0, m=3*3
     # λ=1: t0 -> 1+3 = 4 > 3 -> param 0, m=3; total 18
-    np.testing.assert_allclose(out["nested_error"], [19 / 6, 19 / 6, 3, 3])
+    np.testing.assert_allclose(out["estimate"], [19 / 6, 19 / 6, 3, 3])
     assert out["chosen"].isel(repeat=0).values.tolist() == [[1, 1, 0, 0], [0, 0, 0, 0],
                                                             [0, 0, 0, 0]]
     assert float(out["lambda_star"]) == 1.0          # tie with λ=10 goes to the smaller
     np.testing.assert_allclose(out["kfold"], [3, 14 / 6])
     np.testing.assert_allclose(out["stability"], [0, 2])  # max_j |fold j - full|: |4 - 2|
-    assert out["selected_lambda"].values.tolist() == [1, 0, 0, 0]
+    assert out["selected_per_lambda"].values.tolist() == [1, 0, 0, 0]
     assert int(out["selected"]) == 0 and int(out["kfold_selected"]) == 1
-    assert float(out["test_risk_selected"]) == 5.0 and float(out["test_risk_kfold"]) == 1.0
-    np.testing.assert_allclose(out["test_risk"], [5, 1])
-    assert '"index": 0' in out.attrs["selected_param"]
+    assert float(out["test_risk"]) == 5.0 and float(out["kfold_test_risk"]) == 1.0
+    np.testing.assert_allclose(out["full_test_risk"], [5, 1])
+    assert out.attrs["selected_params"]["index"] == 0
 
 
 def test_inner_score_is_pooled_not_mean_of_fold_means(hand):
     # mean of fold means at t=1 would be (1 + 4)/2 = 2.5 < 3 and choose param 1 (m_0 = 17/6)
     out = stability_nested(hand, lambdas=[0])
-    assert float(out["nested_error"][0]) == pytest.approx(19 / 6)
+    assert float(out["estimate"][0]) == pytest.approx(19 / 6)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -76,8 +76,8 @@ def test_stability_nested_matches_reference(seed):
     lambdas = [0.0, 0.05, 0.2, 1.0, 5.0]
     ref = ref_all(cube, lambdas)
     out = stability_nested(cube, lambdas=lambdas)
-    np.testing.assert_allclose(out["nested_error"], ref["m"])
-    np.testing.assert_allclose(out["nested_error_repeat"], ref["m_repeat"])
+    np.testing.assert_allclose(out["estimate"], ref["m"])
+    np.testing.assert_allclose(out["estimate_repeat"], ref["m_repeat"])
     np.testing.assert_array_equal(out["chosen"], ref["chosen"])
     np.testing.assert_allclose(out["inner_score"], ref["s_t"])
     np.testing.assert_allclose(out["inner_stability"], ref["mu_t"])
@@ -94,7 +94,7 @@ def test_zero_one_loss_classification():
     ref = ref_all(cube, [0.0, 1.0], loss="zero_one")
     out = stability_nested(cube, lambdas=[1.0, 0.0])  # unsorted input is sorted
     assert out["lambda"].values.tolist() == [0.0, 1.0]
-    np.testing.assert_allclose(out["nested_error"], ref["m"])
+    np.testing.assert_allclose(out["estimate"], ref["m"])
 
 
 @pytest.mark.parametrize("seed", [0, 3])
@@ -102,7 +102,7 @@ def test_lambda_zero_equals_nested_cv_exactly(seed):
     cube, _ = random_cube(seed=seed, n_params=5)
     sn = stability_nested(cube, lambdas=[0, 0.3, 2])
     nc = nested_cv(cube)
-    assert float(sn["nested_error"][0]) == float(nc["estimate"])        # bit for bit
+    assert float(sn["estimate"][0]) == float(nc["estimate"])        # bit for bit
     np.testing.assert_array_equal(sn["chosen"].isel({"lambda": 0}), nc["chosen"])
     np.testing.assert_array_equal(sn["outer_score"].isel({"lambda": 0}), nc["outer_score"])
 
@@ -113,7 +113,7 @@ def test_failed_param_is_skipped():
     out = stability_nested(cube, lambdas=[0, 1])
     assert np.isnan(out["inner_score"][1, 0, 0]) and np.isnan(out["inner_score"][1, 0, 1])
     assert not (out["chosen"].isel(repeat=0, outer=[0, 1]) == 1).any()
-    assert np.isfinite(out["nested_error"]).all()
+    assert np.isfinite(out["estimate"]).all()
 
 
 def test_lazy_store_gives_same_result(tmp_path, hand):
@@ -125,7 +125,7 @@ def test_lazy_store_gives_same_result(tmp_path, hand):
     assert lazy["pred"].chunks is not None
     a = stability_nested(lazy, lambdas=LAMBDAS)
     b = stability_nested(hand, lambdas=LAMBDAS)
-    np.testing.assert_allclose(a["nested_error"], b["nested_error"])
+    np.testing.assert_allclose(a["estimate"], b["estimate"])
 
 
 @pytest.mark.parametrize("bad,match", [

@@ -13,11 +13,11 @@ data: {source: synthetic, name: linear, params: {n: 30, p: 2}}
 task: regression
 learners:
   - name: slow
-    estimator: fault_helpers.SlowRidge
+    class: fault_helpers.SlowRidge
     params: {delay: 0.08}
     grid: {alpha: [0.1, 1.0, -1.0]}
   - name: fast
-    estimator: sklearn.linear_model.Ridge
+    class: sklearn.linear_model.Ridge
     grid: {alpha: [1.0, -2.0]}
 design: {folds: 3, seed: 0}
 execution: {fits_per_task: 1, path_aware: false}

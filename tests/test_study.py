@@ -326,7 +326,7 @@ def test_cli_run_refuses_a_bad_pipeline_before_any_store(tmp_path, capsys):
         data: {source: sklearn, name: diabetes}
         learners:
           - name: pipe
-            estimator: sklearn.pipeline.Pipeline
+            class: sklearn.pipeline.Pipeline
             params:
               steps: [[scale, {class: sklearn.linear_model.Ridge}], [ridge, {class: sklearn.linear_model.Ridge}]]
             grid: {ridge__alpha: [0.1, 1.0]}

@@ -20,7 +20,7 @@ data: {{source: synthetic, name: linear, params: {{n: 80, p: 5}}, test_fraction:
 task: regression
 learners:
   - name: ridge
-    estimator: sklearn.linear_model.Ridge
+    class: sklearn.linear_model.Ridge
     grid: {{alpha: {ALPHAS}}}
 design: {{folds: 4, seed: 3, subset: {{size: 10, pairs: 3}}}}
 estimators: [kfold, corrected_kfold, bates_ncv, {{ustat: {{compare: [0, 3]}}}}]

@@ -45,7 +45,7 @@ def test_timeseries_design_is_sklearns(options):
 WORKFLOW = """\
 data: {{source: npz, path: series.npz}}
 task: regression
-learners: [{{name: ridge, estimator: sklearn.linear_model.Ridge, grid: {{alpha: [1.0]}}}}]
+learners: [{{name: ridge, class: sklearn.linear_model.Ridge, grid: {{alpha: [1.0]}}}}]
 design: {{folds: 4, splitter: timeseries{extra}}}
 estimators: [{estimators}]
 """
@@ -94,7 +94,7 @@ def test_gap_needs_timeseries(tmp_path):
 
     with pytest.raises(InputError, match="design.gap: applies to splitter: timeseries only"):
         parse_workflow({"data": {"source": "sklearn", "name": "diabetes"},
-                        "learners": [{"estimator": "sklearn.linear_model.Ridge"}],
+                        "learners": [{"class": "sklearn.linear_model.Ridge"}],
                         "design": {"gap": 2}}, tmp_path / "wf.yaml")
 
 

@@ -19,7 +19,7 @@ def _workflow(path, die_at, learner="DyingRidge", option="die_at"):
         task: regression
         learners:
           - name: ridge
-            estimator: fault_helpers.{learner}
+            class: fault_helpers.{learner}
             params: {{{option}: {die_at}}}
             grid: {{alpha: [0.1, 1.0, 10.0, 100.0]}}
         design: {{folds: 3, seed: 0}}

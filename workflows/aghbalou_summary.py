@@ -48,14 +48,14 @@ def run_one(path: Path, folds: int, store_dir: Path, client, loss: str | None) -
 
     import numpy as np
 
-    best = int(np.nanargmin(res["test_risk"].values))
+    best = int(np.nanargmin(res["full_test_risk"].values))
     return {
         "dataset": path.stem.removeprefix("aghbalou_"), "K": folds, "loss": res.attrs["loss"],
-        "kfold_C": chosen(int(res["selected_kfold"])),
-        "kfold_test_risk": float(res["selected_kfold_test_risk"]),
+        "kfold_C": chosen(int(res["kfold_selected"])),
+        "kfold_test_risk": float(res["kfold_test_risk"]),
         "corrected_C": chosen(int(res["selected"])),
-        "corrected_test_risk": float(res["selected_test_risk"]),
-        "best_C": chosen(best), "best_test_risk": float(res["test_risk"][best]),
+        "corrected_test_risk": float(res["test_risk"]),
+        "best_C": chosen(best), "best_test_risk": float(res["full_test_risk"][best]),
         "fits": result.total_fits, "failed": result.failed, "seconds": round(seconds, 1),
     }
 

@@ -163,11 +163,17 @@ def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str
     One pass over the splits the roles need (each needed chunk of ``pred`` read once, no
     other): in memory when the selection fits the in-memory budget, otherwise chunk by chunk
     as a dask graph of param blocks (memory bounded by ``ROLE_BLOCK_BYTES`` per thread).
-    "pair" implies "fold" (the inner study's full fit is the fold fit). Returns numpy arrays
-    with ``param`` first; see the table in :mod:`cvflow.estimators.np_roles`.
+    "pair" implies "fold" (the inner study's full fit is the fold fit); "oof" (implies "fold")
+    adds the out-of-fold losses ``oof_loss`` (P, R, n). Returns numpy arrays with ``param``
+    first (see the table in :mod:`cvflow.estimators.np_roles`) and ``missing`` (P,) bool.
+
+    The NaN rule (one for every estimator): a param missing any fit these roles need (failed,
+    or not written yet) gets NaN in every term, so it is NaN in the estimator, never a partial
+    sum; ``missing`` flags it so the estimator can say how many params that hit.
     """
     decl = pointwise(cube, loss, what)
-    roles = set(roles) | ({"fold"} if "pair" in roles else set())
+    roles = set(roles)
+    roles |= {"fold"} if roles & {"pair", "oof"} else set()
     tables = {}
     if "full" in roles:
         tables["full"] = np.asarray(full_split_index(cube, what))
@@ -192,6 +198,8 @@ def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str
         if "fold" in where:
             folds = losses[:, where["fold"]]
             out.update(np_roles.fold_terms(folds, member, analysis, full))
+            if "oof" in roles:
+                out["oof_loss"] = np_roles.out_of_fold(folds, member)
         if "pair" in where:
             out.update(np_roles.pair_terms(losses, where["pair"], where["fold"], member, analysis))
         return out
@@ -209,8 +217,9 @@ def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str
         parts = [terms_of(np.asarray(data[p0:p0 + rows] if every_split
                                      else data[p0:p0 + rows][:, distinct]), p0)
                  for p0 in range(0, n_params, rows)]
-        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-    return _lazy_terms(data, terms_of, rows)
+        return np_roles.nan_rule({key: np.concatenate([p[key] for p in parts])
+                                  for key in parts[0]})
+    return np_roles.nan_rule(_lazy_terms(data, terms_of, rows))
 
 
 def _lazy_terms(data, terms_of, rows: int) -> dict[str, np.ndarray]:
@@ -302,6 +311,17 @@ def param_label(cube: xr.Dataset, index: int) -> dict:
         return {}
     setting = json.loads(str(cube["param_json"].values[int(index)]))
     return {"index": int(index), "learner": setting["learner"], **setting["params"]}
+
+
+def param_text(label: dict) -> str:
+    """``#index learner(key=value, ...)`` of a :func:`param_label` dict; "(none)" when empty."""
+    if not label:
+        return "(none: every param failed)"
+    from ..describe import short
+
+    # nested estimators (a Pipeline's steps) are long: shown as [...] / Class(params)
+    inner = ", ".join(f"{k}={short(v)}" for k, v in label.items() if k not in ("index", "learner"))
+    return f"#{label['index']} {label['learner']}({inner})"
 
 
 def param_coords(cube: xr.Dataset) -> dict:
@@ -406,14 +426,3 @@ def resolve_param(cube: xr.Dataset, spec, *, where: str = "param") -> int:
     raise InputError(f"{where}: {spec!r} matches {len(matches)} params of {learner!r}; name one "
                      f"as learner(key=value, ...) or by index: {listing}")
 
-
-def check_alpha(alpha, where: str) -> float:
-    """``alpha`` as a float in (0, 1), the level of a test or the miscoverage of an interval."""
-    try:
-        level = float(alpha)
-    except (TypeError, ValueError):
-        level = float("nan")
-    if not 0 < level < 1:
-        raise InputError(f"{where}.alpha: {alpha!r}; use a number in (0, 1), e.g. 0.05 for a "
-                         "test or 0.1 for a 90% interval")
-    return level

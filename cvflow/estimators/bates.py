@@ -7,24 +7,26 @@
   variance estimators (DESIGN.md 6.7).
 
 Both compute every param of the grid at once (``param`` dimension) unless ``param=`` picks
-one, in which case the results are scalars. The nested quantities read the pair splits
-through :func:`cvflow.estimators.nested.inner_scores`.
+one, in which case the results are scalars. Both read the cube through the numpy kernels of
+:func:`cvflow.estimators._cube.role_terms` (out-of-fold losses, inner K-fold sums), then name
+the results with xarray.
 """
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from ._cube import (analysis_weights, at_splits, fold_membership, loss_name, param_coords,
-                    param_label, pointwise_loss, require, weighted_sum)
+from ._cube import (analysis_weights, fold_membership, loss_name, param_coords, param_label,
+                    role_terms, weighted_sum)
 from . import guardrails
-from .nested import inner_scores
+from .kfold import fold_sizes
+from .nested import inner_score
 from .paired import compare_attrs, compare_params
-from .ustat import normal_quantile
+from .np_roles import normal_quantile
+from .registry import Option, choice, declare, integer, miscoverage, param_refs
 
 
 # Bates et al.'s bias factor: Algorithm 1 of the paper, and the authors' R code (nestedcv).
@@ -46,31 +48,19 @@ def _pick(cube: xr.Dataset, param, where: str) -> xr.Dataset:
     return cube.isel(param=[index])
 
 
-def _check_alpha(alpha, where: str) -> float:
-    try:
-        a = float(alpha)
-    except (TypeError, ValueError):
-        a = float("nan")
-    if not 0 < a < 1:
-        raise InputError(f"{where}.alpha: {alpha!r}; the miscoverage level must be in (0, 1), "
-                         "e.g. 0.1 for a 90% interval")
-    return a
-
-
-def fold_fit_losses(cube: xr.Dataset, loss: str | None = None, *, what: str) -> xr.DataArray:
-    """ℓ_i(h, fold j) on every sample; dims (param, repeat, outer, sample), lazy."""
-    index = require(cube, "fold_split", what)
-    return pointwise_loss(cube, loss, pred=at_splits(cube["pred"], index), what=what)
+def _oof(terms: dict) -> xr.DataArray:
+    return xr.DataArray(terms["oof_loss"], dims=("param", "repeat", "sample"))
 
 
 def out_of_fold_losses(cube: xr.Dataset, loss: str | None = None, *, what: str = "intervals"
                        ) -> xr.DataArray:
     """e_i = ℓ_i(h, fold j(i)) of each analysis sample in each repeat; dims (param, repeat, sample).
 
-    Held-out test samples get 0 (use :func:`analysis_weights` to exclude them). Computed.
+    Held-out test samples get 0 (use :func:`analysis_weights` to exclude them). In memory,
+    from the numpy kernels (:func:`role_terms` role "oof"), so a param missing a fold fit is
+    NaN on every sample (the NaN rule).
     """
-    member = fold_membership(cube)
-    return weighted_sum(fold_fit_losses(cube, loss, what=what), member, dim="outer").compute()
+    return _oof(role_terms(cube, loss, roles=("oof",), what=what))
 
 
 def _finish(out: xr.Dataset, cube: xr.Dataset, sub: xr.Dataset, param, attrs: dict
@@ -78,7 +68,7 @@ def _finish(out: xr.Dataset, cube: xr.Dataset, sub: xr.Dataset, param, attrs: di
     out = out.assign_coords(param_coords(sub))
     if param is not None:
         out = out.isel(param=0)
-        attrs["param"] = json.dumps(param_label(cube, int(param)))
+        attrs["param"] = param_label(cube, int(param))
     out.attrs = attrs
     return out
 
@@ -119,13 +109,15 @@ def bates_ncv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = 
         ``floor_binds`` / ``cap_binds`` count the params clamped each way.
     """
     name = loss_name(cube, loss)
-    a_level = _check_alpha(alpha, "bates_ncv")
+    a_level = miscoverage(alpha, "bates_ncv.alpha")
     if bias_factor not in BIAS_FACTORS:
         raise InputError(f"bates_ncv.bias_factor: {bias_factor!r}; use 'paper' (1 + (K−2)/K) "
                          "or 'code' (1 + ((K−2)/K)^1.5, the authors' R code)")
     sub = _pick(cube, param, "bates_ncv")
-    e_in = inner_scores(sub, name, what="bates_ncv")["inner_score"].compute()
-    e = out_of_fold_losses(sub, name, what="bates_ncv")
+    terms = role_terms(sub, name, roles=("pair", "oof"), what="bates_ncv")
+    e_in = xr.DataArray(inner_score(terms["inner_sum"], fold_sizes(sub)),
+                        dims=("param", "repeat", "outer"))
+    e = _oof(terms)
     member = fold_membership(sub)
     sizes = member.sum("sample")
     k = sizes.sizes["outer"]
@@ -160,7 +152,8 @@ def bates_ncv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = 
     })
     repeats = int(sizes.sizes["repeat"])
     floor_binds, cap_binds = int(at_floor.sum()), int(at_cap.sum())
-    warnings = (guardrails.fold_count(k * repeats, "bates_ncv")
+    warnings = (guardrails.missing(int(terms["missing"].sum()), "bates_ncv")
+                + guardrails.fold_count(k * repeats, "bates_ncv")
                 + guardrails.sample_count(int(n.min()), "bates_ncv"))
     if floor_binds or cap_binds:
         warnings.append(guardrails.warning(
@@ -195,17 +188,19 @@ def wald_cv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = No
         ``se_all``, ``lower_within``, ``upper_within``, ``lower_all``, ``upper_all``.
     """
     name = loss_name(cube, loss)
-    a_level = _check_alpha(alpha, "wald_cv")
+    a_level = miscoverage(alpha, "wald_cv.alpha")
     attrs = {"estimator": "wald_cv", "loss": name, "alpha": a_level}
     if compare is None:
         sub = _pick(cube, param, "wald_cv")
-        e = out_of_fold_losses(sub, name, what="wald_cv")
+        terms = role_terms(sub, name, roles=("oof",), what="wald_cv")
+        e = _oof(terms)
     else:
         if param is not None:
             raise InputError("wald_cv: give either param or compare, not both")
         a, b = compare_params(cube, compare, "wald_cv")
         sub = cube.isel(param=[a] if b is None else [a, b])
-        e = out_of_fold_losses(sub, name, what="wald_cv")
+        terms = role_terms(sub, name, roles=("oof",), what="wald_cv")
+        e = _oof(terms)
         if b is not None:
             e = e.isel(param=[0]) - e.isel(param=[1]).values
         attrs.update(compare_attrs(cube, a, b))
@@ -232,7 +227,8 @@ def wald_cv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = No
         "lower_all": estimate - z * se_a, "upper_all": estimate + z * se_a,
     })
     attrs["folds"] = k
-    warnings = (guardrails.sample_count(int(n.min()), "wald_cv")
+    warnings = (guardrails.missing(int(terms["missing"].sum()), "wald_cv")
+                + guardrails.sample_count(int(n.min()), "wald_cv")
                 + guardrails.test_set_sizes(sizes.values))
     if compare is None:
         return guardrails.attach(_finish(out, cube, sub, param, attrs), warnings, "wald_cv")
@@ -280,3 +276,61 @@ def describe_wald(result: xr.Dataset) -> list[str]:
         lines.append(f"  paired test: p = {float(result['p_value_within']):.4g} (within-fold), "
                      f"{float(result['p_value_all']):.4g} (all-pairs)")
     return lines
+
+
+def render(result: xr.Dataset, page) -> None:
+    """HTML: the naive and the Bates nested-CV intervals per param (or of the one param)."""
+    title = _interval_title(result)
+    per_param = result["estimate"].dims == ("param",)
+    draw = page.param_intervals if per_param else page.scalar_intervals
+    name = "intervals" if per_param else "bates-param"
+    draw(name, title, "naive CV", result["err_cv"], result["naive_lower"], result["naive_upper"])
+    draw(name, title, "Bates nested CV", result["estimate"], result["lower"], result["upper"])
+
+
+def render_wald(result: xr.Dataset, page) -> None:
+    """HTML: the Wald interval (within-fold variance) per param, or the paired comparison."""
+    if result["estimate"].dims == ("param",):
+        page.param_intervals("intervals", _interval_title(result), "Wald (within folds)",
+                             result["estimate"], result["lower_within"], result["upper_within"])
+        return
+    level = 100 * (1 - float(result.attrs.get("alpha", 0.1)))
+    for kind in ("within", "all"):
+        page.scalar_intervals("wald-paired", f"Wald CV: estimate and {level:.0f}% interval",
+                              f"Wald ({kind})", result["estimate"], result[f"lower_{kind}"],
+                              result[f"upper_{kind}"],
+                              zero_line=result.attrs.get("mode") == "difference")
+
+
+def _interval_title(result: xr.Dataset) -> str:
+    """Short: the page prefixes the learner and the axis names the loss."""
+    return f"{100 * (1 - float(result.attrs.get('alpha', 0.1))):.0f}% intervals"
+
+
+def _options() -> list[Option]:
+    return [Option("param", None, integer(0), "index of one param (default: every param)"),
+            Option("alpha", 0.1, miscoverage, "miscoverage; 0.1 gives 90% intervals")]
+
+
+BIAS_FACTOR = Option("bias_factor", "paper", choice(*BIAS_FACTORS),
+                     "'paper' 1 + (K-2)/K (Algorithm 1) or 'code' (the authors' R code)")
+
+
+WALD_COMPARE = Option("compare", None, param_refs(1, 2),
+                      "[a, b]: Bayle et al.'s paired test of e_a = e_b (or [a])")
+
+
+declare(bates_ncv, needs=("fold", "pair"), options=_options() + [BIAS_FACTOR], text=describe,
+        html=render,
+        results={v: ("param",) for v in ("mse", "err_ncv", "err_cv", "bias", "estimate",
+                                         "se_raw", "se", "lower", "upper", "se_naive",
+                                         "naive_lower", "naive_upper", "width_ratio",
+                                         "at_floor", "at_cap")}
+        | {v: ("param", "repeat", "outer") for v in ("e_in", "e_out", "a", "b")})
+# with compare the results are scalars (no param dim) and the z / p values are added
+declare(wald_cv, needs=("fold",), options=_options() + [WALD_COMPARE], text=describe_wald,
+        html=render_wald,
+        results={**{v: ("param",) for v in ("estimate", "var_within", "var_all", "se_within",
+                                            "se_all", "lower_within", "upper_within",
+                                            "lower_all", "upper_all")},
+                 **{f"{v}?": () for v in ("z_within", "p_value_within", "z_all", "p_value_all")}})

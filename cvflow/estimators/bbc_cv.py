@@ -23,16 +23,14 @@ is ``rng.integers(0, n, size=n)``, positions into the analysis samples in sample
 """
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import xarray as xr
 
-from ..errors import InputError
 from . import guardrails, np_roles
-from ._cube import check_alpha, loss_name, param_label
-from .corrected_t import _fmt
+from ._cube import loss_name
 from .paired import out_of_fold
+from .registry import Option, declare, fmt, integer, probability
 from .selection import selection
 
 
@@ -86,13 +84,13 @@ def bbc_cv(cube: xr.Dataset, *, loss: str | None = None, B: int = 1000, seed: in
         choice) and, with a test set, ``test_risk`` (its full fit's test risk);
         ``oob_loss`` (bootstrap) = L_b averaged over repeats; ``chosen_share`` (param) how
         often each param won in-bag. attrs ``estimator``, ``loss``, ``B``, ``seed``,
-        ``alpha``, ``repeats``, ``selected_param``, ``warnings``.
+        ``alpha``, ``repeats``, ``selected_params``, ``warnings``.
     """
     where = "bbc_cv"
     name = loss_name(cube, loss)
-    a_level = check_alpha(alpha, where)
-    b_count = _positive_int(B, f"{where}.B")
-    seed = _seed(seed, f"{where}.seed")
+    a_level = probability(alpha, f"{where}.alpha")
+    b_count = integer(1)(B, f"{where}.B")
+    seed = integer(0)(seed, f"{where}.seed")
     e, _ = out_of_fold(cube, name, where)
     n_params, repeats, n = e.shape
     rng = np.random.default_rng(seed)
@@ -124,20 +122,8 @@ def bbc_cv(cube: xr.Dataset, *, loss: str | None = None, B: int = 1000, seed: in
             skipped=int(oob.size - finite.size)))
     out.attrs = {"estimator": where, "loss": name, "B": b_count, "seed": seed,
                  "alpha": a_level, "repeats": repeats,
-                 "selected_param": json.dumps(param_label(cube, choice["index"]))}
+                 "selected_params": choice["params"]}
     return guardrails.attach(out, warnings, where)
-
-
-def _positive_int(value, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InputError(f"{where}: {value!r}; give a positive integer, e.g. 1000")
-    return int(value)
-
-
-def _seed(value, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise InputError(f"{where}: {value!r}; give a non-negative integer")
-    return int(value)
 
 
 def describe(result: xr.Dataset) -> list[str]:
@@ -146,7 +132,16 @@ def describe(result: xr.Dataset) -> list[str]:
     level = 100 * (1 - float(at.get("alpha", 0.05)))
     return [f"BBC-CV (B = {at.get('B')}, seed {at.get('seed')}, {at.get('repeats')} repeat(s), "
             f"loss {at.get('loss')})",
-            f"  selected by K-fold: {at.get('selected_param')}",
-            f"  K-fold estimate {_fmt(float(result['kfold_min']))}  BBC-CV estimate "
-            f"{_fmt(float(result['estimate']))} ({level:g}% [{_fmt(float(result['lower']))}, "
-            f"{_fmt(float(result['upper']))}])  bias {_fmt(float(result['bias']))}"]
+            f"  selected by K-fold: {at.get('selected_params')}",
+            f"  K-fold estimate {fmt(float(result['kfold_min']))}  BBC-CV estimate "
+            f"{fmt(float(result['estimate']))} ({level:g}% [{fmt(float(result['lower']))}, "
+            f"{fmt(float(result['upper']))}])  bias {fmt(float(result['bias']))}"]
+
+
+declare(bbc_cv, needs=("fold",), text=describe,
+        options=[Option("B", 1000, integer(1), "bootstrap samples"),
+                 Option("seed", 0, integer(0), "seed of the bootstrap draws"),
+                 Option("alpha", 0.05, probability, "1 - alpha the interval's coverage")],
+        results={**{v: () for v in ("estimate", "lower", "upper", "kfold_min", "bias",
+                                    "selected")},
+                 "test_risk?": (), "oob_loss": ("bootstrap",), "chosen_share": ("param",)})

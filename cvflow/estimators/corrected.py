@@ -14,14 +14,13 @@ big stores.
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import xarray as xr
 
-from . import np_roles
+from . import guardrails, np_roles
 from ._cube import loss_name, param_coords, role_terms
 from .kfold import fold_sizes, kfold_scores
+from .registry import declare
 from .selection import selection
 
 
@@ -72,48 +71,43 @@ def corrected_kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     -------
     xarray.Dataset
         Per param: ``estimate`` (corrected), ``kfold``, ``full_risk``, ``fold_model_risk`` and
-        their per-repeat versions (see :func:`corrected_scores`); ``test_risk`` (param), the
-        full fit's risk on the held-out test set, when the workflow has one.
-        Scalars: ``selected`` / ``selected_estimate`` (argmin of the corrected estimate, ties to
-        the first param in grid order, NaN params skipped, -1 if all failed) and
-        ``selected_kfold`` / ``selected_kfold_estimate`` (argmin of the plain K-fold), plus
-        ``selected_test_risk`` / ``selected_kfold_test_risk`` when there is a test set.
-        attrs: ``estimator``, ``loss``, ``folds``, ``repeats``, ``selected_param`` and
-        ``selected_param_kfold`` (JSON of the chosen settings).
+        their per-repeat versions (see :func:`corrected_scores`); ``full_test_risk`` (param),
+        the full fit's risk on the held-out test set, when the workflow has one.
+        Scalars: ``selected`` (argmin of the corrected estimate, ties to the first param in
+        grid order, NaN params skipped, -1 if all failed) and ``kfold_selected`` (argmin of the
+        plain K-fold), plus ``test_risk`` / ``kfold_test_risk`` (the test risk of each choice's
+        full fit) when there is a test set. attrs: ``estimator``, ``loss``, ``folds``,
+        ``repeats``, ``selected_params`` and ``kfold_selected_params`` (the chosen settings as
+        dicts), ``warnings``.
 
     Examples
     --------
     >>> from sklearn.linear_model import Ridge  # doctest: +SKIP
     >>> res = corrected_kfold(cube, loss="absolute")  # doctest: +SKIP
-    >>> int(res.selected), float(res.selected_test_risk)  # doctest: +SKIP
+    >>> int(res.selected), float(res.test_risk), res.attrs["selected_params"]  # doctest: +SKIP
     """
     name = loss_name(cube, loss)
     terms = role_terms(cube, name, roles=("full", "fold"), what="the corrected K-fold")
     out = corrected_scores(terms, fold_sizes(cube))
-    if "test_risk" in terms:
-        out["test_risk"] = ("param", terms["test_risk"])
-    corrected = selection(cube, out["estimate"], loss=name, test=out.get("test_risk"))
-    plain = selection(cube, out["kfold"], loss=name, test=out.get("test_risk"))
-    for prefix, choice in (("selected", corrected), ("selected_kfold", plain)):
-        out[prefix] = xr.DataArray(choice["index"])
-        out[f"{prefix}_estimate"] = xr.DataArray(choice["estimate"])
+    test = terms.get("test_risk")
+    if test is not None:
+        out["full_test_risk"] = ("param", test)
+    attrs = {"estimator": "corrected_kfold", "loss": name,
+             "folds": int(cube.sizes.get("outer", 0)),
+             "repeats": int(cube.sizes.get("repeat", 0))}
+    for prefix, criterion in (("", out["estimate"]), ("kfold_", out["kfold"])):
+        choice = selection(cube, criterion, loss=name, test=test)
+        out[f"{prefix}selected"] = xr.DataArray(choice["index"])
         if choice["test_risk"] is not None:
-            out[f"{prefix}_test_risk"] = xr.DataArray(choice["test_risk"])
+            out[f"{prefix}test_risk"] = xr.DataArray(choice["test_risk"])
+        attrs[f"{prefix}selected_params"] = choice["params"]
     out = out.assign_coords(param_coords(cube))
-    out.attrs = {
-        "estimator": "corrected_kfold",
-        "loss": name,
-        "folds": int(cube.sizes.get("outer", 0)),
-        "repeats": int(cube.sizes.get("repeat", 0)),
-        "selected_param": json.dumps(corrected["param"]),
-        "selected_param_kfold": json.dumps(plain["param"]),
-    }
-    return out
+    out.attrs = attrs
+    return guardrails.attach(out, guardrails.missing(int(terms["missing"].sum()),
+                                                     "corrected_kfold"), "corrected_kfold")
 
-
-def _setting(text: str, varied=None) -> str:
+def _setting(setting: dict, varied=None) -> str:
     """``learner(name=value, ...)``, showing only the hyperparameters of the grid (``varied``)."""
-    setting = json.loads(text)
     if not setting:
         return "(none: every param failed)"
     shown = {k: v for k, v in setting.items() if k not in ("index", "learner")
@@ -123,26 +117,46 @@ def _setting(text: str, varied=None) -> str:
     return f"{setting['learner']}({values})" if values else str(setting["learner"])
 
 
+def _at(values: xr.DataArray, index: int) -> str:
+    return f"{float(values.values[index]):.6g}" if index >= 0 else "nan"
+
+
 def describe(result: xr.Dataset) -> list[str]:
     """Text-report lines: the K-fold and the corrected K-fold selections side by side."""
     a = result.attrs
     varied = {k for k, c in result.coords.items() if c.dims == ("param",)} - {
         "learner", "output", "param_json"}
-    rows = [("chosen param", _setting(a["selected_param_kfold"], varied),
-             _setting(a["selected_param"], varied)),
-            ("grid index", str(int(result["selected_kfold"])), str(int(result["selected"]))),
-            ("CV estimate", f"{float(result['selected_kfold_estimate']):.6g}",
-             f"{float(result['selected_estimate']):.6g}")]
-    if "selected_test_risk" in result:
-        rows.append(("test risk (full fit)", f"{float(result['selected_kfold_test_risk']):.6g}",
-                     f"{float(result['selected_test_risk']):.6g}"))
+    plain, corrected = int(result["kfold_selected"]), int(result["selected"])
+    rows = [("chosen param", _setting(a["kfold_selected_params"], varied),
+             _setting(a["selected_params"], varied)),
+            ("grid index", str(plain), str(corrected)),
+            ("CV estimate", _at(result["kfold"], plain), _at(result["estimate"], corrected))]
+    if "test_risk" in result:
+        rows.append(("test risk (full fit)", f"{float(result['kfold_test_risk']):.6g}",
+                     f"{float(result['test_risk']):.6g}"))
     width = max(len(r[0]) for r in rows)
     col = max(len("K-fold"), *(len(r[1]) for r in rows))
     lines = [f"corrected K-fold (loss {a['loss']}, K={a['folds']}, repeats={a['repeats']})",
              f"  {'':<{width}}  {'K-fold':<{col}}  corrected K-fold"]
     lines += [f"  {r[0]:<{width}}  {r[1]:<{col}}  {r[2]}" for r in rows]
-    if "test_risk" in result and not np.isnan(result["test_risk"].values).all():
-        best = int(np.nanargmin(result["test_risk"].values))
-        lines.append(f"  (best test risk over the grid: {float(result['test_risk'][best]):.6g} "
-                     f"at grid index {best})")
+    if "full_test_risk" in result and not np.isnan(result["full_test_risk"].values).all():
+        best = int(np.nanargmin(result["full_test_risk"].values))
+        lines.append(f"  (best test risk over the grid: "
+                     f"{float(result['full_test_risk'][best]):.6g} at grid index {best})")
     return lines
+
+def render(result: xr.Dataset, page) -> None:
+    """HTML: the corrected K-fold curve along the grid, its choice, and the full fits' test risk."""
+    page.grid_curve("corrected K-fold", result["estimate"], selected=result["selected"],
+                    choice="corrected choice")
+    if "full_test_risk" in result:
+        page.grid_curve("test risk (full fit)", result["full_test_risk"])
+
+
+declare(corrected_kfold, needs=("full", "fold"), overview=True, text=describe, html=render,
+        results={"estimate": ("param",), "se": ("param",), "kfold": ("param",),
+                 "full_risk": ("param",),
+                 "fold_model_risk": ("param",), "estimate_repeat": ("param", "repeat"),
+                 "kfold_repeat": ("param", "repeat"), "fold_model_risk_repeat": ("param", "repeat"),
+                 "full_test_risk?": ("param",), "selected": (), "kfold_selected": (),
+                 "test_risk?": (), "kfold_test_risk?": ()})

@@ -22,8 +22,9 @@ import numpy as np
 import xarray as xr
 
 from . import guardrails
-from ._cube import check_alpha, loss_name
+from ._cube import loss_name
 from .paired import compare_attrs, compare_params, fold_scores
+from .registry import Option, declare, fmt, param_refs, probability
 from .ustat import nadeau_bengio_stats
 
 SCALARS = ("estimate", "sample_variance", "variance", "se", "t", "p_value", "lower", "upper")
@@ -76,7 +77,7 @@ def corrected_t(cube: xr.Dataset, *, loss: str | None = None, compare=None,
     """
     where = "corrected_t"
     name = loss_name(cube, loss)
-    a_level = check_alpha(alpha, where)
+    a_level = probability(alpha, f"{where}.alpha")
     a, b = compare_params(cube, compare, where)
     scores, sizes = fold_scores(cube, name, [a] if b is None else [a, b], what=where)
     d = scores[0] if b is None else scores[0] - scores[1]
@@ -97,10 +98,6 @@ def corrected_t(cube: xr.Dataset, *, loss: str | None = None, compare=None,
 
 
 
-def _fmt(x: float) -> str:
-    return "nan" if not np.isfinite(x) else f"{x:.4g}"
-
-
 def describe(result: xr.Dataset) -> list[str]:
     """Text-report lines for :func:`corrected_t`."""
     at = result.attrs
@@ -110,8 +107,16 @@ def describe(result: xr.Dataset) -> list[str]:
             f"df {int(result['df'])}, loss {at.get('loss')})")
     if at.get("mode") == "difference":
         return [head, f"  a = {at.get('a')}", f"  b = {at.get('b')}",
-                f"  e_a − e_b: {_fmt(v['estimate'])}  se {_fmt(v['se'])}  t = {_fmt(v['t'])}  "
-                f"p = {_fmt(v['p_value'])}  {level:g}% CI [{_fmt(v['lower'])}, {_fmt(v['upper'])}]"]
+                f"  e_a − e_b: {fmt(v['estimate'])}  se {fmt(v['se'])}  t = {fmt(v['t'])}  "
+                f"p = {fmt(v['p_value'])}  {level:g}% CI [{fmt(v['lower'])}, {fmt(v['upper'])}]"]
     return [head, f"  param = {at.get('a')}",
-            f"  error: {_fmt(v['estimate'])}  se {_fmt(v['se'])}  {level:g}% CI "
-            f"[{_fmt(v['lower'])}, {_fmt(v['upper'])}]"]
+            f"  error: {fmt(v['estimate'])}  se {fmt(v['se'])}  {level:g}% CI "
+            f"[{fmt(v['lower'])}, {fmt(v['upper'])}]"]
+
+
+declare(corrected_t, needs=("fold",), text=describe,
+        options=[Option("compare", None, param_refs(1, 2),
+                        "[a, b] (two params) or [a] (an interval for e_a)"),
+                 Option("alpha", 0.05, probability, "level of the test; 1 - alpha the coverage")],
+        results={**{v: () for v in SCALARS + ("ratio", "df")},
+                 "difference": ("repeat", "outer")})

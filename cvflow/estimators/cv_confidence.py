@@ -25,16 +25,15 @@ not independent and are not combined.
 """
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import xarray as xr
 
 from ..errors import InputError
 from . import guardrails, np_roles
-from ._cube import check_alpha, loss_name, param_coords, param_label
-from .bbc_cv import _positive_int, _seed
+from ._cube import loss_name, param_coords, param_label
 from .paired import out_of_fold
+from .registry import Option, declare, integer, probability
 
 # DESIGN CHOICE: multiplier draws are made and used in blocks of this many bootstrap rows.
 DRAW_ROWS = 256
@@ -106,14 +105,14 @@ def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0
         Per param ``estimate`` (the K-fold estimate on that repeat), ``p_value``, ``in_set``;
         scalars ``selected`` (the K-fold choice), ``set_size`` and, with ``simplest``,
         ``simplest`` (index, -1 if no member has the hyperparameter). attrs ``estimator``,
-        ``loss``, ``alpha``, ``B``, ``seed``, ``repeat``, ``selected_param``,
-        ``simplest_param`` (with ``simplest``), ``warnings``.
+        ``loss``, ``alpha``, ``B``, ``seed``, ``repeat``, ``selected_params``,
+        ``simplest_params`` (with ``simplest``), ``warnings``.
     """
     where = "cv_confidence"
     name = loss_name(cube, loss)
-    a_level = check_alpha(alpha, where)
-    b_count = _positive_int(B, f"{where}.B")
-    seed = _seed(seed, f"{where}.seed")
+    a_level = probability(alpha, f"{where}.alpha")
+    b_count = integer(1)(B, f"{where}.B")
+    seed = integer(0)(seed, f"{where}.seed")
     repeats = int(cube.sizes.get("repeat", 0))
     if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) \
             or not 0 <= repeat < repeats:
@@ -139,11 +138,11 @@ def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0
                 + guardrails.sample_count(n, where) + guardrails.test_set_sizes(sizes))
     out.attrs = {"estimator": where, "loss": name, "alpha": a_level, "B": b_count,
                  "seed": seed, "repeat": int(repeat),
-                 "selected_param": json.dumps(param_label(cube, selected))}
+                 "selected_params": param_label(cube, selected)}
     if order is not None:
         pick = int(np_roles.argmin_first(np.where(in_set, order, np.nan)))
         out["simplest"] = xr.DataArray(pick)
-        out.attrs["simplest_param"] = json.dumps(param_label(cube, pick))
+        out.attrs["simplest_params"] = param_label(cube, pick)
     return guardrails.attach(out, warnings, where)
 
 
@@ -180,5 +179,16 @@ def describe(result: xr.Dataset) -> list[str]:
         lines.append(f"  param {int(h)}: CV {float(result['estimate'][h]):.5g}  "
                      f"p = {float(result['p_value'][h]):.3g}")
     if "simplest" in result:
-        lines.append(f"  most regularised member: {at.get('simplest_param')}")
+        lines.append(f"  most regularised member: {at.get('simplest_params')}")
     return lines
+
+
+declare(cv_confidence, needs=("fold",), text=describe,
+        options=[Option("alpha", 0.05, probability, "the set keeps params with p > alpha"),
+                 Option("B", 1000, integer(1), "multiplier bootstrap samples"),
+                 Option("seed", 0, integer(0), "seed of the multipliers"),
+                 Option("repeat", 0, integer(0), "the repeat of the fold design to use"),
+                 Option("simplest", None, None,
+                        "{hyper: max|min}: also the most regularised member of the set")],
+        results={"estimate": ("param",), "p_value": ("param",), "in_set": ("param",),
+                 "selected": (), "set_size": (), "simplest?": ()})

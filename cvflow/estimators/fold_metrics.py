@@ -8,10 +8,11 @@ from the fold fit's predictions on that fold, and the fold values are averaged (
 term                shape            value
 ==================  ===============  ====================================================
 fold_metric         (P, R, K)        metric(y[N_j], fit (h, fold j) on N_j)
-inner_metric        (P, R, K, K)     metric(y[N_l], fit (h, pair(t, l)) on N_l); NaN diag.
+inner_metric        (P, R, K, K)     metric(y[N_l], fit (h, pair(t, l)) on N_l); 0 diag.
 ==================  ===============  ====================================================
 
-A fit that failed (any NaN prediction on the fold) gives NaN, never a skipped fold.
+A fit that failed (any NaN prediction on the fold) gives NaN, never a skipped fold, and
+:func:`np_roles.nan_rule` then makes every term of its param NaN (``missing``), as for losses.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from ._cube import IN_MEMORY_BYTES, at_splits, compute_here, cube_classes, is_la
 
 def metric_terms(cube: xr.Dataset, decl: Loss, *, roles=("fold",), what: str
                  ) -> dict[str, np.ndarray]:
-    """``fold_metric`` and (with role "pair") ``inner_metric``; see the module table.
+    """``fold_metric``, (with role "pair") ``inner_metric`` and ``missing`` (P,) bool; see the
+    module table.
 
     Reads the role's predictions a block of params at a time (about ``IN_MEMORY_BYTES``).
     """
@@ -45,6 +47,8 @@ def metric_terms(cube: xr.Dataset, decl: Loss, *, roles=("fold",), what: str
         per_param = picked.nbytes // max(n_params, 1)
         step = max(1, IN_MEMORY_BYTES // max(per_param, 1))
         values = np.full(picked.shape[:len(table.dims) + 1], np.nan)
+        if key == "inner_metric":                         # the pair diagonal is no fit
+            values[:, :, np.eye(k, dtype=bool)] = 0.0
         for p0 in range(0, n_params, step):
             block = picked.isel(param=slice(p0, p0 + step)).data
             block = np.asarray(compute_here(block) if is_lazy(block) else block)
@@ -57,4 +61,4 @@ def metric_terms(cube: xr.Dataset, decl: Loss, *, roles=("fold",), what: str
                 values[(h,) + index[1:]] = decl.func(
                     y[rows], stored_scores(score, outputs[h], classes), classes)
         out[key] = values
-    return out
+    return np_roles.nan_rule(out)

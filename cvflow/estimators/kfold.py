@@ -1,14 +1,13 @@
 """Plain K-fold cross-validation from the cube (DESIGN.md 6.1)."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import xarray as xr
 
-from . import np_roles
-from ._cube import cube_loss, param_coords, param_label, role_terms
+from . import guardrails, np_roles
+from ._cube import cube_loss, param_coords, param_label, param_text, role_terms
 from .fold_metrics import metric_terms
+from .registry import declare
 
 
 def fold_sizes(cube: xr.Dataset) -> np.ndarray:
@@ -62,7 +61,8 @@ def kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     xarray.Dataset
         ``estimate`` (param), ``fold_score`` (param, repeat, outer), ``se`` (param) and
         ``selected`` (scalar index of the first best param); attrs ``loss``,
-        ``greater_is_better`` and ``selected_param`` (JSON of the chosen setting).
+        ``greater_is_better``, ``selected_params`` (the chosen setting, a dict) and
+        ``warnings``.
     """
     decl = cube_loss(cube, loss)
     name = decl.label
@@ -76,12 +76,34 @@ def kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     out["selected"] = xr.DataArray(selected)
     out = out.assign_coords(param_coords(cube))
     out.attrs = {"estimator": "kfold", "loss": name, "greater_is_better": int(decl.greater_is_better),
-                 "selected_param": json.dumps(param_label(cube, selected))}
-    return out
+                 "selected_params": param_label(cube, selected)}
+    return guardrails.attach(out, guardrails.missing(int(terms["missing"].sum()), "kfold"),
+                             "kfold")
 
 
-# DESIGN CHOICE: the declaration of what kfold accepts beyond pointwise losses on exchangeable
-# folds (read by cvflow.spec.refusal): per-fold metrics, and time-ordered folds (it only scores
-# each fold fit on its own test fold).
-kfold.metrics = True
-kfold.time_ordered = True
+def describe(result: xr.Dataset, max_rows: int = 12) -> list[str]:
+    """Text-report lines: the per-param K-fold table, best first (largest first for a metric
+    such as ROC AUC or R²; the best rows when the grid is long)."""
+    est = result["estimate"].values
+    se = result["se"].values
+    sign = -1.0 if result.attrs.get("greater_is_better") else 1.0
+    order = np.argsort(np.where(np.isnan(est), np.inf, sign * est), kind="stable")[:max_rows]
+    lines = [f"K-fold ({result.attrs.get('loss')}): {len(est)} params, best {min(max_rows, len(est))}:"]
+    for h in order:
+        lines.append(f"  {param_text(param_label(result, int(h))):<40} {est[h]:12.6g}  se {se[h]:.3g}")
+    lines.append(f"  selected: {param_text(param_label(result, int(result['selected'])))}")
+    return lines
+
+
+def render(result: xr.Dataset, page) -> None:
+    """HTML: the K-fold curve along the grid with its naive se band and its choice."""
+    page.grid_curve("K-fold", result["estimate"], band=result["se"], selected=result["selected"])
+
+
+# metrics: per-fold metrics accepted; time_ordered: valid on time-ordered folds (it only scores
+# each fold fit on its own test fold)
+declare(kfold, needs=("fold",), overview=True, metrics=True, time_ordered=True,
+        text=describe, html=render,
+        results={"estimate": ("param",), "estimate_repeat": ("param", "repeat"),
+                 "fold_score": ("param", "repeat", "outer"), "se": ("param",), "se_mean": ("param",),
+                 "fold_size": ("repeat", "outer"), "selected": ()})

@@ -9,22 +9,20 @@ The inner machinery here is shared by every nested estimator:
   outer loss on N_t with the fold-t fit, pooled into the nested CV error.
 
 ``stability_nested`` (stability.py) adds λ·mu_t(h) to the inner score; ``nested_cv`` is the
-λ = 0 case and calls the same functions; ``bates_ncv`` (bates.py) reads ``inner_scores`` for
+λ = 0 case and calls the same functions; ``bates_ncv`` (bates.py) reads ``inner_score`` for
 its e_in. No fit depends on any of this: the pair splits are fitted once, each pair (j, l)
 serving both orders (t, l) = (j, l) and (l, j).
 """
 from __future__ import annotations
 
-import json
-import warnings
-
 import numpy as np
 import xarray as xr
 
-from . import np_roles
-from ._cube import cube_loss, param_coords, param_label, role_terms
+from . import guardrails, np_roles
+from ._cube import cube_loss, param_coords, param_label, param_text, role_terms
 from .fold_metrics import metric_terms
 from .kfold import fold_sizes
+from .registry import declare
 
 
 def inner_score(inner_sum: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -37,21 +35,6 @@ def inner_score(inner_sum: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """
     rest = sizes.sum(axis=1, keepdims=True) - sizes
     return inner_sum.sum(axis=3) / rest
-
-
-def inner_scores(cube: xr.Dataset, loss: str | None = None, *, what: str = "nested CV"
-                 ) -> xr.Dataset:
-    """``inner_score`` (param, repeat, outer): the inner K-fold score of every outer fold."""
-    terms = role_terms(cube, loss, roles=("pair",), what=what)
-    score = inner_score(terms["inner_sum"], fold_sizes(cube))
-    return xr.Dataset({"inner_score": (("param", "repeat", "outer"), score)})
-
-
-def _mean_over_repeats(values: np.ndarray) -> np.ndarray:
-    """Mean over axis 0 skipping NaN repeats (NaN, without a warning, when all are NaN)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(values, axis=0)
 
 
 def nested_choice(criterion: np.ndarray, fold_sum: np.ndarray, sizes: np.ndarray,
@@ -82,7 +65,7 @@ def nested_choice(criterion: np.ndarray, fold_sum: np.ndarray, sizes: np.ndarray
         "outer_sum": (dims, picks["outer_sum"]),
         "outer_score": (dims, picks["outer_sum"] / sizes[(...,) + extra]),
         "estimate_repeat": (("repeat",) + tuple(extra_dims), picks["estimate_repeat"]),
-        "estimate": (tuple(extra_dims), _mean_over_repeats(picks["estimate_repeat"])),
+        "estimate": (tuple(extra_dims), picks["estimate_repeat"].mean(axis=0)),
     })
 
 
@@ -110,8 +93,11 @@ def nested_cv(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
         repeats); ``estimate_repeat`` (repeat); ``chosen`` (repeat, outer) param index per
         outer fold; ``outer_score`` (repeat, outer) its mean loss on N_t; ``inner_score``
         (param, repeat, outer); ``kfold`` (param) the plain K-fold estimate and
-        ``kfold_min`` its minimum (the optimistic "best CV score"); attrs ``loss`` and
-        ``chosen_params`` (JSON list per repeat and outer fold).
+        ``kfold_min`` its minimum (the optimistic "best CV score"); attrs ``loss``,
+        ``chosen_params`` (the chosen settings as dicts, a list per repeat and outer fold) and
+        ``warnings``. A param missing a fold or pair fit is NaN throughout and never chosen;
+        an outer fold where every param is missing makes the estimate NaN (no repeat is
+        dropped).
     """
     decl = cube_loss(cube, loss)
     sizes = fold_sizes(cube)
@@ -119,9 +105,9 @@ def nested_cv(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
         terms = role_terms(cube, decl, roles=("pair",), what="nested_cv")
         score = inner_score(terms["inner_sum"], sizes)
         out = nested_choice(score, terms["fold_sum"], sizes)
-        kf = _mean_over_repeats((terms["fold_sum"].sum(axis=2) / sizes.sum(axis=1)).T)
+        kf = (terms["fold_sum"].sum(axis=2) / sizes.sum(axis=1)).mean(axis=1)
     else:
-        score, out, kf = _metric_nested(cube, decl, sizes)
+        terms, score, out, kf = _metric_nested(cube, decl, sizes)
     out["inner_score"] = (("param", "repeat", "outer"), score)
     out["kfold"] = ("param", kf)
     best = np.nanmin(decl.sign * kf) * decl.sign if not np.isnan(kf).all() else np.nan
@@ -130,15 +116,14 @@ def nested_cv(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     out = out.assign_coords(param_coords(cube))
     chosen = out["chosen"].values
     out.attrs = {"estimator": "nested_cv", "loss": decl.label,
-                 "chosen_params": json.dumps([[param_label(cube, h) for h in row] for row in chosen])}
-    return out
-
-
-nested_cv.metrics = True      # per-fold metrics accepted (read by cvflow.spec.refusal)
+                 "greater_is_better": int(decl.greater_is_better),
+                 "chosen_params": [[param_label(cube, h) for h in row] for row in chosen]}
+    return guardrails.attach(out, guardrails.missing(int(terms["missing"].sum()), "nested_cv"),
+                             "nested_cv")
 
 
 def _metric_nested(cube: xr.Dataset, decl, sizes: np.ndarray):
-    """Nested CV with a per-fold metric: (inner score, choice dataset, K-fold estimate).
+    """Nested CV with a per-fold metric: (terms, inner score, choice dataset, K-fold estimate).
 
     The inner score of outer fold t is the mean over l ≠ t of the metric of pair (t, l) on
     N_l; h_t is its best param; the nested estimate is the mean over outer folds of the
@@ -156,25 +141,24 @@ def _metric_nested(cube: xr.Dataset, decl, sizes: np.ndarray):
         "chosen": (dims, chosen),
         "outer_score": (dims, outer),
         "estimate_repeat": ("repeat", outer.mean(axis=1)),
-        "estimate": ((), _mean_over_repeats(outer.mean(axis=1))),
+        "estimate": ((), outer.mean(axis=1).mean()),
     })
-    return score, out, _mean_over_repeats(fold_metric.mean(axis=2).T)
+    return terms, score, out, fold_metric.mean(axis=2).mean(axis=1)
 
 
 def describe(result: xr.Dataset) -> list[str]:
     """Text-report lines for :func:`nested_cv`."""
     lines = [f"nested CV error ({result.attrs.get('loss')}): {float(result['estimate']):.6g}"
              f"   (best plain K-fold score: {float(result['kfold_min']):.6g})"]
-    chosen = json.loads(result.attrs.get("chosen_params", "[]"))
+    chosen = result.attrs.get("chosen_params", [])
     for r, row in enumerate(chosen):
-        picks = ", ".join(_short(p) for p in row)
+        picks = ", ".join(param_text(p) for p in row)
         lines.append(f"  repeat {r}: chosen per outer fold: {picks}")
     return lines
 
 
-def _short(label: dict) -> str:
-    if not label:
-        return "(none)"
-    rest = {k: v for k, v in label.items() if k not in ("index", "learner")}
-    inner = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in rest.items())
-    return f"#{label['index']} {label['learner']}({inner})"
+declare(nested_cv, needs=("fold", "pair"), metrics=True, text=describe,
+        results={"estimate": (), "estimate_repeat": ("repeat",), "chosen": ("repeat", "outer"),
+                 "outer_sum": ("repeat", "outer"), "outer_score": ("repeat", "outer"),
+                 "inner_score": ("param", "repeat", "outer"), "kfold": ("param",),
+                 "kfold_min": (), "fold_size": ("repeat", "outer")})

@@ -17,7 +17,10 @@ fold_risk           (P, R, K)        mean_{i∈D} ℓ_i(h, fold j)
 fold_change         (P, R, K)        mean_{i∈D} |ℓ_i(h, fold j) − ℓ_i(h, full)|
 inner_sum           (P, R, K, K)     Σ_{i∈N_l} ℓ_i(h, pair(t, l)); 0 on the diagonal
 inner_change        (P, R, K, K)     mean_{i∈D∖N_t} |ℓ_i(h, pair(t, l)) − ℓ_i(h, fold t)|; 0 diag.
+oof_loss            (P, R, n)        ℓ_i(h, fold j(i)), i ∈ N_j; 0 on held-out test samples
 ==================  ===============  ==================================================
+
+:func:`nan_rule` then makes every term of a param NaN when any is (a needed fit is missing).
 """
 from __future__ import annotations
 
@@ -58,6 +61,22 @@ def fold_terms(fold_loss: np.ndarray, member: np.ndarray, analysis: np.ndarray,
     return out
 
 
+def out_of_fold(fold_loss: np.ndarray, member: np.ndarray) -> np.ndarray:
+    """``oof_loss`` (P, R, n): each sample's loss under the fit of the fold it is in."""
+    return np.where(member[None], fold_loss, 0.0).sum(axis=2)
+
+
+def nan_rule(terms: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every term of a param NaN when any of its terms is; adds ``missing`` (P,) bool."""
+    missing = np.zeros(len(next(iter(terms.values()))), dtype=bool)
+    for value in terms.values():
+        missing |= np.isnan(value.reshape(len(value), -1)).any(axis=1)
+    out = {key: np.where(missing.reshape((-1,) + (1,) * (value.ndim - 1)), np.nan, value)
+           for key, value in terms.items()}
+    out["missing"] = missing
+    return out
+
+
 def pair_terms(losses: np.ndarray, pair_at: np.ndarray, fold_at: np.ndarray, member: np.ndarray,
                analysis: np.ndarray) -> dict[str, np.ndarray]:
     """``inner_sum`` and ``inner_change`` of every outer fold's inner study.
@@ -81,6 +100,13 @@ def pair_terms(losses: np.ndarray, pair_at: np.ndarray, fold_at: np.ndarray, mem
             inner_change[:, r, t, others] = np.abs(on_rest - base[:, None]).sum(-1) / rest.sum()
             inner_sum[:, r, t, others] = masked_sum(on_rest, member[r, others][:, rest])
     return {"inner_sum": inner_sum, "inner_change": inner_change}
+
+
+def normal_quantile(p: float) -> float:
+    """The standard normal quantile (Wichura's AS 241 in the standard library, ~1e-16)."""
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(p)
 
 
 def argmin_first(values: np.ndarray, axis: int = 0) -> np.ndarray:

@@ -5,27 +5,26 @@ Used by :mod:`corrected_t`, :mod:`paired_5x2cv`, :mod:`bbc_cv` and :mod:`cv_conf
 """
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import xarray as xr
 
 from ._cube import param_label, role_terms
 from .kfold import fold_sizes
-from .ustat import _compare
+from .ustat import compare_pair
 
 
 def compare_params(cube: xr.Dataset, compare, where: str) -> tuple[int, int | None]:
     """(a, b) from ``compare=[a, b]`` or ``[a]`` (b None: one-learner mode); a cube with one or
     two params needs no ``compare``. Params are named as in :func:`_cube.resolve_param`."""
-    return _compare(cube, compare, None, None, where)
+    return compare_pair(cube, compare, None, None, where)
 
 
 def compare_attrs(cube: xr.Dataset, a: int, b: int | None) -> dict:
     """attrs ``mode``, ``a`` and ``b`` (JSON settings) of a two-learner (or one-learner) result."""
     return {"mode": "error" if b is None else "difference",
-            "a": json.dumps(param_label(cube, a)),
-            "b": json.dumps(param_label(cube, b) if b is not None else {})}
+            "a": param_label(cube, a),
+            "b": param_label(cube, b) if b is not None else {}}
 
 
 def fold_scores(cube: xr.Dataset, loss: str, params: list[int], what: str

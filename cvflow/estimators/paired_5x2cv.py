@@ -21,9 +21,9 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import check_alpha, loss_name
-from .corrected_t import _fmt
+from ._cube import loss_name
 from .paired import compare_attrs, compare_params, fold_scores
+from .registry import Option, declare, fmt, param_refs, probability
 
 SCALARS = ("estimate", "first_difference", "se", "t", "p_value", "lower", "upper", "f",
            "f_p_value")
@@ -78,7 +78,7 @@ def paired_5x2cv(cube: xr.Dataset, *, loss: str | None = None, compare=None,
     """
     where = "paired_5x2cv"
     name = loss_name(cube, loss)
-    a_level = check_alpha(alpha, where)
+    a_level = probability(alpha, f"{where}.alpha")
     check_design(int(cube.sizes.get("outer", 0)), int(cube.sizes.get("repeat", 0)))
     a, b = compare_params(cube, compare, where)
     if b is None:
@@ -107,6 +107,18 @@ def describe(result: xr.Dataset) -> list[str]:
     at = result.attrs
     v = {key: float(result[key]) for key in SCALARS}
     return [f"5×2cv tests (loss {at.get('loss')})", f"  a = {at.get('a')}", f"  b = {at.get('b')}",
-            f"  mean e_a − e_b: {_fmt(v['estimate'])}  Dietterich t = {_fmt(v['t'])} (5 df, "
-            f"p = {_fmt(v['p_value'])})  Alpaydın F = {_fmt(v['f'])} (10, 5 df, "
-            f"p = {_fmt(v['f_p_value'])})"]
+            f"  mean e_a − e_b: {fmt(v['estimate'])}  Dietterich t = {fmt(v['t'])} (5 df, "
+            f"p = {fmt(v['p_value'])})  Alpaydın F = {fmt(v['f'])} (10, 5 df, "
+            f"p = {fmt(v['f_p_value'])})"]
+
+
+def _check_workflow_design(design: dict) -> None:
+    if (design["folds"], design["repeats"]) != (2, 5):
+        raise InputError(f"paired_5x2cv needs {{folds: 2, repeats: 5}} (Dietterich's 5×2cv); "
+                         f"got {design['folds']} folds × {design['repeats']} repeats")
+
+
+declare(paired_5x2cv, needs=("fold",), text=describe, check_design=_check_workflow_design,
+        options=[Option("compare", None, param_refs(2, 2), "[a, b]: the two params"),
+                 Option("alpha", 0.05, probability, "level of the tests")],
+        results={**{v: () for v in SCALARS}, "difference": ("repeat", "outer")})

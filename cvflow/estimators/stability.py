@@ -10,17 +10,17 @@ costs no fits. The nested part reads the pair splits through the machinery of
 """
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from . import np_roles
-from ._cube import loss_name, param_coords, param_label, role_terms
+from . import guardrails, np_roles
+from ._cube import loss_name, param_coords, param_label, param_text, role_terms
 from .kfold import fold_sizes, kfold_scores
-from .nested import _short, inner_score, nested_choice
+from .nested import inner_score, nested_choice
+from .registry import Option, declare
 
 DEFAULT_LAMBDAS = (0.0, 0.1, 0.3, 1.0, 3.0, 10.0)
 
@@ -48,10 +48,10 @@ def check_lambdas(lambdas, where: str) -> np.ndarray:
     try:
         values = [float(v) for v in lambdas]
     except (TypeError, ValueError):
-        raise InputError(f"{where}.lambdas: {lambdas!r}; give a list of numbers >= 0") from None
+        raise InputError(f"{where}: {lambdas!r}; give a list of numbers >= 0") from None
     bad = [v for v in values if not math.isfinite(v) or v < 0]
     if not values or bad:
-        raise InputError(f"{where}.lambdas: {bad[0] if bad else '[]'} is not a weight; "
+        raise InputError(f"{where}: {bad[0] if bad else '[]'} is not a weight; "
                          "give a non-empty list of finite numbers >= 0, e.g. [0, 0.1, 1, 10]")
     # DESIGN CHOICE: sorted ascending, so an argmin tie over λ goes to the least regularised λ.
     return np.unique(np.array(values, dtype=np.float64))
@@ -68,14 +68,14 @@ def stability(cube: xr.Dataset, *, loss: str | None = None, lambdas=None) -> xr.
         Loss applied to the stored predictions; defaults to the workflow's.
     lambdas : list of float, optional
         Weights λ >= 0; when given, also ``objective`` (lambda, param) = kfold + λ·mu and
-        ``selected`` (lambda), eq. (7).
+        ``selected`` (lambda), eq. (7), and attrs ``selected_params`` (a dict per λ).
 
     Returns
     -------
     xarray.Dataset
         ``stability`` (param), ``stability_repeat`` (param, repeat), ``stability_fold``
-        (param, repeat, outer), ``kfold`` (param); with ``lambdas``: ``objective``,
-        ``selected`` (lambda) and attrs ``selected_params`` (JSON list per λ).
+        (param, repeat, outer), ``kfold`` (param); with ``lambdas``: ``objective``
+        (param, lambda), ``selected`` (lambda) and attrs ``selected_params`` (a dict per λ).
     """
     name = loss_name(cube, loss)
     terms = role_terms(cube, name, roles=("full", "fold"), what="stability")
@@ -83,15 +83,16 @@ def stability(cube: xr.Dataset, *, loss: str | None = None, lambdas=None) -> xr.
     out["kfold"] = kfold_scores(terms["fold_sum"], fold_sizes(cube))["estimate"]
     attrs = {"estimator": "stability", "loss": name}
     if lambdas is not None:
-        lam = check_lambdas(lambdas, "stability")
+        lam = check_lambdas(lambdas, "stability.lambdas")
         out = out.assign_coords({"lambda": ("lambda", lam)})
         objective = _objective(out["kfold"].values, out["stability"].values, lam)
         out["objective"] = (("param", "lambda"), objective)
         out["selected"] = ("lambda", np_roles.argmin_first(objective, axis=0))
-        attrs["selected_params"] = json.dumps([param_label(cube, h) for h in out["selected"].values])
+        attrs["selected_params"] = [param_label(cube, h) for h in out["selected"].values]
     out = out.assign_coords(param_coords(cube))
     out.attrs = attrs
-    return out
+    return guardrails.attach(out, guardrails.missing(int(terms["missing"].sum()), "stability"),
+                             "stability")
 
 
 def _objective(score: np.ndarray, mu: np.ndarray, lam: np.ndarray) -> np.ndarray:
@@ -121,17 +122,17 @@ def stability_nested(cube: xr.Dataset, *, loss: str | None = None, lambdas=None)
     Returns
     -------
     xarray.Dataset
-        ``nested_error`` (lambda) = m_λ, ``nested_error_repeat`` (repeat, lambda),
+        ``estimate`` (lambda) = m_λ the nested CV error, ``estimate_repeat`` (repeat, lambda),
         ``chosen`` (repeat, outer, lambda) = h_{λ,t}, ``outer_score`` (repeat, outer, lambda),
         ``inner_score`` and ``inner_stability`` (param, repeat, outer), ``kfold``,
-        ``stability`` (param), ``objective`` (lambda, param), ``selected_lambda`` (lambda)
-        eq. (7) choice for every λ, scalars ``lambda_star``, ``selected`` (h*),
-        ``kfold_selected`` (the λ = 0 plain K-fold choice), ``nested_error_min`` (m_λ*),
-        and with a held-out test set ``test_risk`` (param), ``test_risk_selected``,
-        ``test_risk_kfold``. Attrs ``selected_param`` and ``kfold_param`` (JSON).
+        ``stability`` (param), ``objective`` (param, lambda), ``selected_per_lambda``
+        (lambda) the eq. (7) choice for every λ, scalars ``lambda_star``, ``selected`` (h*),
+        ``kfold_selected`` (the plain K-fold choice), and with a held-out test set
+        ``full_test_risk`` (param), ``test_risk`` (of h*) and ``kfold_test_risk``. attrs
+        ``selected_params`` and ``kfold_selected_params`` (dicts), ``warnings``.
     """
     name = loss_name(cube, loss)
-    lam = check_lambdas(lambdas, "stability_nested")
+    lam = check_lambdas(lambdas, "stability_nested.lambdas")
     terms = role_terms(cube, name, roles=("full", "pair"), what="stability_nested")
     sizes = fold_sizes(cube)
     score = inner_score(terms["inner_sum"], sizes)
@@ -142,42 +143,38 @@ def stability_nested(cube: xr.Dataset, *, loss: str | None = None, lambdas=None)
     full = hypothesis_stability(terms["fold_change"])
     kf = kfold_scores(terms["fold_sum"], sizes)["estimate"].values
     objective = _objective(kf, full["stability"].values, lam)            # (param, lambda)
-    selected_lambda = np_roles.argmin_first(objective, axis=0)
+    per_lambda = np_roles.argmin_first(objective, axis=0)
     star = int(np_roles.argmin_first(nested["estimate"].values))
     lambda_star = float(lam[star]) if star >= 0 else float("nan")
-    selected = int(selected_lambda[star]) if star >= 0 else -1
+    selected = int(per_lambda[star]) if star >= 0 else -1
     kfold_selected = int(np_roles.argmin_first(kf))
 
     out = xr.Dataset({
-        "nested_error": nested["estimate"],
-        "nested_error_repeat": nested["estimate_repeat"],
+        "estimate": nested["estimate"],
+        "estimate_repeat": nested["estimate_repeat"],
         "chosen": nested["chosen"],
         "outer_score": nested["outer_score"],
         "inner_score": (("param", "repeat", "outer"), score),
         "inner_stability": (("param", "repeat", "outer"), mu_t),
         "kfold": ("param", kf),
         "stability": full["stability"],
-        "objective": (("lambda", "param"), objective.T),
-        "selected_lambda": ("lambda", selected_lambda),
+        "objective": (("param", "lambda"), objective),
+        "selected_per_lambda": ("lambda", per_lambda),
         "lambda_star": xr.DataArray(lambda_star),
         "selected": xr.DataArray(selected),
         "kfold_selected": xr.DataArray(kfold_selected),
-        "nested_error_min": xr.DataArray(float(nested["estimate"].values[star]) if star >= 0
-                                         else float("nan")),
     }, coords={"lambda": ("lambda", lam)})
     if "test_risk" in terms:
         risk = terms["test_risk"]
-        out["test_risk"] = ("param", risk)
-        out["test_risk_selected"] = xr.DataArray(float(risk[selected]) if selected >= 0
-                                                 else float("nan"))
-        out["test_risk_kfold"] = xr.DataArray(float(risk[kfold_selected])
-                                              if kfold_selected >= 0 else float("nan"))
+        out["full_test_risk"] = ("param", risk)
+        for prefix, h in (("", selected), ("kfold_", kfold_selected)):
+            out[f"{prefix}test_risk"] = xr.DataArray(float(risk[h]) if h >= 0 else float("nan"))
     out = out.assign_coords(param_coords(cube))
     out.attrs = {"estimator": "stability_nested", "loss": name,
-                 "selected_param": json.dumps(param_label(cube, selected)),
-                 "kfold_param": json.dumps(param_label(cube, kfold_selected))}
-    return out
-
+                 "selected_params": param_label(cube, selected),
+                 "kfold_selected_params": param_label(cube, kfold_selected)}
+    return guardrails.attach(out, guardrails.missing(int(terms["missing"].sum()),
+                                                     "stability_nested"), "stability_nested")
 
 def describe(result: xr.Dataset) -> list[str]:
     """Text-report lines for :func:`stability_nested` (m_λ against λ and both selections)."""
@@ -186,17 +183,15 @@ def describe(result: xr.Dataset) -> list[str]:
     star = float(result["lambda_star"])
     for i, lam in enumerate(result["lambda"].values):
         mark = "  <- lambda*" if lam == star else ""
-        lines.append(f"  {lam:<12.4g}  {float(result['nested_error'].values[i]):<28.6g} "
-                     f"#{int(result['selected_lambda'].values[i])}{mark}")
-    sel = json.loads(result.attrs.get("selected_param", "{}"))
-    kf = json.loads(result.attrs.get("kfold_param", "{}"))
-    test = "test_risk_selected" in result
-    lines.append(f"  nested stability choice h*: {_short(sel)}"
-                 + (f"   test risk {float(result['test_risk_selected']):.6g}" if test else ""))
-    lines.append(f"  plain K-fold choice:        {_short(kf)}"
-                 + (f"   test risk {float(result['test_risk_kfold']):.6g}" if test else ""))
+        lines.append(f"  {lam:<12.4g}  {float(result['estimate'].values[i]):<28.6g} "
+                     f"#{int(result['selected_per_lambda'].values[i])}{mark}")
+    test = "test_risk" in result
+    lines.append(f"  nested stability choice h*: {param_text(result.attrs['selected_params'])}"
+                 + (f"   test risk {float(result['test_risk']):.6g}" if test else ""))
+    lines.append(f"  plain K-fold choice:        "
+                 f"{param_text(result.attrs['kfold_selected_params'])}"
+                 + (f"   test risk {float(result['kfold_test_risk']):.6g}" if test else ""))
     return lines
-
 
 def describe_stability(result: xr.Dataset) -> list[str]:
     """Text-report lines for :func:`stability`."""
@@ -207,3 +202,49 @@ def describe_stability(result: xr.Dataset) -> list[str]:
     for h in order:
         lines.append(f"  #{int(h):<4d} kfold {kf[h]:<12.6g} mu {mu[h]:.6g}")
     return lines
+
+
+def render_stability(result: xr.Dataset, page) -> None:
+    """HTML: mu(h) along the grid, per learner."""
+    page.grid_panel("stability", "hypothesis stability mu(h) along the grid", result["stability"],
+                    legend="mu(h) = max_j mean_i |l_i(h, fold j) - l_i(h, full)|", y_label="mu(h)")
+
+
+def render(result: xr.Dataset, page) -> None:
+    """HTML: m_λ against λ with λ* marked; h* and the test risk on the grid; mu(h)."""
+    lam = result["lambda"].values
+    star = float(result["lambda_star"])
+    mark = int(np.flatnonzero(lam == star)[0]) if math.isfinite(star) else None
+    page.curve("m-lambda", f"stability-regularised nested CV error m_λ ({result.attrs.get('loss')})",
+               lam, result["estimate"], x_label="λ", y_label="m_λ", mark=mark,
+               mark_label=f"λ* = {star:.4g}", section="Choosing λ: nested CV error m_λ")
+    page.grid_mark("stability-regularised h*", result["selected"])
+    if "full_test_risk" in result:
+        page.grid_curve("test risk (full fit)", result["full_test_risk"])
+    render_stability(result, page)
+
+
+def _lambdas_option(value, where: str) -> list[float]:
+    return check_lambdas(value, where).tolist()
+
+
+declare(stability, needs=("full", "fold"), overview=True,
+        options=[Option("lambdas", None, _lambdas_option,
+                        "weights λ >= 0: adds the eq. (7) selections per λ")],
+        text=describe_stability, html=render_stability,
+        results={"stability": ("param",), "stability_repeat": ("param", "repeat"),
+                 "stability_fold": ("param", "repeat", "outer"), "kfold": ("param",),
+                 "objective?": ("param", "lambda"), "selected?": ("lambda",)})
+declare(stability_nested, needs=("full", "fold", "pair"), text=describe,
+        options=[Option("lambdas", list(DEFAULT_LAMBDAS), _lambdas_option,
+                        "the λ grid (weights >= 0) nested CV chooses from; costs no fits")],
+        html=render,
+        results={"estimate": ("lambda",), "estimate_repeat": ("repeat", "lambda"),
+                 "chosen": ("repeat", "outer", "lambda"),
+                 "outer_score": ("repeat", "outer", "lambda"),
+                 "inner_score": ("param", "repeat", "outer"),
+                 "inner_stability": ("param", "repeat", "outer"), "kfold": ("param",),
+                 "stability": ("param",), "objective": ("param", "lambda"),
+                 "selected_per_lambda": ("lambda",), "lambda_star": (), "selected": (),
+                 "kfold_selected": (), "full_test_risk?": ("param",), "test_risk?": (),
+                 "kfold_test_risk?": ()})

@@ -33,7 +33,6 @@ an F x F matrix) and name the results.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 
@@ -42,7 +41,9 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import check_alpha, param_label, pointwise, pointwise_loss, resolve_param
+from ._cube import param_label, pointwise, pointwise_loss, resolve_param
+from .np_roles import normal_quantile
+from .registry import Option, declare, fmt, integer, param_refs, probability
 
 log = logging.getLogger(__name__)
 
@@ -164,13 +165,6 @@ def complete_stats(phi: np.ndarray, train: np.ndarray, analysis: np.ndarray, *,
             "variance_se": np.zeros(k)}
 
 
-def normal_quantile(p: float) -> float:
-    """The standard normal quantile (Wichura's AS 241 in the standard library, ~1e-16)."""
-    from statistics import NormalDist
-
-    return NormalDist().inv_cdf(p)
-
-
 def normal_test(estimate: float, variance: float, alpha: float) -> dict:
     """z, two-sided p-value and the (1 - alpha) interval; NaN when variance <= 0 or NaN."""
     if not np.isfinite(variance) or variance <= 0 or not np.isfinite(estimate):
@@ -209,7 +203,7 @@ def nadeau_bengio_stats(d: np.ndarray, n: float, g: float, alpha: float) -> dict
 # reading the cube
 # ----------------------------------------------------------------------------------------
 
-def _compare(cube: xr.Dataset, compare, a, b, where: str) -> tuple[int, int | None]:
+def compare_pair(cube: xr.Dataset, compare, a, b, where: str) -> tuple[int, int | None]:
     """Resolve (a, b) from ``compare: [a, b]`` / ``[a]`` or the ``a``/``b`` options."""
     if compare is not None:
         if a is not None or b is not None:
@@ -335,6 +329,16 @@ def _failed_message(cube, bad: set, a: int, b: int | None) -> str:
             "the U-statistic needs every fit, so the results are NaN")
 
 
+def _missing_params(cube, bad: set, a: int, b: int | None) -> int:
+    """How many of the compared params lack a subset fit (failed or not written)."""
+    if not bad:
+        return 0
+    params, splits = [a] if b is None else [a, b], sorted(bad)
+    ok = np.asarray(cube["done"].values)[np.ix_(params, splits)] \
+        & ~np.asarray(cube["failed"].values)[np.ix_(params, splits)]
+    return max(1, int((~ok.all(axis=1)).sum()))
+
+
 def _scalar(value) -> xr.DataArray:
     return xr.DataArray(float(value))
 
@@ -343,8 +347,8 @@ def _setup(cube, loss, compare, a, b, alpha, where):
     """Checked inputs shared by the subset reducers: (loss name, param a, param b, subset table,
     complete?, analysis mask, n, g)."""
     name = pointwise(cube, loss, where).label
-    ia, ib = _compare(cube, compare, a, b, where)
-    check_alpha(alpha, where)
+    ia, ib = compare_pair(cube, compare, a, b, where)
+    probability(alpha, f"{where}.alpha")
     table, complete = _subset_table(cube, where)
     analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
     n = int(analysis.sum())
@@ -439,8 +443,8 @@ def ustat(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=None, b=
     out.attrs = {
         "estimator": "ustat", "loss": name, "mode": "error" if ib is None else "difference",
         "design": "complete" if complete else "subset",
-        "a": json.dumps(param_label(cube, ia)),
-        "b": json.dumps(param_label(cube, ib) if ib is not None else {}),
+        "a": param_label(cube, ia),
+        "b": param_label(cube, ib) if ib is not None else {},
         "alpha": float(alpha), "message": " ".join(m for m in messages if m),
     }
     if out.attrs["message"]:
@@ -451,8 +455,7 @@ def ustat(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=None, b=
     if not complete:
         warnings += guardrails.variance_precision(float(res["variance"][0]),
                                                   float(res["variance_se"][0]), table.shape[0])
-    if bad:
-        warnings.append(guardrails.warning("missing_fits", messages[0]))
+    warnings += guardrails.missing(_missing_params(cube, bad, ia, ib), where)
     return guardrails.attach(out, warnings, where)
 
 
@@ -497,11 +500,11 @@ def nadeau_bengio(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=
         "estimator": "nadeau_bengio", "loss": name,
         "mode": "error" if ib is None else "difference",
         "design": "complete" if complete else "subset",
-        "a": json.dumps(param_label(cube, ia)),
-        "b": json.dumps(param_label(cube, ib) if ib is not None else {}),
+        "a": param_label(cube, ia),
+        "b": param_label(cube, ib) if ib is not None else {},
         "alpha": float(alpha), "message": message,
     }
-    warnings = [guardrails.warning("missing_fits", message)] if message else []
+    warnings = guardrails.missing(_missing_params(cube, bad, ia, ib), where)
     if n - g >= g:
         # DESIGN CHOICE: the correction (1/F + n_test/n_train) was derived for test fractions
         # well below 1/2; with learning sets of at most n/2 it inflates the variance.
@@ -511,10 +514,6 @@ def nadeau_bengio(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=
             "p too large); ustat on the same fits is the test built for this design",
             ratio=(n - g) / g))
     return guardrails.attach(out, warnings, where)
-
-
-def _fmt(x: float) -> str:
-    return "nan" if not np.isfinite(x) else f"{x:.4g}"
 
 
 def describe(result: xr.Dataset) -> list[str]:
@@ -527,20 +526,20 @@ def describe(result: xr.Dataset) -> list[str]:
     if at.get("mode") == "difference":
         lines.append(f"  a = {at.get('a')}")
         lines.append(f"  b = {at.get('b')}")
-        lines.append(f"  Δ = e_a - e_b: {_fmt(float(result['estimate']))}  "
-                     f"v̂ = {_fmt(float(result['variance']))} (design se "
-                     f"{_fmt(float(result['variance_se']))})  design var of Δ = "
-                     f"{_fmt(float(result['design_variance']))}")
-        lines.append(f"  z = {_fmt(float(result['z']))}  p = {_fmt(float(result['p_value']))}  "
-                     f"{level:g}% CI [{_fmt(float(result['lower']))}, "
-                     f"{_fmt(float(result['upper']))}]")
+        lines.append(f"  Δ = e_a - e_b: {fmt(float(result['estimate']))}  "
+                     f"v̂ = {fmt(float(result['variance']))} (design se "
+                     f"{fmt(float(result['variance_se']))})  design var of Δ = "
+                     f"{fmt(float(result['design_variance']))}")
+        lines.append(f"  z = {fmt(float(result['z']))}  p = {fmt(float(result['p_value']))}  "
+                     f"{level:g}% CI [{fmt(float(result['lower']))}, "
+                     f"{fmt(float(result['upper']))}]")
         err = result["error"].values
-        lines.append(f"  e_a = {_fmt(err[0])}  e_b = {_fmt(err[1])}")
+        lines.append(f"  e_a = {fmt(err[0])}  e_b = {fmt(err[1])}")
     else:
         lines.append(f"  param = {at.get('a')}")
-        lines.append(f"  error: {_fmt(float(result['estimate']))}  v̂ = "
-                     f"{_fmt(float(result['variance']))}  {level:g}% CI "
-                     f"[{_fmt(float(result['lower']))}, {_fmt(float(result['upper']))}]")
+        lines.append(f"  error: {fmt(float(result['estimate']))}  v̂ = "
+                     f"{fmt(float(result['variance']))}  {level:g}% CI "
+                     f"[{fmt(float(result['lower']))}, {fmt(float(result['upper']))}]")
     if at.get("message"):
         lines.append(f"  note: {at['message']}")
     return lines
@@ -552,10 +551,55 @@ def describe_nadeau_bengio(result: xr.Dataset) -> list[str]:
     level = 100 * (1 - float(at.get("alpha", 0.05)))
     lines = [f"Nadeau-Bengio corrected t ({int(result['fits'])} learning sets, g = "
              f"{int(result['size'])}, n = {int(result['n'])}, loss {at.get('loss')})",
-             f"  estimate {_fmt(float(result['estimate']))}  se {_fmt(float(result['se']))}  "
-             f"t = {_fmt(float(result['t']))} (df {int(result['df'])})  "
-             f"p = {_fmt(float(result['p_value']))}  {level:g}% CI "
-             f"[{_fmt(float(result['lower']))}, {_fmt(float(result['upper']))}]"]
+             f"  estimate {fmt(float(result['estimate']))}  se {fmt(float(result['se']))}  "
+             f"t = {fmt(float(result['t']))} (df {int(result['df'])})  "
+             f"p = {fmt(float(result['p_value']))}  {level:g}% CI "
+             f"[{fmt(float(result['lower']))}, {fmt(float(result['upper']))}]"]
     if at.get("message"):
         lines.append(f"  note: {at['message']}")
     return lines
+
+
+def _short(label: dict | None) -> str:
+    if not label:
+        return "-"
+    rest = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in label.items() if k not in ("index", "learner"))
+    return f"{label.get('learner')}({rest})"
+
+
+def _render(label: str):
+    """HTML: the estimate and its interval, beside the other subset test's when both ran."""
+    return lambda result, page: _draw(label, result, page)
+
+
+def _draw(label: str, result: xr.Dataset, page) -> None:
+    at = result.attrs
+    a, b = at.get("a") or {}, at.get("b") or None
+    what = f"Δ = e({_short(a)}) − e({_short(b)})" if b else f"error of {_short(a)}"
+    level = 100 * (1 - float(at.get("alpha", 0.05)))
+    page.scalar_intervals("ustat", f"{'Δ' if b else 'error'}: estimate and {level:.0f}% interval",
+                          label, result["estimate"], result["lower"], result["upper"],
+                          zero_line=bool(b), section="U-statistic comparison",
+                          caption=f"{what} at learning-set size g = {int(result['size'].values)}")
+
+
+def _options() -> list[Option]:
+    return [Option("compare", None, param_refs(1, 2),
+                   "[a, b] (two params) or [a] (the error of one); index, name or learner(k=v)"),
+            Option("a", None, param_refs(), "the first param (as compare: [a, b])"),
+            Option("b", None, param_refs(), "the second param"),
+            Option("alpha", 0.05, probability, "level of the test; 1 - alpha the coverage"),
+            Option("chunk", None, integer(1), "groups read per chunk (default: ~32 MB)")]
+
+
+declare(ustat, needs=("subset",), options=_options(), text=describe,
+        html=_render("U-statistic (Fuchs et al.)"),
+        results={**{v: () for v in ("estimate", "variance", "delta_sq", "theta_sq",
+                                    "design_variance", "total_variance", "variance_se", "se", "z",
+                                    "p_value", "lower", "upper", "n", "size", "groups", "fits")},
+                 "error": ("role",), "error_variance": ("role",)})
+declare(nadeau_bengio, needs=("subset",), options=_options(), text=describe_nadeau_bengio,
+        html=_render("Nadeau-Bengio corrected t"),
+        results={v: () for v in ("estimate", "sample_variance", "variance", "se", "t", "df",
+                                 "p_value", "lower", "upper", "fits", "n", "size")})

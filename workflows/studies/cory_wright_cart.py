@@ -79,7 +79,7 @@ def config(name: str, data: Path, split: int, folds: int) -> dict:
         "name": f"cory_wright_cart_{name}_s{split}",
         "data": {"source": "npz", "path": str(data), "test_fraction": 0.1, "seed": split},
         "task": "regression", "loss": "squared",
-        "learners": [{"name": "cart", "estimator": "sklearn.tree.DecisionTreeRegressor",
+        "learners": [{"name": "cart", "class": "sklearn.tree.DecisionTreeRegressor",
                       "params": {"random_state": 0},
                       "grid": {"max_depth": {"range": [1, 11, 1]},
                                "min_samples_split": {"range": [2, 11, 1]}}}],

@@ -1,0 +1,69 @@
+"""One laziness contract for every estimator (flox's ``raise_if_dask_computes`` pattern).
+
+On a cube whose ``pred`` is a dask array, an estimator reads it through the one reduction
+route (:func:`cvflow.estimators._cube.role_terms`, or ustat's stream over groups): one dask
+computation per reading, in memory when the selection fits the budget
+(``cvflow.reduce.in-memory-bytes``), chunk by chunk otherwise, never an extra hidden
+``.compute()``. A counting scheduler raises on the first computation over the allowance.
+"""
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+
+from cvflow.estimators import REGISTRY
+from cvtest import ridge_cube
+
+OPTIONS = {"ustat": {"compare": [0, 1]}, "nadeau_bengio": {"compare": [0, 1]},
+           "corrected_t": {"compare": [0, 1]}, "paired_5x2cv": {"compare": [0, 1]},
+           "stability": {"lambdas": [0, 1]}, "bbc_cv": {"B": 20}, "cv_confidence": {"B": 20}}
+# DESIGN CHOICE: bbc_cv reads the out-of-fold losses, then the test risk of the K-fold choice
+# (a second, one-param reading of the full split).
+ALLOWED = {"bbc_cv": 2}
+
+
+class CountingScheduler:
+    """A dask scheduler that counts computations and raises past ``max_computes``."""
+
+    def __init__(self, max_computes: int):
+        self.total_computes = 0
+        self.max_computes = max_computes
+
+    def __call__(self, dsk, keys, **kwargs):
+        self.total_computes += 1
+        if self.total_computes > self.max_computes:
+            raise RuntimeError(f"too many dask computations: {self.total_computes} > "
+                               f"{self.max_computes}")
+        return dask.get(dsk, keys, **kwargs)
+
+
+def raise_if_dask_computes(max_computes: int = 0):
+    return dask.config.set(scheduler=CountingScheduler(max_computes))
+
+
+def _cube(folds: int, repeats: int):
+    cube = ridge_cube(folds, repeats, seed=2)
+    return cube.assign(pred=cube["pred"].chunk({"param": 1, "split": 2}))
+
+
+@pytest.fixture(scope="module")
+def cubes():
+    return {"kfold": _cube(4, 1), "5x2": _cube(2, 5)}
+
+
+@pytest.mark.parametrize("budget", ["in-memory", "chunked"])
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_estimator_reads_a_lazy_cube_once(cubes, name, budget):
+    cube = cubes["5x2" if name == "paired_5x2cv" else "kfold"]
+    spec = REGISTRY[name]
+    eager = spec(cube.assign(pred=cube["pred"].compute()), **OPTIONS.get(name, {}))
+    config = {"cvflow.reduce.in-memory-bytes": 0} if budget == "chunked" else {}
+    with dask.config.set(config), raise_if_dask_computes(ALLOWED.get(name, 1)):
+        lazy = spec(cube, **OPTIONS.get(name, {}))
+    assert not any(hasattr(v.data, "dask") for v in lazy.data_vars.values()), \
+        f"{name} returned a lazy result"
+    for var in eager.data_vars:
+        np.testing.assert_allclose(np.asarray(lazy[var].values, dtype=float),
+                                   np.asarray(eager[var].values, dtype=float), rtol=1e-12,
+                                   equal_nan=True, err_msg=f"{name}.{var}")

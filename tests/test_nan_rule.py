@@ -1,0 +1,72 @@
+"""One NaN rule across every estimator: a param missing a fit the estimator needs gets NaN in
+that estimator (never a silent partial average), and the estimator says how many params that
+hit (a ``missing_fits`` warning, shown by the reports)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cvflow.estimators import REGISTRY, guardrails
+from cvflow.report import text
+from cvtest import ridge_cube
+
+BAD = 1          # the param whose fold fit (repeat 0, fold 0) and one subset fit failed
+OPTIONS = {"ustat": {"compare": [0, BAD]}, "nadeau_bengio": {"compare": [0, BAD]},
+           "corrected_t": {"compare": [0, BAD]}, "paired_5x2cv": {"compare": [0, BAD]},
+           "wald_cv": {}, "stability": {"lambdas": [0, 1]}, "bbc_cv": {"B": 50},
+           "cv_confidence": {"B": 50}}
+
+
+def _cube(folds: int, repeats: int):
+    cube = ridge_cube(folds, repeats, n=36, seed=1)
+    broken = [int(cube["fold_split"].values[0, 0]), int(cube["subset_split"].values[0, 0])]
+    for s in broken:
+        cube["pred"][BAD, s] = np.nan
+        cube["failed"][BAD, s] = True
+        cube["error"][BAD, s] = "ValueError: injected"
+    return cube
+
+
+@pytest.fixture(scope="module")
+def cubes():
+    return {"kfold": _cube(4, 2), "5x2": _cube(2, 5)}
+
+
+def _per_param(result):
+    """The per-param answers: float results indexed by param (and λ), not by fold or repeat."""
+    return {v: da for v, da in result.data_vars.items() if "param" in da.dims
+            and set(da.dims) <= {"param", "lambda"} and np.issubdtype(da.dtype, np.floating)
+            and v != "chosen_share"}
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_failed_fit_gives_nan_for_that_param_and_is_counted(cubes, name):
+    cube = cubes["5x2" if name == "paired_5x2cv" else "kfold"]
+    result = REGISTRY[name](cube, **OPTIONS.get(name, {}))
+    missing = [w for w in guardrails.read(result) if w["code"] == "missing_fits"]
+    assert len(missing) == 1 and missing[0]["params"] == 1, f"{name}: {guardrails.read(result)}"
+    assert "missing_fits" in text(cube, {name: result})
+    per_param = _per_param(result)
+    for var, da in per_param.items():
+        assert np.isnan(da.isel(param=BAD).values).all(), f"{name}.{var} is not NaN for the param"
+    if "estimate" in per_param:
+        assert np.isfinite(np.delete(result["estimate"].values, BAD, axis=0)).all()
+    elif BAD in OPTIONS.get(name, {}).get("compare", ()):
+        assert np.isnan(result["estimate"].values).all(), f"{name}: a partial average"
+    elif "chosen_share" in result:          # BBC-CV: the param never wins a bootstrap sample
+        assert float(result["chosen_share"][BAD]) == 0.0
+        assert np.isfinite(result["estimate"].values).all()
+    else:
+        assert per_param, f"{name}: no per-param result to check"
+    for var in ("chosen", "selected", "kfold_selected", "selected_per_lambda"):
+        if var in result:
+            assert (result[var].values != BAD).all(), f"{name}.{var} chose the failed param"
+
+
+def test_nested_cv_never_drops_a_repeat(cubes):
+    """The repeat holding the failed fit still counts: no nanmean over repeats."""
+    result = REGISTRY["nested_cv"](cubes["kfold"])
+    assert np.isfinite(result["estimate_repeat"].values).all()
+    np.testing.assert_allclose(float(result["estimate"]),
+                               result["estimate_repeat"].values.mean(), rtol=1e-15)
+    assert np.isnan(result["kfold"].values[BAD])

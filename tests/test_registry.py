@@ -1,0 +1,153 @@
+"""Every estimator declares itself once (cvflow.estimators.registry): the design comes from the
+declared roles, options are checked before any fit, results follow the declared schema."""
+from __future__ import annotations
+
+import pytest
+
+from cvflow.cli import main
+from cvflow.errors import InputError
+from cvflow.estimators import REGISTRY, lookup
+from cvflow.spec import load_workflow
+
+from cvtest import QUICK, ridge_cube, tree_digest
+
+# options that make every estimator run on the cube below (two params to compare)
+RUN_OPTIONS = {"ustat": {"compare": [0, 1]}, "nadeau_bengio": {"compare": [0, 1]},
+               "corrected_t": {"compare": [0, 1]}, "paired_5x2cv": {"compare": [0, 1]},
+               "stability": {"lambdas": [0, 1]}, "bbc_cv": {"B": 50}, "cv_confidence": {"B": 50}}
+
+
+@pytest.fixture(scope="module")
+def every_role_cube():
+    return ridge_cube(4)
+
+
+@pytest.fixture(scope="module")
+def five_by_two_cube():
+    return ridge_cube(2, repeats=5)
+
+
+def test_every_estimator_declares_roles_options_and_renderers():
+    assert set(REGISTRY) >= {"kfold", "corrected_kfold", "stability", "stability_nested",
+                             "nested_cv", "bates_ncv", "wald_cv", "ustat", "nadeau_bengio"}
+    for name, spec in REGISTRY.items():
+        assert spec.name == name and spec.func.__name__ == name
+        assert spec.needs and set(spec.needs) <= {"full", "fold", "pair", "subset"}
+        assert spec.results, f"{name} declares no result schema"
+        assert all(o.doc for o in spec.options), f"{name}: every option says what it does"
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_result_follows_the_declared_schema(every_role_cube, five_by_two_cube, name):
+    spec = REGISTRY[name]
+    cube = five_by_two_cube if name == "paired_5x2cv" else every_role_cube
+    result = spec(cube, **RUN_OPTIONS.get(name, {}))
+    declared = {k.rstrip("?"): dims for k, dims in spec.results.items()}
+    required = {k for k in spec.results if not k.endswith("?")}
+    assert set(result.data_vars) <= set(declared), \
+        f"{name}: undeclared results {sorted(set(result.data_vars) - set(declared))}"
+    assert required <= set(result.data_vars), f"{name}: missing {sorted(required - set(result))}"
+    for var, da in result.data_vars.items():
+        assert da.dims == declared[var], f"{name}.{var}: dims {da.dims} != {declared[var]}"
+    assert spec.text is None or all(isinstance(line, str) for line in spec.text(result))
+
+
+def _workflow(tmp_path, estimators: str, extra: str = ""):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(QUICK.replace("estimators: [kfold]", f"estimators: {estimators}") + extra)
+    return wf
+
+
+@pytest.mark.parametrize("estimators,kinds", [
+    ("[kfold]", {"fold", "full"}),
+    ("[nested_cv]", {"fold", "pair", "full"}),
+    ("[wald_cv, corrected_kfold]", {"fold", "full"}),
+    ("[{ustat: {compare: [0, 1]}}]", {"subset"}),
+    ("[bates_ncv, {nadeau_bengio: {compare: [0, 1]}}]", {"fold", "pair", "full", "subset"}),
+])
+def test_design_is_the_union_of_declared_roles(tmp_path, estimators, kinds):
+    wf = load_workflow(_subset_workflow(tmp_path, estimators) if "subset" in kinds
+                       else _workflow(tmp_path, estimators))
+    assert wf.splits_needed() == kinds
+
+
+def _subset_workflow(tmp_path, estimators):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(QUICK.replace("design: {folds: 5, seed: 0}",
+                                "design: {folds: 5, seed: 0, subset: {size: 20, pairs: 4}}")
+                  .replace("estimators: [kfold]", f"estimators: {estimators}"))
+    return wf
+
+
+BAD_OPTIONS = [
+    ("[{stability_nested: {lambda: [0, 1]}}]",
+     "estimators[0].stability_nested.lambda: unknown option of stability_nested; its options are: lambdas"),
+    ("[{stability_nested: {lambdas: [0, -1]}}]", "estimators[0].stability_nested.lambdas: -1.0 is not a weight"),
+    ("[{stability: {lambdas: []}}]", "estimators[0].stability.lambdas: [] is not a weight"),
+    ("[kfold, {bates_ncv: {alpha: 1.5}}]",
+     "estimators[1].bates_ncv.alpha: 1.5; the miscoverage level must be in (0, 1)"),
+    ("[{wald_cv: {param: -1}}]", "estimators[0].wald_cv.param: -1; give a non-negative integer"),
+    ("[{ustat: {compare: [0, 1, 2]}}]", "estimators[0].ustat.compare: [0, 1, 2]; give 1 to 2 params"),
+    ("[{kfold: {alpha: 0.1}}]", "estimators[0].kfold.alpha: unknown option of kfold; its options are: none"),
+    ("[{kfold: 3}]", "estimators[0].kfold: options must be a mapping"),
+    ("[nosuch]", "estimators[0]: unknown estimator 'nosuch'"),
+    ("[nosuch_module.f]", "estimators[0]: 'nosuch_module.f' does not import"),
+    ("[numpy.sum]", "estimators[0]: numpy.sum has no `needs` attribute"),
+]
+
+
+@pytest.mark.parametrize("estimators,fragment", BAD_OPTIONS, ids=[b[0] for b in BAD_OPTIONS])
+def test_bad_option_refused_by_validate_with_one_line(tmp_path, capsys, estimators, fragment):
+    wf = _workflow(tmp_path, estimators)
+    code = main(["validate", str(wf)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{wf}: {fragment}" in err
+
+
+def test_bad_option_refused_by_run_before_any_store(tmp_path, capsys):
+    wf = _workflow(tmp_path, "[{stability_nested: {lambda: [0, 1]}}]")
+    store = tmp_path / "s.zarr"
+    assert main(["run", str(wf), "--store", str(store)]) == 2
+    assert "stability_nested.lambda: unknown option" in capsys.readouterr().err
+    assert not store.exists()
+
+
+def test_options_are_normalised_before_they_reach_the_store(tmp_path):
+    wf = load_workflow(_workflow(tmp_path, "[{stability_nested: {lambdas: [10, 0, 1]}}]"))
+    assert wf.estimators == [("stability_nested", {"lambdas": [0.0, 1.0, 10.0]})]
+
+
+def test_lookup_messages():
+    with pytest.raises(InputError, match=r"estimators: unknown estimator 'kfolds'; available: .*kfold"):
+        lookup("kfolds")
+    assert lookup("kfold") is REGISTRY["kfold"]
+
+
+def test_report_set_overrides_through_the_declared_checks(tmp_path, capsys, client):
+    """--set is checked like the workflow's options: a bad value exits 2 and the store is kept."""
+    from cvflow.engine import run
+
+    wf = _workflow(tmp_path, "[kfold, {stability_nested: {lambdas: [0, 1]}}]")
+    store = run(wf, store=tmp_path / "s.zarr", client=client).store
+    before = tree_digest(store)
+    assert main(["report", str(store), "--set", "stability_nested.lambda=[0, 1]"]) == 2
+    err = capsys.readouterr().err
+    assert "--set stability_nested.lambda: unknown option of stability_nested" in err
+    assert main(["report", str(store), "--set", "stability_nested.lambdas=-2"]) == 2
+    assert "--set stability_nested.lambdas: -2.0 is not a weight" in capsys.readouterr().err
+    assert main(["report", str(store), "--set", "bates_ncv.alpha=0.2"]) == 2
+    assert "--set bates_ncv: the store's workflow does not ask for this estimator" in \
+        capsys.readouterr().err
+    assert main(["report", str(store), "--set", "nolambda"]) == 2
+    assert "is not ESTIMATOR.OPTION=VALUE" in capsys.readouterr().err
+    assert main(["report", str(store), "--json", "--set", "stability_nested.lambdas=[0, 2, 30]"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert out["stability_nested"]["coords"]["lambda"]["values"] == [0.0, 2.0, 30.0]
+    assert main(["report", str(store), "--json", "--lambdas", "0,5"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["stability_nested"]["coords"]["lambda"]["values"] == [0.0, 5.0]
+    assert tree_digest(store) == before
