@@ -67,3 +67,17 @@ def test_every_estimator_reads_a_lazy_cube_once(cubes, name, budget):
         np.testing.assert_allclose(np.asarray(lazy[var].values, dtype=float),
                                    np.asarray(eager[var].values, dtype=float), rtol=1e-12,
                                    equal_nan=True, err_msg=f"{name}.{var}")
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(REGISTRY) if REGISTRY[n].metrics])
+def test_per_fold_metrics_read_each_role_once_within_the_budget(cubes, name):
+    """R² is scored fold by fold (cvflow.estimators.fold_metrics): one reading per split role.
+    Over the budget it reads one block of params at a time (bounded memory, several reads)."""
+    cube, spec = cubes["kfold"], REGISTRY[name]
+    eager = spec(cube.assign(pred=cube["pred"].compute()), loss="r2")
+    with raise_if_dask_computes(len(spec.needs)):
+        lazy = spec(cube, loss="r2")
+    for var in eager.data_vars:
+        np.testing.assert_allclose(np.asarray(lazy[var].values, dtype=float),
+                                   np.asarray(eager[var].values, dtype=float), rtol=1e-12,
+                                   equal_nan=True, err_msg=f"{name}.{var}")

@@ -70,3 +70,18 @@ def test_nested_cv_never_drops_a_repeat(cubes):
     np.testing.assert_allclose(float(result["estimate"]),
                                result["estimate_repeat"].values.mean(), rtol=1e-15)
     assert np.isnan(result["kfold"].values[BAD])
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(REGISTRY) if REGISTRY[n].metrics])
+def test_per_fold_metric_follows_the_same_rule(cubes, name):
+    """A per-fold metric (R²) on the same cube: NaN for the param, counted, never chosen."""
+    result = REGISTRY[name](cubes["kfold"], loss="r2")
+    missing = [w for w in guardrails.read(result) if w["code"] == "missing_fits"]
+    assert len(missing) == 1 and missing[0]["params"] == 1
+    kf = result["estimate"] if name == "kfold" else result["kfold"]
+    assert np.isnan(kf.values[BAD]) and np.isfinite(np.delete(kf.values, BAD)).all()
+    if name == "nested_cv":                 # no outer fold lost every param: no NaN, no drop
+        assert np.isfinite(float(result["estimate"]))
+    for var in ("chosen", "selected"):
+        if var in result:
+            assert (result[var].values != BAD).all(), f"{name}.{var} chose the failed param"
