@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -89,18 +90,31 @@ def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_s
     else:
         result = fit_missing(store, params, X, y, train, params_slice, splits_slice, positive,
                              path_aware, todo, sample_weight)
-    if ready is not None:
-        from distributed import Event
-
-        if not Event(ready).wait(timeout=STORE_READY_TIMEOUT):
-            raise StoreError(f"store: {store} was not created within {STORE_READY_TIMEOUT} s "
-                             "of this block's start; its predictions were not written")
+    if ready is not None and not _wait_ready(ready):
+        raise StoreError(f"store: {store} was not created within {STORE_READY_TIMEOUT} s "
+                         "after this block was fitted; its predictions were not written")
     cube_store.write_pred(store, result)
     summary = _summary(result, todo)
     if scorer is not None:
         summary["terms"] = scorer(result.pred, y, train, params, positive)
     summary["task_seconds"] = time.perf_counter() - t0
     return summary
+
+
+# the store-ready events of the runs whose client is in this process (see _wait_ready)
+_LOCAL_READY: dict[str, threading.Event] = {}
+
+
+def _wait_ready(name: str) -> bool:
+    """Wait for the client's ``ready`` signal: a ``threading.Event`` when the task runs in the
+    client's own process (the threads cluster: no scheduler round trip), else the
+    ``distributed.Event`` of that name. False after ``STORE_READY_TIMEOUT`` seconds."""
+    local = _LOCAL_READY.get(name)
+    if local is not None:
+        return local.wait(STORE_READY_TIMEOUT)
+    from distributed import Event
+
+    return Event(name).wait(timeout=STORE_READY_TIMEOUT)
 
 
 def _summary(result: BlockResult, todo: np.ndarray | None) -> dict:
@@ -440,6 +454,8 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         # raises.
         pending, flushed, gap = [], t0, STATUS_FLUSH_SECONDS
         ready = None if creating is None else Event(f"cvflow-store-{time.time_ns()}", client=c)
+        if ready is not None:
+            _LOCAL_READY[ready.name] = threading.Event()
         try:
             futures = submit_all(c, monitor and monitor.scorer, ready and ready.name)
             if creating is not None and ready is not None:
@@ -448,8 +464,9 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                 except BaseException:
                     c.cancel(futures)
                     raise
-                finally:
-                    ready.set()        # waiting tasks wake (cancelled ones write nothing kept)
+                finally:       # waiting tasks wake (cancelled ones write nothing kept)
+                    _LOCAL_READY[ready.name].set()
+                    ready.set()
             queue = as_completed(futures)
             for future in queue:
                 # DESIGN CHOICE: a fit that kills its worker (out of memory, a segfault,
@@ -488,6 +505,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         finally:
             if ready is not None:
                 ready.clear()          # the scheduler forgets the event
+                _LOCAL_READY.pop(ready.name, None)
             status.write(pending)
             if monitor:
                 monitor.publish()            # the final state, for a scheduler that outlives us
