@@ -284,10 +284,12 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
         The Zarr store: a local path or an fsspec URL such as ``s3://bucket/study.zarr``
         (:mod:`cvflow.location`); defaults to ``<workflow name>.zarr`` in the working directory.
     cluster : str, optional
-        ``"local"`` (default: an embedded LocalCluster on 127.0.0.1), a profile name or YAML
-        file, or ``"tcp://host:port"`` of a running scheduler.
+        ``"auto"`` (the default when neither this nor the workflow's ``execution.cluster`` names
+        one: this process for a small study, else ``"local"``, see :func:`cvflow.cluster.choose`),
+        a profile name (``"threads"``, ``"local"``, ``"slurm"``) or YAML file, or
+        ``"tcp://host:port"`` of a running scheduler.
     workers : int, optional
-        Number of local workers (default 2).
+        Number of local workers or threads (default: the profile's, one per CPU core).
     overwrite : bool
         Replace a store made by another workflow instead of refusing.
     client : distributed.Client, optional
@@ -467,7 +469,8 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                 finally:       # waiting tasks wake (cancelled ones write nothing kept)
                     _LOCAL_READY[ready.name].set()
                     ready.set()
-            queue = as_completed(futures)
+            # the client's own loop: a client passed in need not be the default one
+            queue = as_completed(futures, loop=c.loop)
             for future in queue:
                 # DESIGN CHOICE: a fit that kills its worker (out of memory, a segfault,
                 # os._exit) is retried by Dask (distributed.scheduler.allowed-failures, on other

@@ -95,7 +95,6 @@ def quick_local(tmp_path_factory):
 def test_quickstart_to_s3_equals_a_local_run(s3, quick_local, tmp_path):
     import warnings
 
-    import dask
     import xarray as xr
 
     import cvflow
@@ -113,16 +112,14 @@ def test_quickstart_to_s3_equals_a_local_run(s3, quick_local, tmp_path):
     assert report.returncode == 0, report.stderr
     local_report = _cli("report", str(quick_local), "--json")
     assert json.loads(report.stdout) == json.loads(local_report.stdout)
-    # Read here, not on a Client some earlier test left as the default (its workers started
-    # before this module set the AWS environment).
-    with dask.config.set(scheduler="threads"):
-        cube, local = cvflow.open(url), cvflow.open(quick_local)
-        assert cube["pred"].values.tobytes() == local["pred"].values.tobytes()
-        assert cube["done"].values.all()
-        with warnings.catch_warnings():          # plain xarray, consolidated metadata: silent
-            warnings.simplefilter("error")
-            plain = xr.open_zarr(url)
-        assert plain["pred"].values.tobytes() == local["pred"].values.tobytes()
+    # read in this process: no test leaves a default Client behind (conftest checks)
+    cube, local = cvflow.open(url), cvflow.open(quick_local)
+    assert cube["pred"].values.tobytes() == local["pred"].values.tobytes()
+    assert cube["done"].values.all()
+    with warnings.catch_warnings():          # plain xarray, consolidated metadata: silent
+        warnings.simplefilter("error")
+        plain = xr.open_zarr(url)
+    assert plain["pred"].values.tobytes() == local["pred"].values.tobytes()
     again = _cli("run", str(QUICKSTART), "--store", url, "--dashboard-port", "0")
     assert again.returncode == 0 and "already complete, 0 fits performed" in again.stdout
 
