@@ -169,6 +169,13 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
         },
     )
     ds["error"].encoding["chunks"] = status
+    inner = _inner_params(bp, bs * n * int(np.prod(per_class, dtype=int)) * np.dtype(dtype).itemsize)
+    if inner < bp:
+        # DESIGN CHOICE: a block of many params (a path task writes every param of its
+        # splits) is one Zarr v3 shard, still written whole by its one task (one file), made
+        # of inner chunks of `inner` params that readers decode on their own: a reducer going
+        # through the params in groups then reads each byte once, not once per group.
+        ds["pred"].encoding.update(chunks=(inner, bs, n) + per_class, shards=block + (n,) + per_class)
     if getattr(data, "sample_weight", None) is not None:
         ds["sample_weight"] = ("sample",), data.sample_weight
     # DESIGN CHOICE: every non-dimension coordinate is listed once, in the group's
@@ -178,6 +185,18 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
     for var in ds.data_vars.values():
         var.encoding["coordinates"] = None
     return ds
+
+
+SHARD_INNER_BYTES = 2**20      # at most this much of a block per inner chunk of its shard
+
+
+def _inner_params(bp: int, param_bytes: int) -> int:
+    """Params per inner chunk of a block of ``bp`` params (``param_bytes`` each): the largest
+    divisor of ``bp`` within SHARD_INNER_BYTES, or ``bp`` when the whole block is."""
+    want = max(1, SHARD_INNER_BYTES // max(param_bytes, 1))
+    if want >= bp:
+        return bp
+    return max(d for d in range(1, want + 1) if bp % d == 0)
 
 
 def _write(ds: xr.Dataset, location: str, **kwargs) -> None:
@@ -300,7 +319,7 @@ def write_pred(store: str | os.PathLike, result: BlockResult) -> None:
     pred = zarr.open_array(location, path="pred", mode="r+",
                            storage_options=storage_options(location))
     region = (result.params, result.splits)
-    _check_aligned(pred.shape[:2], pred.chunks[:2], *region)
+    _check_aligned(pred.shape[:2], (pred.shards or pred.chunks)[:2], *region)   # one writer a shard
     pred[region] = result.pred.astype(pred.dtype, copy=False)
 
 

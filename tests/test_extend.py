@@ -208,3 +208,28 @@ def test_subset_design_added_then_fixed(tmp_path, write_workflow, client):
         run(write_workflow(with_subsets.replace("pairs: 3", "pairs: 4"), "c.yaml"), store=store,
             client=client)
     assert tree_digest(store) == before
+
+
+def test_sharded_store_runs_reduces_and_extends_like_plain_chunks(tmp_path, write_workflow,
+                                                                  client, monkeypatch):
+    """A block of many params is one Zarr v3 shard of inner chunks (forced here with one param
+    per inner chunk): its tasks write it, readers open it, an extension grows it, and every
+    byte equals the same study stored in plain chunks."""
+    import cvflow.store
+
+    log = tmp_path / "fits.log"
+    first = workflow(write_workflow, log, "[0.1, 1.0, 10.0, 100.0]", name="a.yaml", fpt=20)
+    second = workflow(write_workflow, log, "[0.1, 1.0, 10.0, 100.0, 0.01, 1000.0]",
+                      name="b.yaml", fpt=20)
+    plain = run(second, store=tmp_path / "plain.zarr", client=client).store
+    monkeypatch.setattr(cvflow.store, "SHARD_INNER_BYTES", 1)
+    sharded = tmp_path / "sharded.zarr"
+    run(first, store=sharded, client=client)
+    array = zarr.open_group(str(sharded))["pred"]
+    assert array.shards is not None and array.shards[0] == 4 and array.chunks[0] == 1
+    run(second, store=sharded, client=client)               # grown: 2 more params, same shards
+    assert stored(sharded).tobytes() == stored(plain).tobytes()
+    assert zarr.open_group(str(plain))["pred"].shards is None
+    assert cvflow.open(sharded)["pred"].data.chunksize[0] == 1     # readers see inner chunks
+    np.testing.assert_array_equal(kfold(cvflow.open(sharded))["estimate"].values,
+                                  kfold(cvflow.open(plain))["estimate"].values)
