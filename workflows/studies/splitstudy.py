@@ -68,22 +68,30 @@ def run_cached(job: Job, keep_store: bool = False) -> dict:
 def run_all(jobs: list[Job], *, workers: int = 2, run: bool = True,
             keep_store: bool = False) -> list[dict | None]:
     """Every job's record, in the order given (None for a job not run when ``run`` is false).
-    Missing records are computed by ``workers`` processes, in the order given; progress and
-    run times go to stderr."""
+    Missing records are computed in the order given by ``workers`` processes (in this process
+    when ``workers`` is 1); progress and run times go to stderr."""
     out: list[dict | None] = [json.loads(j.record.read_text()) if j.record.is_file() else None
                               for j in jobs]
     todo = [i for i, r in enumerate(out) if r is None] if run else []
     if not todo:
         return out
     t = time.perf_counter()
+
+    def done(n: int, i: int) -> None:
+        print(f"[{n}/{len(todo)}, {time.perf_counter() - t:.0f} s] {jobs[i].results.name}/"
+              f"{jobs[i].key}: {out[i]['fits']} fits, {out[i]['seconds']} s",
+              file=sys.stderr, flush=True)
+
+    if workers <= 1:
+        for n, i in enumerate(todo, 1):
+            out[i] = run_cached(jobs[i], keep_store)
+            done(n, i)
+        return out
     with ProcessPoolExecutor(workers) as pool:
         futures = {pool.submit(run_cached, jobs[i], keep_store): i for i in todo}
         for n, future in enumerate(as_completed(futures), 1):
-            i = futures[future]
-            out[i] = future.result()
-            print(f"[{n}/{len(todo)}, {time.perf_counter() - t:.0f} s] {jobs[i].results.name}/"
-                  f"{jobs[i].key}: {out[i]['fits']} fits, {out[i]['seconds']} s",
-                  file=sys.stderr, flush=True)
+            out[futures[future]] = future.result()
+            done(n, futures[future])
     return out
 
 
