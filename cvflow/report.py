@@ -27,11 +27,8 @@ def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, 
     estimators share one read instead of each selecting its splits from disk.
     """
     from .estimators import lookup
-    from .estimators._cube import cube_loss
-    from .spec import time_ordered
 
-    decl = cube_loss(cube, loss)
-    ordered = time_ordered(json.loads(cube.attrs.get("workflow") or "{}").get("design") or {})
+    decl, ordered = assumptions(cube, loss)
     search = cube.attrs.get("workflow_dir")
     todo = []
     for name, options in estimators or requested_estimators(cube):
@@ -48,6 +45,16 @@ def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, 
                          f"estimator; it asks for {', '.join(spec.name for spec, _ in todo)}")
     cube = cube.assign(pred=_pred_in_memory_if_small(cube))
     return {spec.name: spec(cube, loss=loss, **options) for spec, options in todo}
+
+
+def assumptions(cube: xr.Dataset, loss: str | None = None):
+    """(the loss's declaration, whether the folds are time-ordered): what
+    :meth:`cvflow.estimators.Estimator.refusal` checks an estimator against."""
+    from .estimators._cube import cube_loss
+    from .spec import time_ordered
+
+    design = json.loads(cube.attrs.get("workflow") or "{}").get("design") or {}
+    return cube_loss(cube, loss), time_ordered(design)
 
 
 def _pred_in_memory_if_small(cube: xr.Dataset) -> xr.DataArray:

@@ -94,13 +94,21 @@ def _grid_axis(cube: xr.Dataset, rows: np.ndarray) -> tuple[np.ndarray, str, str
 
 
 def _overview(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> dict[str, xr.Dataset]:
-    """Add the declared overview reducers the workflow did not ask for, when the store allows."""
+    """Add the declared overview reducers the workflow did not ask for, when the store allows
+    and their declarations accept the loss and the folds (no corrected K-fold curve on
+    time-ordered folds, none with a per-fold metric)."""
     from .estimators import REGISTRY
+    from .report import assumptions
 
     loss = next((r.attrs.get("loss") for r in results.values() if r.attrs.get("loss")), None)
+    decl, ordered = assumptions(cube, loss)
     out = dict(results)
     for name, spec in REGISTRY.items():
         if spec.overview and name not in out:
+            why = spec.refusal(decl, ordered)
+            if why:
+                log.info("html report: %s skipped (%s)", name, why)
+                continue
             try:
                 out[name] = spec(cube, loss=loss)
             except InputError as exc:   # e.g. no full split: leave the section out

@@ -67,6 +67,12 @@ def test_timeseries_from_yaml_equals_cross_val_score(tmp_path, capsys):
                             scoring="neg_mean_squared_error")
     np.testing.assert_allclose(out["kfold"]["estimate"]["values"][0], want.mean(), rtol=1e-10)
     np.testing.assert_allclose(np.squeeze(out["kfold"]["fold_score"]["values"]), want, rtol=1e-10)
+    # the HTML page adds no exchangeability-assuming curve (corrected K-fold, mu(h)) of its own
+    html = tmp_path / "ts.html"
+    assert main(["report", str(store), "--html", str(html)]) == 0
+    text = html.read_text()
+    assert '"kfold-ridge"' in text
+    assert "corrected K-fold" not in text and '"stability-ridge"' not in text
 
 
 @pytest.mark.parametrize("extra,estimators,fragment", [
