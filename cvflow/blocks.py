@@ -20,6 +20,11 @@ log = logging.getLogger(__name__)
 # DESIGN CHOICE: aim for tasks of ~0.3 s: the ~2 ms task cost and the ~5-10 ms store write are
 # then a few percent, while a study still splits into enough tasks to keep every worker busy.
 TARGET_TASK_SECONDS = 0.3
+# COST: CPU seconds of Dask's scheduler per task (measured by benchmarks/bench_scale.py: ~1 ms
+# here). With many workers the tasks grow so that the scheduler stays at most half busy:
+# n_workers / task seconds * this <= 0.5. At 1,000 workers tasks of 0.3 s would ask it for 3.3
+# CPU seconds each second (the first bottleneck of the scaling model in README); they become 2 s.
+SCHEDULER_SECONDS_PER_TASK = 1e-3
 # DESIGN CHOICE: at least this many tasks per worker when the study is small, so that the last
 # task to finish (the tail) is a small part of the wall time; but never tasks under
 # MIN_TASK_SECONDS, where the per-task costs would dominate again.
@@ -74,6 +79,7 @@ def choose_chunks(n_params: int, n_splits: int, *, seconds_per_fit: float, n_wor
     """
     total = n_params * n_splits
     target = TARGET_TASK_SECONDS if target_seconds is None else target_seconds
+    target = max(target, 2 * max(n_workers, 1) * SCHEDULER_SECONDS_PER_TASK)
     if fits_per_task is None:
         per_fit = max(seconds_per_fit, 1e-6)
         fits_target = max(1, int(target / per_fit))

@@ -49,6 +49,17 @@ def test_cheap_fits_are_batched_to_the_target():
     assert n_tasks(100, 100, (bp, bs)) >= 2 * blocks.MIN_TASKS_PER_WORKER
 
 
+def test_many_workers_get_tasks_the_scheduler_keeps_up_with():
+    """10^8 fits of 1 ms: on 2 workers tasks of ~0.3 s; on 1,000 workers 0.3 s tasks would ask
+    the scheduler for ~3,300 tasks/s at ~1 ms of its CPU each (benchmarks/bench_scale.py), so
+    tasks grow until it is at most about half busy."""
+    for workers, task_seconds in ((2, blocks.TARGET_TASK_SECONDS), (1000, 2.0)):
+        bp, bs = choose_chunks(10_000, 10_000, seconds_per_fit=1e-3, n_workers=workers)
+        task = bp * bs * 1e-3
+        assert 0.9 * task_seconds <= task <= task_seconds + 1e-9
+        assert workers / task * blocks.SCHEDULER_SECONDS_PER_TASK <= 0.56
+
+
 def test_small_studies_still_give_each_worker_several_tasks():
     bp, bs = choose_chunks(10, 40, seconds_per_fit=0.01, n_workers=2)
     assert n_tasks(10, 40, (bp, bs)) >= 2 * blocks.MIN_TASKS_PER_WORKER
