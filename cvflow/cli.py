@@ -230,14 +230,21 @@ def main(argv: list[str] | None = None) -> int:
         dask.config.set({"logging.distributed": "error"})
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # cvflow's deprecations (e.g. a learner's `estimator:` key) reach the user as one line
-    warnings.filterwarnings("default", category=DeprecationWarning, module=r"cvflow\.")
-    warnings.formatwarning = lambda message, category, *_, **__: \
-        f"cvflow: {category.__name__}: {message}\n"
     for noisy in ("distributed", "bokeh", "tornado"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
+    # warnings as one line while the command runs; the caller's settings come back after it
+    # (main() is also called in-process, e.g. from a notebook or a test)
+    formatwarning = warnings.formatwarning
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("default", category=DeprecationWarning, module=r"cvflow\.")
+            warnings.formatwarning = lambda message, category, *_, **__: \
+                f"cvflow: {category.__name__}: {message}\n"
+            return args.func(args)
+    except BrokenPipeError:              # `cvflow report ... | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except InputError as exc:
         print(f"cvflow: error: {exc}", file=sys.stderr)
         return 2
@@ -248,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(__name__).debug("run-time failure", exc_info=True)
         print(f"cvflow: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        warnings.formatwarning = formatwarning
 
 
 if __name__ == "__main__":

@@ -137,3 +137,30 @@ def test_report_loss_reanalysis(tmp_path, write_workflow, capsys):
     hand = np.mean([abs(y[i] - pred[cube["fold_split"].values[0, fold[i]], i]) for i in range(len(y))])
     np.testing.assert_allclose(out["kfold"]["estimate"]["values"][0], hand, rtol=1e-12)
     assert main(["report", str(store), "--loss", "hinge"]) == 2
+
+
+def test_in_process_main_gives_the_caller_its_warning_format_back(tmp_path):
+    import warnings
+
+    from cvflow.cli import main
+
+    before = warnings.formatwarning
+    assert main(["validate", str(tmp_path / "missing.yaml")]) == 2
+    assert warnings.formatwarning is before
+
+
+def test_report_into_a_closed_pipe_is_not_an_error(tmp_path):
+    """`cvflow report STORE | head -1`: the reader leaves early; no traceback, no error line."""
+    import subprocess
+    import sys
+
+    store, wf = tmp_path / "q.zarr", tmp_path / "q.yaml"
+    wf.write_text(QUICK)
+    assert run_cli("run", wf, "--store", store).returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "cvflow", "report", str(store)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()                                    # as head does after its line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "error" not in err, err
