@@ -90,9 +90,8 @@ def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_s
     else:
         result = fit_missing(store, params, X, y, train, params_slice, splits_slice, positive,
                              path_aware, todo, sample_weight)
-    if ready is not None and not _wait_ready(ready):
-        raise StoreError(f"store: {store} was not created within {STORE_READY_TIMEOUT} s "
-                         "after this block was fitted; its predictions were not written")
+    if ready is not None:
+        _wait_ready(ready, store)
     cube_store.write_pred(store, result)
     summary = _summary(result, todo)
     if scorer is not None:
@@ -101,20 +100,28 @@ def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_s
     return summary
 
 
-# the store-ready events of the runs whose client is in this process (see _wait_ready)
+# the store-ready events of the runs whose client is in this process, and the names of those
+# whose store was created (see _wait_ready)
 _LOCAL_READY: dict[str, threading.Event] = {}
+_CREATED: set[str] = set()
 
 
-def _wait_ready(name: str) -> bool:
-    """Wait for the client's ``ready`` signal: a ``threading.Event`` when the task runs in the
-    client's own process (the threads cluster: no scheduler round trip), else the
-    ``distributed.Event`` of that name. False after ``STORE_READY_TIMEOUT`` seconds."""
+def _wait_ready(name: str, store: str) -> None:
+    """Wait for the client's ``ready`` signal that it created the store: a ``threading.Event``
+    when the task runs in the client's own process (the threads cluster: no scheduler round
+    trip), else the ``distributed.Event`` of that name. StoreError if the creation failed or
+    took more than ``STORE_READY_TIMEOUT`` seconds."""
     local = _LOCAL_READY.get(name)
     if local is not None:
-        return local.wait(STORE_READY_TIMEOUT)
-    from distributed import Event
+        created = local.wait(STORE_READY_TIMEOUT) and name in _CREATED
+    else:
+        from distributed import Event
 
-    return Event(name).wait(timeout=STORE_READY_TIMEOUT)
+        created = (Event(name).wait(timeout=STORE_READY_TIMEOUT)
+                   and cube_store.is_store(store))
+    if not created:
+        raise StoreError(f"store: {store} was not created (or not within "
+                         f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
 
 
 def _summary(result: BlockResult, todo: np.ndarray | None) -> dict:
@@ -463,10 +470,11 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
             if creating is not None and ready is not None:
                 try:
                     creating.result()
+                    _CREATED.add(ready.name)
                 except BaseException:
                     c.cancel(futures)
                     raise
-                finally:       # waiting tasks wake (cancelled ones write nothing kept)
+                finally:       # waiting tasks wake: they write, or raise if it failed
                     _LOCAL_READY[ready.name].set()
                     ready.set()
             # the client's own loop: a client passed in need not be the default one
@@ -505,10 +513,14 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                     result.errors[message] = result.errors.get(message, 0) + 1
                 notify({"event": "block", "done": result.fits_executed, "todo": n_todo,
                         "elapsed": time.perf_counter() - t0})
+            if ready is not None:
+                # every block is back: the scheduler forgets the event (after a failure it
+                # stays set, so a cancelled block still running finds it and raises)
+                ready.clear()
         finally:
             if ready is not None:
-                ready.clear()          # the scheduler forgets the event
                 _LOCAL_READY.pop(ready.name, None)
+                _CREATED.discard(ready.name)
             status.write(pending)
             if monitor:
                 monitor.publish()            # the final state, for a scheduler that outlives us

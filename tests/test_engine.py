@@ -108,3 +108,46 @@ def test_store_files_bounded_by_tasks(quick_store):
     _, result = quick_store
     n_files = sum(1 for p in Path(result.store).rglob("*") if p.is_file())
     assert n_files <= result.tasks * len(("pred", "done", "failed", "error", "fit_seconds")) + 50
+
+
+@pytest.mark.parametrize("cluster", ["threads", "given client"])
+def test_failed_store_creation_cancels_the_run_and_a_rerun_completes(tmp_path, write_workflow,
+                                                                     client, monkeypatch, cluster):
+    """The store is created while the blocks fit; when creating it fails the run raises that
+    error (no block waits forever), leaves no half store behind, and the same run then works."""
+    from cvflow import store as cube_store
+
+    wf, path = write_workflow(QUICK), tmp_path / "s.zarr"
+    real = cube_store.create
+
+    def broken(location, template):
+        cube_store.put(cube_store.sibling(str(location), cube_store.CREATING), b"")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cube_store, "create", broken)
+    kwargs = {"cluster": "threads"} if cluster == "threads" else {"client": client}
+    with pytest.raises(OSError, match="disk full"):
+        run(wf, store=path, **kwargs)
+    assert not cube_store.is_store(path)
+    monkeypatch.setattr(cube_store, "create", real)
+    result = run(wf, store=path, **kwargs)
+    assert result.fits_executed == result.total_fits == 4 * 6
+    assert bool(cvflow.open(path)["done"].all())
+
+
+def test_a_block_waiting_for_a_store_whose_creation_failed_raises(tmp_path):
+    import threading
+
+    from cvflow import engine
+
+    name = "cvflow-store-test"
+    engine._LOCAL_READY[name] = event = threading.Event()
+    try:
+        event.set()                       # the client woke the blocks without creating it
+        with pytest.raises(StoreError, match="was not created"):
+            engine._wait_ready(name, str(tmp_path / "s.zarr"))
+        engine._CREATED.add(name)
+        engine._wait_ready(name, str(tmp_path / "s.zarr"))
+    finally:
+        engine._LOCAL_READY.pop(name, None)
+        engine._CREATED.discard(name)
