@@ -47,7 +47,7 @@ def test_run_all_caches_records_and_removes_stores(tmp_path):
     np.savez(tmp_path / "d.npz", X=X, y=y)
     config = {"name": "tiny", "data": {"source": "npz", "path": str(tmp_path / "d.npz")},
               "task": "regression", "loss": "squared",
-              "learners": [{"name": "ridge", "estimator": "sklearn.linear_model.Ridge",
+              "learners": [{"name": "ridge", "class": "sklearn.linear_model.Ridge",
                             "grid": {"alpha": [0.1, 10.0]}}],
               "design": {"splitter": {"class": "sklearn.model_selection.KFold", "n_splits": 4}},
               "estimators": ["kfold"]}

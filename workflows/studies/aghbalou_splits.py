@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from splitstudy import Job, mean_se, pick, run_all, shares
+from splitstudy import Job, mean_se, run_all, shares
 
 HERE = Path(__file__).resolve().parent
 
@@ -53,8 +53,8 @@ def reduce(cube) -> dict:
 
     res = corrected_kfold(cube)
     c = res["C"].values
-    risk = pick(res, "full_test_risk", "test_risk").values
-    kf, corr = int(pick(res, "kfold_selected", "selected_kfold")), int(res["selected"])
+    risk = res["full_test_risk"].values                 # per param
+    kf, corr = int(res["kfold_selected"]), int(res["selected"])
     best = int(np.nanargmin(risk))
     return {"kfold_C": float(c[kf]), "kfold_test_risk": float(risk[kf]),
             "corrected_C": float(c[corr]), "corrected_test_risk": float(risk[corr]),

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from splitstudy import Job, geometric_mean, mean_se, pct, pick, ratio_of_means, run_all, shares
+from splitstudy import Job, geometric_mean, mean_se, pct, ratio_of_means, run_all, shares
 
 LAMBDAS = [0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]
 DATASETS = ["Boston", "Auto", "Hitters", "Toxicity", "SteamUse", "Alcohol2"]
@@ -95,12 +95,10 @@ def reduce(cube) -> dict:
     from cvflow.estimators import stability_nested
 
     out = stability_nested(cube, lambdas=LAMBDAS)
-    kf, sel = int(pick(out, "kfold_selected")), int(out["selected"])
-    nested = pick(out, "nested_error", "estimate").values
-    return {"cv": float(out["kfold"][kf]), "mse_kcv": float(pick(out, "test_risk_kfold",
-                                                                  "kfold_test_risk")),
-            "ncv": float(np.nanmin(nested)), "mse_nested": float(pick(out, "test_risk_selected",
-                                                                      "test_risk")),
+    kf, sel = int(out["kfold_selected"]), int(out["selected"])
+    nested = out["estimate"].values                     # m_λ, the nested CV error per λ
+    return {"cv": float(out["kfold"][kf]), "mse_kcv": float(out["kfold_test_risk"]),
+            "ncv": float(np.nanmin(nested)), "mse_nested": float(out["test_risk"]),
             "ncv0": float(nested[0]), "lambda": float(out["lambda_star"]),
             "kfold_index": kf, "nested_index": sel, "same": kf == sel}
 
@@ -129,7 +127,7 @@ def summarise(rows: dict) -> dict:
     per, ratios, ses, gaps = {}, [], [], {"kcv": [], "nested": [], "diff": []}
     for d, rs in rows.items():
         if len(rs) < 2:
-            continue
+            continue                       # a standard error needs two splits
         col = {k: np.array([r[k] for r in rs], float) for k in rs[0] if k != "failed"}
         r, se = ratio_of_means(col["mse_nested"], col["mse_kcv"])
         ratios.append(r)
@@ -235,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     names = a.datasets.split(",")
     t = time.perf_counter()
     rows = collect(names, a.splits, a.results, a.folds, a.workers, not a.no_run)
+    if max(len(r) for r in rows.values()) < 2:
+        print("no dataset has two splits yet; nothing to summarise")
+        return 0
     summary = summarise(rows)
     print(f"CART, {a.folds}-fold, up to {a.splits} random 90/10 splits per dataset, λ grid "
           f"{LAMBDAS}; {time.perf_counter() - t:.0f} s")

@@ -95,14 +95,6 @@ def run_all(jobs: list[Job], *, workers: int = 2, run: bool = True,
     return out
 
 
-def pick(ds, *names: str):
-    """The first of ``names`` the result Dataset holds (result names changed between versions)."""
-    for name in names:
-        if name in ds:
-            return ds[name]
-    raise KeyError(f"none of {names} in the result; it has {sorted(ds.data_vars)}")
-
-
 def ratio_of_means(a, b) -> tuple[float, float]:
     """R = mean(a) / mean(b) over paired splits and its standard error (delta method:
     sd(a − R·b) / (√S · mean(b)))."""
