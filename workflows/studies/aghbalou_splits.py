@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--results", type=Path, default=Path("/tmp/aghbalou_splits"),
                     help="directory of the per-split records (reused: a rerun fits only what is "
-                         "missing)")
+                         "missing; records are keyed by split only, so use a new directory "
+                         "after changing --grid)")
     ap.add_argument("--no-run", action="store_true",
                     help="summarise the records already there, run nothing")
     ap.add_argument("--json", type=Path, default=None, help="also write the summary as JSON")
