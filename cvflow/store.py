@@ -261,6 +261,17 @@ def is_store(store: str | os.PathLike) -> bool:
     return complete and not exists(sibling(location, CREATING))
 
 
+def _open_dataset(location: str) -> xr.Dataset:
+    """``xr.open_zarr`` on the consolidated metadata; a store written before cvflow consolidated
+    it (format 1) is read without, silently (xarray's fallback warns on every open)."""
+    try:
+        return xr.open_zarr(location, chunks=None, consolidated=True,
+                            storage_options=storage_options(location))
+    except ValueError:
+        return xr.open_zarr(location, chunks=None, consolidated=False,
+                            storage_options=storage_options(location))
+
+
 def open_cube(store: str | os.PathLike) -> xr.Dataset:
     """Open a cube: ``pred`` lazy (dask, the store's chunks), everything else loaded.
 
@@ -273,7 +284,7 @@ def open_cube(store: str | os.PathLike) -> xr.Dataset:
         raise StoreError(f"store: {location} does not exist")
     if not is_store(location):
         raise StoreError(f"store: {location} exists but is not a cvflow store")
-    cube = xr.open_zarr(location, chunks=None, storage_options=storage_options(location))
+    cube = _open_dataset(location)
     if int(cube.attrs.get(STORE_FORMAT_ATTR, 1)) > STORE_FORMAT:
         raise StoreError(f"store: {location} has store format {cube.attrs[STORE_FORMAT_ATTR]}, "
                          f"newer than this cvflow's ({STORE_FORMAT}); upgrade cvflow to read it")
@@ -443,7 +454,7 @@ def grow(store: str | os.PathLike, template: xr.Dataset, *, n_params: int, n_spl
     Consolidated metadata is rewritten at each step.
     """
     location = resolve(store)
-    stored = xr.open_zarr(location, chunks=None, storage_options=storage_options(location))
+    stored = _open_dataset(location)
     # a hyperparameter the store lacks: created at the stored length first (append needs it)
     new = [n for n in template.coords if n not in stored.variables]
     if new:
