@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from splitstudy import Job, mean_se, run_all, shares
+from splitstudy import Job, add_run_options, mean_se, run_all, shares
 
 HERE = Path(__file__).resolve().parent
 
@@ -113,14 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--folds", type=int, nargs="+", default=[2, 3, 4, 5])
     ap.add_argument("--grid", type=int, default=None,
                     help="N log-spaced C values on the workflow's interval (default: its grid)")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--results", type=Path, default=Path("/tmp/aghbalou_splits"),
-                    help="directory of the per-split records (reused: a rerun fits only what is "
-                         "missing; records are keyed by split only, so use a new directory "
-                         "after changing --grid)")
-    ap.add_argument("--no-run", action="store_true",
-                    help="summarise the records already there, run nothing")
-    ap.add_argument("--json", type=Path, default=None, help="also write the summary as JSON")
+    add_run_options(ap, Path("/tmp/aghbalou_splits"), "--grid")
     a = ap.parse_args(argv)
     base = yaml.safe_load(a.workflow.read_text())
     t = time.perf_counter()

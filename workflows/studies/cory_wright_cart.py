@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from splitstudy import Job, geometric_mean, mean_se, pct, ratio_of_means, run_all, shares
+from splitstudy import Job, add_run_options, geometric_mean, mean_se, pct, ratio_of_means, run_all, shares
 
 LAMBDAS = [0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]
 DATASETS = ["Boston", "Auto", "Hitters", "Toxicity", "SteamUse", "Alcohol2"]
@@ -221,15 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--splits", type=int, default=50)
     ap.add_argument("--folds", type=int, default=5)
-    ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--datasets", default=",".join(DATASETS))
-    ap.add_argument("--results", type=Path, default=Path("/tmp/cory_wright_cart"),
-                    help="directory of the per-split records (reused: a rerun fits only what is "
-                         "missing; records are keyed by split only, so use a new directory "
-                         "after changing --folds)")
-    ap.add_argument("--no-run", action="store_true",
-                    help="summarise the records already there, run nothing")
-    ap.add_argument("--json", type=Path, default=None, help="also write the summary as JSON")
+    add_run_options(ap, Path("/tmp/cory_wright_cart"), "--folds")
     a = ap.parse_args(argv)
     names = a.datasets.split(",")
     t = time.perf_counter()

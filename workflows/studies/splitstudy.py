@@ -65,6 +65,19 @@ def run_cached(job: Job, keep_store: bool = False) -> dict:
     return out
 
 
+def add_run_options(ap, results: Path, changed: str) -> None:
+    """The options both study scripts share: workers, the records' directory, --no-run, --json;
+    ``changed`` names the options whose change needs a new records directory."""
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--results", type=Path, default=results,
+                    help="directory of the per-split records (reused: a rerun fits only what is "
+                         "missing; records are keyed by split only, so use a new directory "
+                         f"after changing {changed})")
+    ap.add_argument("--no-run", action="store_true",
+                    help="summarise the records already there, run nothing")
+    ap.add_argument("--json", type=Path, default=None, help="also write the summary as JSON")
+
+
 def run_all(jobs: list[Job], *, workers: int = 2, run: bool = True,
             keep_store: bool = False) -> list[dict | None]:
     """Every job's record, in the order given (None for a job not run when ``run`` is false).
