@@ -53,6 +53,21 @@ def lazy_cube(n_params: int, n: int, *, bp: int, allowed: set[int] | None = None
     return cube, design, generated
 
 
+def traced_peak(reduce, *, threads: int, budget: int | None = None):
+    """``reduce()`` on a threads scheduler (and the in-memory budget, if given) with the peak
+    of memory traced meanwhile: (its results, peak bytes)."""
+    config = {"scheduler": "threads", "num_workers": threads}
+    if budget is not None:
+        config["cvflow.reduce.in-memory-bytes"] = budget
+    with dask.config.set(config):
+        tracemalloc.start()
+        try:
+            out = reduce()
+            return out, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+
 def check_kfold(res, n_params, n):
     expected = (1.0 + np.arange(n_params) / n_params) ** 2
     # each estimate averages n squared standard normals (times the scale): rel. sd sqrt(2/n)
@@ -65,12 +80,7 @@ def test_kfold_reads_only_fold_chunks_with_bounded_memory():
     fold_splits = set(simple_design(n, 5, pairs=True, seed=0).fold_split.ravel().tolist())
     cube, design, generated = lazy_cube(n_params, n, bp=bp, allowed=fold_splits)
     chunk_bytes = bp * n * 8
-    with dask.config.set({"cvflow.reduce.in-memory-bytes": 16 * 2**20, "scheduler": "threads",
-                          "num_workers": 2}):
-        tracemalloc.start()
-        res = kfold(cube)
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
+    (res,), peak = traced_peak(lambda: (kfold(cube),), budget=16 * 2**20, threads=2)
     check_kfold(res, n_params, n)
     assert sorted(set(generated)) == sorted(fold_splits)
     assert len(generated) == len(fold_splits) * n_params // bp     # each needed chunk once
@@ -86,12 +96,7 @@ def test_store_of_path_tasks_is_reduced_in_param_groups_with_bounded_memory():
     n_params, n = 200, 10_000                  # pred 256 MB, 5 fold splits 80 MB, a chunk 16 MB
     fold_splits = set(simple_design(n, 5, pairs=True, seed=0).fold_split.ravel().tolist())
     cube, design, generated = lazy_cube(n_params, n, bp=n_params, allowed=fold_splits)
-    with dask.config.set({"cvflow.reduce.in-memory-bytes": 8 * 2**20, "scheduler": "threads",
-                          "num_workers": 1}):
-        tracemalloc.start()
-        res = kfold(cube)
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
+    (res,), peak = traced_peak(lambda: (kfold(cube),), budget=8 * 2**20, threads=1)
     assert sorted(set(generated)) == sorted(fold_splits)
     assert len(generated) == len(fold_splits) * 10          # 8 MB: 20 params of 0.4 MB a group
     assert peak < 64 * 2**20, f"peak {peak / 2**20:.0f} MiB of an 80 MiB selection (164 before)"
@@ -120,12 +125,7 @@ def test_thousand_params_sixteen_splits_twenty_thousand_samples():
     design = simple_design(n, 5, pairs=True, seed=0)
     allowed = set(design.fold_split.ravel().tolist()) | {int(design.full_split)}
     cube, design, generated = lazy_cube(n_params, n, bp=bp, allowed=allowed)
-    with dask.config.set({"scheduler": "threads", "num_workers": 2}):
-        tracemalloc.start()
-        res = kfold(cube)
-        corr = corrected_kfold(cube)
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
+    (res, corr), peak = traced_peak(lambda: (kfold(cube), corrected_kfold(cube)), threads=2)
     check_kfold(res, n_params, n)
     assert np.isfinite(corr[list(corr.data_vars)[0]].values).all()
     assert peak < 600 * 2**20, f"peak {peak / 2**20:.0f} MiB of a {cube['pred'].nbytes / 2**30:.1f} GiB cube"
