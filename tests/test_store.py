@@ -145,7 +145,7 @@ def test_grow_keeps_stored_bytes_and_consolidated_metadata(tmp_path):
 
 
 def _reference_cube(path):
-    """What open_cube promises: xarray's open_zarr with everything but pred loaded."""
+    """What open_cube promises: xarray's open_zarr with everything but pred and X loaded."""
     cube = xr.open_zarr(path, consolidated=False, zarr_format=3)
     return cube.assign({n: cube[n].load() for n in cube.data_vars if n != "pred"}).assign_coords(
         {n: cube[n].load() for n in cube.coords})
@@ -170,6 +170,17 @@ def test_open_cube_gives_xarrays_dataset(tmp_path):
         slice(2, 4), slice(4, 8), pred, np.eye(2, 4, dtype=bool),
         np.where(np.eye(2, 4, dtype=bool), "boom", "").astype(object), np.ones((2, 4))))
     _assert_same_cube(store.open_cube(path), _reference_cube(path))
+
+
+def test_open_cube_reads_x_when_asked(tmp_path):
+    """X (n x p, no reducer reads it) is read from the store on access, not at open."""
+    template, _ = _template()
+    path = tmp_path / "c.zarr"
+    store.create(path, template)
+    cube = store.open_cube(path)
+    zarr.open_array(path / "X", mode="r+")[...] = 7.0     # changed after the open
+    np.testing.assert_array_equal(cube["X"].values, np.full((12, 3), 7.0))
+    np.testing.assert_array_equal(cube["y"].values, template["y"].values)     # read at open
 
 
 def test_read_pred_is_the_whole_prediction_array(tmp_path):
