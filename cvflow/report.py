@@ -24,9 +24,11 @@ def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, 
     Options (the stored ones and the overrides) go through each estimator's declared checks
     first, so a bad override is refused with one line before anything is read. A cube whose
     predictions fit the in-memory budget of the reducers is read once here, so the
-    estimators share one read instead of each selecting its splits from disk.
+    estimators share one read instead of each selecting its splits from disk, and the loss
+    sums they declare (``terms``) are computed once for all of them
+    (:func:`cvflow.estimators.shared_terms`), in one pass over ``pred`` on a big cube too.
     """
-    from .estimators import lookup
+    from .estimators import lookup, shared_terms
 
     decl, ordered = assumptions(cube, loss)
     search = cube.attrs.get("workflow_dir")
@@ -44,7 +46,8 @@ def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, 
         raise InputError(f"--set {sorted(unused)[0]}: the store's workflow does not ask for this "
                          f"estimator; it asks for {', '.join(spec.name for spec, _ in todo)}")
     cube = cube.assign(pred=_pred_in_memory_if_small(cube))
-    return {spec.name: spec(cube, loss=loss, **options) for spec, options in todo}
+    with shared_terms(cube, {role for spec, _ in todo for role in spec.terms}):
+        return {spec.name: spec(cube, loss=loss, **options) for spec, options in todo}
 
 
 def assumptions(cube: xr.Dataset, loss: str | None = None):

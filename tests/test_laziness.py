@@ -83,3 +83,53 @@ def test_per_fold_metrics_read_each_role_once_within_the_budget(cubes, name):
         np.testing.assert_allclose(np.asarray(lazy[var].values, dtype=float),
                                    np.asarray(eager[var].values, dtype=float), rtol=1e-12,
                                    equal_nan=True, err_msg=f"{name}.{var}")
+
+
+# every estimator whose declared loss sums (`terms`) come from the whole cube, with its options
+SHARED = {name: OPTIONS.get(name, {}) for name in sorted(REGISTRY) if REGISTRY[name].terms}
+
+
+@pytest.mark.parametrize("budget", ["in-memory", "chunked"])
+def test_a_report_reads_a_lazy_cube_once_for_all_its_estimators(cubes, budget):
+    """report.compute shares the declared loss sums (cvflow.estimators.shared_terms): one
+    reading of pred for all the estimators (per group of params over the budget), not one per
+    estimator; each result equals the estimator's alone on the cube in memory."""
+    from cvflow.report import compute
+
+    cube = cubes["kfold"]
+    assert {"kfold", "corrected_kfold", "stability", "nested_cv", "bates_ncv"} <= set(SHARED)
+    eager = {name: REGISTRY[name](cube.assign(pred=cube["pred"].compute()), **options)
+             for name, options in SHARED.items()}
+    config = {"cvflow.reduce.in-memory-bytes": 0} if budget == "chunked" else {}
+    groups = cube.sizes["param"] if budget == "chunked" else 1
+    # bbc_cv's second reading: the test risk of its choice, one param (see ALLOWED)
+    extra = groups if "bbc_cv" in SHARED else 0
+    with dask.config.set(config), raise_if_dask_computes(groups + extra):
+        lazy = compute(cube, list(SHARED.items()))
+    for name, result in eager.items():
+        for var in result.data_vars:
+            np.testing.assert_allclose(np.asarray(lazy[name][var].values, dtype=float),
+                                       np.asarray(result[var].values, dtype=float), rtol=1e-12,
+                                       equal_nan=True, err_msg=f"{name}.{var}")
+
+
+def test_shared_sums_keep_each_estimators_nan_rule():
+    """A param whose pair fits are missing is NaN in nested_cv only: the shared sums of a
+    report apply the NaN rule of the roles each estimator reads, as the estimator alone does."""
+    from cvflow.report import compute
+
+    cube = ridge_cube(4, seed=3)
+    pair = np.unique(cube["pair_split"].values[cube["pair_split"].values >= 0])
+    pred = cube["pred"].values.copy()
+    pred[1, pair[0]] = np.nan                             # param 1: one pair fit failed
+    cube = cube.assign(pred=(cube["pred"].dims, pred))
+    names = ["kfold", "corrected_kfold", "nested_cv", "stability"]
+    shared = compute(cube, [(name, {}) for name in names])
+    assert np.isnan(shared["nested_cv"]["inner_score"].values[1]).all()
+    for name in ("kfold", "corrected_kfold", "stability"):         # no pair fit read
+        assert not np.isnan(shared[name]["estimate" if name == "kfold" else "kfold"][1])
+    for name in names:
+        alone = REGISTRY[name](cube)
+        for var in alone.data_vars:
+            np.testing.assert_array_equal(shared[name][var].values, alone[var].values,
+                                          err_msg=f"{name}.{var}")

@@ -33,6 +33,7 @@ def test_every_estimator_declares_roles_options_and_renderers():
     for name, spec in REGISTRY.items():
         assert spec.name == name and spec.func.__name__ == name
         assert spec.needs and set(spec.needs) <= {"full", "fold", "pair", "subset"}
+        assert set(spec.terms) <= {"full", "fold", "pair", "oof", "change"}
         assert spec.results, f"{name} declares no result schema"
         assert all(o.doc for o in spec.options), f"{name}: every option says what it does"
 
@@ -117,6 +118,18 @@ def test_bad_option_refused_by_run_before_any_store(tmp_path, capsys):
 def test_options_are_normalised_before_they_reach_the_store(tmp_path):
     wf = load_workflow(_workflow(tmp_path, "[{stability_nested: {lambdas: [10, 0, 1]}}]"))
     assert wf.estimators == [("stability_nested", {"lambdas": [0.0, 1.0, 10.0]})]
+
+
+def test_declared_terms_are_role_terms_roles():
+    from cvflow.estimators import declare
+
+    def mine(cube, *, loss=None):
+        return cube
+
+    with pytest.raises(ValueError, match=r"mine.terms: \('folds',\); give a tuple of full, "
+                                         r"fold, pair, oof, change"):
+        declare(mine, needs=("fold",), terms=("folds",))
+    assert "mine" not in REGISTRY
 
 
 def test_lookup_messages():

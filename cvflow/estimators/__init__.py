@@ -21,8 +21,10 @@ from .cv_confidence import cv_confidence
 from .registry import REGISTRY, Estimator, Option, declare, lookup
 # the one in-memory budget rule of every reduction (dask config "cvflow.reduce.in-memory-bytes")
 from ._cube import fits_budget, is_lazy, load_if_small
+# the estimators of one report share their loss sums (cvflow.report.compute)
+from ._cube import shared_terms
 
 __all__ = ["corrected_kfold", "kfold", "stability", "stability_nested", "nested_cv", "bates_ncv",
            "wald_cv", "ustat", "nadeau_bengio", "corrected_t", "paired_5x2cv", "bbc_cv",
            "cv_confidence", "REGISTRY", "Estimator", "Option", "declare", "lookup", "fits_budget",
-           "is_lazy", "load_if_small"]
+           "is_lazy", "load_if_small", "shared_terms"]

@@ -6,6 +6,8 @@ selections are by split index, reductions over ``sample`` are weighted sums.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 import xarray as xr
@@ -63,16 +65,20 @@ def pointwise_loss(cube: xr.Dataset, loss: str | None = None, pred: xr.DataArray
     return template.copy(data=values).transpose(*dims).rename("loss")
 
 
-def require(cube: xr.Dataset, table: str, what: str) -> xr.DataArray:
-    """A role table with every entry present, or a clear error naming what is missing."""
+def has_splits(cube: xr.Dataset, table: str) -> bool:
+    """Whether every entry of a role table (``fold_split``, ``pair_split``, ...) is present."""
     index = cube[table]
     if table == "pair_split":
         k = index.sizes["outer"]
         off_diag = ~np.eye(k, dtype=bool)
-        missing = bool((index.values[:, off_diag] < 0).any()) if k else True
-    else:
-        missing = bool((index.values < 0).any()) or index.size == 0
-    if missing:
+        return not bool((index.values[:, off_diag] < 0).any()) if k else False
+    return not bool((index.values < 0).any()) and index.size > 0
+
+
+def require(cube: xr.Dataset, table: str, what: str) -> xr.DataArray:
+    """A role table with every entry present, or a clear error naming what is missing."""
+    index = cube[table]
+    if not has_splits(cube, table):
         raise InputError(f"cube: {what} needs the {table.replace('_split', '')} splits, which this "
                          "store does not have; add the estimator to the workflow and run it again")
     return index
@@ -158,22 +164,80 @@ ROLE_BLOCK_BYTES = 16 * 2**20
 
 def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str
                ) -> dict[str, np.ndarray]:
-    """The per-param loss sums of :mod:`np_roles` for ``roles`` ("full", "fold", "pair").
+    """The per-param loss sums of :mod:`np_roles` for ``roles`` ("full", "fold", "pair",
+    "oof", "change").
 
     One pass over the splits the roles need (each needed chunk of ``pred`` read once, no
     other): in memory when the selection fits the in-memory budget, otherwise chunk by chunk
     as a dask graph of param blocks (memory bounded by ``ROLE_BLOCK_BYTES`` per thread).
-    "pair" implies "fold" (the inner study's full fit is the fold fit); "oof" (implies "fold")
-    adds the out-of-fold losses ``oof_loss`` (P, R, n). Returns numpy arrays with ``param``
-    first (see the table in :mod:`cvflow.estimators.np_roles`) and ``missing`` (P,) bool.
+    "pair" and "oof" imply "fold" (the inner study's full fit is the fold fit); "oof" adds
+    the out-of-fold losses ``oof_loss`` (P, R, n); "change" (implies "full" and "fold") adds
+    ``fold_change``. Returns numpy arrays with ``param`` first (see the table in
+    :mod:`cvflow.estimators.np_roles`) and ``missing`` (P,) bool.
+
+    Within :func:`shared_terms` of this very cube, the terms of all the shared roles are
+    computed once per loss (one pass) and each call gets the part it asks for.
 
     The NaN rule (one for every estimator): a param missing any fit these roles need (failed,
     or not written yet) gets NaN in every term, so it is NaN in the estimator, never a partial
     sum; ``missing`` flags it so the estimator can say how many params that hit.
     """
     decl = pointwise(cube, loss, what)
+    roles = _implied(roles)
+    shared = _SHARED.get()
+    if shared is None or shared.cube is not cube or not roles <= shared.roles:
+        return np_roles.nan_rule(_terms(cube, decl, roles, what))
+    if decl not in shared.terms:
+        shared.terms[decl] = _terms(cube, decl, shared.roles, what)
+    return np_roles.nan_rule({key: value for key, value in shared.terms[decl].items()
+                              if np_roles.TERM_ROLE[key] in roles})
+
+
+def _implied(roles) -> frozenset[str]:
     roles = set(roles)
-    roles |= {"fold"} if roles & {"pair", "oof"} else set()
+    roles |= {"fold"} if roles & {"pair", "oof", "change"} else set()
+    roles |= {"full"} if "change" in roles else set()
+    return frozenset(roles)
+
+
+class _Shared:
+    """The role terms one :func:`shared_terms` block computes once per loss (before the NaN
+    rule, which depends on the roles each caller asks for)."""
+
+    def __init__(self, cube: xr.Dataset, roles: frozenset[str]):
+        self.cube, self.roles = cube, roles
+        self.terms: dict = {}
+
+
+_SHARED: ContextVar[_Shared | None] = ContextVar("cvflow_shared_terms", default=None)
+
+
+@contextmanager
+def shared_terms(cube: xr.Dataset, roles):
+    """Within the block, :func:`role_terms` of ``cube`` (this object, not a selection of it)
+    computes the terms of every role of ``roles`` the cube has splits for once per loss, in
+    one pass over ``pred``, when first asked, and returns each call the part it asks for.
+
+    DESIGN CHOICE: the estimators of one report share their loss sums (K-fold, corrected
+    K-fold and stability all sum the fold fits' losses): each reads ``pred`` and applies the
+    loss once, not once per estimator. Each estimator stays a pure function of the cube (its
+    result is the same inside or outside the block); ``report.compute`` opens the block for
+    the union of its estimators' declared ``terms`` (:mod:`cvflow.estimators.registry`).
+    """
+    roles = _implied(roles)
+    tables = {"full": int(cube.attrs.get("full_split", -1)) >= 0,
+              "fold": has_splits(cube, "fold_split"), "pair": has_splits(cube, "pair_split")}
+    usable = frozenset(r for r in roles if all(tables.get(t, True) for t in _implied({r})))
+    token = _SHARED.set(_Shared(cube, usable))
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def _terms(cube: xr.Dataset, decl: Loss, roles: frozenset[str], what: str
+           ) -> dict[str, np.ndarray]:
+    """:func:`role_terms` before the NaN rule."""
     tables = {}
     if "full" in roles:
         tables["full"] = np.asarray(full_split_index(cube, what))
@@ -197,7 +261,8 @@ def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str
             out.update(np_roles.full_terms(full, analysis))
         if "fold" in where:
             folds = losses[:, where["fold"]]
-            out.update(np_roles.fold_terms(folds, member, analysis, full))
+            out.update(np_roles.fold_terms(folds, member, analysis,
+                                           full if "change" in roles else None))
             if "oof" in roles:
                 out["oof_loss"] = np_roles.out_of_fold(folds, member)
         if "pair" in where:
@@ -217,9 +282,8 @@ def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str
         parts = [terms_of(np.asarray(data[p0:p0 + rows] if every_split
                                      else data[p0:p0 + rows][:, distinct]), p0)
                  for p0 in range(0, n_params, rows)]
-        return np_roles.nan_rule({key: np.concatenate([p[key] for p in parts])
-                                  for key in parts[0]})
-    return np_roles.nan_rule(_lazy_terms(data, terms_of, rows))
+        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    return _lazy_terms(data, terms_of, rows)
 
 
 def _lazy_terms(data, terms_of, rows: int) -> dict[str, np.ndarray]:

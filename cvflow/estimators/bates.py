@@ -320,7 +320,7 @@ WALD_COMPARE = Option("compare", None, param_refs(1, 2),
                       "[a, b]: Bayle et al.'s paired test of e_a = e_b (or [a])")
 
 
-declare(bates_ncv, needs=("fold", "pair"), options=_options() + [BIAS_FACTOR], text=describe,
+declare(bates_ncv, needs=("fold", "pair"), terms=("pair", "oof"), options=_options() + [BIAS_FACTOR], text=describe,
         html=render,
         results={v: ("param",) for v in ("mse", "err_ncv", "err_cv", "bias", "estimate",
                                          "se_raw", "se", "lower", "upper", "se_naive",
@@ -328,7 +328,7 @@ declare(bates_ncv, needs=("fold", "pair"), options=_options() + [BIAS_FACTOR], t
                                          "at_floor", "at_cap")}
         | {v: ("param", "repeat", "outer") for v in ("e_in", "e_out", "a", "b")})
 # with compare the results are scalars (no param dim) and the z / p values are added
-declare(wald_cv, needs=("fold",), options=_options() + [WALD_COMPARE], text=describe_wald,
+declare(wald_cv, needs=("fold",), terms=("oof",), options=_options() + [WALD_COMPARE], text=describe_wald,
         html=render_wald,
         results={**{v: ("param",) for v in ("estimate", "var_within", "var_all", "se_within",
                                             "se_all", "lower_within", "upper_within",

@@ -138,7 +138,7 @@ def describe(result: xr.Dataset) -> list[str]:
             f"{fmt(float(result['upper']))}])  bias {fmt(float(result['bias']))}"]
 
 
-declare(bbc_cv, needs=("fold",), text=describe,
+declare(bbc_cv, needs=("fold",), terms=("oof",), text=describe,
         options=[Option("B", 1000, integer(1), "bootstrap samples"),
                  Option("seed", 0, integer(0), "seed of the bootstrap draws"),
                  Option("alpha", 0.05, probability, "1 - alpha the interval's coverage")],

@@ -153,7 +153,7 @@ def render(result: xr.Dataset, page) -> None:
         page.grid_curve("test risk (full fit)", result["full_test_risk"])
 
 
-declare(corrected_kfold, needs=("full", "fold"), overview=True, text=describe, html=render,
+declare(corrected_kfold, needs=("full", "fold"), terms=("full", "fold"), overview=True, text=describe, html=render,
         results={"estimate": ("param",), "se": ("param",), "kfold": ("param",),
                  "full_risk": ("param",),
                  "fold_model_risk": ("param",), "estimate_repeat": ("param", "repeat"),

@@ -183,7 +183,7 @@ def describe(result: xr.Dataset) -> list[str]:
     return lines
 
 
-declare(cv_confidence, needs=("fold",), text=describe,
+declare(cv_confidence, needs=("fold",), terms=("oof",), text=describe,
         options=[Option("alpha", 0.05, probability, "the set keeps params with p > alpha"),
                  Option("B", 1000, integer(1), "multiplier bootstrap samples"),
                  Option("seed", 0, integer(0), "seed of the multipliers"),

@@ -102,7 +102,7 @@ def render(result: xr.Dataset, page) -> None:
 
 # metrics: per-fold metrics accepted; time_ordered: valid on time-ordered folds (it only scores
 # each fold fit on its own test fold)
-declare(kfold, needs=("fold",), overview=True, metrics=True, time_ordered=True,
+declare(kfold, needs=("fold",), terms=("fold",), overview=True, metrics=True, time_ordered=True,
         text=describe, html=render,
         results={"estimate": ("param",), "estimate_repeat": ("param", "repeat"),
                  "fold_score": ("param", "repeat", "outer"), "se": ("param",), "se_mean": ("param",),

@@ -157,7 +157,7 @@ def describe(result: xr.Dataset) -> list[str]:
     return lines
 
 
-declare(nested_cv, needs=("fold", "pair"), metrics=True, text=describe,
+declare(nested_cv, needs=("fold", "pair"), terms=("pair",), metrics=True, text=describe,
         results={"estimate": (), "estimate_repeat": ("repeat",), "chosen": ("repeat", "outer"),
                  "outer_sum": ("repeat", "outer"), "outer_score": ("repeat", "outer"),
                  "inner_score": ("param", "repeat", "outer"), "kfold": ("param",),

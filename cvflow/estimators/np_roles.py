@@ -7,24 +7,29 @@ NaN of the samples it covers and never looks at the others.
 
 For a param h, with folds N_1..N_K of D (``member``) and D the analysis samples:
 
-==================  ===============  ==================================================
-term                shape            value
-==================  ===============  ==================================================
-full_risk           (P,)             mean_{i∈D} ℓ_i(h, full)
-test_risk           (P,)             mean over the held-out test samples of ℓ_i(h, full)
-fold_sum            (P, R, K)        Σ_{i∈N_j} ℓ_i(h, fold j)
-fold_risk           (P, R, K)        mean_{i∈D} ℓ_i(h, fold j)
-fold_change         (P, R, K)        mean_{i∈D} |ℓ_i(h, fold j) − ℓ_i(h, full)|
-inner_sum           (P, R, K, K)     Σ_{i∈N_l} ℓ_i(h, pair(t, l)); 0 on the diagonal
-inner_change        (P, R, K, K)     mean_{i∈D∖N_t} |ℓ_i(h, pair(t, l)) − ℓ_i(h, fold t)|; 0 diag.
-oof_loss            (P, R, n)        ℓ_i(h, fold j(i)), i ∈ N_j; 0 on held-out test samples
-==================  ===============  ==================================================
+==================  ======  ===============  ==================================================
+term                role    shape            value
+==================  ======  ===============  ==================================================
+full_risk           full    (P,)             mean_{i∈D} ℓ_i(h, full)
+test_risk           full    (P,)             mean over the held-out test samples of ℓ_i(h, full)
+fold_sum            fold    (P, R, K)        Σ_{i∈N_j} ℓ_i(h, fold j)
+fold_risk           fold    (P, R, K)        mean_{i∈D} ℓ_i(h, fold j)
+fold_change         change  (P, R, K)        mean_{i∈D} |ℓ_i(h, fold j) − ℓ_i(h, full)|
+inner_sum           pair    (P, R, K, K)     Σ_{i∈N_l} ℓ_i(h, pair(t, l)); 0 on the diagonal
+inner_change        pair    (P, R, K, K)     mean_{i∈D∖N_t} |ℓ_i(h, pair(t, l)) − ℓ_i(h, fold t)|; 0 diag.
+oof_loss            oof     (P, R, n)        ℓ_i(h, fold j(i)), i ∈ N_j; 0 on held-out test samples
+==================  ======  ===============  ==================================================
 
 :func:`nan_rule` then makes every term of a param NaN when any is (a needed fit is missing).
 """
 from __future__ import annotations
 
 import numpy as np
+
+# the role of each term (the table above): the role a reducer asks for to get the term
+TERM_ROLE = {"full_risk": "full", "test_risk": "full", "fold_sum": "fold", "fold_risk": "fold",
+             "fold_change": "change", "inner_sum": "pair", "inner_change": "pair",
+             "oof_loss": "oof"}
 
 
 def fold_members(fold: np.ndarray, k: int) -> np.ndarray:

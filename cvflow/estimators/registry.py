@@ -8,6 +8,7 @@ Right below its definition, its module declares it::
     declare(
         my_interval,                        # the function; its name is the workflow's name
         needs=("fold", "pair"),             # split roles it reads: full, fold, pair, subset
+        terms=("fold", "pair"),             # role_terms roles it reads from the whole cube
         options=[Option("alpha", 0.1, probability, "miscoverage of the interval")],
         results={"estimate": ("param",),    # result variables -> dims (the schema; a
                  "se": ("param",),          # "?" suffix marks one that may be absent,
@@ -27,7 +28,11 @@ and ``cvflow/estimators/__init__.py`` imports the module. Nothing else is edited
   folds (:meth:`Estimator.refusal`);
 - :mod:`cvflow.report` runs the estimators, renders ``text`` (or a generic table of the
   result) and JSON, and applies ``cvflow report --set NAME.OPTION=VALUE`` through the same
-  checks;
+  checks; the loss sums its estimators declare in ``terms`` (the roles they pass to
+  :func:`cvflow.estimators._cube.role_terms` with the whole cube: full, fold, pair, oof,
+  change) are computed once for all of them (:func:`~cvflow.estimators._cube.shared_terms`).
+  The declaration only decides what is shared: an estimator asking for more computes its
+  own, with the same result;
 - :mod:`cvflow.report_html` calls ``html(result, page)``, where ``page`` offers drawing
   primitives (``page.grid_curve``, ``page.grid_panel``, ``page.curve``,
   ``page.param_intervals``, ``page.scalar_intervals``, ``page.table``; see
@@ -84,6 +89,8 @@ class Estimator:
     func: Callable
     needs: tuple[str, ...]
     options: tuple[Option, ...] = ()
+    # the role_terms roles it reads from the whole cube, shared within a report (see above)
+    terms: tuple[str, ...] = ()
     results: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     text: Callable | None = None
     html: Callable | None = None
@@ -139,12 +146,13 @@ class Estimator:
 REGISTRY: dict[str, Estimator] = {}
 
 
-def declare(func: Callable, *, needs, options=(), results=None, text=None, html=None,
-            check_design=None, overview: bool = False, metrics: bool = False,
+def declare(func: Callable, *, needs, terms=(), options=(), results=None, text=None,
+            html=None, check_design=None, overview: bool = False, metrics: bool = False,
             time_ordered: bool = False, name: str | None = None) -> Estimator:
     """Register ``func`` as the estimator ``name`` (default: its ``__name__``); see the module
     docstring. Returns the declaration; ``func`` keeps working as a plain function."""
     spec = Estimator(name=name or func.__name__, func=func, needs=_roles(needs, func.__name__),
+                     terms=_terms(terms, func.__name__),
                      options=tuple(options), results=dict(results or {}), text=text, html=html,
                      check_design=check_design, overview=overview, metrics=metrics,
                      time_ordered=time_ordered)
@@ -163,6 +171,16 @@ def _roles(needs, where: str) -> tuple[str, ...]:
         raise InputError(f"{where}.needs: {bad[0] if bad else '()'} is not a split role; "
                          f"use some of {', '.join(SPLIT_KINDS)}")
     return tuple(dict.fromkeys(needs))
+
+
+TERM_ROLES = ("full", "fold", "pair", "oof", "change")
+
+
+def _terms(terms, where: str) -> tuple[str, ...]:
+    bad = [r for r in terms if r not in TERM_ROLES]
+    if isinstance(terms, str) or bad:
+        raise ValueError(f"{where}.terms: {terms!r}; give a tuple of {', '.join(TERM_ROLES)}")
+    return tuple(dict.fromkeys(terms))
 
 
 def lookup(name: str, *, where: str = "estimators", search: str | Path | None = None

@@ -78,7 +78,7 @@ def stability(cube: xr.Dataset, *, loss: str | None = None, lambdas=None) -> xr.
         (param, lambda), ``selected`` (lambda) and attrs ``selected_params`` (a dict per λ).
     """
     name = loss_name(cube, loss)
-    terms = role_terms(cube, name, roles=("full", "fold"), what="stability")
+    terms = role_terms(cube, name, roles=("full", "fold", "change"), what="stability")
     out = hypothesis_stability(terms["fold_change"])
     out["kfold"] = kfold_scores(terms["fold_sum"], fold_sizes(cube))["estimate"]
     attrs = {"estimator": "stability", "loss": name}
@@ -133,7 +133,7 @@ def stability_nested(cube: xr.Dataset, *, loss: str | None = None, lambdas=None)
     """
     name = loss_name(cube, loss)
     lam = check_lambdas(lambdas, "stability_nested.lambdas")
-    terms = role_terms(cube, name, roles=("full", "pair"), what="stability_nested")
+    terms = role_terms(cube, name, roles=("full", "pair", "change"), what="stability_nested")
     sizes = fold_sizes(cube)
     score = inner_score(terms["inner_sum"], sizes)
     # eq. (5) on D \\ N_t, whose "full" fit is fold t and whose fold fits are the pairs (t, l)
@@ -228,14 +228,15 @@ def _lambdas_option(value, where: str) -> list[float]:
     return check_lambdas(value, where).tolist()
 
 
-declare(stability, needs=("full", "fold"), overview=True,
+declare(stability, needs=("full", "fold"), terms=("full", "fold", "change"), overview=True,
         options=[Option("lambdas", None, _lambdas_option,
                         "weights λ >= 0: adds the eq. (7) selections per λ")],
         text=describe_stability, html=render_stability,
         results={"stability": ("param",), "stability_repeat": ("param", "repeat"),
                  "stability_fold": ("param", "repeat", "outer"), "kfold": ("param",),
                  "objective?": ("param", "lambda"), "selected?": ("lambda",)})
-declare(stability_nested, needs=("full", "fold", "pair"), text=describe,
+declare(stability_nested, needs=("full", "fold", "pair"), terms=("full", "pair", "change"),
+        text=describe,
         options=[Option("lambdas", list(DEFAULT_LAMBDAS), _lambdas_option,
                         "the λ grid (weights >= 0) nested CV chooses from; costs no fits")],
         html=render,
