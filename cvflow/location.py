@@ -111,3 +111,14 @@ def put(location: str, data: bytes) -> None:
         return
     fs, path = filesystem(location)
     fs.pipe_file(path, data)
+
+
+def put_all(location: str, objects: dict[str, bytes]) -> None:
+    """Write small objects under ``location``, keyed by their "/"-separated path within it
+    (on an object store, in one concurrent batch)."""
+    if not is_url(location):
+        for key, data in objects.items():
+            put(os.path.join(location, *key.split("/")), data)
+        return
+    fs, path = filesystem(location)
+    fs.pipe({f"{path.rstrip('/')}/{key}": data for key, data in objects.items()})

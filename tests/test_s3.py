@@ -124,6 +124,41 @@ def test_quickstart_to_s3_equals_a_local_run(s3, quick_local, tmp_path):
     assert again.returncode == 0 and "already complete, 0 fits performed" in again.stdout
 
 
+@pytest.mark.parametrize("in_place", [False, True])
+def test_create_on_s3_writes_what_xarray_writes(s3, monkeypatch, in_place):
+    """Reference: xarray's to_zarr of the same template to the same server, object for object
+    (metadata parsed, chunks byte for byte); no creation marker left."""
+    import warnings
+
+    import xarray as xr
+
+    from cvflow import store
+    from cvflow.location import filesystem, storage_options
+    from test_store import _case
+
+    template = _case("multiclass", monkeypatch)
+    if in_place:                               # every variable written in place, none staged
+        monkeypatch.setattr(store, "STAGED_BYTES", 64)
+    ours, ref = _url(), _url()
+    store.create(ours, template)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
+        template.to_zarr(ref, compute=False, consolidated=True, zarr_format=3, mode="w-",
+                         storage_options=storage_options(ref))
+
+    def objects(url):
+        fs, path = filesystem(url)
+        return {key[len(path):]: (json.loads(data) if key.endswith("zarr.json") else data)
+                for key, data in fs.cat(fs.find(path)).items()}
+
+    got, want = objects(ours), objects(ref)
+    assert set(got) == set(want) and "/pred/zarr.json" in got
+    for key in want:
+        assert got[key] == want[key], key
+    assert store.is_store(ours) and not _objects(ours + store.CREATING)
+    xr.testing.assert_identical(xr.open_zarr(ours).load(), xr.open_zarr(ref).load())
+
+
 def test_second_run_on_a_held_url_is_refused(s3):
     from cvflow.lock import read_lock, run_lock
 

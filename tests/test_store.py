@@ -1,6 +1,7 @@
 """The store: schema round trip, fill values, chunk-aligned writes, refusing non-stores."""
 from __future__ import annotations
 
+import json
 import warnings
 
 import dask.array as da
@@ -99,6 +100,86 @@ def test_create_is_xarrays_to_zarr_with_consolidated_metadata(tmp_path):
     assert plain["pred"].dtype == np.float32 and plain["done"].dtype == bool
     assert set(plain.coords) == set(template.coords)
     assert not (tmp_path / "c.zarr.creating").exists()
+
+
+def _case(case: str, monkeypatch):
+    """A template of each kind the engine creates (see cvflow.store.cube_template)."""
+    rng = np.random.default_rng(3)
+    n = 12
+    y = rng.normal(size=n)
+    classes, weights, attrs, dtype, chunks = None, None, {}, "float64", (2, 4)
+    if case == "binary":
+        classes = ["no", "yes"]
+        y = np.array(classes, dtype=object)[rng.integers(0, 2, n)]
+    elif case == "multiclass":                                 # str labels: a `class` coordinate
+        classes = ["a", "b", "c"]
+        y = np.array(classes, dtype=object)[rng.integers(0, 3, n)]
+    elif case == "multiclass_int":
+        classes = [0, 1, 2]
+        y = rng.integers(0, 3, n)
+    elif case == "weights_frame":
+        weights = rng.uniform(0.5, 2, n)
+        attrs["columns"] = '[{"name": "a", "kind": "number", "dtype": "float64"}]'
+    elif case == "float32":
+        dtype = "float32"
+    elif case == "in_place":                                   # no variable staged in memory
+        monkeypatch.setattr(store, "STAGED_BYTES", 64)
+    elif case == "sharded":
+        monkeypatch.setattr(store, "SHARD_INNER_BYTES", 2 * 4 * n * 8)    # 2 params an inner chunk
+        chunks = (4, 4)
+    data = Data(X=rng.normal(size=(n, 3)), y=y, feature_names=["a", "b", "c"],
+                is_test=np.arange(n) >= n - 2, classes=classes, sample_weight=weights)
+    design = simple_design(n, 4, pairs=True, subset={"size": 3, "pairs": 2} if case == "subset"
+                           else None)
+    params = [Param("ridge", "sklearn.linear_model.Ridge", hyper={"alpha": float(a)})
+              for a in range(5)]
+    params += [Param("svr", "sklearn.svm.SVR", hyper={"kernel": k, "C": 1.0}) for k in ("rbf", "linear")]
+    attrs.update(task="regression" if classes is None else "classification", loss="squared",
+                 classes=json.dumps(classes), workflow="{}", workflow_hash="h", data_hash="d")
+    template = store.cube_template(data, design, params, attrs=attrs, chunks=chunks, dtype=dtype)
+    assert ("shards" in template["pred"].encoding) == (case == "sharded")
+    assert ("class" in template["pred"].dims) == case.startswith("multiclass")
+    return template
+
+
+def _nodes(path) -> dict:
+    """Every node's zarr.json (the root's with its consolidated metadata), parsed."""
+    return {str(f.parent.relative_to(path)): json.loads(f.read_text())
+            for f in path.rglob("zarr.json")}
+
+
+def _opened(path) -> xr.Dataset:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # consolidated metadata: opens silently
+        return xr.open_zarr(path).load()
+
+
+@pytest.mark.parametrize("case", ["regression", "binary", "multiclass", "multiclass_int",
+                                  "weights_frame", "float32", "sharded", "subset", "in_place"])
+def test_create_writes_what_xarrays_to_zarr_writes(tmp_path, monkeypatch, case):
+    """Reference: xarray's own ``to_zarr(compute=False, consolidated=True, zarr_format=3)`` of
+    the same template: every node's metadata, the chunks written, and what open_zarr reads."""
+    template = _case(case, monkeypatch)
+    ours, ref = tmp_path / "ours.zarr", tmp_path / "ref.zarr"
+    store.create(ours, template)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
+        template.to_zarr(ref, compute=False, consolidated=True, zarr_format=3, mode="w-")
+    nodes, expected = _nodes(ours), _nodes(ref)
+    assert set(nodes) == set(expected) and len(nodes) == len(template.variables) + 1
+    for name in expected:
+        assert nodes[name] == expected[name], name
+    assert "consolidated_metadata" in nodes["."]
+    # the same chunks exist (block variables unwritten: their fill values)
+    assert ({str(f.relative_to(ours)) for f in ours.rglob("*") if f.is_file()}
+            == {str(f.relative_to(ref)) for f in ref.rglob("*") if f.is_file()})
+    got, want = _opened(ours), _opened(ref)
+    xr.testing.assert_identical(got, want)
+    for name in want.variables:
+        assert got[name].dtype == want[name].dtype, name
+        np.testing.assert_equal(got[name].encoding, want[name].encoding, err_msg=name)   # NaN == NaN
+    assert np.isnan(got["pred"].values).all() and not got["done"].values.any()
+    assert store.is_store(ours) and not (tmp_path / "ours.zarr.creating").exists()
 
 
 def test_interrupted_creation_is_not_a_store_and_is_replaced(tmp_path, monkeypatch):
