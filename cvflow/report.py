@@ -45,7 +45,7 @@ def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, 
     if unused:
         raise InputError(f"--set {sorted(unused)[0]}: the store's workflow does not ask for this "
                          f"estimator; it asks for {', '.join(spec.name for spec, _ in todo)}")
-    cube = cube.assign(pred=_pred_in_memory_if_small(cube))
+    cube = _pred_in_memory_if_small(cube)
     with shared_terms(cube, {role for spec, _ in todo for role in spec.terms}):
         return {spec.name: spec(cube, loss=loss, **options) for spec, options in todo}
 
@@ -60,8 +60,9 @@ def assumptions(cube: xr.Dataset, loss: str | None = None):
     return cube_loss(cube, loss), time_ordered(design)
 
 
-def _pred_in_memory_if_small(cube: xr.Dataset) -> xr.DataArray:
-    """``pred`` read into memory when it fits the reducers' budget, else unchanged (lazy).
+def _pred_in_memory_if_small(cube: xr.Dataset) -> xr.Dataset:
+    """The cube with ``pred`` read into memory when it fits the reducers' budget, else the
+    cube itself (``pred`` lazy).
 
     An opened store's own ``pred`` is read in one concurrent round trip
     (:func:`cvflow.store.read_pred`), anything else (a selection, an in-memory cube) by dask.
@@ -70,11 +71,12 @@ def _pred_in_memory_if_small(cube: xr.Dataset) -> xr.DataArray:
     from .store import read_pred
 
     pred = cube["pred"]
-    if is_lazy(pred.data) and fits_budget(pred.nbytes):
-        values = read_pred(cube)
-        if values is not None:
-            return pred.copy(data=values)
-    return load_if_small(pred)
+    if not (is_lazy(pred.data) and fits_budget(pred.nbytes)):
+        return cube
+    values = read_pred(cube)
+    out = cube.copy()           # shallow: the variables are new, their data shared
+    out.variables["pred"].data = load_if_small(pred).data if values is None else values
+    return out
 
 
 def _plain(value):
