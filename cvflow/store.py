@@ -447,7 +447,8 @@ STATUS_VARIABLES = ("failed", "error", "fit_seconds", "done")     # the order th
 
 class StatusWriter:
     """The client's copy of a store's status variables (failed, error, fit_seconds, done),
-    written whole at each :meth:`write`: ``done`` last, the other three concurrently.
+    each written whole at a :meth:`write` that changed it: ``done`` last, the others
+    concurrently.
 
     The copy is read from the store at the first write, or starts at the fill values for a
     store created by this run (``fresh``), so a run reads the status at most once. Only one
@@ -459,6 +460,7 @@ class StatusWriter:
         self.fresh = fresh
         self.arrays: dict | None = None
         self.values: dict[str, np.ndarray] = {}
+        self.unwritten: set[str] = set()      # variables whose copy differs from the store's
 
     def write(self, results) -> None:
         """Record finished blocks: :class:`cvflow.fit.BlockResult` (``pred`` may be None)
@@ -477,16 +479,24 @@ class StatusWriter:
                            for name, array in self.arrays.items()}
         for name, values in self.values.items():
             for r in results:
-                values[r.params, r.splits] = True if name == "done" else getattr(r, name)
+                new = True if name == "done" else getattr(r, name)
+                if not np.array_equal(values[r.params, r.splits], new,
+                                      equal_nan=values.dtype.kind == "f"):
+                    values[r.params, r.splits] = new
+                    self.unwritten.add(name)
         arrays = self.arrays
 
         def put(name: str) -> None:
             arrays[name][...] = self.values[name]
+            self.unwritten.discard(name)
 
-        # DESIGN CHOICE: one zarr round trip each; the three that `done` vouches for go together
+        # DESIGN CHOICE: one zarr round trip per variable that changed (failed and error
+        # rarely do: a batch of good fits writes two arrays, not four); the ones `done`
+        # vouches for go together, before it
         with ThreadPoolExecutor(3) as pool:
-            list(pool.map(put, STATUS_VARIABLES[:-1]))
-        put("done")
+            list(pool.map(put, [n for n in STATUS_VARIABLES[:-1] if n in self.unwritten]))
+        if "done" in self.unwritten:
+            put("done")
 
 
 def write_status(store: str | os.PathLike, results) -> None:

@@ -307,3 +307,48 @@ def test_write_status_batches_read_modify_write(tmp_path):
     np.testing.assert_array_equal(group["fit_seconds"][...], seconds)
     assert np.argwhere(group["failed"][...]).tolist() == [[1, 2]]
     assert group["error"][1, 2] == "bad fit" and (group["error"][...] != "").sum() == 1
+
+
+def test_status_writer_batches_and_a_retried_failure_clears(tmp_path):
+    """Reference: the status zarr holds after each batch, and which arrays hold any chunk."""
+    template, _ = _template()
+    path = tmp_path / "c.zarr"
+    store.create(path, template)
+
+    def status(ps, ss, seconds, failed=False):
+        shape = (ps.stop - ps.start, ss.stop - ss.start)
+        return BlockResult(ps, ss, None, np.full(shape, failed),
+                           np.full(shape, "boom" if failed else "", dtype=object),
+                           np.full(shape, seconds))
+
+    def stored(name):
+        return zarr.open_array(str(path), path=name, mode="r")
+
+    writer = store.StatusWriter(path, fresh=True)
+    writer.write([status(slice(0, 2), slice(0, 4), 1.0)])          # good fits: no failure
+    assert stored("done").nchunks_initialized == stored("fit_seconds").nchunks_initialized == 1
+    assert stored("failed").nchunks_initialized == stored("error").nchunks_initialized == 0
+    writer.write([status(slice(2, 4), slice(0, 4), 2.0, failed=True)])
+    assert stored("failed")[...].sum() == 8 and (stored("error")[...] == "boom").sum() == 8
+    store.StatusWriter(path).write([status(slice(2, 4), slice(0, 4), 3.0)])   # a retry succeeds
+    assert not stored("failed")[...].any() and (stored("error")[...] == "").all()
+    done = np.zeros((5, 11), bool)
+    done[:4, :4] = True
+    np.testing.assert_array_equal(stored("done")[...], done)
+    np.testing.assert_array_equal(stored("fit_seconds")[...][:4, :4],
+                                  np.repeat([1.0, 3.0], [8, 8]).reshape(4, 4))
+
+
+def test_an_all_nan_block_reads_back_as_nan(tmp_path):
+    """Every fit of a block failed: its NaN predictions are written and read as NaN."""
+    template, _ = _template()
+    path = tmp_path / "c.zarr"
+    store.create(path, template)
+    pred = np.random.default_rng(4).normal(size=(2, 4, 12))
+    store.write_pred(path, BlockResult(slice(0, 2), slice(0, 4), pred, None, None, None))
+    store.write_pred(path, BlockResult(slice(0, 2), slice(0, 4), np.full_like(pred, np.nan),
+                                       None, None, None))    # a rerun that failed everywhere
+    assert np.isnan(store.read_pred(path)).all()
+    xr.testing.assert_identical(xr.open_zarr(path)["pred"].load(),
+                                xr.open_zarr(path, consolidated=False)["pred"].load())
+
