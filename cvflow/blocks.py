@@ -168,11 +168,13 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
 # small data are charged by size instead: (seconds per fit, seconds per training value per
 # fit) of their kernel. The estimate only sizes blocks and picks threads over processes, so
 # these are round upper figures measured on this 2-core VM: ~1e-8 s per value is what a
-# 20-alpha ridge path costs per alpha, and several times what a 100-alpha lasso path does; a
-# warm-started lbfgs logistic fit pays ~2 ms of scikit-learn's per-fit checks plus ~1e-7 s
-# per value (its iterations vary with C and the data, hence the margin).
-PATH_COST = {"ridge": (0.0, 1e-8), "ridge_classifier": (0.0, 1e-8), "lasso": (0.0, 1e-8),
-             "enet": (0.0, 1e-8), "logistic": (2e-3, 1e-7)}
+# 20-alpha ridge path costs per alpha (one SVD shared by fewer alphas; 1.2e-9 for 100); a
+# lasso / elastic-net path on the Gram matrix costs 0.5-1.8e-9 per value and alpha (100
+# alphas, n 500-5000, p 50-200, at load 5); a warm-started lbfgs logistic fit pays ~2 ms of
+# scikit-learn's per-fit checks plus ~1e-7 s per value (its iterations vary with C and the
+# data, hence the margin).
+PATH_COST = {"ridge": (0.0, 1e-8), "ridge_classifier": (0.0, 1e-8), "lasso": (0.0, 2e-9),
+             "enet": (0.0, 2e-9), "logistic": (2e-3, 1e-7)}
 CHEAP_PATH_ELEMENTS = 2_000_000
 
 

@@ -1,8 +1,10 @@
 """Connecting to a Dask cluster: the embedded LocalCluster, SLURM, a profile file, or an address.
 
 By default (``cluster=None`` or ``"auto"``) a run chooses where to fit from its timed estimate
-(:func:`choose`): in this process on a threaded Dask scheduler (profile ``threads``) when the
-study is small, on a ``LocalCluster`` of worker processes (profile ``local``) when they pay.
+(:func:`choose`): in this process on Dask's threaded scheduler (profile ``threads``) when the
+study is tiny, on worker processes forked from this one (profile ``forked``, Dask's local
+scheduler over them, :mod:`cvflow.inprocess`) when they pay, and on a ``LocalCluster`` of
+worker processes (profile ``local``, with its dashboard) when the study is long.
 
 A *profile* is a small mapping that says which cluster to start and how (see
 ``cvflow/cluster.yaml`` for the packaged defaults, and ``cluster/local.yaml``,
@@ -42,10 +44,12 @@ _DEFAULTS = Path(__file__).with_name("cluster.yaml")
 dask.config.update_defaults(yaml.safe_load(_DEFAULTS.read_text()))
 
 ENV_PREFIX = "CVFLOW_CLUSTER__"
-KINDS = ("local", "slurm", "threads")
+KINDS = ("local", "slurm", "threads", "forked")
+IN_PROCESS = ("threads", "forked")     # kinds run on Dask's local scheduler (no dashboard)
 AUTO = "auto"
 KEYS = {
     "threads": {"kind", "workers", "host", "dashboard_port", "tls"},
+    "forked": {"kind", "workers"},
     "local": {"kind", "workers", "threads_per_worker", "memory_limit", "host", "dashboard_port",
               "tls"},
     "slurm": {"kind", "workers", "adaptive", "host", "interface", "dashboard_port", "tls",
@@ -260,34 +264,53 @@ def _security(tls: bool):
         raise InputError("--tls needs the cryptography package: pip install cryptography") from None
 
 
-def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | None = None
-           ) -> tuple[str, str]:
+def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | None = None,
+           dashboard: bool = False) -> tuple[str, str]:
     """Where a run fits: ``(profile, reason)``; only ``None`` / ``"auto"`` is a choice.
 
-    ``seconds`` is the timed estimate of the study's remaining fits on one thread. Worker
-    processes pay when the time they save over threads sharing one interpreter (at worst
-    ``seconds * (1 - 1/workers)``, fits that hold the GIL) exceeds what starting and stopping
-    them costs (config ``cvflow.cluster.auto.process_start_seconds``). Anything else the user
-    named (``local``, ``threads``, ``slurm``, a file, an address) is used as given.
+    ``seconds`` is the timed estimate of the study's remaining fits on one thread. Processes
+    pay when the time they save over threads sharing one interpreter (at worst
+    ``seconds * (1 - 1/workers)``, fits that hold the GIL) exceeds what starting them costs
+    (config ``cvflow.cluster.auto``): ``forked`` worker processes of this process start in
+    ``fork_start_seconds``, a ``local`` cluster in ``process_start_seconds`` but brings its
+    dashboard (and live page), memory limits and restarts, so a study whose fits take longer
+    than ``local_after_seconds`` on the workers (or one that asks for a ``dashboard``) runs
+    there. Anything else the user named (``local``, ``forked``, ``threads``, ``slurm``, a file,
+    an address) is used as given.
 
-    >>> choose("auto", seconds=0.05, workers=2)[0]
+    >>> choose("auto", seconds=0.01, workers=2)[0]
     'threads'
-    >>> choose("auto", seconds=60.0, workers=2)[0]
+    >>> choose("auto", seconds=2.0, workers=2)[0]
+    'forked'
+    >>> choose("auto", seconds=600.0, workers=2)[0]
     'local'
     """
+    from .inprocess import can_fork
+
     name = resolve(cluster)
     if name != AUTO:
         return name, f"{name} (as asked)"
-    start = float(dask.config.get("cvflow.cluster.auto.process_start_seconds", default=2.0))
+    auto = dask.config.get("cvflow.cluster.auto", default={}) or {}
+    local_start = float(auto.get("process_start_seconds", 2.0))
+    fork_start = float(auto.get("fork_start_seconds", 0.05))
+    long_study = float(auto.get("local_after_seconds", 30.0))
     n = workers or load_profile("local").get("workers") or os.cpu_count() or 1
     saved = seconds * (1 - 1 / n)
-    if n > 1 and saved > start:
-        return "local", (f"local: {n} worker processes (~{seconds:.2g} s of fitting; processes "
-                         f"save up to {saved:.2g} s, more than their {start:g} s start; "
+    fit = f"~{seconds:.2g} s of fitting"
+    if n > 1 and fork_start < saved and seconds / n <= long_study and not dashboard and can_fork():
+        return "forked", (f"forked: {n} worker processes forked from this one ({fit}; they save "
+                          f"up to {saved:.2g} s and start in {fork_start:g} s; --cluster local "
+                          "for a dashboard, --cluster threads to stay in this process)")
+    if n > 1 and saved > local_start:
+        why = ("a dashboard was asked for" if dashboard
+               else f"over {long_study:g} s on {n} workers" if seconds / n > long_study
+               else "forked workers cannot start here" if not can_fork()
+               else f"forking costs {fork_start:g} s")
+        return "local", (f"local: {n} worker processes ({fit}, {why}; processes save up to "
+                         f"{saved:.2g} s, more than their {local_start:g} s start; "
                          "--cluster threads to stay in this process)")
-    return "threads", (f"threads: in this process (~{seconds:.2g} s of fitting; worker processes "
-                       f"would save at most {saved:.2g} s of their {start:g} s start; "
-                       "--cluster local forces them)")
+    return "threads", (f"threads: in this process ({fit}; worker processes would save at most "
+                       f"{saved:.2g} s; --cluster forked or local forces them)")
 
 
 @contextlib.contextmanager
@@ -449,6 +472,9 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
     if warning:
         log.warning(warning)
     kind = prof["kind"]
+    if kind == "forked":
+        raise InputError(f"--cluster {prof['name']}: forked workers run a study through cvflow.run "
+                         "(Dask's local scheduler); they have no Dask client to connect to")
     with contextlib.ExitStack() as stack:
         if kind == "local":
             stack.enter_context(clean_main())

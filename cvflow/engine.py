@@ -8,6 +8,7 @@ batches; a fit that raises is recorded in the store, not raised.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -100,20 +101,22 @@ def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_s
     return summary
 
 
-# the store-ready events of the runs whose client is in this process, and the names of those
-# whose store was created (see _wait_ready)
-_LOCAL_READY: dict[str, threading.Event] = {}
+# the store-ready events of the runs whose client is in this process (threading.Event, or a
+# multiprocessing one that forked workers inherit), and the names of those whose store was
+# created (see _wait_ready)
+_LOCAL_READY: dict = {}
 _CREATED: set[str] = set()
 
 
 def _wait_ready(name: str, store: str) -> None:
     """Wait for the client's ``ready`` signal that it created the store: a ``threading.Event``
-    when the task runs in the client's own process (the threads cluster: no scheduler round
-    trip), else the ``distributed.Event`` of that name. StoreError if the creation failed or
-    took more than ``STORE_READY_TIMEOUT`` seconds."""
+    when the task runs in the client's own process (threads: no scheduler round trip), the
+    inherited event in a forked worker, else the ``distributed.Event`` of that name.
+    StoreError if the creation failed or took more than ``STORE_READY_TIMEOUT`` seconds."""
     local = _LOCAL_READY.get(name)
-    if local is not None:
-        created = local.wait(STORE_READY_TIMEOUT) and name in _CREATED
+    if local is not None:     # a forked worker's copy of _CREATED predates the creation
+        created = local.wait(STORE_READY_TIMEOUT) and (name in _CREATED
+                                                       or cube_store.is_store(store))
     else:
         from distributed import Event
 
@@ -276,6 +279,142 @@ def pending_blocks(store: str, chunks: tuple[int, int],
             if not done[ps, ss].all()]
 
 
+class _Recorder:
+    """The client's side of finished blocks: their status written to the store in batches,
+    their counts added to the run's result, a progress event each (and the live page's
+    update, ``monitor``)."""
+
+    def __init__(self, path: str, fresh: bool, result: RunResult,
+                 notify: Callable[[dict], None], n_todo: int, monitor=None):
+        self.status = cube_store.StatusWriter(path, fresh=fresh)
+        self.result, self.notify, self.n_todo, self.monitor = result, notify, n_todo, monitor
+        self.pending: list = []
+        self.t0 = self.flushed = time.perf_counter()
+        self.gap = STATUS_FLUSH_SECONDS
+
+    def block(self, summary: dict) -> None:
+        """A block's summary record (:func:`run_block`) is back."""
+        # DESIGN CHOICE: tasks write only `pred`; the finished blocks' status (failed, error,
+        # fit_seconds, then done) is written here in batches, spaced so that writing it costs
+        # the client < 5% of its time, and whatever finished is recorded even if a later task
+        # raises (the caller flushes in a `finally`).
+        if self.monitor:
+            self.monitor.block(summary)
+        self.pending.append(summary.pop("status"))
+        if time.perf_counter() - self.flushed > self.gap:
+            t_write = time.perf_counter()
+            self.flush()
+            self.gap = max(STATUS_FLUSH_SECONDS, STATUS_FLUSH_FACTOR * (self.flushed - t_write))
+        r = self.result
+        r.tasks += 1
+        r.fits_executed += summary["fits"]
+        r.failed += summary["failed"]
+        r.fit_seconds += summary["seconds"]
+        for message in summary["errors"]:
+            r.errors[message] = r.errors.get(message, 0) + 1
+        self.notify({"event": "block", "done": r.fits_executed, "todo": self.n_todo,
+                     "elapsed": time.perf_counter() - self.t0})
+
+    def flush(self) -> None:
+        """Write the status of the blocks recorded since the last flush."""
+        self.status.write(self.pending)
+        self.pending = []
+        self.flushed = time.perf_counter()
+
+
+def _run_inherited_block(token: str, store: str, params: list[Param], train: np.ndarray,
+                         params_slice: slice, splits_slice: slice, positive, path_aware: bool,
+                         todo: np.ndarray | None, ready: str | None) -> dict:
+    """:func:`run_block` on the run's X, y and weights inherited from the client
+    (:func:`cvflow.inprocess.inherited`)."""
+    from .inprocess import inheritance
+
+    X, y, sample_weight = inheritance(token)
+    return run_block(store, params, X, y, train, params_slice, splits_slice, positive,
+                     path_aware, todo, sample_weight, None, ready)
+
+
+def _run_here(kind: str, workers: int, *, study: Study, path: str, params: list[Param],
+              design: Design, todo: list, done: np.ndarray, path_aware: bool, creating,
+              recorder: _Recorder) -> None:
+    """Run the blocks ``todo`` on Dask's local scheduler in this process (:mod:`cvflow.inprocess`):
+    on ``workers`` threads, or on worker processes forked from this one (``kind`` ``forked``).
+    A forked worker that dies (a fit's segfault, ``os._exit``, the kernel's OOM killer) breaks
+    the pool: the blocks not back yet are then refitted one fit per forked child
+    (:func:`cvflow.fit.fit_isolated`), so only the culprits are recorded failed."""
+    import multiprocessing
+    from concurrent.futures.process import BrokenProcessPool
+
+    from . import inprocess
+    from .blocks import one_blas_thread
+
+    processes = kind == "forked"
+    d = study.data
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(one_blas_thread())       # inherited by forked workers
+        token = stack.enter_context(inprocess.inherited((d.fit_X, d.y, d.sample_weight)))
+        ready = None
+        if creating is not None:
+            ready = f"cvflow-store-{time.time_ns()}"
+            event = multiprocessing.get_context("fork").Event() if processes else threading.Event()
+            _LOCAL_READY[ready] = event
+            stack.callback(_LOCAL_READY.pop, ready, None)
+            stack.callback(_CREATED.discard, ready)
+
+            def created(future) -> None:
+                if future.exception() is None:
+                    _CREATED.add(ready)
+                event.set()                  # waiting tasks wake: they write, or raise
+
+            creating.add_done_callback(created)
+        executor = stack.enter_context(inprocess.pool(workers, processes=processes))
+        blocks, finished = {}, set()
+        for ps, ss in todo:
+            # a block sharing its chunk with stored fits (extended study) fits only the rest
+            cells = None if not done[ps, ss].any() else ~done[ps, ss]
+            key = f"cvflow-block-{ps.start}-{ss.start}"
+            blocks[key] = (_run_inherited_block, token, path, params[ps], design.train[ss], ps, ss,
+                           d.positive, path_aware, cells, ready)
+
+        def on_done(key: str, summary: dict) -> None:
+            finished.add(key)
+            recorder.block(summary)
+
+        try:
+            inprocess.execute(blocks, executor, processes=processes, on_done=on_done)
+        except BrokenProcessPool:
+            if creating is not None:
+                creating.result()              # the refits write into the store
+            left = [(task[5], task[6], task[9]) for key, task in blocks.items() if key not in finished]
+            log.warning("a forked worker died; refitting the %d blocks not back yet one fit at a "
+                        "time, each in a child process", len(left))
+            _refit_alone(left, workers, study=study, path=path, params=params, design=design,
+                         recorder=recorder)
+        except BaseException:
+            if creating is not None:
+                creating.result()      # a failed creation raises its own error, not the tasks'
+            raise
+    if creating is not None:
+        creating.result()
+
+
+def _refit_alone(blocks: list, workers: int, *, study: Study, path: str, params: list[Param],
+                 design: Design, recorder: _Recorder) -> None:
+    """Refit ``blocks`` (params slice, splits slice, cells) one fit per forked child, on
+    ``workers`` threads; each block written whole once its fits are back."""
+    d = study.data
+    with ThreadPoolExecutor(workers, thread_name_prefix="cvflow-alone") as threads:
+        for ps, ss, cells in blocks:
+            block = _SplitBlock(path, ps, ss, len(d.y), cells)
+            fitted = threads.map(lambda cell: fit_isolated(
+                params[ps.start + cell[0]], d.fit_X, d.y, design.train[ss.start + cell[1]],
+                d.positive, d.sample_weight), block.cells)
+            for (h, s), fit in zip(block.cells, fitted):
+                block.record(h, s, fit)
+            cube_store.write_pred(path, block.result)
+            recorder.block(_summary(block.result, block.todo))
+
+
 def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | None = None,
         cluster: str | None = None, workers: int | None = None, overwrite: bool = False,
         dashboard_port: int | None = None, client=None,
@@ -339,7 +478,7 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
 def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, dashboard_port,
                 client, progress, tls, cluster_options, pool: ThreadPoolExecutor) -> RunResult:
     from . import live
-    from .cluster import AUTO, choose, connect, serves_dashboard
+    from .cluster import AUTO, IN_PROCESS, choose, connect, load_profile, serves_dashboard
     from .cluster import resolve as resolve_cluster
 
     t_start = time.perf_counter()
@@ -378,11 +517,25 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         return result
     if client is None:
         cluster, result.execution = choose(cluster, seconds=(per_fit or 0.0) * n_todo,
-                                           workers=workers)
+                                           workers=workers, dashboard=dashboard_port is not None)
         log.info("execution: %s", result.execution)
     else:
         result.execution = "the given client"
     path_aware = bool(workflow.execution.get("path_aware", True))
+    if client is None and not serves_dashboard(cluster, dashboard_port):
+        prof = load_profile(cluster, options=cluster_options)
+        if prof["kind"] in IN_PROCESS:
+            notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": None,
+                    "live": None, "execution": result.execution})
+            recorder = _Recorder(path, fresh, result, notify, n_todo)
+            try:
+                _run_here(prof["kind"], workers or prof.get("workers") or os.cpu_count() or 1,
+                          study=study, path=path, params=params, design=design, todo=todo,
+                          done=done, path_aware=path_aware, creating=creating, recorder=recorder)
+            finally:
+                recorder.flush()
+            result.wall_seconds = time.perf_counter() - t_start
+            return result
 
     def submit_all(c, scorer, ready):
         # DESIGN CHOICE: X and y travel as two tasks holding them, not scattered: the scheduler
@@ -444,8 +597,6 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     split_blocks: dict = {}       # block task key -> _SplitBlock being refitted
     cell_of: dict = {}            # fit task key -> (block task key, param, split in the block)
 
-    status = cube_store.StatusWriter(path, fresh=fresh)
-
     def collect(c):
         from distributed import Event, KilledWorker, as_completed
 
@@ -456,12 +607,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         result.live = monitor and monitor.url
         notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": result.dashboard,
                 "live": result.live, "execution": result.execution})
-        t0 = time.perf_counter()
-        # DESIGN CHOICE: tasks write only `pred`; the finished blocks' status (failed, error,
-        # fit_seconds, then done) is written here in batches, spaced so that writing it costs
-        # the client < 5% of its time, and whatever finished is recorded even if a later task
-        # raises.
-        pending, flushed, gap = [], t0, STATUS_FLUSH_SECONDS
+        recorder = _Recorder(path, fresh, result, notify, n_todo, monitor)
         ready = None if creating is None else Event(f"cvflow-store-{time.time_ns()}", client=c)
         if ready is not None:
             _LOCAL_READY[ready.name] = threading.Event()
@@ -496,23 +642,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                         for f in split(c, future.key, exc):
                             queue.add(f)
                         continue
-                if monitor:
-                    monitor.block(summary)
-                pending.append(summary.pop("status"))
-                if time.perf_counter() - flushed > gap:
-                    t_write = time.perf_counter()
-                    status.write(pending)
-                    flushed = time.perf_counter()
-                    pending, gap = [], max(STATUS_FLUSH_SECONDS,
-                                           STATUS_FLUSH_FACTOR * (flushed - t_write))
-                result.tasks += 1
-                result.fits_executed += summary["fits"]
-                result.failed += summary["failed"]
-                result.fit_seconds += summary["seconds"]
-                for message in summary["errors"]:
-                    result.errors[message] = result.errors.get(message, 0) + 1
-                notify({"event": "block", "done": result.fits_executed, "todo": n_todo,
-                        "elapsed": time.perf_counter() - t0})
+                recorder.block(summary)
             if ready is not None:
                 # every block is back: the scheduler forgets the event (after a failure it
                 # stays set, so a cancelled block still running finds it and raises)
@@ -521,7 +651,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
             if ready is not None:
                 _LOCAL_READY.pop(ready.name, None)
                 _CREATED.discard(ready.name)
-            status.write(pending)
+            recorder.flush()
             if monitor:
                 monitor.publish()            # the final state, for a scheduler that outlives us
 

@@ -84,7 +84,7 @@ def test_walltime_seconds(text, seconds):
 
 
 @pytest.mark.parametrize("cluster,options,match", [
-    ("nosuch", None, r"--cluster: 'nosuch' is not auto, a profile \(local, slurm, threads\), a profile file"),
+    ("nosuch", None, r"--cluster: 'nosuch' is not auto, a profile \(forked, local, slurm, threads\), a profile file"),
     ("missing.yaml", None, r"--cluster: profile file missing.yaml does not exist"),
     ("local", ["threads=2"], r"--cluster: unknown key 'threads' in a local profile; known: "),
     ("local", ["workers=0"], r"workers: 0 must be a positive integer or null"),

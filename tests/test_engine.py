@@ -110,7 +110,7 @@ def test_store_files_bounded_by_tasks(quick_store):
     assert n_files <= result.tasks * len(("pred", "done", "failed", "error", "fit_seconds")) + 50
 
 
-@pytest.mark.parametrize("cluster", ["threads", "given client"])
+@pytest.mark.parametrize("cluster", ["threads", "forked", "given client"])
 def test_failed_store_creation_cancels_the_run_and_a_rerun_completes(tmp_path, write_workflow,
                                                                      client, monkeypatch, cluster):
     """The store is created while the blocks fit; when creating it fails the run raises that
@@ -125,7 +125,7 @@ def test_failed_store_creation_cancels_the_run_and_a_rerun_completes(tmp_path, w
         raise OSError("disk full")
 
     monkeypatch.setattr(cube_store, "create", broken)
-    kwargs = {"cluster": "threads"} if cluster == "threads" else {"client": client}
+    kwargs = {"client": client} if cluster == "given client" else {"cluster": cluster}
     with pytest.raises(OSError, match="disk full"):
         run(wf, store=path, **kwargs)
     assert not cube_store.is_store(path)

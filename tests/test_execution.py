@@ -1,5 +1,6 @@
-"""Where a run fits: in this process (threads) for small studies, on worker processes when they
-pay; both write the same cube. Process workers start without re-running the caller's script."""
+"""Where a run fits: in this process (threads) for tiny studies, on worker processes forked from
+it or on a process cluster when they pay; all write the same cube. Process workers start without
+re-running the caller's script; a forked worker that dies costs only its culprit fits."""
 from __future__ import annotations
 
 import subprocess
@@ -47,11 +48,13 @@ def _reference(store) -> np.ndarray:
 
 def test_small_study_in_process_and_processes_write_identical_cubes(tmp_path, write_workflow):
     wf = write_workflow(MIXED)
-    small = cvflow.run(wf, store=tmp_path / "threads.zarr", workers=2)
+    no_fork = {"cvflow.cluster.auto.fork_start_seconds": 1e9}   # the timed estimate varies with load
+    with dask.config.set(no_fork):
+        small = cvflow.run(wf, store=tmp_path / "threads.zarr", workers=2)
     assert small.execution.startswith("threads: in this process"), small.execution
     assert small.dashboard is None  # no dashboard unless a port is asked for
     # starting processes made free: the same choice now says they pay
-    with dask.config.set({"cvflow.cluster.auto.process_start_seconds": 0.0}):
+    with dask.config.set({"cvflow.cluster.auto.process_start_seconds": 0.0, **no_fork}):
         procs = cvflow.run(wf, store=tmp_path / "procs.zarr", workers=2)
     assert procs.execution.startswith("local: 2 worker processes"), procs.execution
     assert procs.dashboard and procs.dashboard.startswith("http://127.0.0.1:")
@@ -61,6 +64,64 @@ def test_small_study_in_process_and_processes_write_identical_cubes(tmp_path, wr
     fh.assert_same_cube(tmp_path / "procs.zarr", tmp_path / "threads.zarr")
 
 
+def test_forked_workers_write_the_cube_of_threads_and_of_scikit_learn(tmp_path, write_workflow):
+    wf = write_workflow(MIXED)
+    forked = cvflow.run(wf, store=tmp_path / "forked.zarr", cluster="forked", workers=2)
+    assert forked.execution == "forked (as asked)" and forked.dashboard is None
+    assert forked.fits_executed == 6 * 6 and forked.failed == 0
+    pred = fh.cube_arrays(tmp_path / "forked.zarr")["pred"]
+    np.testing.assert_allclose(pred, _reference(tmp_path / "forked.zarr"), rtol=1e-8, atol=1e-8)
+    cvflow.run(wf, store=tmp_path / "threads.zarr", cluster="threads", workers=2)
+    fh.assert_same_cube(tmp_path / "threads.zarr", tmp_path / "forked.zarr")
+    again = cvflow.run(wf, store=tmp_path / "forked.zarr", cluster="forked")
+    assert again.fits_executed == 0           # a finished store: nothing to fit
+
+
+def test_auto_forks_workers_when_they_pay(tmp_path, write_workflow):
+    wf = write_workflow(MIXED)
+    with dask.config.set({"cvflow.cluster.auto.fork_start_seconds": 0.0}):
+        result = cvflow.run(wf, store=tmp_path / "s.zarr", workers=2)
+    assert result.execution.startswith("forked: 2 worker processes forked"), result.execution
+    np.testing.assert_allclose(fh.cube_arrays(tmp_path / "s.zarr")["pred"],
+                               _reference(tmp_path / "s.zarr"), rtol=1e-8, atol=1e-8)
+
+
+DYING = """\
+name: dying
+data: {source: sklearn, name: diabetes}
+task: regression
+learners:
+  - name: ridge
+    class: fault_helpers.DyingRidge
+    params: {die_at: DIE_AT}
+    grid: {alpha: [0.1, 1.0, 10.0, 100.0]}
+design: {folds: 3, seed: 0}
+estimators: [kfold]
+execution: {fits_per_task: 4}
+"""
+
+
+def test_a_forked_worker_that_dies_costs_only_its_culprit_fits(tmp_path, write_workflow):
+    """alpha = 10 ends its process (os._exit(3)): the pool breaks, the blocks not back are
+    refitted one fit per child; the culprits are failed with the exit status, every other fit
+    equals a clean run's bytes."""
+    clean = cvflow.run(write_workflow(DYING.replace("DIE_AT", "null"), "c.yaml"),
+                       store=tmp_path / "clean.zarr", cluster="forked", workers=2)
+    assert clean.failed == 0
+    dying = cvflow.run(write_workflow(DYING.replace("DIE_AT", "10.0"), "d.yaml"),
+                       store=tmp_path / "dying.zarr", cluster="forked", workers=2)
+    assert dying.fits_executed == 16 and dying.failed == 4
+    a, b = fh.cube_arrays(tmp_path / "dying.zarr"), fh.cube_arrays(tmp_path / "clean.zarr")
+    assert a["done"].all()
+    culprit = np.zeros(a["done"].shape, bool)
+    culprit[2] = True                                        # alpha = 10: every split
+    np.testing.assert_array_equal(a["failed"], culprit)
+    assert all(e.startswith("worker died: the fit ended its process with exit status 3")
+               for e in a["error"][culprit])
+    assert np.isnan(a["pred"][culprit]).all()
+    assert a["pred"][~culprit].tobytes() == b["pred"][~culprit].tobytes()
+
+
 def test_threads_profile_serves_a_dashboard_when_asked(tmp_path, write_workflow):
     wf = write_workflow(MIXED)
     result = cvflow.run(wf, store=tmp_path / "s.zarr", cluster="threads", dashboard_port=0)
@@ -68,12 +129,18 @@ def test_threads_profile_serves_a_dashboard_when_asked(tmp_path, write_workflow)
     assert result.dashboard and result.dashboard.startswith("http://127.0.0.1:")
 
 
-@pytest.mark.parametrize("seconds, workers, chosen", [
-    (0.01, 2, "threads"), (3.9, 2, "threads"), (4.1, 2, "local"), (100.0, 1, "threads"),
-    (2.6, 4, "threads"), (2.7, 4, "local")])
-def test_auto_choice_weighs_the_estimate_against_process_start(seconds, workers, chosen):
-    with dask.config.set({"cvflow.cluster.auto.process_start_seconds": 2.0}):
-        name, why = choose("auto", seconds=seconds, workers=workers)
+@pytest.mark.parametrize("seconds, workers, dashboard, chosen", [
+    # processes save seconds * (1 - 1/workers): forked ones pay past 0.1 s, a local cluster
+    # past 2 s; studies over 30 s a worker (or asking for a dashboard) get the local cluster
+    (0.01, 2, False, "threads"), (0.19, 2, False, "threads"), (0.21, 2, False, "forked"),
+    (60.0, 2, False, "forked"), (60.2, 2, False, "local"), (100.0, 1, False, "threads"),
+    (0.13, 4, False, "threads"), (0.14, 4, False, "forked"), (0.3, 2, True, "threads"), (3.9, 2, True, "threads"),
+    (4.1, 2, True, "local"), (2.7, 4, True, "local")])
+def test_auto_choice_weighs_the_estimate_against_process_start(seconds, workers, dashboard, chosen):
+    with dask.config.set({"cvflow.cluster.auto": {"process_start_seconds": 2.0,
+                                                  "fork_start_seconds": 0.1,
+                                                  "local_after_seconds": 30.0}}):
+        name, why = choose("auto", seconds=seconds, workers=workers, dashboard=dashboard)
     assert name == chosen and why.startswith(chosen)
     assert choose("local", seconds=0.0) == ("local", "local (as asked)")
 

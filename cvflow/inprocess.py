@@ -1,0 +1,88 @@
+"""Running a study's block tasks on Dask's local scheduler, in this process: a thread pool, or
+worker processes forked from this one. No scheduler process, no comms, nothing to start but
+the pool (threads: nothing; forked processes: ~10 ms each).
+
+The engine (:mod:`cvflow.engine`) sends the same task bodies as to a cluster; their inputs
+that every task shares (X, y, weights) are *inherited*: kept here under a token before the
+pool starts, so forked workers find them in their copy of this process instead of receiving
+them pickled with every task.
+"""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import sys
+import threading
+import warnings
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Callable, Iterator
+
+# DESIGN CHOICE: forking a process that runs threads is safe here: a forked worker runs only
+# cvflow's task bodies, and zarr and fsspec reset their event loops in a forked child. Python
+# 3.12+ warns of it on every fork all the same; that one warning, for multiprocessing's fork
+# context only, is silenced (a filter for the process: `catch_warnings` is not thread-safe).
+warnings.filterwarnings("ignore", message=r".*use of fork\(\) may lead to deadlocks",
+                        category=DeprecationWarning, module=r"multiprocessing\.popen_fork")
+
+_INHERITED: dict[str, object] = {}
+_TOKENS = iter(range(sys.maxsize))
+_LOCK = threading.Lock()
+
+
+def can_fork() -> bool:
+    """Whether worker processes can be forked here: Linux (macOS forks unsafely once system
+    frameworks run threads; Windows cannot fork)."""
+    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+
+
+@contextlib.contextmanager
+def inherited(value) -> Iterator[str]:
+    """Keep ``value`` under a token for the tasks of a pool started while this is open."""
+    with _LOCK:
+        token = f"cvflow-inherited-{next(_TOKENS)}"
+        _INHERITED[token] = value
+    try:
+        yield token
+    finally:
+        _INHERITED.pop(token, None)
+
+
+def inheritance(token: str):
+    """The value kept under ``token`` (in a forked worker: as it was when the pool forked)."""
+    return _INHERITED[token]
+
+
+@contextlib.contextmanager
+def pool(workers: int, *, processes: bool) -> Iterator[Executor]:
+    """A pool of ``workers`` threads, or of worker processes forked now from this process."""
+    if not processes:
+        with ThreadPoolExecutor(workers, thread_name_prefix="cvflow-fit") as threads:
+            yield threads
+        return
+    forked = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    try:
+        # the workers fork now (the executor forks all of them at its first task): they
+        # inherit what is kept now (`inherited`) and nothing later
+        forked.submit(int)
+        yield forked
+    finally:
+        # every task is back (or cancelled): the workers leave on their own, unwaited for
+        forked.shutdown(wait=False, cancel_futures=True)
+
+
+def execute(tasks: dict[str, tuple], executor: Executor, *, processes: bool,
+            on_done: Callable[[str, object], None]) -> None:
+    """Run independent ``tasks`` ``{key: (function, *args)}`` on Dask's local scheduler over
+    ``executor`` (from :func:`pool`); ``on_done(key, result)`` is called in this thread as each
+    task finishes. The first exception a task raises is raised here (the rest are not run)."""
+    import dask.multiprocessing
+    import dask.threaded
+
+    # dask.local's callbacks: (start, start_state, pretask, posttask, finish)
+    callbacks = [(None, None, None, lambda key, result, dsk, state, worker: on_done(key, result),
+                  None)]
+    if processes:   # one task per hand-off (dask batches 6 by default): results come back as done
+        dask.multiprocessing.get(dict(tasks), list(tasks), pool=executor, callbacks=callbacks,
+                                 chunksize=1)
+    else:
+        dask.threaded.get(dict(tasks), list(tasks), pool=executor, callbacks=callbacks)
