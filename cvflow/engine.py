@@ -431,9 +431,10 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
         (:mod:`cvflow.location`); defaults to ``<workflow name>.zarr`` in the working directory.
     cluster : str, optional
         ``"auto"`` (the default when neither this nor the workflow's ``execution.cluster`` names
-        one: this process for a small study, else ``"local"``, see :func:`cvflow.cluster.choose`),
-        a profile name (``"threads"``, ``"local"``, ``"slurm"``) or YAML file, or
-        ``"tcp://host:port"`` of a running scheduler.
+        one: this process for a tiny study, worker processes forked from it for a small one,
+        else ``"local"``, see :func:`cvflow.cluster.choose`), a profile name (``"threads"``,
+        ``"forked"``, ``"local"``, ``"slurm"``) or YAML file, or ``"tcp://host:port"`` of a
+        running scheduler.
     workers : int, optional
         Number of local workers or threads (default: the profile's, one per CPU core).
     overwrite : bool
