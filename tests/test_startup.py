@@ -60,3 +60,28 @@ def test_public_names_resolve_lazily():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == ["cvflow.engine", "open_cube", "cvflow.estimators"]
+
+
+def test_the_program_freezes_the_heap_before_teardown_and_still_runs_atexit(store):
+    # `cvflow` / `python -m cvflow` end through cli.console: gc.freeze(), then sys.exit(code);
+    # the exit code is main()'s and atexit handlers (logging.shutdown, Dask's) still run
+    probe = ("import atexit, gc, sys\n"
+             "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
+             "from cvflow.cli import console\n"
+             "sys.argv = ['cvflow'] + sys.argv[1:]\n"
+             "console()\n")
+    for argv, code in ((["status", str(store / "s.zarr")], 0), (["status", str(store)], 2)):
+        out = subprocess.run([sys.executable, "-c", probe, *argv], env=fh.cli_env(),
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == code, out.stderr
+        assert out.stdout.splitlines()[-1] == "frozen at exit: True"
+
+
+def test_main_called_in_process_leaves_the_callers_heap_unfrozen(store, capsys):
+    import gc
+
+    from cvflow.cli import main
+
+    assert main(["status", str(store / "s.zarr")]) == 0
+    assert "fits" in capsys.readouterr().out
+    assert gc.get_freeze_count() == 0
