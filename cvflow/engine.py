@@ -22,7 +22,7 @@ import numpy as np
 from . import store as cube_store
 from .blocks import choose_chunks, estimate_seconds_per_fit
 from .designs import Design
-from .errors import StoreError
+from .errors import InputError, StoreError
 from .fit import BlockResult, fit_block, fit_isolated
 from .learners import Param, pred_shape
 from .location import exists, remove, resolve
@@ -466,7 +466,10 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
     path = resolve(store if store is not None else f"{workflow.name}.zarr")
     cluster = cluster or workflow.execution.get("cluster")
     if client is None and not (cluster and ADDRESS.match(str(cluster))):
-        load_profile(cluster, options=cluster_options)   # a bad profile fails before any store work
+        # a bad profile fails before any store work
+        if load_profile(cluster, options=cluster_options)["kind"] == "forked" and dashboard_port is not None:
+            raise InputError("--dashboard-port: forked workers run on Dask's local scheduler, which "
+                             "has no dashboard; use --cluster local (or threads) for one")
     # One run per store at a time; a lock left by a crashed run is taken over.
     # The pool creates a new store beside the run; leaving it waits for the creation, so the
     # lock is never released with a store half created.

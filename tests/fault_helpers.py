@@ -60,11 +60,12 @@ def cli_env(**extra: str) -> dict:
     return env
 
 
-def start_run(workflow: Path, store: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+def start_run(workflow: Path, store: Path, *args: str, env: dict | None = None,
+              dashboard: tuple[str, ...] = ("--dashboard-port", "0")) -> subprocess.Popen:
     """``cvflow run`` in a new session (its own process group, so every child can be reaped)."""
     return subprocess.Popen(
         [sys.executable, "-m", "cvflow", "run", str(workflow), "--store", str(store),
-         "--dashboard-port", "0", *args],
+         *dashboard, *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or cli_env(),
         start_new_session=True)
 
@@ -88,6 +89,19 @@ def reap(proc: subprocess.Popen) -> None:
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()
+
+
+def group_alive(pgid: int, wait: float = 0.0) -> bool:
+    """Whether a process of group ``pgid`` is still alive after at most ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.1)
 
 
 def done_count(store: Path) -> int:

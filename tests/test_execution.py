@@ -86,6 +86,21 @@ def test_auto_forks_workers_when_they_pay(tmp_path, write_workflow):
                                _reference(tmp_path / "s.zarr"), rtol=1e-8, atol=1e-8)
 
 
+def test_forked_workers_with_a_dashboard_are_refused_before_any_store_work(tmp_path, write_workflow):
+    from cvtest import run_cli, tree_digest
+
+    wf, store = write_workflow(MIXED), tmp_path / "s.zarr"
+    cvflow.run(wf, store=store, cluster="threads")
+    before = tree_digest(store)
+    proc = run_cli("run", wf, "--store", store, "--cluster", "forked", "--dashboard-port", "0",
+                   "--overwrite")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "cvflow: error: --dashboard-port: forked workers run on Dask's local scheduler, which has "
+        "no dashboard; use --cluster local (or threads) for one")
+    assert tree_digest(store) == before
+
+
 DYING = """\
 name: dying
 data: {source: sklearn, name: diabetes}

@@ -114,19 +114,30 @@ def test_all_workers_killed_mid_run(workflow, clean, tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_then_resume(workflow, clean, tmp_path):
+@pytest.mark.parametrize("cluster, who", [("local", "client"), ("forked", "client"),
+                                          ("forked", "process group")])
+def test_ctrl_c_then_resume(workflow, clean, tmp_path, cluster, who):
+    """Ctrl-C in a terminal reaches the whole process group (the forked workers too)."""
     store = tmp_path / "s.zarr"
-    proc = fh.start_run(workflow, store, "--workers", "2")
+    port = ("--dashboard-port", "0") if cluster == "local" else ()
+    proc = fh.start_run(workflow, store, "--workers", "2", "--cluster", cluster, dashboard=port)
     try:
         fh.wait_for_done(store, 4, proc)
-        os.kill(proc.pid, signal.SIGINT)
-        rc, out, err = fh.finish(proc, timeout=120)
+        if who == "client":
+            os.kill(proc.pid, signal.SIGINT)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        left = fh.group_alive(proc.pid, wait=30)        # workers leave with their client
     finally:
         fh.reap(proc)
-    assert rc == 130 and "interrupted; run the same command again to resume" in err, err[-2000:]
+    assert proc.returncode == 130 and "interrupted; run the same command again to resume" in err, \
+        err[-2000:]
     assert fh.read_lock_pid(store) is None  # released on Ctrl-C
+    assert not left
     done_before = fh.done_count(store)
-    rc, out, err = fh.finish(fh.start_run(workflow, store, "--workers", "2"))
+    rc, out, err = fh.finish(fh.start_run(workflow, store, "--workers", "2", "--cluster", cluster,
+                                          dashboard=port))
     assert rc == 0, err[-2000:]
     assert _performed(out) == N_FITS - done_before
     fh.assert_same_cube(store, clean)
