@@ -281,22 +281,23 @@ def test_read_pred_is_the_whole_prediction_array(tmp_path):
     assert store.read_pred(cube.load()) is None
 
 
+def _status(ps, ss, seconds, failed_at=None):
+    """A block's status record; ``failed_at``: the failed cell(s) (index in the block), "bad fit"."""
+    shape = (ps.stop - ps.start, ss.stop - ss.start)
+    failed = np.zeros(shape, bool)
+    error = np.full(shape, "", dtype=object)
+    if failed_at is not None:
+        failed[failed_at], error[failed_at] = True, "bad fit"
+    return BlockResult(ps, ss, None, failed, error, np.full(shape, seconds))
+
+
 def test_write_status_batches_read_modify_write(tmp_path):
     template, _ = _template()
     path = tmp_path / "c.zarr"
     store.create(path, template)
-
-    def status(ps, ss, seconds, failed_at=None):
-        shape = (ps.stop - ps.start, ss.stop - ss.start)
-        failed = np.zeros(shape, bool)
-        error = np.full(shape, "", dtype=object)
-        if failed_at is not None:
-            failed[failed_at], error[failed_at] = True, "bad fit"
-        return BlockResult(ps, ss, None, failed, error, np.full(shape, seconds))
-
-    store.write_status(path, [status(slice(0, 2), slice(0, 4), 1.0, (1, 2)),
-                              status(slice(4, 5), slice(8, 11), 2.0)])
-    store.write_status(path, [status(slice(2, 4), slice(0, 4), 3.0)])
+    store.write_status(path, [_status(slice(0, 2), slice(0, 4), 1.0, (1, 2)),
+                              _status(slice(4, 5), slice(8, 11), 2.0)])
+    store.write_status(path, [_status(slice(2, 4), slice(0, 4), 3.0)])
     store.write_status(path, [])
     done = np.zeros((5, 11), bool)
     done[0:4, 0:4] = done[4, 8:11] = True
@@ -315,22 +316,16 @@ def test_status_writer_batches_and_a_retried_failure_clears(tmp_path):
     path = tmp_path / "c.zarr"
     store.create(path, template)
 
-    def status(ps, ss, seconds, failed=False):
-        shape = (ps.stop - ps.start, ss.stop - ss.start)
-        return BlockResult(ps, ss, None, np.full(shape, failed),
-                           np.full(shape, "boom" if failed else "", dtype=object),
-                           np.full(shape, seconds))
-
     def stored(name):
         return zarr.open_array(str(path), path=name, mode="r")
 
     writer = store.StatusWriter(path, fresh=True)
-    writer.write([status(slice(0, 2), slice(0, 4), 1.0)])          # good fits: no failure
+    writer.write([_status(slice(0, 2), slice(0, 4), 1.0)])         # good fits: no failure
     assert stored("done").nchunks_initialized == stored("fit_seconds").nchunks_initialized == 1
     assert stored("failed").nchunks_initialized == stored("error").nchunks_initialized == 0
-    writer.write([status(slice(2, 4), slice(0, 4), 2.0, failed=True)])
-    assert stored("failed")[...].sum() == 8 and (stored("error")[...] == "boom").sum() == 8
-    store.StatusWriter(path).write([status(slice(2, 4), slice(0, 4), 3.0)])   # a retry succeeds
+    writer.write([_status(slice(2, 4), slice(0, 4), 2.0, failed_at=...)])      # all failed
+    assert stored("failed")[...].sum() == 8 and (stored("error")[...] == "bad fit").sum() == 8
+    store.StatusWriter(path).write([_status(slice(2, 4), slice(0, 4), 3.0)])  # a retry succeeds
     assert not stored("failed")[...].any() and (stored("error")[...] == "").all()
     done = np.zeros((5, 11), bool)
     done[:4, :4] = True
