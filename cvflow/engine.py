@@ -1,10 +1,12 @@
 """Running a study: blocks -> Dask tasks that fit and write their region of the cube.
 
-The client builds the design, creates the store (metadata only), sends X and y to the
-workers once (as recomputable tasks) and submits one task per block not yet ``done``. A task
-fits its block, writes its chunk of ``pred`` and returns a small summary record with the
-block's status (failed, error, fit_seconds), which the client writes, ``done`` last, in
-batches; a fit that raises is recorded in the store, not raised.
+The client builds the design, creates the store (metadata only, while the first blocks fit),
+and runs one task per block not yet ``done``: on a Dask cluster (X and y sent to the workers
+once, as recomputable tasks), or in this process on Dask's local scheduler (threads, or
+worker processes forked from the client that inherit X and y; :func:`_run_here`). A task fits
+its block, writes its chunk of ``pred`` and returns a small summary record with the block's
+status (failed, error, fit_seconds), which the client writes, ``done`` last, in batches
+(:class:`_Recorder`); a fit that raises is recorded in the store, not raised.
 """
 from __future__ import annotations
 
