@@ -198,3 +198,36 @@ class HungryRidge(Ridge):
             time.sleep(self.hold)
             del ballast
         return super().fit(X, y, sample_weight=sample_weight)
+
+
+def dying_workflow(path: Path, die_at, learner: str = "DyingRidge", option: str = "die_at",
+                   fits_per_task: int = 16) -> Path:
+    """4 alphas x (3 folds + full fit) of a learner of this module that dies (or eats memory)
+    at ``alpha == die_at`` (``"null"``: never)."""
+    path.write_text(textwrap.dedent(f"""\
+        name: dying
+        data: {{source: sklearn, name: diabetes}}
+        task: regression
+        learners:
+          - name: ridge
+            class: fault_helpers.{learner}
+            params: {{{option}: {die_at}}}
+            grid: {{alpha: [0.1, 1.0, 10.0, 100.0]}}
+        design: {{folds: 3, seed: 0}}
+        estimators: [kfold]
+        execution: {{fits_per_task: {fits_per_task}}}
+        """))
+    return path
+
+
+def assert_only_culprits_failed(dying: Path, clean: Path, message: str) -> None:
+    """The fits of alpha = 10 (param 2, every split) of ``dying`` failed with an error
+    containing ``message``; every other fit is done and byte-equal to ``clean``'s."""
+    a, b = cube_arrays(dying), cube_arrays(clean)
+    assert a["done"].all()
+    culprit = np.zeros(a["done"].shape, bool)
+    culprit[2] = True
+    np.testing.assert_array_equal(a["failed"], culprit)
+    assert all(message in e for e in a["error"][culprit]), a["error"][culprit]
+    assert np.isnan(a["pred"][culprit]).all()
+    assert a["pred"][~culprit].tobytes() == b["pred"][~culprit].tobytes()

@@ -101,40 +101,19 @@ def test_forked_workers_with_a_dashboard_are_refused_before_any_store_work(tmp_p
     assert tree_digest(store) == before
 
 
-DYING = """\
-name: dying
-data: {source: sklearn, name: diabetes}
-task: regression
-learners:
-  - name: ridge
-    class: fault_helpers.DyingRidge
-    params: {die_at: DIE_AT}
-    grid: {alpha: [0.1, 1.0, 10.0, 100.0]}
-design: {folds: 3, seed: 0}
-estimators: [kfold]
-execution: {fits_per_task: 4}
-"""
-
-
-def test_a_forked_worker_that_dies_costs_only_its_culprit_fits(tmp_path, write_workflow):
+def test_a_forked_worker_that_dies_costs_only_its_culprit_fits(tmp_path):
     """alpha = 10 ends its process (os._exit(3)): the pool breaks, the blocks not back are
     refitted one fit per child; the culprits are failed with the exit status, every other fit
     equals a clean run's bytes."""
-    clean = cvflow.run(write_workflow(DYING.replace("DIE_AT", "null"), "c.yaml"),
-                       store=tmp_path / "clean.zarr", cluster="forked", workers=2)
-    assert clean.failed == 0
-    dying = cvflow.run(write_workflow(DYING.replace("DIE_AT", "10.0"), "d.yaml"),
-                       store=tmp_path / "dying.zarr", cluster="forked", workers=2)
-    assert dying.fits_executed == 16 and dying.failed == 4
-    a, b = fh.cube_arrays(tmp_path / "dying.zarr"), fh.cube_arrays(tmp_path / "clean.zarr")
-    assert a["done"].all()
-    culprit = np.zeros(a["done"].shape, bool)
-    culprit[2] = True                                        # alpha = 10: every split
-    np.testing.assert_array_equal(a["failed"], culprit)
-    assert all(e.startswith("worker died: the fit ended its process with exit status 3")
-               for e in a["error"][culprit])
-    assert np.isnan(a["pred"][culprit]).all()
-    assert a["pred"][~culprit].tobytes() == b["pred"][~culprit].tobytes()
+    clean, dying = tmp_path / "clean.zarr", tmp_path / "dying.zarr"
+    ok = cvflow.run(fh.dying_workflow(tmp_path / "c.yaml", "null", fits_per_task=4), store=clean,
+                    cluster="forked", workers=2)
+    assert ok.failed == 0
+    result = cvflow.run(fh.dying_workflow(tmp_path / "d.yaml", 10.0, fits_per_task=4), store=dying,
+                        cluster="forked", workers=2)
+    assert result.fits_executed == 16 and result.failed == 4
+    fh.assert_only_culprits_failed(dying, clean,
+                                   "worker died: the fit ended its process with exit status 3")
 
 
 def test_threads_profile_serves_a_dashboard_when_asked(tmp_path, write_workflow):

@@ -4,29 +4,11 @@ with the exit status. Reference: the same study with a learner that never dies."
 from __future__ import annotations
 
 import re
-import textwrap
 
 import numpy as np
 import pytest
 
 import fault_helpers as fh
-
-
-def _workflow(path, die_at, learner="DyingRidge", option="die_at"):
-    path.write_text(textwrap.dedent(f"""\
-        name: dying
-        data: {{source: sklearn, name: diabetes}}
-        task: regression
-        learners:
-          - name: ridge
-            class: fault_helpers.{learner}
-            params: {{{option}: {die_at}}}
-            grid: {{alpha: [0.1, 1.0, 10.0, 100.0]}}
-        design: {{folds: 3, seed: 0}}
-        estimators: [kfold]
-        execution: {{fits_per_task: 16}}
-        """))
-    return path
 
 
 def test_fit_that_exits_its_process_is_a_failed_fit(tmp_path):
@@ -64,23 +46,16 @@ def test_fit_over_the_memory_limit_is_stopped_in_its_child(tmp_path):
 @pytest.mark.slow
 def test_block_that_kills_its_workers_is_split_and_completes(tmp_path):
     clean, dying = tmp_path / "clean.zarr", tmp_path / "dying.zarr"
-    rc, _, err = fh.finish(fh.start_run(_workflow(tmp_path / "c.yaml", "null"), clean,
+    rc, _, err = fh.finish(fh.start_run(fh.dying_workflow(tmp_path / "c.yaml", "null"), clean,
                                         "--workers", "2", "--cluster", "local"))
     assert rc == 0, err[-2000:]
-    rc, out, err = fh.finish(fh.start_run(_workflow(tmp_path / "d.yaml", 10.0), dying,
+    rc, out, err = fh.finish(fh.start_run(fh.dying_workflow(tmp_path / "d.yaml", 10.0), dying,
                                           "--workers", "2", "--cluster", "local"), timeout=600)
     assert rc == 0, err[-2000:]
     print(out, err[-3000:])
     assert re.search(r"16 fits performed .* 4 failed", out), out
-    a, b = fh.cube_arrays(dying), fh.cube_arrays(clean)
-    assert a["done"].all()
-    culprit = np.zeros(a["done"].shape, bool)
-    culprit[2] = True                                        # alpha = 10: every split
-    np.testing.assert_array_equal(a["failed"], culprit)
-    assert all(e.startswith("worker died: the fit ended its process with exit status 3")
-               for e in a["error"][culprit])
-    assert np.isnan(a["pred"][culprit]).all()
-    assert a["pred"][~culprit].tobytes() == b["pred"][~culprit].tobytes()
+    fh.assert_only_culprits_failed(dying, clean,
+                                   "worker died: the fit ended its process with exit status 3")
 
 
 @pytest.mark.slow
@@ -90,17 +65,10 @@ def test_fit_over_the_worker_memory_limit_is_recorded_not_retried_forever(tmp_pa
     alpha's fits are failed with the limit in the message, every other fit is done."""
     clean, hungry = tmp_path / "clean.zarr", tmp_path / "hungry.zarr"
     args = ("--workers", "2", "--cluster", "local", "--cluster-option", "memory_limit=600MB")
-    rc, _, err = fh.finish(fh.start_run(_workflow(tmp_path / "c.yaml", "null", "HungryRidge",
-                                                  "hungry_at"), clean, *args))
+    rc, _, err = fh.finish(fh.start_run(fh.dying_workflow(tmp_path / "c.yaml", "null", "HungryRidge",
+                                                        "hungry_at"), clean, *args))
     assert rc == 0, err[-2000:]
-    rc, out, err = fh.finish(fh.start_run(_workflow(tmp_path / "h.yaml", 10.0, "HungryRidge",
-                                                    "hungry_at"), hungry, *args), timeout=600)
+    rc, out, err = fh.finish(fh.start_run(fh.dying_workflow(tmp_path / "h.yaml", 10.0, "HungryRidge",
+                                                          "hungry_at"), hungry, *args), timeout=600)
     assert rc == 0, err[-2000:]
-    a, b = fh.cube_arrays(hungry), fh.cube_arrays(clean)
-    assert a["done"].all()
-    culprit = np.zeros(a["done"].shape, bool)
-    culprit[2] = True
-    np.testing.assert_array_equal(a["failed"], culprit)
-    assert all("over the worker's memory limit of 0.56 GiB" in e for e in a["error"][culprit]), \
-        a["error"][culprit]
-    assert a["pred"][~culprit].tobytes() == b["pred"][~culprit].tobytes()
+    fh.assert_only_culprits_failed(hungry, clean, "over the worker's memory limit of 0.56 GiB")
