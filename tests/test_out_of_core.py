@@ -141,6 +141,7 @@ def test_lazy_reduction_under_a_default_client(scheduler, monkeypatch):
 
     # param blocks of one row from chunks of 50: a rechunk dask would do by P2P under a Client
     monkeypatch.setattr(cube_module, "ROLE_BLOCK_BYTES", 1)
+    monkeypatch.setattr(cube_module, "KERNEL_BLOCK_BYTES", 1)
     cube, design, generated = lazy_cube(100, 2_000, bp=50)
     with connect("threads", workers=1) as client, dask.config.set(
             {"cvflow.reduce.in-memory-bytes": 0, "scheduler": scheduler}):

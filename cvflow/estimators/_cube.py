@@ -157,8 +157,14 @@ def full_split_index(cube: xr.Dataset, what: str) -> int:
 
 
 # DESIGN CHOICE: the kernels' temporaries (a block of params' predictions and losses on its
-# splits, gathered per role, masked copies) stay near this many bytes per block (per thread),
-# whatever the cube's size.
+# splits, gathered per role, masked copies) stay near KERNEL_BLOCK_BYTES per block, whatever
+# the cube's size: each temporary (< 0.5 MB) stays in cache and the allocator reuses it. With
+# 16 MB blocks each multi-MB temporary was fresh memory (a page fault per 4 kB): the K-fold
+# sums of a 100-param lasso cube (n = 2000) took 21-25 ms of CPU, 5-6 ms in 2 MB blocks (4 MB
+# blocks were fast or slow by the roles asked). A lazy cube is reduced in dask tasks of
+# ROLE_BLOCK_BYTES (per thread), fewer and larger, each going through its params in kernel
+# blocks.
+KERNEL_BLOCK_BYTES = 2 * 2**20
 ROLE_BLOCK_BYTES = 16 * 2**20
 
 
@@ -270,20 +276,26 @@ def _terms(cube: xr.Dataset, decl: Loss, roles: frozenset[str], what: str
         return out
 
     data = cube["pred"].data
-    n_params, n = data.shape[0], int(np.prod(data.shape[2:]))   # n samples (x classes)
+    n = int(np.prod(data.shape[2:]))                            # n samples (x classes)
     # a block's predictions and losses, the fold gather and the pair loop's copies: < 5 per split
-    rows = max(1, ROLE_BLOCK_BYTES // (8 * n * 5 * len(distinct)))
+    per_param = 8 * n * 5 * len(distinct)
+    rows = max(1, KERNEL_BLOCK_BYTES // per_param)
+
+    def block_terms(block, p0: int = 0, splits=None) -> dict[str, np.ndarray]:
+        """The terms of a block of params (numpy), in kernel blocks of ``rows`` params."""
+        parts = [terms_of(np.asarray(block[q:q + rows] if splits is None
+                                     else block[q:q + rows][:, splits]), p0 + q)
+                 for q in range(0, len(block), rows)]
+        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+
     every_split = len(distinct) == data.shape[1]
     if is_lazy(data):
         data = data if every_split else data[:, distinct, :]
         if fits_budget(data.dtype.itemsize * data.size):
             data, every_split = compute_here(data), True
     if not is_lazy(data):
-        parts = [terms_of(np.asarray(data[p0:p0 + rows] if every_split
-                                     else data[p0:p0 + rows][:, distinct]), p0)
-                 for p0 in range(0, n_params, rows)]
-        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-    return _lazy_terms(data, terms_of, rows)
+        return block_terms(data, splits=None if every_split else distinct)
+    return _lazy_terms(data, block_terms, max(rows, ROLE_BLOCK_BYTES // per_param))
 
 
 def _lazy_terms(data, terms_of, rows: int) -> dict[str, np.ndarray]:
