@@ -61,6 +61,13 @@ def cmd_validate(args) -> int:
 
 
 def cmd_run(args) -> int:
+    import dask.config
+
+    # Dask's own INFO logging would drown the progress bar; distributed reads this setting when
+    # it is first imported (lazily, when a cluster starts), so set it before that. Only `run`
+    # may start one: the other commands do not import Dask's config for it.
+    if "DASK_LOGGING__DISTRIBUTED" not in os.environ:
+        dask.config.set({"logging.distributed": "error"})
     from . import engine, report
     from .spec import load_workflow
     from .store import open_cube
@@ -224,12 +231,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Dask's own INFO logging would drown the progress bar; distributed reads this setting
-    # when it is first imported (lazily, by the cluster module), so set it before that.
-    import dask.config
-
-    if "DASK_LOGGING__DISTRIBUTED" not in os.environ:
-        dask.config.set({"logging.distributed": "error"})
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # cvflow's deprecations (e.g. a learner's `estimator:` key) reach the user as one line
     for noisy in ("distributed", "bokeh", "tornado"):

@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import xarray as xr
 import zarr
-from dask import is_dask_collection   # dask.array itself is imported where used (cvflow status)
 from zarr.dtype import parse_dtype
 
 from .errors import StoreError
@@ -241,6 +240,8 @@ def _array_spec(name, variable: xr.Variable) -> dict:
     if unknown or variable.encoding.get("coordinates", None) is not None:
         raise ValueError(f"store: variable {name!r} has encodings create does not write: "
                          f"{sorted(unknown) or variable.encoding['coordinates']!r}")
+    from dask import is_dask_collection   # dask is imported where used (cvflow status)
+
     float_ = variable.dtype.kind == "f"
     lazy = is_dask_collection(variable.data)
     chunks = variable.encoding.get("chunks") or (
@@ -546,6 +547,8 @@ def read_pred(cube_or_store) -> np.ndarray | None:
     by chunk; for cubes that fit in memory (see ``cvflow.estimators._cube.load_if_small``).
     """
     if isinstance(cube_or_store, xr.Dataset):
+        from dask import is_dask_collection
+
         pred = cube_or_store["pred"]
         if not (is_dask_collection(pred.data)
                 and pred.data.name == cube_or_store.encoding.get(STORED)):

@@ -1,4 +1,5 @@
-"""Start-up: `cvflow status` / `report` / `validate` import only what they use."""
+"""Start-up: each command of the `cvflow` program imports only what it uses, and the program
+ends without the interpreter's garbage-collected teardown (cli.console)."""
 from __future__ import annotations
 
 import json
@@ -11,21 +12,27 @@ import cvflow
 import fault_helpers as fh
 from cvtest import QUICK
 
-HEAVY = ("sklearn", "scipy", "distributed", "dask.array", "zarr", "xarray", "cvflow.engine")
+HEAVY = ("numpy", "sklearn", "scipy", "dask", "dask.array", "distributed", "zarr", "xarray",
+         "bokeh", "tornado", "cvflow.engine", "cvflow.estimators")
+# the program as `python -m cvflow ARGS` runs it (cvflow/__main__.py); what it imported and
+# whether the heap was frozen are printed by an atexit handler, after the command
 PROBE = """\
-import sys
-from cvflow.cli import main
-main({argv!r})
-print("MODULES " + " ".join(m for m in {heavy!r} if m in sys.modules))
+import atexit, gc, runpy, sys
+atexit.register(lambda: print("MODULES", *[m for m in {heavy!r} if m in sys.modules],
+                              "FROZEN" if gc.get_freeze_count() else "", flush=True))
+runpy.run_module("cvflow", run_name="__main__", alter_sys=True)
 """
 
 
-def _imported(argv: list[str]) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", PROBE.format(argv=argv, heavy=HEAVY)],
+def _program(*argv: str, code: int = 0) -> set[str]:
+    """The heavy modules `python -m cvflow ARGV` imported; checks its exit code and that it
+    ended through cli.console (the heap frozen, atexit handlers still run)."""
+    out = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), *argv],
                          env=fh.cli_env(), capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("MODULES"))
-    return set(line.split()[1:])
+    assert out.returncode == code, out.stderr
+    words = out.stdout.splitlines()[-1].split()
+    assert words[0] == "MODULES" and words[-1] == "FROZEN", out.stdout
+    return set(words[1:-1])
 
 
 @pytest.fixture(scope="module")
@@ -36,20 +43,50 @@ def store(tmp_path_factory):
     return tmp
 
 
-def test_status_reads_the_store_without_engine_dask_arrays_or_sklearn(store):
-    assert _imported(["status", str(store / "s.zarr")]) == {"zarr", "xarray"}
+def test_import_cvflow_imports_nothing_heavy():
+    out = subprocess.run([sys.executable, "-c", f"import sys, cvflow; print(*[m for m in "
+                          f"{HEAVY!r} if m in sys.modules])"], env=fh.cli_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == []
 
 
-def test_report_needs_no_cluster_and_no_learner_library(store):
-    got = _imported(["report", str(store / "s.zarr")])
-    assert {"zarr", "xarray", "dask.array"} <= got     # the lazy cube (dask.array may bring scipy)
-    assert not got & {"sklearn", "distributed", "cvflow.engine"}
+def test_status_reads_the_store_without_dask_or_sklearn(store):
+    assert _program("status", str(store / "s.zarr")) == {"numpy", "zarr", "xarray"}
 
 
-def test_validate_starts_no_cluster_and_opens_no_store(store):
-    got = _imported(["validate", str(store / "wf.yaml")])
-    assert "distributed" not in got and "zarr" not in got and "cvflow.engine" not in got
+def test_report_needs_no_cluster_no_learner_library_and_no_plotting(store):
+    got = _program("report", str(store / "s.zarr"))
+    # xarray imports dask.array itself once it wraps a numpy array and dask is installed
+    assert {"zarr", "xarray", "dask.array", "cvflow.estimators"} <= got
+    assert not got & {"sklearn", "distributed", "cvflow.engine", "bokeh", "tornado"}
+
+
+def test_report_html_adds_bokeh_but_no_cluster(store, tmp_path):
+    # its figures reduce the lazy cube on dask's synchronous scheduler, named so that dask does
+    # not look for (import) a distributed Client; the fit-time note still imports the learner
+    # classes to tell path-fitted grids (cvflow.paths.kernel_of)
+    got = _program("report", str(store / "s.zarr"), "--html", str(tmp_path / "r.html"))
+    assert "bokeh" in got
+    assert not got & {"distributed", "cvflow.engine"}
+
+
+def test_validate_imports_the_learners_but_no_dask_and_no_store(store):
+    got = _program("validate", str(store / "wf.yaml"))
     assert "sklearn" in got     # the learners are checked by importing them
+    assert not got & {"dask", "dask.array", "distributed", "zarr", "cvflow.engine", "bokeh",
+                      "tornado"}
+
+
+def test_a_small_run_in_this_process_starts_no_distributed_and_no_plotting(store, tmp_path):
+    got = _program("run", str(store / "wf.yaml"), "--store", str(tmp_path / "s.zarr"),
+                   "--cluster", "threads")
+    assert {"sklearn", "zarr", "cvflow.engine"} <= got
+    assert not got & {"distributed", "bokeh"}
+
+
+def test_a_refused_command_exits_2_through_the_same_ending(store):
+    assert "sklearn" not in _program("status", str(store), code=2)     # not a store
 
 
 def test_public_names_resolve_lazily():
@@ -60,21 +97,6 @@ def test_public_names_resolve_lazily():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == ["cvflow.engine", "open_cube", "cvflow.estimators"]
-
-
-def test_the_program_freezes_the_heap_before_teardown_and_still_runs_atexit(store):
-    # `cvflow` / `python -m cvflow` end through cli.console: gc.freeze(), then sys.exit(code);
-    # the exit code is main()'s and atexit handlers (logging.shutdown, Dask's) still run
-    probe = ("import atexit, gc, sys\n"
-             "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
-             "from cvflow.cli import console\n"
-             "sys.argv = ['cvflow'] + sys.argv[1:]\n"
-             "console()\n")
-    for argv, code in ((["status", str(store / "s.zarr")], 0), (["status", str(store)], 2)):
-        out = subprocess.run([sys.executable, "-c", probe, *argv], env=fh.cli_env(),
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == code, out.stderr
-        assert out.stdout.splitlines()[-1] == "frozen at exit: True"
 
 
 def test_main_called_in_process_leaves_the_callers_heap_unfrozen(store, capsys):
