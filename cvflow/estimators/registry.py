@@ -67,6 +67,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..types import SPLIT_KINDS
+from .np_roles import TERM_ROLE
 
 Check = Callable[[Any, str], Any]
 
@@ -173,7 +174,8 @@ def _roles(needs, where: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(needs))
 
 
-TERM_ROLES = ("full", "fold", "pair", "oof", "change")
+# the roles of role_terms, as its kernels declare them (np_roles.TERM_ROLE)
+TERM_ROLES = tuple(dict.fromkeys(TERM_ROLE.values()))
 
 
 def _terms(terms, where: str) -> tuple[str, ...]:
