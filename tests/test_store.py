@@ -117,6 +117,10 @@ def _case(case: str, monkeypatch):
     elif case == "multiclass_int":
         classes = [0, 1, 2]
         y = rng.integers(0, 3, n)
+    elif case == "multiclass_float":                           # + numpy attributes
+        classes = [0.5, 1.5, 2.5]
+        y = np.array(classes)[rng.integers(0, 3, n)]
+        attrs.update(counts=np.arange(3), scale=np.float32(1.5))
     elif case == "weights_frame":
         weights = rng.uniform(0.5, 2, n)
         attrs["columns"] = '[{"name": "a", "kind": "number", "dtype": "float64"}]'
@@ -155,7 +159,8 @@ def _opened(path) -> xr.Dataset:
 
 
 @pytest.mark.parametrize("case", ["regression", "binary", "multiclass", "multiclass_int",
-                                  "weights_frame", "float32", "sharded", "subset", "in_place"])
+                                  "multiclass_float", "weights_frame", "float32", "sharded",
+                                  "subset", "in_place"])
 def test_create_writes_what_xarrays_to_zarr_writes(tmp_path, monkeypatch, case):
     """Reference: xarray's own ``to_zarr(compute=False, consolidated=True, zarr_format=3)`` of
     the same template: every node's metadata, the chunks written, and what open_zarr reads."""
