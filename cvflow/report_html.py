@@ -97,22 +97,23 @@ def _overview(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> dict[str, xr.
     """Add the declared overview reducers the workflow did not ask for, when the store allows
     and their declarations accept the loss and the folds (no corrected K-fold curve on
     time-ordered folds, none with a per-fold metric)."""
-    from .estimators import REGISTRY
+    from .estimators import REGISTRY, shared_terms
     from .report import assumptions
 
     loss = next((r.attrs.get("loss") for r in results.values() if r.attrs.get("loss")), None)
     decl, ordered = assumptions(cube, loss)
     out = dict(results)
-    for name, spec in REGISTRY.items():
-        if spec.overview and name not in out:
+    todo = [spec for name, spec in REGISTRY.items() if spec.overview and name not in out]
+    with shared_terms(cube, {role for spec in todo for role in spec.terms}):   # one pass
+        for spec in todo:
             why = spec.refusal(decl, ordered)
             if why:
-                log.info("html report: %s skipped (%s)", name, why)
+                log.info("html report: %s skipped (%s)", spec.name, why)
                 continue
             try:
-                out[name] = spec(cube, loss=loss)
+                out[spec.name] = spec(cube, loss=loss)
             except InputError as exc:   # e.g. no full split: leave the section out
-                log.info("html report: %s skipped (%s)", name, exc)
+                log.info("html report: %s skipped (%s)", spec.name, exc)
     return out
 
 
