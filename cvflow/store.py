@@ -209,9 +209,16 @@ def _quiet_consolidation():
     # `xr.open_zarr(store)` opens a store in one metadata read, silently, on a disk or an
     # object store. zarr warns on every consolidation that consolidated metadata is not yet
     # part of the v3 spec; we choose it knowingly, so that one warning is silenced here.
+    # `catch_warnings` is not thread-safe: a learner's own one in a fitting thread can restore
+    # the filters mid-consolidation, so the same filter is also set for the process (a caller's
+    # later "error" filters still meet the local one here).
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
         yield
+
+
+warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part",
+                        category=UserWarning, module=r"zarr\.")
 
 
 def _write(ds: xr.Dataset, location: str, **kwargs) -> None:
