@@ -32,8 +32,10 @@ _LOCK = threading.Lock()
 
 def can_fork() -> bool:
     """Whether worker processes can be forked here: Linux (macOS forks unsafely once system
-    frameworks run threads; Windows cannot fork)."""
-    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+    frameworks run threads; Windows cannot fork), and not in a daemonic process (a Dask or
+    multiprocessing worker), which multiprocessing forbids to have children."""
+    return (sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+            and not multiprocessing.current_process().daemon)
 
 
 @contextlib.contextmanager

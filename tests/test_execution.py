@@ -86,6 +86,22 @@ def test_auto_forks_workers_when_they_pay(tmp_path, write_workflow):
                                _reference(tmp_path / "s.zarr"), rtol=1e-8, atol=1e-8)
 
 
+def test_auto_does_not_fork_inside_a_daemonic_worker(tmp_path, write_workflow):
+    """A study run from inside a Dask or multiprocessing worker (daemonic: no children
+    allowed) stays in its process."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:          # pool workers are daemonic
+        chosen = pool.apply(_choice_in_worker)
+    assert chosen == "threads"
+
+
+def _choice_in_worker() -> str:
+    with dask.config.set({"cvflow.cluster.auto.fork_start_seconds": 0.0}):
+        return choose("auto", seconds=1.0, workers=2)[0]     # forked anywhere else
+
+
 def test_forked_workers_with_a_dashboard_are_refused_before_any_store_work(tmp_path, write_workflow):
     from cvtest import run_cli, tree_digest
 
