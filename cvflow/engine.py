@@ -469,9 +469,8 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
     cluster = cluster or workflow.execution.get("cluster")
     if client is None and not (cluster and ADDRESS.match(str(cluster))):
         # a bad profile fails before any store work
-        if load_profile(cluster, options=cluster_options)["kind"] == "forked" and dashboard_port is not None:
-            raise InputError("--dashboard-port: forked workers run on Dask's local scheduler, which "
-                             "has no dashboard; use --cluster local (or threads) for one")
+        if load_profile(cluster, options=cluster_options)["kind"] == "forked":
+            _check_forked(dashboard_port)
     # One run per store at a time; a lock left by a crashed run is taken over.
     # The pool creates a new store beside the run; leaving it waits for the creation, so the
     # lock is never released with a store half created.
@@ -479,6 +478,18 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
         return _run_locked(workflow, path, cluster=cluster, workers=workers, overwrite=overwrite,
                            dashboard_port=dashboard_port, client=client, progress=progress,
                            tls=tls, cluster_options=cluster_options, pool=pool)
+
+
+def _check_forked(dashboard_port: int | None) -> None:
+    """InputError when forked workers cannot run here or a dashboard is asked of them."""
+    from .inprocess import can_fork
+
+    if dashboard_port is not None:
+        raise InputError("--dashboard-port: forked workers run on Dask's local scheduler, which "
+                         "has no dashboard; use --cluster local (or threads) for one")
+    if not can_fork():
+        raise InputError("--cluster forked: worker processes cannot be forked here (Linux only, "
+                         "and not from a daemonic worker process); use --cluster local or threads")
 
 
 def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, dashboard_port,

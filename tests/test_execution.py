@@ -97,6 +97,17 @@ def test_auto_does_not_fork_inside_a_daemonic_worker(tmp_path, write_workflow):
     assert chosen == "threads"
 
 
+def test_forked_where_it_cannot_fork_is_refused_before_any_store_work(tmp_path, write_workflow,
+                                                                      monkeypatch):
+    from cvflow import inprocess
+    from cvflow.errors import InputError
+
+    monkeypatch.setattr(inprocess, "can_fork", lambda: False)      # macOS, Windows, a daemon
+    with pytest.raises(InputError, match=r"^--cluster forked: worker processes cannot be forked "):
+        cvflow.run(write_workflow(MIXED), store=tmp_path / "s.zarr", cluster="forked")
+    assert not (tmp_path / "s.zarr").exists()
+
+
 def _choice_in_worker() -> str:
     with dask.config.set({"cvflow.cluster.auto.fork_start_seconds": 0.0}):
         return choose("auto", seconds=1.0, workers=2)[0]     # forked anywhere else
