@@ -1,10 +1,10 @@
 """Connecting to a Dask cluster: the embedded LocalCluster, SLURM, a profile file, or an address.
 
 By default (``cluster=None`` or ``"auto"``) a run chooses where to fit from its timed estimate
-(:func:`choose`): in this process on Dask's threaded scheduler (profile ``threads``) when the
-study is tiny, on worker processes forked from this one (profile ``forked``, Dask's local
-scheduler over them, :mod:`cvflow.inprocess`) when they pay, and on a ``LocalCluster`` of
-worker processes (profile ``local``, with its dashboard) when the study is long.
+(:func:`choose`): in this process on a thread pool (profile ``threads``) when the study is
+tiny, on worker processes forked from this one (profile ``forked``, :mod:`cvflow.inprocess`)
+when they pay, and on a ``LocalCluster`` of worker processes (profile ``local``, with its
+dashboard) when the study is long.
 
 A *profile* is a small mapping that says which cluster to start and how (see
 ``cvflow/cluster.yaml`` for the packaged defaults, and ``cluster/local.yaml``,
@@ -45,7 +45,7 @@ dask.config.update_defaults(yaml.safe_load(_DEFAULTS.read_text()))
 
 ENV_PREFIX = "CVFLOW_CLUSTER__"
 KINDS = ("local", "slurm", "threads", "forked")
-IN_PROCESS = ("threads", "forked")     # kinds run on Dask's local scheduler (no dashboard)
+IN_PROCESS = ("threads", "forked")     # kinds run on a pool in this process (no dashboard)
 AUTO = "auto"
 KEYS = {
     "threads": {"kind", "workers", "host", "dashboard_port", "tls"},
@@ -474,7 +474,7 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
     kind = prof["kind"]
     if kind == "forked":
         raise InputError(f"--cluster {prof['name']}: forked workers run a study through cvflow.run "
-                         "(Dask's local scheduler); they have no Dask client to connect to")
+                         "(a pool of this process); they have no Dask client to connect to")
     with contextlib.ExitStack() as stack:
         if kind == "local":
             stack.enter_context(clean_main())

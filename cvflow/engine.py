@@ -2,7 +2,7 @@
 
 The client builds the design, creates the store (metadata only, while the first blocks fit),
 and runs one task per block not yet ``done``: on a Dask cluster (X and y sent to the workers
-once, as recomputable tasks), or in this process on Dask's local scheduler (threads, or
+once, as recomputable tasks), or in this process on a pool (:mod:`cvflow.inprocess`: threads, or
 worker processes forked from the client that inherit X and y; :func:`_run_here`). A task fits
 its block, writes its chunk of ``pred`` and returns a small summary record with the block's
 status (failed, error, fit_seconds), which the client writes, ``done`` last, in batches
@@ -103,22 +103,38 @@ def run_block(store: str, params: list[Param], X, y, train: np.ndarray, params_s
     return summary
 
 
-# the store-ready events of the runs whose client is in this process (threading.Event, or a
-# multiprocessing one that forked workers inherit), and the names of those whose store was
-# created (see _wait_ready)
-_LOCAL_READY: dict = {}
-_CREATED: set[str] = set()
+class _StoreSignal:
+    """The client's word to the block tasks of its own process, or of workers forked from it,
+    that it created the store (or failed to): two events (threading, or multiprocessing ones
+    that forked workers inherit), so a task needs no read of the store to know."""
+
+    def __init__(self, processes: bool = False):
+        import multiprocessing
+
+        event = multiprocessing.get_context("fork").Event if processes else threading.Event
+        self.settled, self.created = event(), event()
+
+    def settle(self, created: bool) -> None:
+        if created:
+            self.created.set()
+        self.settled.set()                  # waiting tasks wake: they write, or raise
+
+    def wait(self, timeout: float) -> bool:
+        return self.settled.wait(timeout) and self.created.is_set()
+
+
+# the store signals of the runs whose client is in this process, by name (see _wait_ready)
+_LOCAL_READY: dict[str, _StoreSignal] = {}
 
 
 def _wait_ready(name: str, store: str) -> None:
-    """Wait for the client's ``ready`` signal that it created the store: a ``threading.Event``
-    when the task runs in the client's own process (threads: no scheduler round trip), the
-    inherited event in a forked worker, else the ``distributed.Event`` of that name.
-    StoreError if the creation failed or took more than ``STORE_READY_TIMEOUT`` seconds."""
+    """Wait for the client's ``ready`` signal that it created the store: a :class:`_StoreSignal`
+    when the task runs in the client's own process (threads: no scheduler round trip) or in a
+    worker forked from it, else the ``distributed.Event`` of that name. StoreError if the
+    creation failed or took more than ``STORE_READY_TIMEOUT`` seconds."""
     local = _LOCAL_READY.get(name)
-    if local is not None:     # a forked worker's copy of _CREATED predates the creation
-        created = local.wait(STORE_READY_TIMEOUT) and (name in _CREATED
-                                                       or cube_store.is_store(store))
+    if local is not None:
+        created = local.wait(STORE_READY_TIMEOUT)
     else:
         from distributed import Event
 
@@ -339,12 +355,11 @@ def _run_inherited_block(token: str, store: str, params: list[Param], train: np.
 def _run_here(kind: str, workers: int, *, study: Study, path: str, params: list[Param],
               design: Design, todo: list, done: np.ndarray, path_aware: bool, creating,
               recorder: _Recorder) -> None:
-    """Run the blocks ``todo`` on Dask's local scheduler in this process (:mod:`cvflow.inprocess`):
+    """Run the blocks ``todo`` on a pool of this process (:mod:`cvflow.inprocess`), no scheduler:
     on ``workers`` threads, or on worker processes forked from this one (``kind`` ``forked``).
     A forked worker that dies (a fit's segfault, ``os._exit``, the kernel's OOM killer) breaks
     the pool: the blocks not back yet are then refitted one fit per forked child
     (:func:`cvflow.fit.fit_isolated`), so only the culprits are recorded failed."""
-    import multiprocessing
     from concurrent.futures.process import BrokenProcessPool
 
     from . import inprocess
@@ -358,17 +373,9 @@ def _run_here(kind: str, workers: int, *, study: Study, path: str, params: list[
         ready = None
         if creating is not None:
             ready = f"cvflow-store-{time.time_ns()}"
-            event = multiprocessing.get_context("fork").Event() if processes else threading.Event()
-            _LOCAL_READY[ready] = event
+            signal = _LOCAL_READY[ready] = _StoreSignal(processes)
             stack.callback(_LOCAL_READY.pop, ready, None)
-            stack.callback(_CREATED.discard, ready)
-
-            def created(future) -> None:
-                if future.exception() is None:
-                    _CREATED.add(ready)
-                event.set()                  # waiting tasks wake: they write, or raise
-
-            creating.add_done_callback(created)
+            creating.add_done_callback(lambda future: signal.settle(future.exception() is None))
         executor = stack.enter_context(inprocess.pool(workers, processes=processes))
         blocks, finished = {}, set()
         for ps, ss in todo:
@@ -383,7 +390,7 @@ def _run_here(kind: str, workers: int, *, study: Study, path: str, params: list[
             recorder.block(summary)
 
         try:
-            inprocess.execute(blocks, executor, processes=processes, on_done=on_done)
+            inprocess.execute(blocks, executor, on_done=on_done)
         except BrokenProcessPool:
             if creating is not None:
                 creating.result()              # the refits write into the store
@@ -485,8 +492,8 @@ def _check_forked(dashboard_port: int | None) -> None:
     from .inprocess import can_fork
 
     if dashboard_port is not None:
-        raise InputError("--dashboard-port: forked workers run on Dask's local scheduler, which "
-                         "has no dashboard; use --cluster local (or threads) for one")
+        raise InputError("--dashboard-port: forked workers run on a pool of this process, with no "
+                         "scheduler and no dashboard; use --cluster local (or threads) for one")
     if not can_fork():
         raise InputError("--cluster forked: worker processes cannot be forked here (Linux only, "
                          "and not from a daemonic worker process); use --cluster local or threads")
@@ -626,18 +633,19 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         recorder = _Recorder(path, fresh, result, notify, n_todo, monitor)
         ready = None if creating is None else Event(f"cvflow-store-{time.time_ns()}", client=c)
         if ready is not None:
-            _LOCAL_READY[ready.name] = threading.Event()
+            _LOCAL_READY[ready.name] = _StoreSignal()
         try:
             futures = submit_all(c, monitor and monitor.scorer, ready and ready.name)
             if creating is not None and ready is not None:
+                created = False
                 try:
                     creating.result()
-                    _CREATED.add(ready.name)
+                    created = True
                 except BaseException:
                     c.cancel(futures)
                     raise
                 finally:       # waiting tasks wake: they write, or raise if it failed
-                    _LOCAL_READY[ready.name].set()
+                    _LOCAL_READY[ready.name].settle(created)
                     ready.set()
             # the client's own loop: a client passed in need not be the default one
             queue = as_completed(futures, loop=c.loop)
@@ -666,7 +674,6 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         finally:
             if ready is not None:
                 _LOCAL_READY.pop(ready.name, None)
-                _CREATED.discard(ready.name)
             recorder.flush()
             if monitor:
                 monitor.publish()            # the final state, for a scheduler that outlives us

@@ -136,18 +136,16 @@ def test_failed_store_creation_cancels_the_run_and_a_rerun_completes(tmp_path, w
 
 
 def test_a_block_waiting_for_a_store_whose_creation_failed_raises(tmp_path):
-    import threading
-
     from cvflow import engine
 
     name = "cvflow-store-test"
-    engine._LOCAL_READY[name] = event = threading.Event()
     try:
-        event.set()                       # the client woke the blocks without creating it
+        engine._LOCAL_READY[name] = signal = engine._StoreSignal()
+        signal.settle(False)               # the client woke the blocks without creating it
         with pytest.raises(StoreError, match="was not created"):
             engine._wait_ready(name, str(tmp_path / "s.zarr"))
-        engine._CREATED.add(name)
+        engine._LOCAL_READY[name] = signal = engine._StoreSignal(processes=True)
+        signal.settle(True)
         engine._wait_ready(name, str(tmp_path / "s.zarr"))
     finally:
         engine._LOCAL_READY.pop(name, None)
-        engine._CREATED.discard(name)

@@ -123,8 +123,8 @@ def test_forked_workers_with_a_dashboard_are_refused_before_any_store_work(tmp_p
                    "--overwrite")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
-        "cvflow: error: --dashboard-port: forked workers run on Dask's local scheduler, which has "
-        "no dashboard; use --cluster local (or threads) for one")
+        "cvflow: error: --dashboard-port: forked workers run on a pool of this process, with no "
+        "scheduler and no dashboard; use --cluster local (or threads) for one")
     assert tree_digest(store) == before
 
 
