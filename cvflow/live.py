@@ -32,8 +32,6 @@ from dataclasses import dataclass
 
 import dask.config
 import numpy as np
-from tornado import web
-
 from .failures import group, normalise
 
 log = logging.getLogger(__name__)
@@ -254,34 +252,6 @@ def _serves_page(url: str) -> bool:
 
 # --- the scheduler side: the page and its data -------------------------------------------------
 
-class _Handler(web.RequestHandler):
-    def initialize(self, dask_server=None):
-        self.server = dask_server
-
-    def runs(self) -> dict:
-        return self.server.get_metadata(keys=[METADATA], default=None) or {}
-
-    def state(self, run: str | None) -> dict | None:
-        runs = self.runs()
-        if run:
-            return runs.get(run)
-        return max(runs.values(), key=lambda s: s["started"]) if runs else None
-
-
-class DataHandler(_Handler):
-    """``cvflow/data/<run>/<source>.json``: one AjaxDataSource's columns."""
-
-    def get(self, run: str, source: str):
-        state = self.state(run)
-        if state is None:
-            raise web.HTTPError(404, f"no cvflow run {run!r} on this scheduler")
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        self.write(json.dumps(columns(state, source)))
-
-    post = get
-
-
 def columns(state: dict, source: str) -> dict:
     """The columns of data source ``source`` (``progress``, ``failures``, or ``learner-<i>``)."""
     if source == "failures":
@@ -305,24 +275,6 @@ def _best(rows: dict) -> tuple[str, float | None]:
         return "", None
     value, i = min(values)
     return rows["label"][i], value
-
-
-class PageHandler(_Handler):
-    """``cvflow``: the page (``?run=<id>``; default the latest run on this scheduler)."""
-
-    def head(self):
-        """200 when this route is installed (see :func:`start`)."""
-
-    def get(self):
-        run = self.get_argument("run", None)
-        state = self.state(run)
-        self.set_header("Cache-Control", "no-store")
-        if state is None:
-            self.write("<!doctype html><meta http-equiv='refresh' content='2'>"
-                       "<title>cvflow</title><p>No cvflow study on this scheduler yet "
-                       "(this page reloads itself).</p>")
-            return
-        self.write(page_html(state, base=self.request.path.rstrip("/")))
 
 
 def page_html(state: dict, *, base: str) -> str:
@@ -412,7 +364,64 @@ def page_html(state: dict, *, base: str) -> str:
     return file_html(layout, INLINE, title=html_title)
 
 
-routes = [
-    (r"cvflow/?", PageHandler, {}),
-    (r"cvflow/data/([\w.-]+)/([\w-]+)\.json", DataHandler, {}),
-]
+def _routes() -> list:
+    """The page's tornado handlers, as distributed's scheduler reads them (``routes``)."""
+    from tornado import web
+
+    class _Handler(web.RequestHandler):
+        def initialize(self, dask_server=None):
+            self.server = dask_server
+
+        def runs(self) -> dict:
+            return self.server.get_metadata(keys=[METADATA], default=None) or {}
+
+        def state(self, run: str | None) -> dict | None:
+            runs = self.runs()
+            if run:
+                return runs.get(run)
+            return max(runs.values(), key=lambda s: s["started"]) if runs else None
+
+    class DataHandler(_Handler):
+        """``cvflow/data/<run>/<source>.json``: one AjaxDataSource's columns."""
+
+        def get(self, run: str, source: str):
+            state = self.state(run)
+            if state is None:
+                raise web.HTTPError(404, f"no cvflow run {run!r} on this scheduler")
+            self.set_header("Content-Type", "application/json")
+            self.set_header("Cache-Control", "no-store")
+            self.write(json.dumps(columns(state, source)))
+
+        post = get
+
+    class PageHandler(_Handler):
+        """``cvflow``: the page (``?run=<id>``; default the latest run on this scheduler)."""
+
+        def head(self):
+            """200 when this route is installed (see :func:`start`)."""
+
+        def get(self):
+            run = self.get_argument("run", None)
+            state = self.state(run)
+            self.set_header("Cache-Control", "no-store")
+            if state is None:
+                self.write("<!doctype html><meta http-equiv='refresh' content='2'>"
+                           "<title>cvflow</title><p>No cvflow study on this scheduler yet "
+                           "(this page reloads itself).</p>")
+                return
+            self.write(page_html(state, base=self.request.path.rstrip("/")))
+
+    return [
+        (r"cvflow/?", PageHandler, {}),
+        (r"cvflow/data/([\w.-]+)/([\w-]+)\.json", DataHandler, {}),
+    ]
+
+
+def __getattr__(name: str):
+    # DESIGN CHOICE: `routes`, what a scheduler reads from each module listed in
+    # distributed.scheduler.http.routes, is built on first access: tornado (~25 ms) is the
+    # scheduler's web framework, and a run in the process imports this module without one.
+    if name == "routes":
+        globals()["routes"] = value = _routes()
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
