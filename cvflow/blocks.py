@@ -169,12 +169,16 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
 # fit) of their kernel. The estimate only sizes blocks and picks threads over processes, so
 # these are round upper figures measured on this 2-core VM: ~1e-8 s per value is what a
 # 20-alpha ridge path costs per alpha (one SVD shared by fewer alphas; 1.2e-9 for 100); a
-# lasso / elastic-net path on the Gram matrix costs 0.5-1.8e-9 per value and alpha (100
-# alphas, n 500-5000, p 50-200, at load 5); a warm-started lbfgs logistic fit pays ~2 ms of
+# lasso / elastic-net path on the Gram matrix costs ~3e-5 s plus ~5e-10 per value and alpha
+# (100 alphas, n 500-5000, p 50-200: 0.04-0.31 ms a fit, quiet); a warm-started lbfgs logistic fit pays ~2 ms of
 # scikit-learn's per-fit checks plus ~1e-7 s per value (its iterations vary with C and the
 # data, hence the margin).
-PATH_COST = {"ridge": (0.0, 1e-8), "ridge_classifier": (0.0, 1e-8), "lasso": (0.0, 2e-9),
-             "enet": (0.0, 2e-9), "logistic": (2e-3, 1e-7)}
+PATH_COST = {"ridge": (0.0, 1e-8), "ridge_classifier": (0.0, 1e-8), "lasso": (3e-5, 6e-10),
+             "enet": (3e-5, 6e-10), "logistic": (2e-3, 1e-7)}
+# Path kernels whose work is BLAS/LAPACK (an SVD, products), which releases the GIL: threads of
+# one process fit them in parallel, so worker processes save nothing on them (measured on 2
+# cores: a 100-alpha ridge study, 6 paths, 362 ms on threads, 468 ms on forked workers).
+THREAD_PARALLEL = {"ridge", "ridge_classifier"}
 CHEAP_PATH_ELEMENTS = 2_000_000
 
 
@@ -187,6 +191,17 @@ def _path_cost(group: list, values: int) -> float | None:
     if not kernels or not kernels <= PATH_COST.keys():
         return None
     return max(PATH_COST[k][0] + PATH_COST[k][1] * values for k in kernels)   # type: ignore[index]
+
+
+def gil_share(params: list, path_aware: bool = True) -> float:
+    """The share of ``params`` whose fits hold the GIL: all but those fitted in a
+    ``THREAD_PARALLEL`` path kernel (:func:`cvflow.paths.plan`)."""
+    from .paths import plan
+
+    if not params or not path_aware:
+        return 1.0
+    free = sum(len(g.index) for g in plan(params) if g.kernel in THREAD_PARALLEL)
+    return 1.0 - free / len(params)
 
 
 def _first_path(group: list) -> list:

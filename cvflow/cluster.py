@@ -265,12 +265,13 @@ def _security(tls: bool):
 
 
 def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | None = None,
-           dashboard: bool = False) -> tuple[str, str]:
+           dashboard: bool = False, gil_share: float = 1.0) -> tuple[str, str]:
     """Where a run fits: ``(profile, reason)``; only ``None`` / ``"auto"`` is a choice.
 
-    ``seconds`` is the timed estimate of the study's remaining fits on one thread. Processes
-    pay when the time they save over threads sharing one interpreter (at worst
-    ``seconds * (1 - 1/workers)``, fits that hold the GIL) exceeds what starting them costs
+    ``seconds`` is the timed estimate of the study's remaining fits on one thread, of which
+    ``gil_share`` hold the GIL (1: unknown; BLAS-bound path kernels release it,
+    :func:`cvflow.blocks.gil_share`). Processes pay when the time they save over threads
+    sharing one interpreter (``seconds * gil_share * (1 - 1/workers)``) exceeds what starting them costs
     (config ``cvflow.cluster.auto``): ``forked`` worker processes of this process start in
     ``fork_start_seconds``, a ``local`` cluster in ``process_start_seconds`` but brings its
     dashboard (and live page), memory limits and restarts, so a study whose fits take longer
@@ -292,11 +293,12 @@ def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | 
         return name, f"{name} (as asked)"
     auto = dask.config.get("cvflow.cluster.auto", default={}) or {}
     local_start = float(auto.get("process_start_seconds", 2.0))
-    fork_start = float(auto.get("fork_start_seconds", 0.05))
+    fork_start = float(auto.get("fork_start_seconds", 0.1))
     long_study = float(auto.get("local_after_seconds", 30.0))
     n = workers or load_profile("local").get("workers") or os.cpu_count() or 1
-    saved = seconds * (1 - 1 / n)
-    fit = f"~{seconds:.2g} s of fitting"
+    saved = seconds * gil_share * (1 - 1 / n)
+    fit = f"~{seconds:.2g} s of fitting" + ("" if gil_share >= 1 else
+                                            f", {gil_share:.0%} of it holding the GIL")
     if n > 1 and fork_start < saved and seconds / n <= long_study and not dashboard and can_fork():
         return "forked", (f"forked: {n} worker processes forked from this one ({fit}; they save "
                           f"up to {saved:.2g} s and start in {fork_start:g} s; --cluster local "

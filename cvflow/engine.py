@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from . import store as cube_store
-from .blocks import choose_chunks, estimate_seconds_per_fit
+from .blocks import choose_chunks, estimate_seconds_per_fit, gil_share
 from .designs import Design
 from .errors import InputError, StoreError
 from .fit import BlockResult, fit_block, fit_isolated
@@ -539,8 +539,10 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         result.wall_seconds = time.perf_counter() - t_start
         return result
     if client is None:
-        cluster, result.execution = choose(cluster, seconds=(per_fit or 0.0) * n_todo,
-                                           workers=workers, dashboard=dashboard_port is not None)
+        cluster, result.execution = choose(
+            cluster, seconds=(per_fit or 0.0) * n_todo, workers=workers,
+            dashboard=dashboard_port is not None,
+            gil_share=gil_share(params, bool(workflow.execution.get("path_aware", True))))
         log.info("execution: %s", result.execution)
     else:
         result.execution = "the given client"

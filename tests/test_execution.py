@@ -162,7 +162,22 @@ def test_auto_choice_weighs_the_estimate_against_process_start(seconds, workers,
                                                   "fork_start_seconds": 0.1,
                                                   "local_after_seconds": 30.0}}):
         name, why = choose("auto", seconds=seconds, workers=workers, dashboard=dashboard)
+        # fits in BLAS (the GIL released) save nothing on processes
+        assert choose("auto", seconds=seconds, workers=workers, dashboard=dashboard,
+                      gil_share=0.0)[0] == "threads"
     assert name == chosen and why.startswith(chosen)
+
+
+def test_ridge_paths_release_the_gil_lasso_and_trees_hold_it():
+    from cvflow.blocks import gil_share
+    from cvflow.learners import Param
+
+    ridge = [Param("r", "sklearn.linear_model.Ridge", hyper={"alpha": a}) for a in (0.1, 1.0, 10.0)]
+    lasso = [Param("l", "sklearn.linear_model.Lasso", hyper={"alpha": a}) for a in (0.1, 1.0)]
+    tree = [Param("t", "sklearn.tree.DecisionTreeRegressor", hyper={"max_depth": 2})]
+    assert gil_share(ridge) == 0.0 and gil_share(ridge, path_aware=False) == 1.0
+    assert gil_share(lasso + tree) == 1.0
+    assert gil_share(ridge + lasso + tree) == pytest.approx(3 / 6)
     assert choose("local", seconds=0.0) == ("local", "local (as asked)")
 
 
