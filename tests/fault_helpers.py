@@ -32,24 +32,31 @@ class SlowRidge(Ridge):
         return super().fit(X, y, sample_weight=sample_weight)
 
 
+def _ridge_workflow(path: Path, name: str, learner: str, params: str, alphas, folds: int,
+                    execution: str) -> Path:
+    """A ridge-like learner of this module on diabetes, K-fold: the fault tests' workflows."""
+    path.write_text(textwrap.dedent(f"""\
+        name: {name}
+        data: {{source: sklearn, name: diabetes}}
+        task: regression
+        learners:
+          - name: {name}_ridge
+            class: fault_helpers.{learner}
+            params: {{{params}}}
+            grid: {{alpha: {list(alphas)}}}
+        design: {{folds: {folds}, seed: 0}}
+        estimators: [kfold]
+        execution: {{{execution}}}
+        """))
+    return path
+
+
 def slow_workflow(path: Path, *, alphas=(0.01, 0.1, 1.0, 10.0), folds: int = 5,
                   delay: float = 0.2) -> Path:
     """A workflow of ``len(alphas) * (folds + 1)`` fits, one fit per task, on worker processes
     (the faults need processes to kill; the auto choice could run so small a study in threads)."""
-    path.write_text(textwrap.dedent(f"""\
-        name: slow
-        data: {{source: sklearn, name: diabetes}}
-        task: regression
-        learners:
-          - name: slow_ridge
-            class: fault_helpers.SlowRidge
-            params: {{delay: {delay}}}
-            grid: {{alpha: {list(alphas)}}}
-        design: {{folds: {folds}, seed: 0}}
-        estimators: [kfold]
-        execution: {{fits_per_task: 1, cluster: local}}
-        """))
-    return path
+    return _ridge_workflow(path, "slow", "SlowRidge", f"delay: {delay}", alphas, folds,
+                           "fits_per_task: 1, cluster: local")
 
 
 def cli_env(**extra: str) -> dict:
@@ -204,20 +211,8 @@ def dying_workflow(path: Path, die_at, learner: str = "DyingRidge", option: str 
                    fits_per_task: int = 16) -> Path:
     """4 alphas x (3 folds + full fit) of a learner of this module that dies (or eats memory)
     at ``alpha == die_at`` (``"null"``: never)."""
-    path.write_text(textwrap.dedent(f"""\
-        name: dying
-        data: {{source: sklearn, name: diabetes}}
-        task: regression
-        learners:
-          - name: ridge
-            class: fault_helpers.{learner}
-            params: {{{option}: {die_at}}}
-            grid: {{alpha: [0.1, 1.0, 10.0, 100.0]}}
-        design: {{folds: 3, seed: 0}}
-        estimators: [kfold]
-        execution: {{fits_per_task: {fits_per_task}}}
-        """))
-    return path
+    return _ridge_workflow(path, "dying", learner, f"{option}: {die_at}", (0.1, 1.0, 10.0, 100.0),
+                           3, f"fits_per_task: {fits_per_task}")
 
 
 def assert_only_culprits_failed(dying: Path, clean: Path, message: str) -> None:
