@@ -124,6 +124,26 @@ def test_quickstart_to_s3_equals_a_local_run(s3, quick_local, tmp_path):
     assert again.returncode == 0 and "already complete, 0 fits performed" in again.stdout
 
 
+def test_forked_workers_write_an_s3_store(s3, quick_local, tmp_path):
+    """Workers forked from a client that already talks to S3 (fsspec and zarr start their own
+    event loops in a forked child) write the cube of a local run, one block of 20 fits each."""
+    import yaml
+
+    import cvflow
+
+    workflow = yaml.safe_load(QUICKSTART.read_text())
+    workflow["execution"] = {"fits_per_task": 20}
+    (tmp_path / "q.yaml").write_text(yaml.safe_dump(workflow))
+    url = _url()
+    cvflow.open(quick_local)                  # the client's S3 / zarr machinery is warm
+    result = cvflow.run(tmp_path / "q.yaml", store=url, cluster="forked", workers=2)
+    assert result.execution == "forked (as asked)" and result.fits_executed == 120
+    assert result.tasks == 6
+    cube, local = cvflow.open(url), cvflow.open(quick_local)
+    assert cube["done"].values.all()
+    assert cube["pred"].values.tobytes() == local["pred"].values.tobytes()
+
+
 @pytest.mark.parametrize("in_place", [False, True])
 def test_create_on_s3_writes_what_xarray_writes(s3, monkeypatch, in_place):
     """Reference: xarray's to_zarr of the same template to the same server, object for object
