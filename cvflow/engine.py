@@ -162,7 +162,7 @@ class _SplitBlock:
 
     def __init__(self, store: str, ps: slice, ss: slice, n_samples: int, todo: np.ndarray | None):
         shape = (ps.stop - ps.start, ss.stop - ss.start)
-        self.todo = todo
+        self.store, self.todo = store, todo
         if todo is None:
             self.result = BlockResult(ps, ss, np.full(shape + (n_samples,), np.nan),
                                       np.zeros(shape, bool), np.full(shape, "", dtype=object),
@@ -181,6 +181,15 @@ class _SplitBlock:
         r.failed[h, s] = bool(fitted[2])
         self.left -= 1
         return self.left == 0
+
+    def fit_of(self, h: int, s: int, params: list[Param], design: Design) -> tuple[Param, np.ndarray]:
+        """The param and the training set of the block's fit (h, s)."""
+        return params[self.result.params.start + h], design.train[self.result.splits.start + s]
+
+    def write(self) -> dict:
+        """Write the complete block (one writer per chunk); its summary record."""
+        cube_store.write_pred(self.store, self.result)
+        return _summary(self.result, self.todo)
 
 
 def fit_missing(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
@@ -377,24 +386,25 @@ def _run_here(kind: str, workers: int, *, study: Study, path: str, params: list[
             stack.callback(_LOCAL_READY.pop, ready, None)
             creating.add_done_callback(lambda future: signal.settle(future.exception() is None))
         executor = stack.enter_context(inprocess.pool(workers, processes=processes))
-        blocks, finished = {}, set()
+        tasks, slices, finished = {}, {}, set()
         for ps, ss in todo:
             # a block sharing its chunk with stored fits (extended study) fits only the rest
             cells = None if not done[ps, ss].any() else ~done[ps, ss]
             key = f"cvflow-block-{ps.start}-{ss.start}"
-            blocks[key] = (_run_inherited_block, token, path, params[ps], design.train[ss], ps, ss,
-                           d.positive, path_aware, cells, ready)
+            slices[key] = (ps, ss, cells)
+            tasks[key] = (_run_inherited_block, token, path, params[ps], design.train[ss], ps, ss,
+                          d.positive, path_aware, cells, ready)
 
         def on_done(key: str, summary: dict) -> None:
             finished.add(key)
             recorder.block(summary)
 
         try:
-            inprocess.execute(blocks, executor, on_done=on_done)
+            inprocess.execute(tasks, executor, on_done=on_done)
         except BrokenProcessPool:
             if creating is not None:
                 creating.result()              # the refits write into the store
-            left = [(task[5], task[6], task[9]) for key, task in blocks.items() if key not in finished]
+            left = [block for key, block in slices.items() if key not in finished]
             log.warning("a forked worker died; refitting the %d blocks not back yet one fit at a "
                         "time, each in a child process", len(left))
             _refit_alone(left, workers, study=study, path=path, params=params, design=design,
@@ -415,13 +425,15 @@ def _refit_alone(blocks: list, workers: int, *, study: Study, path: str, params:
     with ThreadPoolExecutor(workers, thread_name_prefix="cvflow-alone") as threads:
         for ps, ss, cells in blocks:
             block = _SplitBlock(path, ps, ss, len(d.y), cells)
-            fitted = threads.map(lambda cell: fit_isolated(
-                params[ps.start + cell[0]], d.fit_X, d.y, design.train[ss.start + cell[1]],
-                d.positive, d.sample_weight), block.cells)
+
+            def fit_alone(cell: tuple[int, int]) -> tuple[np.ndarray, float, str]:
+                param, train = block.fit_of(*cell, params, design)
+                return fit_isolated(param, d.fit_X, d.y, train, d.positive, d.sample_weight)
+
+            fitted = threads.map(fit_alone, block.cells)
             for (h, s), fit in zip(block.cells, fitted):
                 block.record(h, s, fit)
-            cube_store.write_pred(path, block.result)
-            recorder.block(_summary(block.result, block.todo))
+            recorder.block(block.write())
 
 
 def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | None = None,
@@ -538,15 +550,14 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         notify({"event": "start", "total": n_total, "todo": 0, "dashboard": None})
         result.wall_seconds = time.perf_counter() - t_start
         return result
+    path_aware = bool(workflow.execution.get("path_aware", True))
     if client is None:
         cluster, result.execution = choose(
             cluster, seconds=(per_fit or 0.0) * n_todo, workers=workers,
-            dashboard=dashboard_port is not None,
-            gil_share=gil_share(params, bool(workflow.execution.get("path_aware", True))))
+            dashboard=dashboard_port is not None, gil_share=gil_share(params, path_aware))
         log.info("execution: %s", result.execution)
     else:
         result.execution = "the given client"
-    path_aware = bool(workflow.execution.get("path_aware", True))
     if client is None and not serves_dashboard(cluster, dashboard_port):
         prof = load_profile(cluster, options=cluster_options)
         if prof["kind"] in IN_PROCESS:
@@ -593,9 +604,10 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         split_blocks[key] = block
         futures = []
         for h, s in block.cells:
-            f = c.submit(fit_isolated, params[ps.start + h], inputs["X"], inputs["y"],
-                         design.train[ss.start + s], study.data.positive, inputs["w"],
-                         pure=False, key=f"cvflow-fit-{ps.start + h}-{ss.start + s}-{time.time_ns()}")
+            param, train = block.fit_of(h, s, params, design)
+            f = c.submit(fit_isolated, param, inputs["X"], inputs["y"], train, study.data.positive,
+                         inputs["w"], pure=False,
+                         key=f"cvflow-fit-{ps.start + h}-{ss.start + s}-{time.time_ns()}")
             cell_of[f.key] = (key, h, s)
             futures.append(f)
         return futures
@@ -614,8 +626,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         if not block.record(h, s, fitted):
             return None
         del split_blocks[key]
-        cube_store.write_pred(path, block.result)
-        return _summary(block.result, block.todo)
+        return block.write()
 
     inputs: dict = {}
     blocks_of: dict = {}          # block task key -> (params slice, splits slice, cells)

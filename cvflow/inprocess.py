@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import multiprocessing
 import sys
 import threading
@@ -26,7 +27,7 @@ warnings.filterwarnings("ignore", message=r".*use of fork\(\) may lead to deadlo
                         category=DeprecationWarning, module=r"multiprocessing\.popen_fork")
 
 _INHERITED: dict[str, object] = {}
-_TOKENS = iter(range(sys.maxsize))
+_TOKENS = itertools.count()
 _LOCK = threading.Lock()
 
 
