@@ -242,7 +242,9 @@ def test_urls_that_are_not_stores_are_refused(s3, tmp_path):
 
 @pytest.mark.slow
 def test_client_sigkill_then_rerun_completes_to_the_reference_cube(s3, tmp_path):
-    workflow = fh.slow_workflow(tmp_path / "wf.yaml", delay=1.5)    # ~20 s: time to cut it
+    # ~30 s: time to cut it; after 6 fits the other 18 take ~22 s on 2 workers, the margin for
+    # the in-process refusal below (with 1.5 s fits the run once finished first, 64 s, CI)
+    workflow = fh.slow_workflow(tmp_path / "wf.yaml", delay=2.5)
     clean = tmp_path / "clean.zarr"
     rc, _, err = fh.finish(fh.start_run(workflow, clean, "--workers", "2", "--cluster", "local"))
     assert rc == 0, err[-2000:]
