@@ -71,6 +71,7 @@ def cmd_run(args) -> int:
     from . import engine, report
     from .spec import load_workflow
     from .store import open_cube
+    from .trust import workflow_code
 
     wf = load_workflow(args.workflow)
     result = engine.run(wf, store=args.store, cluster=args.cluster, workers=args.workers,
@@ -91,7 +92,10 @@ def cmd_run(args) -> int:
     if info["failed"] == info["total"]:
         print(f"cvflow: error: every fit failed: {next(iter(info['failures']))}", file=sys.stderr)
         return 1
-    print(report.text(cube, report.compute(cube)))
+    # the workflow file is code: what it names is trusted, with its loss; anything else the
+    # store names (user estimators of an earlier workflow, another author's) is data
+    print(report.text(cube, report.compute(cube, loss=wf.loss,
+                                           trust_code=list(workflow_code(wf.config)))))
     return 0
 
 
@@ -170,7 +174,7 @@ def cmd_report(args) -> int:
     for name, options in shorthands.items():
         if name in requested:
             overrides[name] = {**options, **overrides.get(name, {})}
-    results = report.compute(cube, loss=args.loss, overrides=overrides)
+    results = report.compute(cube, loss=args.loss, overrides=overrides, trust_code=args.trust)
     if args.html:
         from .report_html import write_html
 
@@ -213,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("store")
     rep.add_argument("--loss", help="loss or metric to apply (default: the workflow's), e.g. "
                      "log_loss, pinball:0.9, roc_auc or mymodule.myloss")
+    rep.add_argument("--trust", action="store_true",
+                     help="import the code the store names (user estimators, a user loss); "
+                          "without it a store is data and they are skipped")
     rep.add_argument("--json", action="store_true", help="one JSON object, a key per estimator")
     rep.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     rep.add_argument("--set", action="append", metavar="ESTIMATOR.OPTION=VALUE",

@@ -12,3 +12,8 @@ class StoreError(InputError):
 
 class ReproducibilityWarning(UserWarning):
     """A learner gives other predictions on every run (an unset random_state)."""
+
+
+class UntrustedCodeWarning(UserWarning):
+    """Code a store names (a user estimator) was not imported: a store is data
+    (:mod:`cvflow.trust`); the rest of the report goes on without it."""

@@ -164,6 +164,30 @@ def store_params(cube: xr.Dataset, params: list[Param], specs: dict) -> tuple[li
     return ordered, n_old
 
 
+def check_kept_code(path: str, cube: xr.Dataset, stored: list[Param], workflow) -> None:
+    """Refuse to fit the params of a learner the workflow does not list (kept from an earlier
+    workflow, or another author's) when fitting them would import code the workflow does not
+    name and that is not trusted by default: a store is data (:mod:`cvflow.trust`).
+
+    Their finished fits stay and are reported; only fits not done would run their code.
+    """
+    from .trust import listed, param_code, untrusted, workflow_code
+
+    listed_learners = {p.learner for p in workflow.params}
+    named = list(workflow_code(workflow.config))
+    done = np.asarray(cube["done"].values, dtype=bool)
+    for h, param in enumerate(stored):
+        if param.learner in listed_learners or done[h].all():
+            continue
+        refused = untrusted(param_code(json.loads(param.to_json())), named)
+        if refused:
+            raise StoreError(
+                f"store: {path} holds fits not done of learner {param.learner!r}, which this "
+                f"workflow does not list; fitting them would import code the store names "
+                f"({listed(refused)}), and a store is data: add the learner to the workflow "
+                "(a workflow file is code) or use another --store")
+
+
 def check_param_coords(path: str, cube: xr.Dataset, params: list[Param]) -> None:
     """Refuse a hyperparameter stored as numbers that the new grid gives as strings (or back)."""
     for name, (_, values) in cube_store.param_coords(params).items():
@@ -269,6 +293,7 @@ def plan(path: str, workflow, study) -> Extension:
     cube = cube_store.open_cube(path)
     specs = check_compatible(path, workflow, study, cube)
     params, n_params = store_params(cube, study.params, specs)
+    check_kept_code(path, cube, params[:n_params], workflow)
     check_param_coords(path, cube, params)
     design, n_splits = store_design(cube, study.design)
     attrs = {**study.attrs,

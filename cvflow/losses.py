@@ -19,8 +19,8 @@ losses; the reducers that allow it compute it per fold from the out-of-fold pred
 ``f(y, score, classes) -> float``.
 
 A custom pointwise loss is any importable function ``f(y_true, y_pred) -> per-sample array``
-named by dotted path (``loss: mymodule.myloss``), imported like a learner (a module beside
-the workflow file, or in the working directory, is found too); it receives y as the cube stores it and the
+named by dotted path (``loss: mymodule.myloss``), imported like a learner (a workflow file's
+own loss is also found beside the file); it receives y as the cube stores it and the
 stored output of each fit (multiclass probabilities / decision values as (n, C), labels as
 labels).
 """
@@ -205,7 +205,9 @@ def get_loss(spec: str, *, search: str | Path | None = None, where: str = "loss"
     """The declaration of ``spec``: ``name``, ``name:ARG``, a dotted path to a function, or
     (from Python) the function itself.
 
-    ``search`` (a workflow's directory) is tried first for a dotted path, as for learners.
+    ``search`` (a workflow's directory) is tried first for a dotted path; without it a dotted
+    path is imported the ordinary way (installed packages, ``PYTHONPATH``), never from the
+    working directory: see :mod:`cvflow.trust`.
     """
     if isinstance(spec, Loss):
         return spec
@@ -258,17 +260,27 @@ def _with_arg(loss: Loss, value: float) -> Loss:
     return replace(loss, arg=value)
 
 
+def names_code(spec) -> bool:
+    """Whether the loss spelled ``spec`` is a function by dotted path that importing would run
+    (not a declared loss, nor a function given from Python in this process)."""
+    return (isinstance(spec, str) and "." in spec and ":" not in spec
+            and spec not in DECLARED and spec not in _GIVEN)
+
+
 @functools.lru_cache(maxsize=64)
 def _custom(path: str, search: str | None, where: str) -> Loss:
     module_name, _, attr = path.rpartition(".")
-    search = search or str(Path.cwd())
-    added = search not in sys.path
+    # DESIGN CHOICE: only a workflow file's own directory is searched (the file is code); a
+    # name read from a store or typed on the command line imports the ordinary way, so the
+    # working directory never supplies code (cvflow.trust)
+    added = search is not None and search not in sys.path
     if added:
         sys.path.insert(0, search)
     try:
         func = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise InputError(f"{where}: {path!r} does not import ({exc})") from None
+        raise InputError(f"{where}: {path!r} does not import ({exc}); install its module or put "
+                         "its directory on PYTHONPATH") from None
     finally:
         if added:
             sys.path.remove(search)

@@ -3,12 +3,18 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 import xarray as xr
 
-from .errors import InputError
+from .errors import InputError, UntrustedCodeWarning
+
+if TYPE_CHECKING:
+    from .trust import Trust
 
 
 def requested_estimators(cube: xr.Dataset) -> list[tuple[str, dict]]:
@@ -18,7 +24,8 @@ def requested_estimators(cube: xr.Dataset) -> list[tuple[str, dict]]:
 
 
 def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, *,
-            loss: str | None = None, overrides: dict | None = None) -> dict[str, xr.Dataset]:
+            loss: str | None = None, overrides: dict | None = None,
+            trust_code: Trust = False) -> dict[str, xr.Dataset]:
     """Run each requested estimator on the cube; ``overrides`` updates options per name.
 
     Options (the stored ones and the overrides) go through each estimator's declared checks
@@ -27,14 +34,39 @@ def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, 
     estimators share one read instead of each selecting its splits from disk, and the loss
     sums they declare (``terms``) are computed once for all of them
     (:func:`cvflow.estimators.shared_terms`), in one pass over ``pred`` on a big cube too.
+
+    A store is data (:mod:`cvflow.trust`): a user estimator the store names is imported only
+    when ``trust_code`` trusts it, else it is skipped with an
+    :class:`~cvflow.errors.UntrustedCodeWarning` naming it; a user function as the store's
+    default loss is refused (InputError) unless trusted. What the caller names himself
+    (``estimators``, a name in ``overrides``, ``loss``) is his own choice and is imported.
     """
     from .estimators import lookup, shared_terms
+    from .losses import names_code
+    from .trust import ESTIMATOR, LOSS, how, is_user_estimator, shown, trusted
 
-    decl, ordered = assumptions(cube, loss)
-    search = cube.attrs.get("workflow_dir")
+    made = cube.attrs.get("workflow_dir")
+    hint = f" (the store was made by a workflow in {shown(str(made))})" if made else ""
+    stored_loss = cube.attrs.get("loss")
+    if loss is None and names_code(stored_loss) and trusted(stored_loss, LOSS, trust_code):
+        loss = stored_loss                  # trusted: as if the caller had named it
+    try:
+        decl, ordered = assumptions(cube, loss)
+    except InputError as exc:
+        raise InputError(f"{exc}{hint if loss == stored_loss else ''}") from None
+    own = set(overrides or {}) | {name for name, _ in estimators or ()}
     todo = []
     for name, options in estimators or requested_estimators(cube):
-        spec = lookup(name, where="store: estimators", search=search)
+        if is_user_estimator(name) and name not in own and not trusted(name, ESTIMATOR,
+                                                                        trust_code):
+            warnings.warn(f"store: estimators: {shown(name)} skipped: a user estimator the store names, "
+                          f"not imported (a store is data); {how([name])}",
+                          UntrustedCodeWarning, stacklevel=2)
+            continue
+        try:
+            spec = lookup(name, where="store: estimators")
+        except InputError as exc:
+            raise InputError(f"{exc}{hint if name not in own else ''}") from None
         stored = spec.check_options(options, f"store: estimators.{name}")
         extra = spec.check_options((overrides or {}).get(name), f"--set {name}")
         why = spec.refusal(decl, ordered)
@@ -203,7 +235,7 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
         lines.append(f"classes: {', '.join(map(str, classes))}"
                      + (f" (positive class: {classes[-1]})" if len(classes) == 2 else ""))
     for name, result in results.items():
-        spec = lookup(name, search=cube.attrs.get("workflow_dir"))
+        spec = lookup(name)             # computed by the caller: imported already
         body = spec.text(result) if spec.text is not None else generic_text(result)
         lines += [f"{name}:"] + ["  " + line for line in body]
         lines += [f"  warning [{w['code']}]: {w['message']}" for w in guardrails.read(result)]

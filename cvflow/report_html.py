@@ -476,6 +476,7 @@ def _path_aware_learners(cube: xr.Dataset) -> list[str]:
     """Learners whose grid was fitted as regularisation paths (one fit per training set)."""
     from .learners import Param
     from .paths import kernel_of
+    from .trust import LEARNER, by_default
 
     workflow = json.loads(cube.attrs.get("workflow") or "{}")
     if not (workflow.get("execution") or {}).get("path_aware", True):
@@ -483,6 +484,10 @@ def _path_aware_learners(cube: xr.Dataset) -> list[str]:
     counts: dict[str, int] = {}
     for text in np.asarray(cube["param_json"].values):
         setting = json.loads(str(text))
+        # path kernels exist for scikit-learn classes only: nothing else the store names is
+        # imported (a store is data, cvflow.trust)
+        if not by_default(str(setting["estimator"]), LEARNER):
+            continue
         param = Param(setting["learner"], setting["estimator"], fixed=setting["params"],
                       output=setting.get("output", "predict"))
         if not setting.get("preprocess") and kernel_of(param) is not None:
@@ -606,7 +611,7 @@ def build_layout(cube: xr.Dataset, results: dict[str, xr.Dataset]):
     loss = next((r.attrs.get("loss") for r in results.values() if r.attrs.get("loss")), None)
     page = Page(cube, loss)
     for name, result in results.items():
-        spec = lookup(name, search=cube.attrs.get("workflow_dir"))
+        spec = lookup(name)             # computed by the caller: imported already
         if spec.html is not None:
             spec.html(result, page)
         else:

@@ -166,7 +166,8 @@ class Workflow:
             "classes": json.dumps(data.classes),
             "estimators": json.dumps(self.estimators),
             **({"columns": json.dumps(data.columns)} if data.columns is not None else {}),
-            # where user estimators named by dotted path are imported from at report time
+            # where the workflow file was, for messages only: a store is data, and reading one
+            # never imports from this directory (cvflow.trust)
             "workflow_dir": str(self.path.parent.resolve()),
         }
         return Study(data=data, design=design, params=self.params, attrs=attrs)

@@ -27,6 +27,7 @@ from .data import decode_frame, from_arrays, save_npz
 from .describe import CLASS, build, describe, describe_splitter, is_estimator
 from .errors import InputError
 from .spec import Workflow, grid_values, parse_workflow
+from .trust import Trust, workflow_code
 
 WHERE = Path("Study")
 
@@ -182,7 +183,8 @@ class Study:
         path = Path(store) if store is not None else Path(f"{self.name}.zarr")
         done = run(wf, store=path, cluster=cluster, workers=workers, overwrite=overwrite,
                    client=client, progress=progress)
-        return StudyResult(path, run=done)
+        # this study is code: the names it holds are trusted in its results, nothing else
+        return StudyResult(path, run=done, loss=wf.loss, trust_code=list(workflow_code(wf.config)))
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -204,15 +206,28 @@ class Study:
         return path
 
     @classmethod
-    def from_store(cls, path) -> "Study":
+    def from_store(cls, path, *, trust_code: Trust = False) -> "Study":
         """The study a store was made by, rebuilt from its JSON description (no pickles).
 
         Its ``learners`` map each name to (estimator, grid) with estimators whose
         ``get_params(deep=True)`` equals the originals'.
+
+        Rebuilding imports the classes the store names, and running the study imports its
+        estimators and loss: a store is data, so only scikit-learn estimator and splitter
+        classes and numpy ufuncs are trusted by default (:mod:`cvflow.trust`). Anything else
+        is refused with an InputError listing it, before anything is imported, unless
+        ``trust_code`` is True or lists its dotted name (``trust_code=["mymod.MyModel"]``);
+        :func:`cvflow.trust.untrusted_code` lists it beforehand.
         """
         from .store import open_cube
+        from .trust import how, listed, untrusted
 
         config = json.loads(open_cube(path).attrs["workflow"])
+        refused = untrusted(workflow_code(config), trust_code)
+        if refused:
+            raise InputError(f"Study.from_store: {path} names code that is not trusted by default "
+                             f"({listed(refused)}); a store is data, so it is not imported: "
+                             f"{how(refused, cli=False)}")
         return cls.from_config(config)
 
     @classmethod
@@ -278,14 +293,20 @@ class StudyResult:
         The param each selecting estimator chose (its ``selected``), settings as plain data.
     run : cvflow.engine.RunResult or None
         What the run that returned this did (fits executed, failed, seconds).
+
+    ``loss`` is the results' loss (default: the store's); ``trust_code`` what code the store
+    names may be imported for them and for :meth:`refit` (:mod:`cvflow.trust`; a study's own
+    run trusts the names the study holds).
     """
 
-    def __init__(self, store, *, run=None):
+    def __init__(self, store, *, run=None, loss: str | None = None, trust_code: Trust = False):
         from .store import open_cube
 
         self.store = Path(store)
         self.cube = open_cube(self.store)
         self.run = run
+        self.loss = loss
+        self.trust_code = trust_code
         self._results: dict | None = None
 
     @property
@@ -293,7 +314,7 @@ class StudyResult:
         if self._results is None:
             from .report import compute
 
-            self._results = compute(self.cube)
+            self._results = compute(self.cube, loss=self.loss, trust_code=self.trust_code)
         return self._results
 
     def __getitem__(self, name: str):
@@ -335,6 +356,7 @@ class StudyResult:
         selects) fitted on every analysis sample, as the store's full-split fit was: its
         predictions equal the cube's ``pred`` of that param on the full split."""
         from .learners import Param, fit_model
+        from .trust import how, listed, param_code, untrusted
 
         chosen = self.selected
         if not chosen:
@@ -345,6 +367,11 @@ class StudyResult:
                              f"{', '.join(chosen)}")
         h = chosen[criterion]["index"]
         setting = json.loads(str(self.cube["param_json"].values[h]))
+        refused = untrusted(param_code(setting), self.trust_code)
+        if refused:
+            raise InputError(f"refit: param {h} of {self.store} names code that is not trusted "
+                             f"({listed(refused)}); a store is data, so it is not imported: "
+                             f"{how(refused, cli=False)}")
         workflow = json.loads(self.cube.attrs["workflow"])
         preprocess = tuple((s["estimator"], json.dumps(s["params"], sort_keys=True))
                            for s in setting.get("preprocess", []))

@@ -1,6 +1,8 @@
 """Losses against scikit-learn's metrics on the same predictions, through the reducers too."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer
@@ -244,7 +246,12 @@ def test_custom_loss_by_dotted_path(tmp_path, monkeypatch):
         "def cubic(y_true, y_pred):\n"
         "    return np.abs(y_true - y_pred) ** 3\n")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "mylosses", raising=False)
     cube, y, design = _regression_cube()
+    # the working directory is not searched (a store is data, cvflow.trust)
+    with pytest.raises(InputError, match="'mylosses.cubic' does not import .*PYTHONPATH"):
+        kfold(cube, loss="mylosses.cubic")
+    monkeypatch.syspath_prepend(str(tmp_path))
     res = kfold(cube, loss="mylosses.cubic")
     want = _per_fold(cube, design, lambda t, p: np.mean(np.abs(t - p) ** 3))
     np.testing.assert_allclose(res["fold_score"].values[:, 0], want, rtol=1e-12)
@@ -336,7 +343,11 @@ def test_pinball_and_custom_loss_from_yaml_and_cli(tmp_path, write_workflow, cap
                 / len(y) for h in range(2)]
 
     monkeypatch.chdir(tmp_path)
-    assert main(["report", str(store), "--json"]) == 0
+    # the store's default loss is code: refused until trusted, then imported the ordinary way
+    assert main(["report", str(store), "--json"]) == 2
+    assert "default loss mylosses.cubic is a user function" in capsys.readouterr().err
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["report", str(store), "--json", "--trust"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["kfold"]["loss"] == "mylosses.cubic"
     np.testing.assert_allclose(out["kfold"]["estimate"]["values"],

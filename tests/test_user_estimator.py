@@ -11,6 +11,7 @@ import pytest
 import cvflow
 from cvflow.cli import main
 from cvflow.engine import run
+from cvflow.errors import UntrustedCodeWarning
 
 MODULE = '''\
 import numpy as np
@@ -81,11 +82,19 @@ def test_user_estimator_gets_its_pair_splits_fitted(study):
 
 
 def test_user_estimator_in_json_and_html(study, tmp_path, capsys, monkeypatch):
-    _, store = study
-    monkeypatch.chdir(tmp_path)                  # the module is found beside the workflow
+    wf, store = study
+    monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "user_reducers", raising=False)
+    # a store is data: its user estimator is skipped with a warning until trusted
+    with pytest.warns(UntrustedCodeWarning, match="user_reducers.pair_gap skipped: a user "
+                      "estimator the store names, not imported .* pass --trust"):
+        assert main(["report", str(store), "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == {"kfold"}
+    assert "user_reducers" not in sys.modules
+    # trusted, it imports the ordinary way: its directory on the path (PYTHONPATH)
+    monkeypatch.syspath_prepend(str(wf.parent))
     html = tmp_path / "r.html"
-    assert main(["report", str(store), "--json", "--html", str(html)]) == 0
+    assert main(["report", str(store), "--trust", "--json", "--html", str(html)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"kfold", "user_reducers.pair_gap"}
     mine = out["user_reducers.pair_gap"]
@@ -94,6 +103,7 @@ def test_user_estimator_in_json_and_html(study, tmp_path, capsys, monkeypatch):
     assert mine["pairs"] == 6
     text = html.read_text()
     assert "user_reducers.pair_gap" in text and "pairs: 6" in text
+    # naming it on the command line (--set) is the user's own choice: no --trust needed
     assert main(["report", str(store), "--json", "--set", "user_reducers.pair_gap.scale=4"]) == 0
     out = json.loads(capsys.readouterr().out)
     np.testing.assert_allclose(out["user_reducers.pair_gap"]["estimate"]["values"],

@@ -13,7 +13,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from ..losses import Loss, apply_loss, resolve
+from ..losses import Loss, apply_loss, names_code, resolve
 from . import np_roles
 
 
@@ -24,9 +24,21 @@ def cube_classes(cube: xr.Dataset) -> list | None:
 
 def cube_loss(cube: xr.Dataset, loss: str | None) -> Loss:
     """The declaration of ``loss`` (default: the workflow's), checked against the cube's task,
-    stored outputs and class count."""
+    stored outputs and class count.
+
+    A default loss that is a user function by dotted path is refused, not imported: a store is
+    data (:mod:`cvflow.trust`); naming it as ``loss`` is the caller's own choice.
+    """
     task = cube.attrs.get("task", "regression")
     name = loss or cube.attrs.get("loss") or ("squared" if task == "regression" else "zero_one")
+    if loss is None and names_code(name):
+        from ..trust import shown
+
+        default = "squared" if task == "regression" else "zero_one"
+        raise InputError(f"loss: the store's default loss {shown(name)} is a user function, and a store "
+                         "is data: cvflow does not import the code it names; pass --trust to "
+                         f"import it, or another loss, e.g. --loss {default} (Python: "
+                         f"trust_code=True, or loss={name!r} / loss={default!r})")
     outputs = {str(v) for v in cube["output"].values} if "output" in cube.coords else ()
     return resolve(name, task, outputs, n_classes=len(cube_classes(cube) or ()))
 

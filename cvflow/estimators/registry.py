@@ -48,7 +48,8 @@ cases; the function itself is still callable directly from Python and keeps its 
 (use the same check function).
 
 User estimators: a workflow may name any importable function by dotted path in
-``estimators:`` (``mymodule.my_reducer``); it needs an attribute ``needs`` (a tuple of roles)
+``estimators:`` (``mymodule.my_reducer``, found beside the workflow file too; a report of a
+store imports it only when trusted, see :mod:`cvflow.trust`); it needs an attribute ``needs`` (a tuple of roles)
 and its keyword-only parameters (with their defaults) are its options; optional attributes
 ``metrics`` and ``time_ordered`` (booleans) and ``describe`` (the text renderer). See
 :func:`lookup`.
@@ -189,8 +190,10 @@ def lookup(name: str, *, where: str = "estimators", search: str | Path | None = 
            ) -> Estimator:
     """The declaration of ``name``: a built-in estimator or a user function by dotted path.
 
-    A dotted path is imported as a module attribute; ``search`` (the workflow's directory)
-    is tried first, so a module beside the workflow file is found. The function needs an
+    A dotted path is imported as a module attribute; ``search`` (a workflow file's directory)
+    is tried first, so a module beside the workflow file is found. Without it the import is
+    the ordinary one (installed packages, ``PYTHONPATH``): a name read from a store is looked
+    up only once trusted, never from the store's directory (:mod:`cvflow.trust`). The function needs an
     attribute ``needs`` (a tuple of split roles); its keyword-only parameters other than
     ``loss`` are its options (``**options`` accepts any).
     """
@@ -228,7 +231,8 @@ def _import(path: str, where: str, search) -> Any:
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise InputError(f"{where}: {path!r} does not import ({exc})") from None
+        raise InputError(f"{where}: {path!r} does not import ({exc}); install its module or put "
+                         "its directory on PYTHONPATH") from None
     finally:
         if added:
             sys.path.remove(str(search))
