@@ -361,3 +361,43 @@ def test_names_from_a_store_are_printed_safely():
 
     assert listed({"evil\x1b[2J.f": "user estimator", "mymod.f": "user loss"}) == \
         "user estimator 'evil\\x1b[2J.f', user loss mymod.f"
+
+
+class _Opens:
+    """Unpickling this creates a file: the proof that something unpickled."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_pickled_object_arrays_are_never_unpickled(tmp_path):
+    """A store (zarr format 2) whose status variables are pickled object arrays, as numcodecs'
+    Pickle codec writes them: status, report and open refuse it without unpickling (zarr 3
+    knows no object dtype with a pickle codec, and numcodecs >= 0.16 refuses Pickle.decode
+    unless allowed; this guards an upgrade of either)."""
+    import numcodecs
+
+    marker = tmp_path / "UNPICKLED"
+    store = tmp_path / "pickled.zarr"
+    store.mkdir()
+    (store / ".zgroup").write_text(json.dumps({"zarr_format": 2}))
+    (store / ".zattrs").write_text(json.dumps({"cvflow_version": "0.1.0", "cvflow_format": 1}))
+    for name in ("done", "failed", "error", "learner"):
+        (store / name).mkdir()
+        (store / name / ".zarray").write_text(json.dumps(
+            {"zarr_format": 2, "shape": [1, 1], "chunks": [1, 1], "dtype": "|O",
+             "compressor": None, "fill_value": None, "filters": [{"id": "pickle"}],
+             "order": "C"}))
+        (store / name / ".zattrs").write_text(json.dumps({"_ARRAY_DIMENSIONS": ["param", "split"]}))
+        values = np.empty((1, 1), dtype=object)
+        values[0, 0] = _Opens(marker)
+        (store / name / "0.0").write_bytes(numcodecs.Pickle().encode(values))
+    for args in (["status", store], ["report", store], ["report", store, "--trust"]):
+        done = _module_cli(*args, cwd=tmp_path)
+        assert done.returncode in (1, 2), done.stderr
+    done = _run([sys.executable, "-c", f"import cvflow; cvflow.open({str(store)!r})"], tmp_path)
+    assert done.returncode == 1 and "is not a cvflow store" in done.stderr
+    assert not marker.exists()
