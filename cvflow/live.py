@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -100,6 +101,13 @@ def _labels(params) -> list[str]:
     return out
 
 
+def run_id(name: str) -> str:
+    """A run's id: its workflow's name reduced to ASCII letters, digits, ``_ . -`` (so the URL
+    needs no quoting and the data route ``[\\w.-]+`` matches it), then 8 random hex digits."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_.")[:40] or "study"
+    return f"{slug}-{uuid.uuid4().hex[:8]}"
+
+
 def _plain(values) -> list:
     """Floats for JSON and msgpack: NaN -> None."""
     return [None if v is None or (isinstance(v, float) and math.isnan(v)) else v
@@ -116,7 +124,7 @@ class Monitor:
         from .estimators.np_roles import fold_members
 
         self.client = client
-        self.run = f"{workflow.name}-{uuid.uuid4().hex[:8]}"
+        self.run = run_id(workflow.name)
         self.url = f"{url}?run={self.run}"
         n_params, n_splits = len(params), design.n_splits
         self.learner = np.asarray([p.learner for p in params])
@@ -285,6 +293,7 @@ def page_html(state: dict, *, base: str) -> str:
                               HoverTool, NumberFormatter, TableColumn)
     from bokeh.plotting import figure
     from bokeh.resources import INLINE
+    from markupsafe import Markup, escape
 
     def source(name: str, data: dict):
         # JSON has no NaN: missing estimates travel as null and are NaN again here, so lines
@@ -299,10 +308,16 @@ def page_html(state: dict, *, base: str) -> str:
         for (const key in data)
             data[key] = data[key].map((v) => v === null ? NaN : v);
         return data;""")
-    html_title = f"cvflow: {state['name']}"
-    header = Div(text=f"<h2 style='margin:4px 0'>{html_title}</h2><p style='margin:0'>"
-                      f"store <code>{state['store']}</code>, loss <b>{state['loss']}</b>; "
-                      "updates every second as blocks land</p>", sizing_mode="stretch_width")
+    # DESIGN CHOICE: data never becomes markup. A Div's text is HTML to BokehJS, so every
+    # Div is a markupsafe template whose values are escaped; a DataTable column title is HTML
+    # too (SlickGrid), so one made from data is escaped; table cells (StringFormatter), tooltips
+    # and plot text are set as text by BokehJS, and the JSON the page polls only replaces data
+    # source columns. Hostile names, paths, grid values and messages: tests/test_page_escaping.py
+    html_title = f"cvflow: {state['name']}"           # file_html escapes the <title>
+    header = Div(text=str(Markup("<h2 style='margin:4px 0'>{}</h2><p style='margin:0'>store "
+                             "<code>{}</code>, loss <b>{}</b>; updates every second as blocks "
+                             "land</p>").format(html_title, state["store"], state["loss"])),
+                 sizing_mode="stretch_width")
     progress = source("progress", columns(state, "progress"))
     summary = DataTable(source=progress, height=28 + 25 * len(state["learners"]), width=900,
                         index_position=None, name="progress", columns=[
@@ -311,7 +326,7 @@ def page_html(state: dict, *, base: str) -> str:
                             TableColumn(field="total", title="of"),
                             TableColumn(field="failed", title="failed"),
                             TableColumn(field="best", title="best K-fold so far at"),
-                            TableColumn(field="best_kfold", title=f"K-fold ({state['loss']})",
+                            TableColumn(field="best_kfold", title=str(escape(f"K-fold ({state['loss']})")),
                                         formatter=NumberFormatter(format="0.[0000]"))])
     rows = []
     for i, (name, data) in enumerate(state["learners"].items()):
@@ -389,6 +404,7 @@ def _routes() -> list:
             if state is None:
                 raise web.HTTPError(404, f"no cvflow run {run!r} on this scheduler")
             self.set_header("Content-Type", "application/json")
+            self.set_header("X-Content-Type-Options", "nosniff")
             self.set_header("Cache-Control", "no-store")
             self.write(json.dumps(columns(state, source)))
 

@@ -226,3 +226,42 @@ def assert_only_culprits_failed(dying: Path, clean: Path, message: str) -> None:
     assert all(message in e for e in a["error"][culprit]), a["error"][culprit]
     assert np.isnan(a["pred"][culprit]).all()
     assert a["pred"][~culprit].tobytes() == b["pred"][~culprit].tobytes()
+
+
+class TaggedRidge(Ridge):
+    """Ridge with a string hyperparameter ``tag`` it ignores, raising ``ValueError(error)``
+    when ``tag == fail_tag``: a learner whose grid labels and failure messages are whatever
+    strings a test chooses (the page tests)."""
+
+    def __init__(self, alpha=0.01, tag="", fail_tag=None, error=""):
+        super().__init__(alpha=alpha)
+        self.tag, self.fail_tag, self.error = tag, fail_tag, error
+
+    def fit(self, X, y, sample_weight=None):
+        if self.fail_tag is not None and self.tag == self.fail_tag:
+            raise ValueError(self.error)
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
+class GatedRidge(Ridge):
+    """Ridge whose first fit in the study (the one that creates the file ``claim``) waits until
+    the file ``gate`` exists, at most ``limit`` seconds: a run that keeps running until its test
+    lets it end, in whatever order its fits run (one worker thread waits, the others fit)."""
+
+    def __init__(self, alpha=1.0, gate=None, claim=None, limit=120.0):
+        super().__init__(alpha=alpha)
+        self.gate, self.claim, self.limit = gate, claim, limit
+
+    def fit(self, X, y, sample_weight=None):
+        from cvflow.checks import in_trial
+
+        if self.gate and not in_trial():
+            try:
+                os.close(os.open(self.claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass
+            else:
+                deadline = time.monotonic() + self.limit
+                while not os.path.exists(self.gate) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        return super().fit(X, y, sample_weight=sample_weight)
