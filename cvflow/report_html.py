@@ -22,7 +22,6 @@ Every figure has a ``name`` (``kfold-<learner>``, ``stability-<learner>``, ``m-l
 """
 from __future__ import annotations
 
-import html
 import json
 import logging
 import math
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import xarray as xr
+from markupsafe import Markup
 
 from .errors import InputError
 
@@ -50,11 +50,11 @@ PARAMS_PER_INTERVAL_FIGURE = 16
 MARK_SIZES = (24, 17, 11)
 # per-param intervals, in the order the estimators draw them: naive CV, Bates, Wald
 INTERVAL_COLORS = ["#7f7f7f", "#d62728", "#ff7f0e", "#1f77b4", "#2ca02c"]
-CSS = ("<style>table{border-collapse:collapse;margin:4px 0}th,td{border:1px solid #bbb;"
-       "padding:3px 6px;vertical-align:top;text-align:left}td{overflow-wrap:anywhere}"
-       "pre{white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}"
-       "table.summary th{background:#eef}p.note{color:#444;margin:2px 0}"
-       "table.warnings td:nth-child(-n+2){white-space:nowrap}</style>")
+CSS = Markup("<style>table{border-collapse:collapse;margin:4px 0}th,td{border:1px solid #bbb;"
+             "padding:3px 6px;vertical-align:top;text-align:left}td{overflow-wrap:anywhere}"
+             "pre{white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}"
+             "table.summary th{background:#eef}p.note{color:#444;margin:2px 0}"
+             "table.warnings td:nth-child(-n+2){white-space:nowrap}</style>")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,15 +395,14 @@ class Page:
             fig.add_layout(Span(location=0, dimension="width", line_color="#000000",
                                 line_dash="dotted"))
         caption = spec.get("caption")
-        return ([_div(f"<p class='note'>{html.escape(caption)}</p>")] if caption else []) + [fig]
+        return ([_div(Markup("<p class='note'>{}</p>").format(caption))] if caption else []) + [fig]
 
-    def tables_html(self) -> str:
-        parts = []
-        for title, rows in self.tables:
-            body = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_cell(v))}</td></tr>"
-                           for k, v in rows.items())
-            parts.append(f"<h3>{html.escape(title)}</h3><table>{body}</table>")
-        return "".join(parts)
+    def tables_html(self) -> Markup:
+        row = Markup("<tr><td>{}</td><td>{}</td></tr>")
+        return Markup("").join(
+            Markup("<h3>{}</h3><table>{}</table>").format(
+                title, Markup("").join(row.format(k, _cell(v)) for k, v in rows.items()))
+            for title, rows in self.tables)
 
 
 def _cell(value) -> str:
@@ -495,46 +494,56 @@ def _path_aware_learners(cube: xr.Dataset) -> list[str]:
     return [name for name, n in counts.items() if n > 1]
 
 
-def _fit_time_note(cube: xr.Dataset) -> str:
+def _fit_time_note(cube: xr.Dataset) -> Markup:
     names = _path_aware_learners(cube)
-    if not names:
-        return "<p class='note'>Wall time of each fit and its predictions, averaged over the splits.</p>"
-    return (f"<p class='note'>Wall time of each fit and its predictions, averaged over the splits. "
-            f"<b>{html.escape(', '.join(names))}</b>: the whole grid is fitted as one "
-            "regularisation path per training set, and each param is charged an equal share of "
-            "the path's time; their bars are small because the path is cheap, not because a "
-            "fit was skipped (compare learners by their total in the table below).</p>")
+    note = Markup("<p class='note'>Wall time of each fit and its predictions, averaged over the "
+                  "splits.")
+    if names:
+        note += Markup(
+            " <b>{}</b>: the whole grid is fitted as one regularisation path per training set, "
+            "and each param is charged an equal share of the path's time; their bars are small "
+            "because the path is cheap, not because a fit was skipped (compare learners by "
+            "their total in the table below).").format(", ".join(names))
+    return note + Markup("</p>")
 
 
 # ---------------------------------------------------------------------------------------------
 # text blocks
 
 
-def _div(text: str, width: int = PAGE_WIDTH):
-    """HTML text at the page's width (its tables and preformatted text wrap inside it)."""
+def _div(text: Markup, width: int = PAGE_WIDTH):
+    """HTML text at the page's width (its tables and preformatted text wrap inside it).
+
+    DESIGN CHOICE: data never becomes markup. BokehJS inserts a Div's text as HTML, so it
+    takes only :class:`markupsafe.Markup`, built from templates whose ``format`` escapes every
+    value (a plain str is refused: every report build checks every Div); plot titles, labels
+    and tooltips are drawn as text by BokehJS. Hostile names, paths, values and messages:
+    tests/test_page_escaping.py.
+    """
     from bokeh.models import Div
 
-    return Div(text=CSS + text, width=width)
+    if not isinstance(text, Markup):
+        raise TypeError(f"_div takes markupsafe.Markup (values escaped), not {type(text).__name__}")
+    return Div(text=str(CSS + text), width=width)
 
 
-def _status_html(cube: xr.Dataset) -> str:
+def _status_html(cube: xr.Dataset) -> Markup:
     done = np.asarray(cube["done"].values, dtype=bool)
     failed = np.asarray(cube["failed"].values, dtype=bool) & done
     seconds = np.where(done, np.asarray(cube["fit_seconds"].values, dtype=float), np.nan)
     learners = np.asarray([str(v) for v in cube["learner"].values])
+    row = Markup("<tr><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{:.3g}</td></tr>")
     rows = []
     for name in dict.fromkeys(learners):
         sel = learners == name
-        total = float(np.nansum(seconds[sel]))
-        rows.append(f"<tr><td>{html.escape(name)}</td><td>{int(sel.sum())}</td>"
-                    f"<td>{int(done[sel].sum())}/{done[sel].size}</td><td>{int(failed[sel].sum())}</td>"
-                    f"<td>{total:.3g}</td></tr>")
-    return ("<h2>Fits per learner</h2><table><tr><th>learner</th><th>params</th>"
-            "<th>fits done</th><th>failed</th><th>fit seconds (total)</th></tr>"
-            + "".join(rows) + "</table>")
+        rows.append(row.format(name, int(sel.sum()), int(done[sel].sum()), done[sel].size,
+                               int(failed[sel].sum()), float(np.nansum(seconds[sel]))))
+    return Markup("<h2>Fits per learner</h2><table><tr><th>learner</th><th>params</th>"
+                  "<th>fits done</th><th>failed</th><th>fit seconds (total)</th></tr>{}"
+                  "</table>").format(Markup("").join(rows))
 
 
-def _failures_html(cube: xr.Dataset) -> str:
+def _failures_html(cube: xr.Dataset) -> Markup:
     """Failed fits grouped by message up to its numbers (:mod:`cvflow.failures`), or a line
     saying none failed."""
     from .failures import group, normalise
@@ -542,57 +551,58 @@ def _failures_html(cube: xr.Dataset) -> str:
     done = np.asarray(cube["done"].values, dtype=bool)
     failed = np.asarray(cube["failed"].values, dtype=bool) & done
     if not failed.any():
-        return "<p>No fit failed.</p>"
+        return Markup("<p>No fit failed.</p>")
     errors = np.asarray([str(e) for e in np.asarray(cube["error"].values).ravel()]).reshape(done.shape)
     learners = np.asarray([str(v) for v in cube["learner"].values])
     rows_, cols = np.nonzero(failed)
     by_group: dict[str, set] = {}
     for h, s_ in zip(rows_, cols):
         by_group.setdefault(normalise(errors[h, s_]), set()).add(learners[h])
-    body = "".join(
-        f"<tr><td>{g['count']}</td><td>{html.escape(', '.join(sorted(by_group[normalise(m)])))}"
-        f"</td><td><code>{html.escape(m)}</code>"
-        + (f" <i>(and {g['variants'] - 1} similar message(s) differing only in numbers)</i>"
-           if g["variants"] > 1 else "") + "</td></tr>"
+    similar = Markup(" <i>(and {} similar message(s) differing only in numbers)</i>")
+    body = Markup("").join(
+        Markup("<tr><td>{}</td><td>{}</td><td><code>{}</code>{}</td></tr>").format(
+            g["count"], ", ".join(sorted(by_group[normalise(m)])), m,
+            similar.format(g["variants"] - 1) if g["variants"] > 1 else "")
         for m, g in group(errors[failed]).items())
-    return (f"<h2>Failed fits: {int(failed.sum())} of {failed.size}</h2><p class='note'>A failed "
-            "fit leaves NaN: the params missing a fit an estimator needs get NaN there.</p>"
-            f"<table><tr><th>fits</th><th>learner</th><th>message (one example)</th></tr>{body}"
-            "</table>")
+    return Markup("<h2>Failed fits: {} of {}</h2><p class='note'>A failed fit leaves NaN: the "
+                  "params missing a fit an estimator needs get NaN there.</p><table><tr>"
+                  "<th>fits</th><th>learner</th><th>message (one example)</th></tr>{}"
+                  "</table>").format(int(failed.sum()), failed.size, body)
 
 
-def _header_html(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
+def _header_html(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> Markup:
     wf = json.loads(cube.attrs.get("workflow") or "{}")
     loss = next((r.attrs.get("loss") for r in results.values() if r.attrs.get("loss")), None)
     n_test = int(np.asarray(cube["is_test"].values).sum())
-    parts = [f"<h1>cvflow report: {html.escape(str(wf.get('name', 'study')))}</h1>",
-             "<p>", f"task <b>{html.escape(str(cube.attrs.get('task')))}</b>, loss <b>"
-             f"{html.escape(str(loss))}</b> (workflow default {html.escape(str(cube.attrs.get('loss')))}), "
-             f"{cube.sizes['param']} params × {cube.sizes['split']} splits, "
-             f"{cube.sizes['sample']} samples ({n_test} held out for testing); "
-             f"estimators: {html.escape(', '.join(results))}.</p>"]
+    out = Markup("<h1>cvflow report: {}</h1><p>task <b>{}</b>, loss <b>{}</b> (workflow default "
+                 "{}), {} params × {} splits, {} samples ({} held out for testing); estimators: "
+                 "{}.</p>").format(wf.get("name", "study"), cube.attrs.get("task"), loss,
+                                   cube.attrs.get("loss"), cube.sizes["param"],
+                                   cube.sizes["split"], cube.sizes["sample"], n_test,
+                                   ", ".join(results))
     classes = json.loads(cube.attrs.get("classes") or "null")
     if classes:
-        parts.append(f"<p>classes: {html.escape(', '.join(map(str, classes)))} (positive class: "
-                     f"<b>{html.escape(str(classes[-1]))}</b>)</p>")
-    return "".join(parts)
+        out += Markup("<p>classes: {} (positive class: <b>{}</b>)</p>").format(
+            ", ".join(map(str, classes)), classes[-1])
+    return out
 
 
-def _warnings_html(results: dict[str, xr.Dataset]) -> str:
+def _warnings_html(results: dict[str, xr.Dataset]) -> Markup:
     """A table of every result's guardrail warnings (empty string when there are none)."""
     from .estimators import guardrails
 
     rows = [(name, w) for name, result in results.items() for w in guardrails.read(result)]
     if not rows:
-        return ""
-    body = "".join(f"<tr><td>{html.escape(name)}</td><td><code>{html.escape(w['code'])}</code>"
-                   f"</td><td>{html.escape(w['message'])}</td></tr>" for name, w in rows)
-    return (f"{_section('Warnings: answers that are weak')}<table class='warnings'><tr>"
-            f"<th>estimator</th><th>code</th><th>message</th></tr>{body}</table>")
+        return Markup("")
+    row = Markup("<tr><td>{}</td><td><code>{}</code></td><td>{}</td></tr>")
+    body = Markup("").join(row.format(name, w["code"], w["message"]) for name, w in rows)
+    return _section("Warnings: answers that are weak") + Markup(
+        "<table class='warnings'><tr><th>estimator</th><th>code</th><th>message</th></tr>{}"
+        "</table>").format(body)
 
 
-def _section(title: str) -> str:
-    return f"<h2>{html.escape(title)}</h2>"
+def _section(title: str) -> Markup:
+    return Markup("<h2>{}</h2>").format(title)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -619,15 +629,15 @@ def build_layout(cube: xr.Dataset, results: dict[str, xr.Dataset]):
     # the answer first: what each criterion chose and how sure it is, then what went wrong
     items = [_div(_header_html(cube, results) + _section("The answer")
                   + summary.to_html(summary.rows(cube, results), loss=loss)
-                  + "<p class='note'>Estimates are at the chosen param; warnings by code "
-                    "(explained below, and on hover).</p>"
+                  + Markup("<p class='note'>Estimates are at the chosen param; warnings by code "
+                           "(explained below, and on hover).</p>")
                   + _failures_html(cube) + _warnings_html(results))]
     grid = page.grid_figures()
     if grid:
         items += [_div(_section("Risk along the hyperparameter grid")
-                       + "<p class='note'>Selections are outlined (shapes of different sizes, "
-                         "so choices of the same param stay visible); hover a point for its "
-                         "param.</p>"),
+                       + Markup("<p class='note'>Selections are outlined (shapes of "
+                                "different sizes, so choices of the same param stay visible); "
+                                "hover a point for its param.</p>")),
                   gridplot(grid, ncols=2, toolbar_location="above")]
     for title, models in page.sections():
         items += [_div(_section(title)), *models]
@@ -636,7 +646,7 @@ def build_layout(cube: xr.Dataset, results: dict[str, xr.Dataset]):
     items += [_div(_section("Fit time") + _fit_time_note(cube)), _fit_time_figure(cube),
               _div(_status_html(cube))]
     text = report.text(cube, results)
-    items.append(_div(_section("Text report") + f"<pre>{html.escape(text)}</pre>"))
+    items.append(_div(_section("Text report") + Markup("<pre>{}</pre>").format(text)))
     return column(*items)
 
 

@@ -389,23 +389,24 @@ class StudyResult:
         return f"cvflow study {self.store}\n" + text(self.cube, self.results)
 
     def _repr_html_(self) -> str:
-        import html
+        from markupsafe import Markup
 
         from .report import status_from_cube
 
+        # every value escaped (markupsafe templates, as cvflow.report_html._div explains)
         info = status_from_cube(self.cube)
-        rows = "".join(
-            f"<tr><td>{html.escape(c)}</td><td>{s['index']}</td><td>{html.escape(s['learner'])}"
-            f"</td><td><code>{html.escape(json.dumps(s['params']))}</code></td></tr>"
-            for c, s in self.selected.items())
-        parts = [f"<h4>cvflow study <code>{html.escape(str(self.store))}</code></h4>",
-                 f"<p>{info['done']} of {info['total']} fits done, {info['failed']} failed; "
-                 f"task {html.escape(str(self.cube.attrs.get('task')))}, loss "
-                 f"{html.escape(str(self.cube.attrs.get('loss')))}</p>"]
+        row = Markup("<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>")
+        rows = Markup("").join(row.format(c, s["index"], s["learner"], json.dumps(s["params"]))
+                               for c, s in self.selected.items())
+        parts = [Markup("<h4>cvflow study <code>{}</code></h4>").format(self.store),
+                 Markup("<p>{} of {} fits done, {} failed; task {}, loss {}</p>").format(
+                     info["done"], info["total"], info["failed"], self.cube.attrs.get("task"),
+                     self.cube.attrs.get("loss"))]
         if rows:
-            parts.append("<table><tr><th>criterion</th><th>param</th><th>learner</th>"
-                         f"<th>settings</th></tr>{rows}</table>")
+            parts.append(Markup("<table><tr><th>criterion</th><th>param</th><th>learner</th>"
+                                "<th>settings</th></tr>{}</table>").format(rows))
         for name, result in self.results.items():
-            parts.append(f"<details><summary>{html.escape(name)}</summary>"
-                         f"{result._repr_html_()}</details>")
-        return "\n".join(parts)
+            # xarray's own HTML view escapes what it shows
+            parts.append(Markup("<details><summary>{}</summary>{}</details>").format(
+                name, Markup(result._repr_html_())))
+        return str(Markup("\n").join(parts))

@@ -20,6 +20,7 @@ import re
 
 import numpy as np
 import xarray as xr
+from markupsafe import Markup
 
 SELECTION = re.compile(r"^(?:([a-z]+)_)?selected$")
 TAG_NAMES = {"": "", "kfold": "plain K-fold"}
@@ -161,26 +162,27 @@ def _number(value: float | None) -> str:
     return "" if value is None else f"{value:.4g}"
 
 
-def to_html(rows_: list[dict], *, loss: str | None) -> str:
-    """The rows as an HTML table (class ``summary``); warnings by code (message on hover)."""
-    import html
-
-    head = ("<tr><th>criterion</th><th>chosen</th><th>estimate"
-            f"{f' ({html.escape(loss)})' if loss else ''}</th><th>interval</th>"
-            "<th>test risk (full fit)</th><th>warnings</th></tr>")
+def to_html(rows_: list[dict], *, loss: str | None) -> Markup:
+    """The rows as an HTML table (class ``summary``); warnings by code (message on hover).
+    Every value is escaped (a :class:`markupsafe.Markup` template; see
+    :func:`cvflow.report_html._div`)."""
+    head = Markup("<tr><th>criterion</th><th>chosen</th><th>estimate{}</th><th>interval</th>"
+                  "<th>test risk (full fit)</th><th>warnings</th></tr>").format(
+                      f" ({loss})" if loss else "")
+    row = Markup("<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td>"
+                 "<td>{}</td></tr>")
     body = []
     for r in rows_:
-        estimate = _number(r["estimate"])
+        estimate = Markup(_number(r["estimate"]))
         if r.get("se") is not None:
-            estimate += f" <span class='se'>(se {_number(r['se'])})</span>"
+            estimate += Markup(" <span class='se'>(se {})</span>").format(_number(r["se"]))
         if r.get("p_value") is not None:
-            estimate += f" <span class='p'>p = {r['p_value']:.3g}</span>"
+            estimate += Markup(" <span class='p'>p = {:.3g}</span>").format(r["p_value"])
         interval = (f"[{_number(r['lower'])}, {_number(r['upper'])}]"
                     if r["lower"] is not None and r["upper"] is not None else "")
-        warnings = ", ".join(f"<span title='{html.escape(w['message'], quote=True)}'>"
-                             f"{html.escape(w['code'])}</span>" for w in r["warnings"])
-        body.append(f"<tr><td>{html.escape(r['criterion'])}</td>"
-                    f"<td><code>{html.escape(r['chosen'])}</code></td><td>{estimate}</td>"
-                    f"<td>{interval}</td><td>{_number(r['test_risk'])}</td>"
-                    f"<td>{warnings}</td></tr>")
-    return f"<table class='summary'>{head}{''.join(body)}</table>"
+        warnings = Markup(", ").join(Markup("<span title='{}'>{}</span>").format(w["message"],
+                                                                                w["code"])
+                                     for w in r["warnings"])
+        body.append(row.format(r["criterion"], r["chosen"], estimate, interval,
+                               _number(r["test_risk"]), warnings))
+    return Markup("<table class='summary'>{}{}</table>").format(head, Markup("").join(body))
