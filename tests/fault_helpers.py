@@ -207,12 +207,34 @@ class HungryRidge(Ridge):
         return super().fit(X, y, sample_weight=sample_weight)
 
 
+class StuckRidge(Ridge):
+    """Ridge whose fit never returns (it sleeps) when ``alpha == stuck_at``: one pathological
+    grid value that would hold a study forever without a per-fit time limit."""
+
+    def __init__(self, alpha=1.0, stuck_at=None):
+        super().__init__(alpha=alpha)
+        self.stuck_at = stuck_at
+
+    def fit(self, X, y, sample_weight=None):
+        while self.stuck_at is not None and self.alpha == self.stuck_at:
+            time.sleep(3600)
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
 def dying_workflow(path: Path, die_at, learner: str = "DyingRidge", option: str = "die_at",
                    fits_per_task: int = 16) -> Path:
     """4 alphas x (3 folds + full fit) of a learner of this module that dies (or eats memory)
     at ``alpha == die_at`` (``"null"``: never)."""
     return _ridge_workflow(path, "dying", learner, f"{option}: {die_at}", (0.1, 1.0, 10.0, 100.0),
                            3, f"fits_per_task: {fits_per_task}")
+
+
+def faulty_workflow(path: Path, learner: str, option: str, culprit, execution: str = "") -> Path:
+    """4 alphas x (3 folds + full fit) of a learner of this module that misbehaves at
+    ``alpha == culprit`` (10.0 is param 2), with the workflow's ``execution`` mapping as
+    written (``""``: the defaults, the route a user gets)."""
+    return _ridge_workflow(path, "faulty", learner, f"{option}: {culprit}", (0.1, 1.0, 10.0, 100.0),
+                           3, execution)
 
 
 def assert_only_culprits_failed(dying: Path, clean: Path, message: str) -> None:
