@@ -194,9 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("workflow")
     r.add_argument("--store", help="Zarr store: a path or a URL such as s3://bucket/study.zarr "
                    "(default: <workflow name>.zarr)")
-    r.add_argument("--cluster", help="auto | threads | forked | local | slurm | FILE.yaml | tcp://ADDR "
-                        "(default: auto: in this process for a tiny study, forked worker processes "
-                        "for a small one, a local process cluster with a dashboard for a long one)")
+    r.add_argument("--cluster", help="auto | threads | local | slurm | FILE.yaml | tcp://ADDR "
+                        "(default: auto: worker processes (local) for learners' own fit code; Dask's "
+                        "scheduler in this process (threads) for a short study of cvflow's path kernels)")
     r.add_argument("--workers", type=int, help="number of local workers")
     r.add_argument("--dashboard-port", type=int, help="dashboard port (default 8787; 0 = any)")
     r.add_argument("--tls", action="store_true",

@@ -1,10 +1,10 @@
 """Connecting to a Dask cluster: the embedded LocalCluster, SLURM, a profile file, or an address.
 
-By default (``cluster=None`` or ``"auto"``) a run chooses where to fit from its timed estimate
-(:func:`choose`): in this process on a thread pool (profile ``threads``) when the study is
-tiny, on worker processes forked from this one (profile ``forked``, :mod:`cvflow.inprocess`)
-when they pay, and on a ``LocalCluster`` of worker processes (profile ``local``, with its
-dashboard) when the study is long.
+Every route is a Dask scheduler. By default (``cluster=None`` or ``"auto"``) a run chooses
+where to fit (:func:`choose`): Dask's scheduler in this process with thread workers (profile
+``threads``) when only cvflow's own path kernels fit and processes would not pay, else a
+``LocalCluster`` of worker processes started by distributed's nannies (profile ``local``), where
+a fit that kills its process or outlives ``execution.fit_timeout`` costs only itself.
 
 A *profile* is a small mapping that says which cluster to start and how (see
 ``cvflow/cluster.yaml`` for the packaged defaults, and ``cluster/local.yaml``,
@@ -44,12 +44,13 @@ _DEFAULTS = Path(__file__).with_name("cluster.yaml")
 dask.config.update_defaults(yaml.safe_load(_DEFAULTS.read_text()))
 
 ENV_PREFIX = "CVFLOW_CLUSTER__"
-KINDS = ("local", "slurm", "threads", "forked")
-IN_PROCESS = ("threads", "forked")     # kinds run on a pool in this process (no dashboard)
+KINDS = ("local", "slurm", "threads")
 AUTO = "auto"
+# `forked` (worker processes forked from the client) could hang: a fork copies the locks other
+# threads hold (zarr's event-loop lock, session 6); it is read as `local` with a warning
+REMOVED = {"forked": "local"}
 KEYS = {
     "threads": {"kind", "workers", "host", "dashboard_port", "tls"},
-    "forked": {"kind", "workers"},
     "local": {"kind", "workers", "threads_per_worker", "memory_limit", "host", "dashboard_port",
               "tls"},
     "slurm": {"kind", "workers", "adaptive", "host", "interface", "dashboard_port", "tls",
@@ -134,6 +135,10 @@ def load_profile(cluster: str | os.PathLike | None = None, *,
     name = resolve(cluster)
     if name == AUTO:
         name = "local"   # without a study to time, auto is the process cluster
+    if name in REMOVED:
+        log.warning("--cluster %s was removed (forking a process that runs threads can hang); "
+                    "using %s", name, REMOVED[name])
+        name = REMOVED[name]
     where = "--cluster"
     packaged = _packaged(name)
     if packaged is not None:
@@ -265,54 +270,51 @@ def _security(tls: bool):
 
 
 def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | None = None,
-           dashboard: bool = False, gil_share: float = 1.0) -> tuple[str, str]:
+           dashboard: bool = False, in_process_safe: bool = False, fit_timeout=None,
+           gil_share: float = 1.0) -> tuple[str, str]:
     """Where a run fits: ``(profile, reason)``; only ``None`` / ``"auto"`` is a choice.
 
-    ``seconds`` is the timed estimate of the study's remaining fits on one thread, of which
-    ``gil_share`` hold the GIL (1: unknown; BLAS-bound path kernels release it,
-    :func:`cvflow.blocks.gil_share`). Processes pay when the time they save over threads
-    sharing one interpreter (``seconds * gil_share * (1 - 1/workers)``) exceeds what starting them costs
-    (config ``cvflow.cluster.auto``): ``forked`` worker processes of this process start in
-    ``fork_start_seconds``, a ``local`` cluster in ``process_start_seconds`` but brings its
-    dashboard (and live page), memory limits and restarts, so a study whose fits take longer
-    than ``local_after_seconds`` on the workers (or one that asks for a ``dashboard``) runs
-    there. Anything else the user named (``local``, ``forked``, ``threads``, ``slurm``, a file,
-    an address) is used as given.
+    DESIGN CHOICE: a learner's own ``fit`` may crash its process (a segfault, ``os._exit``, the
+    OOM killer) or never end, so ``auto`` fits learners only in worker processes (``local``,
+    distributed's nannies restart a dead worker; :mod:`cvflow.loop` records the culprit
+    fits). Only a study that runs nothing but cvflow's own path kernels (``in_process_safe``,
+    :func:`cvflow.fit.only_paths`) and sets no ``fit_timeout`` may stay in this process
+    (``threads``, no process to start): when processes would not save more than they cost to
+    start (config ``cvflow.cluster.auto.process_start_seconds``). ``seconds`` is the timed
+    estimate of the study's remaining fits on one thread, of which ``gil_share`` hold the GIL.
+    Anything the user named (``local``, ``threads``, ``slurm``, a file, an address) is used as given.
 
-    >>> choose("auto", seconds=0.01, workers=2)[0]
+    >>> choose("auto", seconds=0.01, workers=2, in_process_safe=True)[0]
     'threads'
-    >>> choose("auto", seconds=2.0, workers=2)[0]
-    'forked'
-    >>> choose("auto", seconds=600.0, workers=2)[0]
+    >>> choose("auto", seconds=0.01, workers=2)[0]
+    'local'
+    >>> choose("auto", seconds=600.0, workers=2, in_process_safe=True)[0]
     'local'
     """
-    from .inprocess import can_fork
-
     name = resolve(cluster)
     if name != AUTO:
+        name = REMOVED.get(name, name)
         return name, f"{name} (as asked)"
     auto = dask.config.get("cvflow.cluster.auto", default={}) or {}
     local_start = float(auto.get("process_start_seconds", 2.0))
-    fork_start = float(auto.get("fork_start_seconds", 0.1))
-    long_study = float(auto.get("local_after_seconds", 30.0))
     n = workers or load_profile("local").get("workers") or os.cpu_count() or 1
     saved = seconds * gil_share * (1 - 1 / n)
     fit = f"~{seconds:.2g} s of fitting" + ("" if gil_share >= 1 else
                                             f", {gil_share:.0%} of it holding the GIL")
-    if n > 1 and fork_start < saved and seconds / n <= long_study and not dashboard and can_fork():
-        return "forked", (f"forked: {n} worker processes forked from this one ({fit}; they save "
-                          f"up to {saved:.2g} s and start in {fork_start:g} s; --cluster local "
-                          "for a dashboard, --cluster threads to stay in this process)")
+    if not in_process_safe:
+        return "local", (f"local: {n} worker processes ({fit}; the learners' own fit code runs "
+                         "there: a fit that crashes its process or runs past fit_timeout costs "
+                         "only itself; --cluster threads to stay in this process)")
+    if fit_timeout:
+        return "local", (f"local: {n} worker processes ({fit}; execution.fit_timeout needs "
+                         "processes: a fit in a thread cannot be stopped)")
     if n > 1 and saved > local_start:
-        why = ("a dashboard was asked for" if dashboard
-               else f"over {long_study:g} s on {n} workers" if seconds / n > long_study
-               else "forked workers cannot start here" if not can_fork()
-               else f"forking costs {fork_start:g} s")
-        return "local", (f"local: {n} worker processes ({fit}, {why}; processes save up to "
+        return "local", (f"local: {n} worker processes ({fit}; processes save up to "
                          f"{saved:.2g} s, more than their {local_start:g} s start; "
                          "--cluster threads to stay in this process)")
-    return "threads", (f"threads: in this process ({fit}; worker processes would save at most "
-                       f"{saved:.2g} s; --cluster forked or local forces them)")
+    return "threads", (f"threads: Dask's scheduler in this process ({fit} in cvflow's own path "
+                       f"kernels; worker processes would save at most {saved:.2g} s; "
+                       "--cluster local forces them)")
 
 
 @contextlib.contextmanager
@@ -353,12 +355,25 @@ def _threads(prof: dict):
     )
 
 
-def serves_dashboard(cluster: str | os.PathLike | None, dashboard_port: int | None = None) -> bool:
+def serves_dashboard(cluster: str | os.PathLike | None, dashboard_port: int | None = None,
+                     options=None) -> bool:
     """Whether connecting to ``cluster`` gives a dashboard (a port given or in its profile)."""
     name = resolve(cluster)
     if dashboard_port is not None or ADDRESS.match(name):
         return True
-    return load_profile(name).get("dashboard_port") is not None
+    return load_profile(name, options=options).get("dashboard_port") is not None
+
+
+def quiet_options(options, seconds: float, workers: int | None) -> dict:
+    """``options`` with the dashboard off for a short study ``auto`` sent to ``local``: its
+    web server and plotting library cost more than such a study takes (config
+    ``cvflow.cluster.auto.dashboard_after_seconds`` of fitting per worker)."""
+    auto = dask.config.get("cvflow.cluster.auto", default={}) or {}
+    n = workers or load_profile("local").get("workers") or os.cpu_count() or 1
+    out = parse_options(options)
+    if seconds / n < float(auto.get("dashboard_after_seconds", 30.0)):
+        out.setdefault("dashboard_port", None)
+    return out
 
 
 def _local(prof: dict):
@@ -474,10 +489,13 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
     if warning:
         log.warning(warning)
     kind = prof["kind"]
-    if kind == "forked":
-        raise InputError(f"--cluster {prof['name']}: forked workers run a study through cvflow.run "
-                         "(a pool of this process); they have no Dask client to connect to")
     with contextlib.ExitStack() as stack:
+        # DESIGN CHOICE: a task whose worker died is retried once on another worker, then the
+        # loop splits its block into single fits (cvflow.loop): a fit that kills its process
+        # costs two worker restarts, not Dask's default four. Read when the scheduler starts.
+        stack.enter_context(dask.config.set({"distributed.scheduler.allowed-failures":
+                                             dask.config.get("cvflow.execution.allowed-failures",
+                                                             default=1)}))
         if kind == "local":
             stack.enter_context(clean_main())
         elif kind == "threads":

@@ -17,3 +17,11 @@ class ReproducibilityWarning(UserWarning):
 class UntrustedCodeWarning(UserWarning):
     """Code a store names (a user estimator) was not imported: a store is data
     (:mod:`cvflow.trust`); the rest of the report goes on without it."""
+
+
+class LockLostError(RuntimeError):
+    """A run no longer holds its store's run lock: it stops writing (exit 1)."""
+
+
+class StallError(RuntimeError):
+    """A run made no progress within its deadline; the message says what it waited on (exit 1)."""

@@ -29,7 +29,7 @@ def test_repo_profile_files_equal_the_packaged_defaults(name):
 def test_default_profile_is_local_on_loopback():
     prof = load_profile(None)
     assert prof["name"] == "local" and prof["kind"] == "local"
-    assert prof["host"] == "127.0.0.1" and prof["tls"] is False
+    assert prof["host"] == "127.0.0.1" and prof["tls"] is True
     with dask.config.set({"cvflow.cluster.default": "slurm"}):
         assert load_profile(None)["kind"] == "slurm"
 
@@ -84,7 +84,7 @@ def test_walltime_seconds(text, seconds):
 
 
 @pytest.mark.parametrize("cluster,options,match", [
-    ("nosuch", None, r"--cluster: 'nosuch' is not auto, a profile \(forked, local, slurm, threads\), a profile file"),
+    ("nosuch", None, r"--cluster: 'nosuch' is not auto, a profile \(local, slurm, threads\), a profile file"),
     ("missing.yaml", None, r"--cluster: profile file missing.yaml does not exist"),
     ("local", ["threads=2"], r"--cluster: unknown key 'threads' in a local profile; known: "),
     ("local", ["workers=0"], r"workers: 0 must be a positive integer or null"),
@@ -122,7 +122,7 @@ def _double(x):
 
 
 def test_local_cluster_listens_on_loopback_with_dashboard():
-    with connect("local", workers=1, dashboard_port=0) as client:
+    with connect("local", workers=1, dashboard_port=0, tls=False) as client:
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         workers = client.scheduler_info()["workers"]
         assert len(workers) == 1 and all(a.startswith("tcp://127.0.0.1:") for a in workers)
@@ -136,6 +136,42 @@ def test_local_cluster_with_tls():
         assert client.scheduler.address.startswith("tls://127.0.0.1:")
         assert all(a.startswith("tls://") for a in client.scheduler_info()["workers"])
         assert client.submit(_double, 4).result() == 8
+
+
+# another local user's process: connects with what it can have (no certificate, or one of its own)
+INTRUDER = """import sys
+from distributed import Client
+from distributed.security import Security
+address = sys.argv[1]
+for how, kwargs in (("plain tcp", dict(address=address.replace("tls://", "tcp://"))),
+                    ("tls without certificate", dict(address=address)),
+                    ("tls with its own certificate", dict(address=address, security=Security.temporary()))):
+    try:
+        with Client(timeout=3, **kwargs) as c:
+            c.submit(lambda: open(sys.argv[2], "w").write("ran"), pure=False).result(timeout=3)
+        print("CONNECTED", how)
+    except Exception as exc:
+        print("REFUSED", how, type(exc).__name__)
+"""
+
+
+def test_the_default_local_cluster_accepts_only_its_own_client(tmp_path):
+    """issue 23: another local user connected to the default local cluster and ran code in its
+    workers. By default (tls: true) the cluster speaks TLS with temporary certificates that only
+    this process holds: a client without them, or with its own, is refused."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "intruder-ran"
+    with connect("local", workers=1) as client:
+        address = client.scheduler.address
+        assert address.startswith("tls://127.0.0.1:")
+        out = subprocess.run([sys.executable, "-c", INTRUDER, address, str(marker)],
+                             capture_output=True, text=True, timeout=120)
+        assert client.submit(_double, 4).result() == 8       # ours still works
+    assert "CONNECTED" not in out.stdout, out.stdout + out.stderr
+    assert out.stdout.count("REFUSED") == 3, out.stdout + out.stderr
+    assert not marker.exists()
 
 
 def test_connect_to_running_scheduler_address():

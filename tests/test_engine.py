@@ -110,7 +110,7 @@ def test_store_files_bounded_by_tasks(quick_store):
     assert n_files <= result.tasks * len(("pred", "done", "failed", "error", "fit_seconds")) + 50
 
 
-@pytest.mark.parametrize("cluster", ["threads", "forked", "given client"])
+@pytest.mark.parametrize("cluster", ["threads", "local", "given client"])
 def test_failed_store_creation_cancels_the_run_and_a_rerun_completes(tmp_path, write_workflow,
                                                                      client, monkeypatch, cluster):
     """The store is created while the blocks fit; when creating it fails the run raises that
@@ -135,17 +135,15 @@ def test_failed_store_creation_cancels_the_run_and_a_rerun_completes(tmp_path, w
     assert bool(cvflow.open(path)["done"].all())
 
 
-def test_a_block_waiting_for_a_store_whose_creation_failed_raises(tmp_path):
-    from cvflow import engine
+def test_a_block_waiting_for_a_store_whose_creation_failed_raises(tmp_path, client):
+    """The client sets the store event whether or not it created the store: a waiting task
+    then finds no store and raises instead of writing (or waiting forever)."""
+    from distributed import Event
 
-    name = "cvflow-store-test"
-    try:
-        engine._LOCAL_READY[name] = signal = engine._StoreSignal()
-        signal.settle(False)               # the client woke the blocks without creating it
-        with pytest.raises(StoreError, match="was not created"):
-            engine._wait_ready(name, str(tmp_path / "s.zarr"))
-        engine._LOCAL_READY[name] = signal = engine._StoreSignal(processes=True)
-        signal.settle(True)
-        engine._wait_ready(name, str(tmp_path / "s.zarr"))
-    finally:
-        engine._LOCAL_READY.pop(name, None)
+    from cvflow.tasks import TaskContext, _wait_ready
+
+    ready = Event(f"cvflow-store-test-{tmp_path.name}", client=client)
+    ready.set()                      # the client woke the blocks without creating the store
+    ctx = TaskContext(store=str(tmp_path / "s.zarr"), run_id="t", ready=ready.name)
+    with pytest.raises(StoreError, match="was not created"):
+        client.submit(_wait_ready, ctx, pure=False).result()

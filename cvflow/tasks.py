@@ -1,0 +1,261 @@
+"""The task bodies that run on Dask workers: fit a block, write its region of ``pred``, return a
+small record; fit one cell of a block that killed its workers. Nothing here runs on the client.
+
+Every body gets a :class:`TaskContext`: the store, the run lock's token (a task writes only while
+its run still holds the lock: *fencing*), and the run's per-fit time limit. A fit past the limit
+stops its worker process (the only way to stop a fit in compiled code): the worker's watch
+records the fit at the scheduler first, so the retried task, or the client, records it failed
+("timed out after N s") instead of fitting it again.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import store as cube_store
+from .errors import LockLostError, StoreError
+from .fit import BlockResult, fit_block
+from .learners import Param, fit_one, pred_shape
+
+log = logging.getLogger(__name__)
+
+# a block task waits at most this long, once fitted, for the client to create a new store
+STORE_READY_TIMEOUT = 600
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What every task of one run shares (small: sent with each task)."""
+
+    store: str
+    run_id: str                      # names the run's scheduler metadata and store event
+    token: str | None = None         # the run lock's token; None: no fencing (no lock held)
+    fit_timeout: float | None = None  # seconds; None: no limit
+    client_pid: int = 0              # a fit in the client's own process is never killed
+    ready: str | None = None         # the distributed.Event set once the store is created
+
+    def timeouts_key(self, task: str) -> list[str]:
+        """The scheduler metadata key of the fits of ``task`` that ran out of time."""
+        return ["cvflow", self.run_id, "timed-out", task]
+
+
+def timeout_message(seconds: float) -> str:
+    return f"timed out after {seconds:g} s (execution.fit_timeout); the fit was stopped"
+
+
+def _value(value):
+    """Task body holding the data (recomputable, unlike scattered data)."""
+    return value
+
+
+# --- the time limit ------------------------------------------------------------------------------
+
+class _Watch:
+    """One thread per worker process that stops the process when a fit outlives its deadline.
+
+    DESIGN CHOICE: a Python thread cannot be interrupted inside compiled code (libsvm, a BLAS
+    call), so a fit over its limit ends its worker process; the nanny starts a new one and the
+    scheduler retries the task, which skips the cells recorded here. The record goes to the
+    scheduler (``Client.set_metadata``) before the process ends, so it survives it.
+    Tested by tests/test_fresh_process.py (a fit that sleeps forever).
+    """
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.current: dict[int, tuple] = {}   # thread -> (deadline, ctx, task, cells, client)
+        self.thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def fit(self, ctx: TaskContext, task: str, cells: list, client):
+        seconds = ctx.fit_timeout * len(cells)       # a path group: its cells' limits together
+        me = threading.get_ident()
+        with self.cond:
+            self.current[me] = (time.monotonic() + seconds, ctx, task, cells, client)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, daemon=True,
+                                               name="cvflow-fit-timeout")
+                self.thread.start()
+            self.cond.notify()
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.current.pop(me, None)
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                now = time.monotonic()
+                late = [self.current.pop(k) for k, v in list(self.current.items()) if v[0] <= now]
+                if not late:
+                    wait = min((v[0] for v in self.current.values()), default=now + 3600) - now
+                    self.cond.wait(max(wait, 0.01))
+                    continue
+            for _, ctx, task, cells, client in late:
+                _stop_late_fit(ctx, task, cells, client)
+
+
+def _stop_late_fit(ctx: TaskContext, task: str, cells: list, client) -> None:
+    """Record ``cells`` of ``task`` as timed out at the scheduler, then end this process."""
+    key = ctx.timeouts_key(task)
+    try:
+        known = client.get_metadata(key, default=[])
+        client.set_metadata(key, sorted({tuple(c) for c in known} | {tuple(c) for c in cells}))
+    except Exception as exc:  # noqa: BLE001 - the process ends all the same
+        log.error("could not record the timed-out fits %s of %s: %s", cells, task, exc)
+    log.error("fits %s of %s ran past execution.fit_timeout (%g s); stopping this worker process",
+              cells, task, ctx.fit_timeout)
+    if os.getpid() == ctx.client_pid:     # never the client (the threads route refuses limits)
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+_WATCH = _Watch()
+
+
+def _worker_task() -> tuple[object, str]:
+    """This worker's client (for the scheduler metadata) and the running task's key."""
+    from distributed import get_client, get_worker
+
+    return get_client(), str(get_worker().get_current_task())
+
+
+def _timed_out(ctx: TaskContext):
+    """(cells recorded as timed out for this task, a watch for its fits), or (set(), None)
+    without a time limit."""
+    if not ctx.fit_timeout:
+        return set(), None
+    client, task = _worker_task()
+    done = {tuple(c) for c in client.get_metadata(ctx.timeouts_key(task), default=[])}
+    return done, (lambda cells: _WATCH.fit(ctx, task, cells, client))
+
+
+# --- fencing -------------------------------------------------------------------------------------
+
+def check_fence(ctx: TaskContext) -> None:
+    """LockLostError unless the run that sent this task still holds the store's run lock."""
+    if ctx.token is None:
+        return
+    from .lock import read_lock
+
+    record = read_lock(ctx.store)
+    if not record or record.get("token") != ctx.token:
+        raise LockLostError(f"store: {ctx.store}: this run no longer holds the run lock "
+                            f"({'another run took it' if record else 'the lock is gone'}); "
+                            "its blocks are not written")
+
+
+def _wait_ready(ctx: TaskContext) -> None:
+    """Wait for the client's word that it created the store; StoreError if that failed or took
+    more than ``STORE_READY_TIMEOUT`` seconds."""
+    from distributed import Event
+
+    if not (Event(ctx.ready).wait(timeout=STORE_READY_TIMEOUT) and cube_store.is_store(ctx.store)):
+        raise StoreError(f"store: {ctx.store} was not created (or not within "
+                         f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
+
+
+# --- the bodies ----------------------------------------------------------------------------------
+
+def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
+              params_slice: slice, splits_slice: slice, positive, path_aware: bool = True,
+              todo: np.ndarray | None = None, sample_weight=None, scorer=None) -> dict:
+    """Fit one block, write its region, return a small summary record.
+
+    ``todo`` (params, splits) marks the cells to fit in a block shared with stored fits of an
+    extended study; None fits the whole block. ``scorer`` adds two loss sums per fit
+    (``terms``) for the live page. Cells recorded as timed out by an earlier attempt of this
+    task are recorded failed, not fitted again.
+    """
+    t0 = time.perf_counter()
+    late, watch = _timed_out(ctx)
+    if late:
+        todo = np.ones((len(params), train.shape[0]), bool) if todo is None else todo.copy()
+        for h, s in late:
+            todo[h, s] = False
+    if todo is None:
+        result = fit_block(params, X, y, train, params_slice=params_slice,
+                           splits_slice=splits_slice, positive=positive,
+                           path_aware=path_aware, sample_weight=sample_weight, watch=watch)
+    else:                 # the stored cells are read: the store must exist
+        if ctx.ready is not None:
+            _wait_ready(ctx)
+        result = fit_missing(ctx.store, params, X, y, train, params_slice, splits_slice, positive,
+                             path_aware, todo, sample_weight, watch)
+    for h, s in late:
+        result.pred[h, s] = np.nan
+        result.failed[h, s], result.error[h, s] = True, timeout_message(ctx.fit_timeout)
+        result.fit_seconds[h, s] = ctx.fit_timeout
+    if ctx.ready is not None:
+        _wait_ready(ctx)
+    check_fence(ctx)
+    cube_store.write_pred(ctx.store, result)
+    summary = summarize(result, todo if not late else _with(todo, late))
+    if scorer is not None:
+        summary["terms"] = scorer(result.pred, y, train, params, positive)
+    summary["task_seconds"] = time.perf_counter() - t0
+    return summary
+
+
+def _with(todo: np.ndarray, cells) -> np.ndarray:
+    out = todo.copy()
+    for h, s in cells:
+        out[h, s] = True
+    return out
+
+
+def fit_cell(ctx: TaskContext, param: Param, X, y, train: np.ndarray, positive=None,
+             sample_weight=None) -> tuple[np.ndarray, float, str]:
+    """One fit of a block that killed its workers: (pred, seconds, error); the client
+    assembles the block and writes it (one writer per chunk)."""
+    late, watch = _timed_out(ctx)
+    if late:
+        return np.full(pred_shape(X, positive), np.nan), ctx.fit_timeout, timeout_message(ctx.fit_timeout)
+    with (watch or (lambda cells: contextlib.nullcontext()))([(0, 0)]):
+        return fit_one(param, X, y, train, positive, sample_weight)
+
+
+def summarize(result: BlockResult, todo: np.ndarray | None) -> dict:
+    """The small record of a written block: its status and counts of the fits done now."""
+    summary = result.summary()
+    summary["status"] = result.without_pred()       # the client records it (write_status)
+    fitted = np.ones(result.failed.shape, dtype=bool) if todo is None else todo
+    summary.update(fits=int(fitted.sum()), failed=int(result.failed[fitted].sum()),
+                   seconds=float(np.nansum(result.fit_seconds[fitted])))
+    summary["errors"] = sorted({str(e) for e in result.error[fitted] if e})
+    return summary
+
+
+def fit_missing(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
+                splits_slice: slice, positive, path_aware: bool, todo: np.ndarray,
+                sample_weight=None, watch=None) -> BlockResult:
+    """Fit only the cells ``todo`` (params, splits) of a block; keep the stored ones.
+
+    The stored cells of the block's chunk are read and returned unchanged, so the caller
+    writes the whole chunk-aligned block (one writer per chunk) with the old bytes intact.
+    Params needing the same splits are fitted together (path-aware groups stay intact).
+    """
+    stored = cube_store.read_block(store, params_slice, splits_slice)
+    patterns: dict[tuple, list[int]] = {}
+    for h in range(todo.shape[0]):
+        cols = tuple(np.flatnonzero(todo[h]).tolist())
+        if cols:
+            patterns.setdefault(cols, []).append(h)
+    for cols, rows in patterns.items():
+        c, r = list(cols), list(rows)
+        inner = None if watch is None else (lambda cells: watch([(r[h], c[s]) for h, s in cells]))
+        res = fit_block([params[h] for h in r], X, y, train[c], params_slice=slice(0, len(r)),
+                        splits_slice=slice(0, len(c)), positive=positive, path_aware=path_aware,
+                        sample_weight=sample_weight, watch=inner)
+        ix = np.ix_(r, c)
+        for name in ("pred", "failed", "error", "fit_seconds"):
+            stored[name][ix] = getattr(res, name)
+    return BlockResult(params_slice, splits_slice, stored["pred"], stored["failed"],
+                       stored["error"], stored["fit_seconds"])
