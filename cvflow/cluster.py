@@ -351,7 +351,7 @@ def _threads(prof: dict):
     return LocalCluster(
         n_workers=1, threads_per_worker=int(prof.get("workers") or os.cpu_count() or 1),
         processes=False, dashboard_address=f"{host}:{0 if port is None else port}",
-        scheduler_kwargs={"dashboard": port is not None}, silence_logs=logging.ERROR,
+        scheduler_kwargs={"dashboard": port is not None}, silence_logs=logging.CRITICAL,
     )
 
 
@@ -388,7 +388,7 @@ def _local(prof: dict):
         host=host, dashboard_address=None if port is None else f"{host}:{port}",
         memory_limit=prof.get("memory_limit", "auto"),
         security=security, protocol="tls://" if security else None,
-        silence_logs=logging.ERROR,
+        silence_logs=logging.CRITICAL,
     )
 
 
@@ -428,7 +428,7 @@ def _slurm(prof: dict):
             Path(kwargs[key]).mkdir(parents=True, exist_ok=True, mode=0o700)
     security = _security(bool(prof.get("tls")))
     try:
-        cluster = SLURMCluster(**kwargs, security=security, silence_logs=logging.ERROR)
+        cluster = SLURMCluster(**kwargs, security=security, silence_logs=logging.CRITICAL)
     except TypeError as err:
         raise InputError(f"{prof.get('name')}: jobqueue: {err}") from None
     adaptive = prof.get("adaptive")

@@ -11,6 +11,7 @@ fit that kills its process or outlives ``execution.fit_timeout`` is recorded fai
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -23,6 +24,7 @@ import numpy as np
 from . import store as cube_store
 from .errors import InputError
 from .location import exists, resolve
+from .cluster import quiet_options
 from .plan import pending_blocks, prepare_store, seconds_per_fit
 from .spec import Workflow, load_workflow
 
@@ -172,87 +174,142 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
 def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, dashboard_port,
                 client, progress, tls, cluster_options, pool: ThreadPoolExecutor,
                 lock) -> RunResult:
-    import dask.config
-
-    from . import live
-    from .cluster import AUTO, choose, connect, quiet_options, serves_dashboard
+    from .cluster import AUTO, choose, connect
     from .cluster import resolve as resolve_cluster
     from .fit import only_paths
-    from .loop import Block, Loop
-    from .tasks import TaskContext
 
     t_start = time.perf_counter()
     study = workflow.build()
     workers = workers or workflow.execution.get("workers")
     fit_timeout = workflow.execution.get("fit_timeout")
-    fresh = overwrite or not exists(path)
-    auto = client is None and resolve_cluster(cluster) == AUTO
     path_aware = bool(workflow.execution.get("path_aware", True))
     d = study.data
+    # DESIGN CHOICE: the client runs no learner's own fit code (it could end this process or
+    # never return): only cvflow's path kernels are timed here; other learners are timed by a
+    # task on the workers (tasks.time_fits).
     in_process_safe = only_paths(study.params, d.fit_X, d.sample_weight, path_aware)
+    auto = client is None and resolve_cluster(cluster) == AUTO
     if fit_timeout and client is None and not auto and resolve_cluster(cluster) == "threads":
         raise InputError("execution.fit_timeout: a fit in this process's threads cannot be "
                          "stopped; use --cluster local (worker processes) or auto")
-    per_fit = None
-    if auto or (fresh and workflow.execution.get("fits_per_task", "auto") == "auto"):
-        per_fit = seconds_per_fit(workflow, study)
-    # DESIGN CHOICE: a new store is created in a thread of the client while the workers start
-    # and the first blocks fit (their tasks wait for it before writing, tasks._wait_ready): its
-    # ~25 arrays cost ~70-100 ms (store.create), about as much as a small study's fits. No
-    # process is ever forked meanwhile (workers are spawned by distributed's nannies).
-    layout = prepare_store(workflow, study, path, overwrite=overwrite, n_workers=workers or 2,
-                           seconds=per_fit, create=False)
-    creating = (None if layout.template is None
-                else pool.submit(cube_store.create, path, layout.template))
-    params, design, chunks = layout.params, layout.design, layout.chunks
-    fresh = layout.template is not None
-    n_total = len(params) * design.n_splits
-    # a store created just now has nothing done: no need to read it back
-    done = (np.zeros((len(params), design.n_splits), dtype=bool) if fresh
-            else cube_store.read_mask(path, "done"))
-    todo = pending_blocks(path, chunks, done)
-    n_todo = int(n_total - done.sum())
-    result = RunResult(store=path, total_fits=n_total, fits_executed=0, failed=0, tasks=0,
-                       wall_seconds=0.0, fit_seconds=0.0, distinct_pairs=n_todo, chunks=chunks,
-                       roles_requested=len(params) * design.roles_requested)
-    notify = progress or (lambda event: None)
-    if not todo:
-        if creating is not None:               # an empty grid or design: the store all the same
-            creating.result()
-        notify({"event": "start", "total": n_total, "todo": 0, "dashboard": None})
-        result.wall_seconds = time.perf_counter() - t_start
-        return result
-    if client is None:
-        cluster, result.execution = choose(
-            cluster, seconds=(per_fit or 0.0) * n_todo, workers=workers,
-            dashboard=dashboard_port is not None, in_process_safe=in_process_safe,
-            fit_timeout=fit_timeout, gil_share=_gil_share(params, path_aware))
-        log.info("execution: %s", result.execution)
-        if auto and cluster == "local" and dashboard_port is None:
-            cluster_options = quiet_options(cluster_options, (per_fit or 0.0) * n_todo, workers)
+    fresh = overwrite or not exists(path)
+    wants_timing = fresh and workflow.execution.get("fits_per_task", "auto") == "auto"
+    per_fit = (seconds_per_fit(workflow, study)
+               if in_process_safe and (auto or wants_timing) else None)
+    if client is not None:
+        execution = "the given client"
     else:
-        result.execution = "the given client"
-    # a block sharing its chunk with stored fits (extended study) fits only the rest
-    blocks = [Block(ps, ss, None if not done[ps, ss].any() else ~done[ps, ss]) for ps, ss in todo]
-    limits = dask.config.get("cvflow.execution", default={}) or {}
+        cluster, execution = choose(
+            cluster, seconds=(per_fit or 0.0) * len(study.params) * study.design.n_splits,
+            workers=workers, dashboard=dashboard_port is not None, in_process_safe=in_process_safe,
+            fit_timeout=fit_timeout, gil_share=_gil_share(study.params, path_aware))
+        log.info("execution: %s", execution)
+        if auto and cluster == "local" and dashboard_port is None:
+            # the estimate of a learner's own fits comes from the workers, later: no dashboard
+            cluster_options = quiet_options(cluster_options, (per_fit or 0.0) * len(study.params)
+                                            * study.design.n_splits, workers)
+    run = _Run(workflow, study, path, lock=lock, pool=pool, fresh=fresh, per_fit=per_fit,
+               wants_timing=wants_timing, overwrite=overwrite, workers=workers,
+               fit_timeout=fit_timeout, path_aware=path_aware, progress=progress,
+               execution=execution, t_start=t_start)
+    if client is not None:
+        return run.on(client, dashboard=True)
+    from . import live
 
-    def collect(c) -> None:
+    live.enable_routes()        # the scheduler started here serves <dashboard>/cvflow
+    with connect(cluster, workers=workers, dashboard_port=dashboard_port, tls=tls,
+                 options=cluster_options, store=path) as c:
+        return run.on(c, dashboard=serves_dashboard_of(cluster, dashboard_port, cluster_options))
+
+
+def serves_dashboard_of(cluster, dashboard_port, options) -> bool:
+    from .cluster import serves_dashboard
+
+    return serves_dashboard(cluster, dashboard_port, options)
+
+
+@dataclass
+class _Run:
+    """One run on a connected client: plan, create the store, loop, record."""
+
+    workflow: Workflow
+    study: object
+    path: str
+    lock: object
+    pool: ThreadPoolExecutor
+    fresh: bool
+    per_fit: float | None
+    wants_timing: bool
+    overwrite: bool
+    workers: int | None
+    fit_timeout: float | None
+    path_aware: bool
+    progress: Callable[[dict], None] | None
+    execution: str
+    t_start: float
+
+    def on(self, c, *, dashboard: bool) -> RunResult:
+        import dask.config
+
+        from . import live
+        from .loop import Block, Loop, time_on_workers
+        from .tasks import TaskContext
+
+        study, path, d = self.study, self.path, self.study.data
+        run_id = f"{time.time_ns()}-{os.getpid()}"
+        ctx = TaskContext(store=path, run_id=run_id, token=self.lock.token,
+                          fit_timeout=float(self.fit_timeout) if self.fit_timeout else None,
+                          client_pid=os.getpid())
+        limits = dask.config.get("cvflow.execution", default={}) or {}
+        per_fit = self.per_fit
+        if per_fit is None and self.wants_timing:
+            per_fit = time_on_workers(c, ctx, study, self.path_aware,
+                                      deadline=float(limits.get("no-worker-seconds", 300))
+                                      + float(limits.get("stall-seconds", 300)))
+        # DESIGN CHOICE: a new store is created in a thread of the client while the first blocks
+        # fit (their tasks wait for it before writing, tasks._wait_ready): its ~25 arrays cost
+        # ~70-100 ms (store.create), about as much as a small study's fits. No process is ever
+        # forked meanwhile (workers are spawned by distributed's nannies).
+        layout = prepare_store(self.workflow, study, path, overwrite=self.overwrite,
+                               n_workers=self.workers or 2, seconds=per_fit or 0.0, create=False)
+        creating = (None if layout.template is None
+                    else self.pool.submit(cube_store.create, path, layout.template))
+        params, design, chunks = layout.params, layout.design, layout.chunks
+        fresh = layout.template is not None
+        n_total = len(params) * design.n_splits
+        # a store created just now has nothing done: no need to read it back
+        done = (np.zeros((len(params), design.n_splits), dtype=bool) if fresh
+                else cube_store.read_mask(path, "done"))
+        todo = pending_blocks(path, chunks, done)
+        n_todo = int(n_total - done.sum())
+        result = RunResult(store=path, total_fits=n_total, fits_executed=0, failed=0, tasks=0,
+                           wall_seconds=0.0, fit_seconds=0.0, distinct_pairs=n_todo, chunks=chunks,
+                           roles_requested=len(params) * design.roles_requested,
+                           execution=self.execution)
+        notify = self.progress or (lambda event: None)
+        if not todo:
+            if creating is not None:           # an empty grid or design: the store all the same
+                creating.result()
+            notify({"event": "start", "total": n_total, "todo": 0, "dashboard": None})
+            result.wall_seconds = time.perf_counter() - self.t_start
+            return result
+        # a block sharing its chunk with stored fits (extended study) fits only the rest
+        blocks = [Block(ps, ss, None if not done[ps, ss].any() else ~done[ps, ss])
+                  for ps, ss in todo]
         from distributed import Event
 
-        if client is not None or serves_dashboard(cluster, dashboard_port, cluster_options):
+        if dashboard:
             result.dashboard = getattr(c, "dashboard_link", None) or None   # "" when none
-        monitor = (live.start(c, workflow, params, design, d, path) if result.dashboard else None)
+        monitor = (live.start(c, self.workflow, params, design, d, path) if result.dashboard
+                   else None)
         result.live = monitor and monitor.url
         notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": result.dashboard,
                 "live": result.live, "execution": result.execution})
         recorder = _Recorder(path, fresh, result, notify, n_todo, monitor)
-        run_id = f"{time.time_ns()}-{os.getpid()}"
         ready = None if creating is None else Event(f"cvflow-store-{run_id}", client=c)
-        ctx = TaskContext(store=path, run_id=run_id, token=lock.token,
-                          fit_timeout=float(fit_timeout) if fit_timeout else None,
-                          client_pid=os.getpid(), ready=ready and ready.name)
-        loop = Loop(c, ctx, params=params, train=design.train, data=d, path_aware=path_aware,
-                    record=recorder.block, lock_lost=lambda: lock.lost,
+        ctx = dataclasses.replace(ctx, ready=ready and ready.name)
+        loop = Loop(c, ctx, params=params, train=design.train, data=d, path_aware=self.path_aware,
+                    record=recorder.block, lock_lost=lambda: self.lock.lost,
                     scorer=monitor and monitor.scorer,
                     stall_seconds=float(limits.get("stall-seconds", 300)),
                     no_worker_seconds=float(limits.get("no-worker-seconds", 300)))
@@ -277,16 +334,8 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                 monitor.publish()            # the final state, for a scheduler that outlives us
             with contextlib.suppress(Exception):
                 c.set_metadata(["cvflow", run_id], None)   # the run's timeouts: forgotten
-
-    if client is not None:
-        collect(client)
-    else:
-        live.enable_routes()        # the scheduler started here serves <dashboard>/cvflow
-        with connect(cluster, workers=workers, dashboard_port=dashboard_port, tls=tls,
-                     options=cluster_options, store=path) as c:
-            collect(c)
-    result.wall_seconds = time.perf_counter() - t_start
-    return result
+        result.wall_seconds = time.perf_counter() - self.t_start
+        return result
 
 
 def _gil_share(params, path_aware: bool) -> float:

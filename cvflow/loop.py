@@ -4,11 +4,12 @@ Whatever runs the tasks (a scheduler in this process with thread workers, local 
 processes, SLURM jobs, a running scheduler), this loop owns the three policies:
 
 - **a dead worker**: Dask retries a task whose worker died (``allowed-failures``), then raises
-  ``KilledWorker``; the block is then split into one task per fit (:func:`cvflow.tasks.fit_cell`)
-  so that only the fits that kill their process are recorded failed;
+  ``KilledWorker``; the block is then fitted again with each fit in a child process
+  (:mod:`cvflow.isolated`), so that only the fits that end their process are recorded failed,
+  with the exit status; data lost with the workers is sent again;
 - **a fit over its time limit**: the worker's watch (:mod:`cvflow.tasks`) ends the process
-  after recording the fit at the scheduler; the retried task skips it; a split fit that ran out
-  of time is recorded "timed out";
+  after recording the fit at the scheduler; the retried task skips it; in a child process the
+  fit alone is stopped;
 - **no progress**: when nothing comes back for ``stall_seconds`` while no worker uses CPU (or
   no worker is connected for ``no_worker_seconds``), the run stops with a
   :class:`~cvflow.errors.StallError` that names the blocks it waited on and their stacks;
@@ -21,15 +22,15 @@ from __future__ import annotations
 import logging
 import queue
 import time
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from .errors import LockLostError, StallError
-from .fit import BlockResult
-from .learners import Param, pred_shape
-from .tasks import TaskContext, fit_cell, run_block, summarize, timeout_message
+from .learners import Param
+from .tasks import TaskContext, _value, run_block
 
 log = logging.getLogger(__name__)
 
@@ -47,15 +48,32 @@ class Block:
     params: slice
     splits: slice
     todo: np.ndarray | None = None
+    isolated: bool = False            # its fits in child processes: it killed its workers
 
 
-@dataclass
-class _Split:
-    """A block refitted one fit per task after it killed its workers; written once complete."""
+# seconds per fit assumed when the timing task fails: blocks of a few fits each
+FALLBACK_SECONDS_PER_FIT = 0.05
 
-    block: Block
-    result: BlockResult
-    left: int = 0
+
+def time_on_workers(client, ctx: TaskContext, study, path_aware: bool, *,
+                    deadline: float) -> float:
+    """The timed estimate of one fit's seconds, from a task on the workers
+    (:func:`cvflow.tasks.time_fits`); ``FALLBACK_SECONDS_PER_FIT`` when the timing killed its
+    workers, ran out of time, or found no worker within ``deadline`` seconds."""
+    from distributed import KilledWorker
+
+    from .tasks import time_fits
+
+    d = study.data
+    future = client.submit(time_fits, ctx, study.params, d.fit_X, d.y, study.design.train[0],
+                           d.positive, path_aware, pure=False, key=f"cvflow-timing-{ctx.run_id}")
+    try:
+        return float(future.result(timeout=deadline))
+    except (KilledWorker, TimeoutError) as exc:
+        log.warning("timing the fits on the workers failed (%s); blocks are sized for %g s a fit",
+                    type(exc).__name__, FALLBACK_SECONDS_PER_FIT)
+        future.cancel()
+        return FALLBACK_SECONDS_PER_FIT
 
 
 class Loop:
@@ -76,8 +94,6 @@ class Loop:
         self.finished: queue.SimpleQueue = queue.SimpleQueue()
         self.futures: dict[str, object] = {}        # key -> future still running
         self.blocks: dict[str, Block] = {}           # block task key -> its block
-        self.cells: dict[str, tuple[str, int, int]] = {}   # fit task key -> (block key, h, s)
-        self.splits: dict[str, _Split] = {}
         self.inputs: dict = {}
 
     # --- submitting ---------------------------------------------------------------------------
@@ -90,8 +106,6 @@ class Loop:
         # DESIGN CHOICE: X and y travel as two tasks holding them, not scattered: the scheduler
         # keeps a task's inputs, so when every worker holding them dies (a SLURM job cancelled,
         # an adaptive scale-down) it recomputes them; lost scattered data would cancel every block.
-        from .tasks import _value
-
         d, stamp = self.data, time.time_ns()
         c = self.client
         self.inputs = {
@@ -105,12 +119,29 @@ class Loop:
             self.submit_inputs()
         i, stamp = self.inputs, time.time_ns()
         for b in blocks:
-            key = f"cvflow-block-{b.params.start}-{b.splits.start}-{stamp}"
+            kind = "isolated" if b.isolated else "block"
+            key = f"cvflow-{kind}-{b.params.start}-{b.splits.start}-{stamp}"
             self.blocks[key] = b
             self._watch(self.client.submit(
                 run_block, self.ctx, self.params[b.params], i["X"], i["y"], self.train[b.splits],
                 b.params, b.splits, self.data.positive, self.path_aware, b.todo, i["w"],
-                self.scorer, pure=False, key=key))
+                self.scorer, b.isolated, pure=False, key=key))
+
+    def _lost_input(self, future, exc) -> bool:
+        """Whether ``future`` failed because an input task (X, y, weights) lost too many workers
+        (the dead workers held it, or ran it): then the inputs are submitted anew and the task
+        again, and True."""
+        if str(exc.task) == str(future.key):
+            return False
+        log.warning("the workers holding the data died (%s); sending it again", exc.task)
+        lost = [name for name, f in self.inputs.items() if f is not None and f.status == "error"]
+        stamp = time.time_ns()
+        for name in lost:
+            value = {"X": self.data.fit_X, "y": self.data.y, "w": self.data.sample_weight}[name]
+            self.inputs[name] = self.client.submit(_value, value, pure=False,
+                                                   key=f"cvflow-{name}-{stamp}")
+        self.submit([self.blocks.pop(future.key)])
+        return True
 
     def cancel(self) -> None:
         """Cancel every task not back yet (running ones end with their fit; fenced writes)."""
@@ -148,90 +179,31 @@ class Loop:
             self.cancel()
 
     def _take(self, future) -> dict | None:
-        """A finished task's block summary, or None (a fit of a split block not complete yet)."""
+        """A finished task's block summary, or None (the block was sent again)."""
         from distributed import KilledWorker
 
-        if future.key in self.cells:
-            return self._take_cell(future)
         try:
             return future.result()
         except KilledWorker as exc:
-            return self._split(future.key, exc)
-
-    def _timed_out(self, key: str) -> set:
-        return {tuple(c) for c in self.client.get_metadata(self.ctx.timeouts_key(key), default=[])}
-
-    def _split(self, key: str, exc) -> dict | None:
-        """Refit a block that killed its workers one fit per task; its summary at once when
-        no fit is left to refit (all of them ran out of time)."""
-        from . import store as cube_store
-
-        b = self.blocks[key]
-        shape = (b.params.stop - b.params.start, b.splits.stop - b.splits.start)
-        if b.todo is None:
-            per_fit = pred_shape(self.data.fit_X, self.data.positive)
-            result = BlockResult(b.params, b.splits, np.full(shape + per_fit, np.nan),
-                                 np.zeros(shape, bool), np.full(shape, "", dtype=object),
-                                 np.zeros(shape))
-        else:     # stored fits of an extended study keep their bytes
-            stored = cube_store.read_block(self.ctx.store, b.params, b.splits)
-            result = BlockResult(b.params, b.splits, stored["pred"], stored["failed"],
-                                 stored["error"], stored["fit_seconds"])
-        todo = np.ones(shape, bool) if b.todo is None else b.todo
-        late = self._timed_out(key) if self.ctx.fit_timeout else set()
-        for h, s in late:
-            result.pred[h, s] = np.nan
-            result.failed[h, s], result.error[h, s] = True, timeout_message(self.ctx.fit_timeout)
-            result.fit_seconds[h, s] = self.ctx.fit_timeout
-        cells = [(int(h), int(s)) for h, s in np.argwhere(todo) if (h, s) not in late]
-        self.splits[key] = _Split(b, result, left=len(cells))
-        log.warning("the block of params %d-%d x splits %d-%d killed %d workers (%s); refitting "
-                    "its %d fits one per task", b.params.start, b.params.stop - 1, b.splits.start,
-                    b.splits.stop - 1, exc.allowed_failures + 1, type(exc).__name__, len(cells))
-        i, stamp = self.inputs, time.time_ns()
-        for h, s in cells:
-            fkey = f"cvflow-fit-{b.params.start + h}-{b.splits.start + s}-{stamp}"
-            self.cells[fkey] = (key, h, s)
-            self._watch(self.client.submit(
-                fit_cell, self.ctx, self.params[b.params.start + h], i["X"], i["y"],
-                self.train[b.splits.start + s], self.data.positive, i["w"], pure=False, key=fkey))
-        return None if cells else self._write_split(key)
-
-    def _take_cell(self, future) -> dict | None:
-        from distributed import KilledWorker
-
-        key, h, s = self.cells.pop(future.key)
-        try:
-            fitted = future.result()
-        except KilledWorker as exc:
-            late = self.ctx.fit_timeout and self._timed_out(future.key)
-            fitted = (np.full(pred_shape(self.data.fit_X, self.data.positive), np.nan),
-                      self.ctx.fit_timeout if late else 0.0,
-                      timeout_message(self.ctx.fit_timeout) if late else
-                      f"worker died: the worker process fitting this alone died "
-                      f"{exc.allowed_failures + 1} times (the fit ended its process: os._exit, a "
-                      "crash in compiled code, or out of memory)")
-        split = self.splits[key]
-        r = split.result
-        r.pred[h, s], r.fit_seconds[h, s], r.error[h, s] = fitted
-        r.failed[h, s] = bool(fitted[2])
-        split.left -= 1
-        return self._write_split(key) if split.left == 0 else None
-
-    def _write_split(self, key: str) -> dict:
-        """Write a complete split block (one writer per chunk, fenced); its summary record."""
-        from . import store as cube_store
-        from .tasks import check_fence
-
-        split = self.splits.pop(key)
-        check_fence(self.ctx)
-        cube_store.write_pred(self.ctx.store, split.result)
-        summary = summarize(split.result, split.block.todo)
-        if self.scorer is not None:
-            b = split.block
-            summary["terms"] = self.scorer(split.result.pred, self.data.y, self.train[b.splits],
-                                           self.params[b.params], self.data.positive)
-        return summary
+            if self._lost_input(future, exc):
+                return None
+            block = self.blocks.pop(future.key)
+            if block.isolated:
+                raise RuntimeError(
+                    f"the workers running the block of params {block.params.start}-"
+                    f"{block.params.stop - 1} x splits {block.splits.start}-{block.splits.stop - 1} "
+                    f"died {exc.allowed_failures + 1} times although its fits ran in child "
+                    "processes: something else ends the workers (memory, an external kill)") from None
+            # DESIGN CHOICE: a block whose task killed its workers (Dask retried it once,
+            # allowed-failures) is fitted again in child processes, one fit at a time
+            # (cvflow.isolated): only the fits that end their process are recorded failed,
+            # with the exit status, and the workers live.
+            log.warning("the block of params %d-%d x splits %d-%d killed %d workers; refitting its "
+                        "fits one at a time in child processes", block.params.start,
+                        block.params.stop - 1, block.splits.start, block.splits.stop - 1,
+                        exc.allowed_failures + 1)
+            self.submit([dataclasses.replace(block, isolated=True)])
+            return None
 
     # --- the watchdog -------------------------------------------------------------------------
 

@@ -22,7 +22,8 @@ import numpy as np
 from . import store as cube_store
 from .errors import LockLostError, StoreError
 from .fit import BlockResult, fit_block
-from .learners import Param, fit_one, pred_shape
+from .isolated import fit_cells, timeout_message
+from .learners import Param
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,6 @@ class TaskContext:
         return ["cvflow", self.run_id, "timed-out", task]
 
 
-def timeout_message(seconds: float) -> str:
-    return f"timed out after {seconds:g} s (execution.fit_timeout); the fit was stopped"
 
 
 def _value(value):
@@ -166,13 +165,15 @@ def _wait_ready(ctx: TaskContext) -> None:
 
 def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
               params_slice: slice, splits_slice: slice, positive, path_aware: bool = True,
-              todo: np.ndarray | None = None, sample_weight=None, scorer=None) -> dict:
+              todo: np.ndarray | None = None, sample_weight=None, scorer=None,
+              isolated: bool = False) -> dict:
     """Fit one block, write its region, return a small summary record.
 
     ``todo`` (params, splits) marks the cells to fit in a block shared with stored fits of an
     extended study; None fits the whole block. ``scorer`` adds two loss sums per fit
     (``terms``) for the live page. Cells recorded as timed out by an earlier attempt of this
-    task are recorded failed, not fitted again.
+    task are recorded failed, not fitted again. ``isolated``: every fit in a child process
+    (:mod:`cvflow.isolated`), for a block that killed its workers.
     """
     t0 = time.perf_counter()
     late, watch = _timed_out(ctx)
@@ -180,7 +181,10 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
         todo = np.ones((len(params), train.shape[0]), bool) if todo is None else todo.copy()
         for h, s in late:
             todo[h, s] = False
-    if todo is None:
+    if isolated:
+        result = _fit_isolated(ctx, params, X, y, train, params_slice, splits_slice, positive,
+                               todo, sample_weight)
+    elif todo is None:
         result = fit_block(params, X, y, train, params_slice=params_slice,
                            splits_slice=splits_slice, positive=positive,
                            path_aware=path_aware, sample_weight=sample_weight, watch=watch)
@@ -204,6 +208,43 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
     return summary
 
 
+def _fit_isolated(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
+                  params_slice: slice, splits_slice: slice, positive, todo: np.ndarray | None,
+                  sample_weight) -> BlockResult:
+    """The block's cells ``todo`` fitted one by one in child processes; stored cells kept."""
+    from .learners import pred_shape
+
+    shape = (len(params), train.shape[0])
+    if todo is None:
+        result = BlockResult(params_slice, splits_slice,
+                             np.full(shape + pred_shape(X, positive), np.nan),
+                             np.zeros(shape, bool), np.full(shape, "", dtype=object),
+                             np.zeros(shape))
+    else:                 # the stored cells are read: the store must exist
+        if ctx.ready is not None:
+            _wait_ready(ctx)
+        stored = cube_store.read_block(ctx.store, params_slice, splits_slice)
+        result = BlockResult(params_slice, splits_slice, stored["pred"], stored["failed"],
+                             stored["error"], stored["fit_seconds"])
+    cells = [(int(h), int(s)) for h, s in np.argwhere(np.ones(shape, bool) if todo is None else todo)]
+    fitted = fit_cells(params, X, y, train, cells, positive=positive, sample_weight=sample_weight,
+                       timeout=ctx.fit_timeout, memory_limit=_worker_memory_limit())
+    for (h, s), (pred, seconds, error) in fitted.items():
+        result.pred[h, s], result.fit_seconds[h, s], result.error[h, s] = pred, seconds, error
+        result.failed[h, s] = bool(error)
+    return result
+
+
+def _worker_memory_limit() -> int | None:
+    """The memory limit in bytes of the Dask worker running this task, or None."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().memory_manager.memory_limit or None
+    except (ImportError, ValueError, AttributeError):
+        return None
+
+
 def _with(todo: np.ndarray, cells) -> np.ndarray:
     out = todo.copy()
     for h, s in cells:
@@ -211,15 +252,17 @@ def _with(todo: np.ndarray, cells) -> np.ndarray:
     return out
 
 
-def fit_cell(ctx: TaskContext, param: Param, X, y, train: np.ndarray, positive=None,
-             sample_weight=None) -> tuple[np.ndarray, float, str]:
-    """One fit of a block that killed its workers: (pred, seconds, error); the client
-    assembles the block and writes it (one writer per chunk)."""
-    late, watch = _timed_out(ctx)
-    if late:
-        return np.full(pred_shape(X, positive), np.nan), ctx.fit_timeout, timeout_message(ctx.fit_timeout)
+def time_fits(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray, positive,
+              path_aware: bool) -> float:
+    """Seconds per fit as blocks fit them (:func:`cvflow.blocks.estimate_seconds_per_fit`),
+    timed on a worker: a learner's own fit code never runs on the client. Under the run's
+    time limit (all of it for the whole timing)."""
+    from .blocks import estimate_seconds_per_fit
+
+    _, watch = _timed_out(ctx)
     with (watch or (lambda cells: contextlib.nullcontext()))([(0, 0)]):
-        return fit_one(param, X, y, train, positive, sample_weight)
+        return estimate_seconds_per_fit(params, X, y, train, positive=positive,
+                                        path_aware=path_aware)
 
 
 def summarize(result: BlockResult, todo: np.ndarray | None) -> dict:

@@ -1,6 +1,8 @@
-"""Where a run fits: in this process (threads) for tiny studies, on worker processes forked from
-it or on a process cluster when they pay; all write the same cube. Process workers start without
-re-running the caller's script; a forked worker that dies costs only its culprit fits."""
+"""Where a run fits, always a Dask scheduler: in this process (threads) for a short study of
+cvflow's path kernels, else on worker processes (local); all write the same cube. Process workers
+start without re-running the caller's script; a fit that kills its process or outlives
+`fit_timeout` costs only itself; a stuck run stops and says where; a run that lost its lock
+stops writing."""
 from __future__ import annotations
 
 import subprocess
@@ -46,125 +48,130 @@ def _reference(store) -> np.ndarray:
     return np.array([[clone(m).fit(X[t], y[t]).predict(X) for t in train] for m in models])
 
 
-def test_small_study_in_process_and_processes_write_identical_cubes(tmp_path, write_workflow):
-    wf = write_workflow(MIXED)
-    no_fork = {"cvflow.cluster.auto.fork_start_seconds": 1e9}   # the timed estimate varies with load
-    with dask.config.set(no_fork):
-        small = cvflow.run(wf, store=tmp_path / "threads.zarr", workers=2)
-    assert small.execution.startswith("threads: in this process"), small.execution
+RIDGE = MIXED.split("  - name: tree")[0] + "design: {folds: 5, seed: 0}\nestimators: [kfold]\n"
+
+
+def test_path_study_in_process_and_a_learners_own_fits_on_processes_write_scikit_learns_cube(
+        tmp_path, write_workflow):
+    """auto: ridge alone (cvflow's path kernel) stays in this process; a tree (the learner's
+    own fit code) goes to worker processes; both cubes equal scikit-learn's fits, and the
+    forced routes write the same bytes."""
+    small = cvflow.run(write_workflow(RIDGE), store=tmp_path / "ridge.zarr", workers=2)
+    assert small.execution.startswith("threads: Dask's scheduler in this process"), small.execution
     assert small.dashboard is None  # no dashboard unless a port is asked for
-    # starting processes made free: the same choice now says they pay
-    with dask.config.set({"cvflow.cluster.auto.process_start_seconds": 0.0, **no_fork}):
-        procs = cvflow.run(wf, store=tmp_path / "procs.zarr", workers=2)
-    assert procs.execution.startswith("local: 2 worker processes"), procs.execution
-    assert procs.dashboard and procs.dashboard.startswith("http://127.0.0.1:")
-    assert small.fits_executed == procs.fits_executed == 6 * 6
-    pred = fh.cube_arrays(tmp_path / "threads.zarr")["pred"]
-    np.testing.assert_allclose(pred, _reference(tmp_path / "threads.zarr"), rtol=1e-8, atol=1e-8)
-    fh.assert_same_cube(tmp_path / "procs.zarr", tmp_path / "threads.zarr")
-
-
-def test_forked_workers_write_the_cube_of_threads_and_of_scikit_learn(tmp_path, write_workflow):
-    wf = write_workflow(MIXED)
-    forked = cvflow.run(wf, store=tmp_path / "forked.zarr", cluster="forked", workers=2)
-    assert forked.execution == "forked (as asked)" and forked.dashboard is None
-    assert forked.fits_executed == 6 * 6 and forked.failed == 0
-    pred = fh.cube_arrays(tmp_path / "forked.zarr")["pred"]
-    np.testing.assert_allclose(pred, _reference(tmp_path / "forked.zarr"), rtol=1e-8, atol=1e-8)
-    cvflow.run(wf, store=tmp_path / "threads.zarr", cluster="threads", workers=2)
-    fh.assert_same_cube(tmp_path / "threads.zarr", tmp_path / "forked.zarr")
-    again = cvflow.run(wf, store=tmp_path / "forked.zarr", cluster="forked")
+    mixed = cvflow.run(write_workflow(MIXED), store=tmp_path / "auto.zarr", workers=2)
+    assert mixed.execution.startswith("local: 2 worker processes"), mixed.execution
+    assert mixed.dashboard is None             # a short study: no web server
+    assert mixed.fits_executed == 6 * 6 and mixed.failed == 0
+    pred = fh.cube_arrays(tmp_path / "auto.zarr")["pred"]
+    np.testing.assert_allclose(pred, _reference(tmp_path / "auto.zarr"), rtol=1e-8, atol=1e-8)
+    cvflow.run(write_workflow(MIXED), store=tmp_path / "threads.zarr", cluster="threads", workers=2)
+    fh.assert_same_cube(tmp_path / "threads.zarr", tmp_path / "auto.zarr")
+    again = cvflow.run(write_workflow(MIXED), store=tmp_path / "auto.zarr")
     assert again.fits_executed == 0           # a finished store: nothing to fit
 
 
-def test_auto_forks_workers_when_they_pay(tmp_path, write_workflow):
-    wf = write_workflow(MIXED)
-    with dask.config.set({"cvflow.cluster.auto.fork_start_seconds": 0.0}):
-        result = cvflow.run(wf, store=tmp_path / "s.zarr", workers=2)
-    assert result.execution.startswith("forked: 2 worker processes forked"), result.execution
-    np.testing.assert_allclose(fh.cube_arrays(tmp_path / "s.zarr")["pred"],
-                               _reference(tmp_path / "s.zarr"), rtol=1e-8, atol=1e-8)
+def test_forked_is_read_as_local_with_a_warning(tmp_path, write_workflow, caplog):
+    with caplog.at_level("WARNING", logger="cvflow.cluster"):
+        result = cvflow.run(write_workflow(RIDGE), store=tmp_path / "s.zarr", cluster="forked")
+    assert result.execution == "local (as asked)"
+    assert "--cluster forked was removed (forking a process that runs threads can hang)" in caplog.text
 
 
-def test_auto_does_not_fork_inside_a_daemonic_worker(tmp_path, write_workflow):
-    """A study run from inside a Dask or multiprocessing worker (daemonic: no children
-    allowed) stays in its process."""
-    import multiprocessing
+def test_a_fit_that_kills_its_process_costs_only_itself_on_the_default_route(tmp_path):
+    """alpha = 10 ends its process (os._exit(3)) on every split: auto runs the learner on
+    worker processes; the block is retried, split into single fits, and only the culprits are
+    recorded failed; every other fit equals a clean run's bytes."""
+    clean, dying = tmp_path / "clean.zarr", tmp_path / "dying.zarr"
+    ok = cvflow.run(fh.dying_workflow(tmp_path / "c.yaml", "null", fits_per_task=4), store=clean,
+                    workers=2)
+    assert ok.failed == 0 and ok.execution.startswith("local")
+    result = cvflow.run(fh.dying_workflow(tmp_path / "d.yaml", 10.0, fits_per_task=4), store=dying,
+                        workers=2)
+    assert result.fits_executed == 16 and result.failed == 4
+    fh.assert_only_culprits_failed(dying, clean, "worker died: the fit "
+                                   "ended its process with exit status 3")
 
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(1) as pool:          # pool workers are daemonic
-        chosen = pool.apply(_choice_in_worker)
-    assert chosen == "threads"
+
+def test_a_fit_past_fit_timeout_is_recorded_timed_out(tmp_path):
+    """alpha = 10 never ends; fit_timeout: 2 stops it (its worker process) on every split and
+    records it; the retried block skips it, so every other fit completes once."""
+    clean, sleeping = tmp_path / "clean.zarr", tmp_path / "sleeping.zarr"
+    cvflow.run(fh.sleeping_workflow(tmp_path / "c.yaml", "null"), store=clean, workers=2)
+    result = cvflow.run(fh.sleeping_workflow(tmp_path / "s.yaml", 10.0,
+                                             "fits_per_task: 4, fit_timeout: 2"),
+                        store=sleeping, workers=2)
+    assert result.execution.startswith("local"), result.execution
+    assert result.fits_executed == 16 and result.failed == 4
+    fh.assert_only_culprits_failed(sleeping, clean, "timed out after 2 s (execution.fit_timeout)")
 
 
-def test_forked_where_it_cannot_fork_is_refused_before_any_store_work(tmp_path, write_workflow,
-                                                                      monkeypatch):
-    from cvflow import inprocess
+def test_fit_timeout_in_this_process_is_refused_before_any_store_work(tmp_path):
     from cvflow.errors import InputError
 
-    monkeypatch.setattr(inprocess, "can_fork", lambda: False)      # macOS, Windows, a daemon
-    with pytest.raises(InputError, match=r"^--cluster forked: worker processes cannot be forked "):
-        cvflow.run(write_workflow(MIXED), store=tmp_path / "s.zarr", cluster="forked")
+    wf = fh.sleeping_workflow(tmp_path / "s.yaml", "null", "fit_timeout: 2")
+    with pytest.raises(InputError, match=r"^execution.fit_timeout: a fit in this process's threads "
+                                         "cannot be stopped; use --cluster local"):
+        cvflow.run(wf, store=tmp_path / "s.zarr", cluster="threads")
     assert not (tmp_path / "s.zarr").exists()
 
 
-def _choice_in_worker() -> str:
-    with dask.config.set({"cvflow.cluster.auto.fork_start_seconds": 0.0}):
-        return choose("auto", seconds=1.0, workers=2)[0]     # forked anywhere else
+def test_a_stuck_run_stops_says_where_and_releases_its_lock(tmp_path):
+    """A fit that never ends and no time limit: once every worker is idle for stall-seconds,
+    the run stops (exit 1) naming the task and where it waits; the lock is released."""
+    wf = fh.sleeping_workflow(tmp_path / "s.yaml", 10.0)
+    env = fh.cli_env(DASK_CVFLOW__EXECUTION__STALL_SECONDS="6")
+    code, _, err = fh.finish(fh.start_run(wf, tmp_path / "s.zarr", "--workers", "1", env=env,
+                                          dashboard=()))
+    assert code == 1, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("cvflow: error: no progress for "), last
+    assert "tasks not back, 1 workers idle" in last and "cvflow-block-" in last, last
+    assert "sleep" in last, last                    # the stack names where it waits
+    assert not (tmp_path / "s.zarr.lock").exists()
 
 
-def test_forked_workers_with_a_dashboard_are_refused_before_any_store_work(tmp_path, write_workflow):
-    from cvtest import run_cli, tree_digest
+def test_a_run_that_lost_its_lock_stops_and_writes_no_more(tmp_path):
+    """Another run takes the lock over (its record replaces ours): the heartbeat notices, the
+    loop cancels every task and raises; a task already running refuses to write (fenced)."""
+    import json
+    import threading
 
-    wf, store = write_workflow(MIXED), tmp_path / "s.zarr"
-    cvflow.run(wf, store=store, cluster="threads")
-    before = tree_digest(store)
-    proc = run_cli("run", wf, "--store", store, "--cluster", "forked", "--dashboard-port", "0",
-                   "--overwrite")
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == (
-        "cvflow: error: --dashboard-port: forked workers run on a pool of this process, with no "
-        "scheduler and no dashboard; use --cluster local (or threads) for one")
-    assert tree_digest(store) == before
+    from cvflow.errors import LockLostError
+    from cvflow.lock import lock_path
 
+    wf = fh.slow_workflow(tmp_path / "s.yaml", delay=0.3)
+    store = tmp_path / "s.zarr"
+    recorded = []
+    stolen = threading.Event()
 
-def test_a_forked_worker_that_dies_costs_only_its_culprit_fits(tmp_path):
-    """alpha = 10 ends its process (os._exit(3)): the pool breaks, the blocks not back are
-    refitted one fit per child; the culprits are failed with the exit status, every other fit
-    equals a clean run's bytes."""
-    clean, dying = tmp_path / "clean.zarr", tmp_path / "dying.zarr"
-    ok = cvflow.run(fh.dying_workflow(tmp_path / "c.yaml", "null", fits_per_task=4), store=clean,
-                    cluster="forked", workers=2)
-    assert ok.failed == 0
-    result = cvflow.run(fh.dying_workflow(tmp_path / "d.yaml", 10.0, fits_per_task=4), store=dying,
-                        cluster="forked", workers=2)
-    assert result.fits_executed == 16 and result.failed == 4
-    fh.assert_only_culprits_failed(dying, clean,
-                                   "worker died: the fit ended its process with exit status 3")
+    def steal(event):
+        recorded.append(event)
+        if event["event"] == "block" and len(recorded) == 3:
+            path = lock_path(store)
+            record = json.loads(path.read_text())
+            path.write_text(json.dumps({**record, "token": "another-run", "pid": 1}))
+            stolen.set()
 
-
-def test_threads_profile_serves_a_dashboard_when_asked(tmp_path, write_workflow):
-    wf = write_workflow(MIXED)
-    result = cvflow.run(wf, store=tmp_path / "s.zarr", cluster="threads", dashboard_port=0)
-    assert result.execution == "threads (as asked)"
-    assert result.dashboard and result.dashboard.startswith("http://127.0.0.1:")
+    with dask.config.set({"cvflow.lock.heartbeat": 0.2, "cvflow.lock.stale-after": 60}):
+        with pytest.raises(LockLostError, match="this run"):
+            cvflow.run(wf, store=store, workers=2, progress=steal)
+    assert stolen.is_set()
+    done = fh.cube_arrays(store)["done"]
+    assert 2 <= done.sum() < done.size           # stopped: most blocks never written
 
 
-@pytest.mark.parametrize("seconds, workers, dashboard, chosen", [
-    # processes save seconds * (1 - 1/workers): forked ones pay past 0.1 s, a local cluster
-    # past 2 s; studies over 30 s a worker (or asking for a dashboard) get the local cluster
-    (0.01, 2, False, "threads"), (0.19, 2, False, "threads"), (0.21, 2, False, "forked"),
-    (60.0, 2, False, "forked"), (60.2, 2, False, "local"), (100.0, 1, False, "threads"),
-    (0.13, 4, False, "threads"), (0.14, 4, False, "forked"), (0.3, 2, True, "threads"), (3.9, 2, True, "threads"),
-    (4.1, 2, True, "local"), (2.7, 4, True, "local")])
-def test_auto_choice_weighs_the_estimate_against_process_start(seconds, workers, dashboard, chosen):
-    with dask.config.set({"cvflow.cluster.auto": {"process_start_seconds": 2.0,
-                                                  "fork_start_seconds": 0.1,
-                                                  "local_after_seconds": 30.0}}):
-        name, why = choose("auto", seconds=seconds, workers=workers, dashboard=dashboard)
-        # fits in BLAS (the GIL released) save nothing on processes
-        assert choose("auto", seconds=seconds, workers=workers, dashboard=dashboard,
-                      gil_share=0.0)[0] == "threads"
+@pytest.mark.parametrize("seconds, workers, safe, timeout, chosen", [
+    # a learner's own fit code always runs on processes; cvflow's path kernels stay in this
+    # process unless processes save (seconds * (1 - 1/workers)) more than their 2 s start
+    (0.01, 2, False, None, "local"), (600.0, 2, False, None, "local"),
+    (0.01, 2, True, None, "threads"), (3.9, 2, True, None, "threads"),
+    (4.1, 2, True, None, "local"), (100.0, 1, True, None, "threads"),
+    (0.01, 2, True, 5, "local")])
+def test_auto_choice(seconds, workers, safe, timeout, chosen):
+    with dask.config.set({"cvflow.cluster.auto": {"process_start_seconds": 2.0}}):
+        name, why = choose("auto", seconds=seconds, workers=workers, in_process_safe=safe,
+                           fit_timeout=timeout)
     assert name == chosen and why.startswith(chosen)
 
 
