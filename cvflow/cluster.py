@@ -493,9 +493,12 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
         # DESIGN CHOICE: a task whose worker died is retried once on another worker, then the
         # loop splits its block into single fits (cvflow.loop): a fit that kills its process
         # costs two worker restarts, not Dask's default four. Read when the scheduler starts.
-        stack.enter_context(dask.config.set({"distributed.scheduler.allowed-failures":
-                                             dask.config.get("cvflow.execution.allowed-failures",
-                                                             default=1)}))
+        # A worker holds only the task it runs (worker-saturation 1): a worker that dies (a fit
+        # that ends its process, a time limit) takes no queued innocent task down with it.
+        stack.enter_context(dask.config.set({
+            "distributed.scheduler.allowed-failures":
+                dask.config.get("cvflow.execution.allowed-failures", default=1),
+            "distributed.scheduler.worker-saturation": 1.0}))
         if kind == "local":
             stack.enter_context(clean_main())
         elif kind == "threads":

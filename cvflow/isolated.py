@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from .learners import Param, fit_one, pred_shape
+from .learners import Param, fit_one, import_estimator, pred_shape
 
 
 def death_message(code: int, memory: tuple[int, int] | None = None) -> str:
@@ -74,7 +74,10 @@ def main() -> None:
     """The child: the data, then fits until stdin closes."""
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr                      # a learner's prints never reach the wire
-    X, y, positive, sample_weight = _receive(inp)
+    X, y, positive, sample_weight, estimators = _receive(inp)
+    for path in estimators:                      # imports are not the fits' time
+        import_estimator(path)
+    _send(out, "ready")                          # started: the fits' time limits begin now
     while True:
         try:
             param, train = _receive(inp)
@@ -100,11 +103,14 @@ class _Child:
         self.timed_out = False
         try:
             _send(self.proc.stdin, data)
-        except (BrokenPipeError, OSError):
-            pass                                     # it died at start: fit() says so
+            self.started = _receive(self.proc.stdout) == "ready"
+        except (EOFError, BrokenPipeError, OSError):
+            self.started = False                     # it died at start: fit() says so
 
     def fit(self, param: Param, train: np.ndarray, timeout: float | None):
         """(pred, seconds, error), or None when the child died (see :meth:`why`)."""
+        if not self.started:
+            return None
         done = threading.Event()
         watch = threading.Thread(target=self._watch, args=(done, timeout), daemon=True)
         watch.start()
@@ -157,7 +163,7 @@ def fit_cells(params: list[Param], X, y, train: np.ndarray, cells: list[tuple[in
     """Fit ``cells`` (index into ``params``, row of ``train``) in child processes, in order:
     ``{cell: (pred, seconds, error)}``; a fit whose child died, outgrew ``memory_limit`` bytes
     or ran past ``timeout`` seconds gets NaN predictions and the reason as its error."""
-    data = (X, y, positive, sample_weight)
+    data = (X, y, positive, sample_weight, sorted({params[h].estimator for h, _ in cells}))
     out: dict = {}
     child = None
     try:

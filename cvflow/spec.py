@@ -34,7 +34,8 @@ LEARNER_KEYS = {"name", "class", "estimator", "params", "grid", "output", "prepr
 DESIGN_KEYS = {"folds", "repeats", "splitter", "seed", "shuffle", "subset", "gap",
                "max_train_size"}
 SUBSET_KEYS = {"size", "pairs", "complete", "seed"}
-EXECUTION_KEYS = {"cluster", "workers", "fits_per_task", "path_aware", "dtype", "fit_seed"}
+EXECUTION_KEYS = {"cluster", "workers", "fits_per_task", "path_aware", "dtype", "fit_seed",
+                  "fit_timeout"}
 
 @dataclass
 class Study:
@@ -397,6 +398,11 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
     fit_seed = execution.get("fit_seed")
     if fit_seed is not None:
         _int(where, "execution.fit_seed", fit_seed, 0)
+    timeout = execution.get("fit_timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not 0 < timeout < float("inf")):
+        raise InputError(f"{where}: execution.fit_timeout: {timeout!r} must be a positive number "
+                         "of seconds (or null: no limit)")
     params = _learners(where, c["learners"], task, fit_seed)
     try:
         c["loss"] = check_loss(c["loss"], task, {p.output for p in params}, search=path.parent)

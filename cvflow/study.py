@@ -62,13 +62,17 @@ class Study:
         Stored prediction of every learner (predict, decision_function, predict_proba).
         Default: predict for regression; for classification predict_proba with the
         log loss, else decision_function where the learner has one.
+    fit_timeout : float, optional
+        Seconds a fit may take (``execution.fit_timeout``); a fit past it is stopped (on worker
+        processes) and recorded failed ("timed out after N s").
     name : str, default "study"
     execution : dict, optional
         The workflow's ``execution`` section (fits_per_task, path_aware, dtype, ...).
     """
 
     def __init__(self, learners, *, param_grid=None, cv=5, estimators=("kfold",), loss=None,
-                 task=None, fit_seed=None, output=None, name="study", execution=None):
+                 task=None, fit_seed=None, output=None, name="study", execution=None,
+                 fit_timeout=None):
         self.learners_arg = learners
         self.param_grid = param_grid
         self.cv = cv
@@ -79,6 +83,7 @@ class Study:
         self.output = output
         self.name = name
         self.execution = execution
+        self.fit_timeout = fit_timeout
 
     # -- the learners as (estimator, grid) ----------------------------------------------------
 
@@ -128,6 +133,8 @@ class Study:
         execution = dict(self.execution or {})
         if self.fit_seed is not None:
             execution["fit_seed"] = self.fit_seed
+        if self.fit_timeout is not None:
+            execution["fit_timeout"] = self.fit_timeout
         if execution:
             config["execution"] = execution
         return config
@@ -253,6 +260,7 @@ class Study:
         outputs = {e.get("output") for e in config["learners"]} - {None}
         return cls(learners, cv=cv, estimators=estimators or ["kfold"], loss=config.get("loss"),
                    task=config.get("task"), fit_seed=execution.pop("fit_seed", None),
+                   fit_timeout=execution.pop("fit_timeout", None),
                    output=outputs.pop() if len(outputs) == 1 else None,
                    name=config.get("name", "study"), execution=execution or None)
 

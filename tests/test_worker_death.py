@@ -7,40 +7,51 @@ import re
 
 import numpy as np
 import pytest
+from sklearn.linear_model import Ridge
 
 import fault_helpers as fh
 
 
 def test_fit_that_exits_its_process_is_a_failed_fit(tmp_path):
-    from cvflow.fit import fit_isolated
+    """In a child process (cvflow.isolated) a fit that ends its process is recorded with its
+    exit status; the fits before and after it (a new child) are unaffected."""
+    from cvflow.isolated import fit_cells
     from cvflow.learners import Param
 
     X, y = np.arange(20.0).reshape(10, 2), np.arange(10.0)
-    train = np.arange(10) < 8
-    ok = fit_isolated(Param("r", "fault_helpers.DyingRidge", hyper={"alpha": 1.0, "die_at": 10.0}),
-                      X, y, train)
-    assert ok[2] == "" and np.isfinite(ok[0]).all()
-    pred, _, error = fit_isolated(
-        Param("r", "fault_helpers.DyingRidge", hyper={"alpha": 10.0, "die_at": 10.0}), X, y, train)
+    train = (np.arange(10) < 8)[None, :]
+    params = [Param("r", "fault_helpers.DyingRidge", hyper={"alpha": a, "die_at": 10.0})
+              for a in (1.0, 10.0, 100.0)]
+    out = fit_cells(params, X, y, train, [(0, 0), (1, 0), (2, 0)])
+    for h in (0, 2):
+        pred, _, error = out[(h, 0)]
+        assert error == ""
+        expected = Ridge(alpha=params[h].hyper["alpha"]).fit(X[:8], y[:8]).predict(X)
+        np.testing.assert_allclose(pred, expected, rtol=1e-12)
+    pred, _, error = out[(1, 0)]
     assert np.isnan(pred).all()
     assert error.startswith("worker died: the fit ended its process with exit status 3")
 
 
-def test_fit_over_the_memory_limit_is_stopped_in_its_child(tmp_path):
-    from cvflow.fit import fit_isolated
+def test_fit_over_the_memory_limit_or_the_time_limit_is_stopped_in_its_child(tmp_path):
+    from cvflow.isolated import fit_cells
     from cvflow.learners import Param
 
     X, y = np.arange(20.0).reshape(10, 2), np.arange(10.0)
-    train = np.arange(10) < 8
-    hungry = Param("r", "fault_helpers.HungryRidge",
-                   hyper={"alpha": 10.0, "hungry_at": 10.0, "hunger_mb": 400, "hold": 1.0})
-    pred, _, error = fit_isolated(hungry, X, y, train, memory_limit=200 * 2**20)
+    train = (np.arange(10) < 8)[None, :]
+    hungry = [Param("r", "fault_helpers.HungryRidge",
+                    hyper={"alpha": 10.0, "hungry_at": 10.0, "hunger_mb": 400, "hold": 1.0})]
+    pred, _, error = fit_cells(hungry, X, y, train, [(0, 0)], memory_limit=200 * 2**20)[(0, 0)]
     assert np.isnan(pred).all()
     used = float(re.search(r"the fit used ([0-9.]+) GiB, over the worker's memory limit of 0.20 GiB",
                            error).group(1))
-    assert used > 0.19        # over the limit (the child also holds its parent's pages)
-    pred, _, error = fit_isolated(hungry, X, y, train, memory_limit=2**30)   # room enough
+    assert used > 0.19
+    pred, _, error = fit_cells(hungry, X, y, train, [(0, 0)], memory_limit=2**30)[(0, 0)]   # room enough
     assert error == "" and np.isfinite(pred).all()
+    sleeping = [Param("r", "fault_helpers.SleepingRidge", hyper={"alpha": 1.0, "sleep_at": 1.0})]
+    pred, seconds, error = fit_cells(sleeping, X, y, train, [(0, 0)], timeout=2.0)[(0, 0)]
+    assert np.isnan(pred).all() and seconds == 2.0
+    assert error == "timed out after 2 s (execution.fit_timeout); the fit was stopped"
 
 
 @pytest.mark.slow
