@@ -249,8 +249,6 @@ class _Run:
     t_start: float
 
     def on(self, c, *, dashboard: bool) -> RunResult:
-        import dask.config
-
         from . import live
         from .loop import Block, Loop, time_on_workers
         from .tasks import TaskContext
@@ -260,12 +258,9 @@ class _Run:
         ctx = TaskContext(store=path, run_id=run_id, token=self.lock.token,
                           fit_timeout=float(self.fit_timeout) if self.fit_timeout else None,
                           client_pid=os.getpid())
-        limits = dask.config.get("cvflow.execution", default={}) or {}
         per_fit = self.per_fit
         if per_fit is None and self.wants_timing:
-            per_fit = time_on_workers(c, ctx, study, self.path_aware,
-                                      deadline=float(limits.get("no-worker-seconds", 300))
-                                      + float(limits.get("stall-seconds", 300)))
+            per_fit = time_on_workers(c, ctx, study, self.path_aware)
         # DESIGN CHOICE: a new store is created in a thread of the client while the first blocks
         # fit (their tasks wait for it before writing, tasks._wait_ready): its ~25 arrays cost
         # ~70-100 ms (store.create), about as much as a small study's fits. No process is ever
@@ -310,9 +305,7 @@ class _Run:
         ctx = dataclasses.replace(ctx, ready=ready and ready.name)
         loop = Loop(c, ctx, params=params, train=design.train, data=d, path_aware=self.path_aware,
                     record=recorder.block, lock_lost=lambda: self.lock.lost,
-                    scorer=monitor and monitor.scorer,
-                    stall_seconds=float(limits.get("stall-seconds", 300)),
-                    no_worker_seconds=float(limits.get("no-worker-seconds", 300)))
+                    scorer=monitor and monitor.scorer)
         try:
             loop.submit(blocks)
             if creating is not None and ready is not None:

@@ -55,11 +55,10 @@ class Block:
 FALLBACK_SECONDS_PER_FIT = 0.05
 
 
-def time_on_workers(client, ctx: TaskContext, study, path_aware: bool, *,
-                    deadline: float) -> float:
+def time_on_workers(client, ctx: TaskContext, study, path_aware: bool) -> float:
     """The timed estimate of one fit's seconds, from a task on the workers
     (:func:`cvflow.tasks.time_fits`); ``FALLBACK_SECONDS_PER_FIT`` when the timing killed its
-    workers, ran out of time, or found no worker within ``deadline`` seconds."""
+    workers or ran out of time. StallError when the workers make no progress (:class:`Watchdog`)."""
     from distributed import KilledWorker
 
     from .tasks import time_fits
@@ -67,9 +66,14 @@ def time_on_workers(client, ctx: TaskContext, study, path_aware: bool, *,
     d = study.data
     future = client.submit(time_fits, ctx, study.params, d.fit_X, d.y, study.design.train[0],
                            d.positive, path_aware, pure=False, key=f"cvflow-timing-{ctx.run_id}")
+    watchdog = Watchdog(client)
     try:
-        return float(future.result(timeout=deadline))
-    except (KilledWorker, TimeoutError) as exc:
+        while True:
+            try:
+                return float(future.result(timeout=WAKE_SECONDS))
+            except TimeoutError:
+                watchdog.check([future])
+    except KilledWorker as exc:
         log.warning("timing the fits on the workers failed (%s); blocks are sized for %g s a fit",
                     type(exc).__name__, FALLBACK_SECONDS_PER_FIT)
         future.cancel()
@@ -85,12 +89,11 @@ class Loop:
 
     def __init__(self, client, ctx: TaskContext, *, params: list[Param], train: np.ndarray,
                  data, path_aware: bool, record: Callable[[dict], None],
-                 lock_lost: Callable[[], bool] = lambda: False, scorer=None,
-                 stall_seconds: float = 300.0, no_worker_seconds: float = 300.0):
+                 lock_lost: Callable[[], bool] = lambda: False, scorer=None):
         self.client, self.ctx, self.params, self.train = client, ctx, params, train
         self.data, self.path_aware, self.record, self.scorer = data, path_aware, record, scorer
         self.lock_lost = lock_lost
-        self.stall_seconds, self.no_worker_seconds = stall_seconds, no_worker_seconds
+        self.watchdog = Watchdog(client)
         self.finished: queue.SimpleQueue = queue.SimpleQueue()
         self.futures: dict[str, object] = {}        # key -> future still running
         self.blocks: dict[str, Block] = {}           # block task key -> its block
@@ -155,8 +158,6 @@ class Loop:
     # --- the loop -----------------------------------------------------------------------------
 
     def run(self) -> None:
-        last_progress = time.monotonic()
-        last_said = 0.0
         try:
             while self.futures:
                 try:
@@ -167,11 +168,11 @@ class Loop:
                     raise LockLostError(f"store: {self.ctx.store}: another run took over the run "
                                         "lock; this run stopped and cancelled its tasks")
                 if future is None:
-                    last_progress, last_said = self._check_progress(last_progress, last_said)
+                    self.watchdog.check(list(self.futures.values()))
                     continue
                 if self.futures.pop(future.key, None) is None:
                     continue                              # cancelled, or seen already
-                last_progress = time.monotonic()
+                self.watchdog.progressed()
                 summary = self._take(future)
                 if summary is not None:
                     self.record(summary)
@@ -205,10 +206,30 @@ class Loop:
             self.submit([dataclasses.replace(block, isolated=True)])
             return None
 
-    # --- the watchdog -------------------------------------------------------------------------
 
-    def _check_progress(self, last_progress: float, last_said: float) -> tuple[float, float]:
-        """Nothing came back for a second: are the workers working? StallError if not for long."""
+class Watchdog:
+    """Says whether a run still makes progress; :meth:`check` raises StallError when not.
+
+    Progress is a task coming back (:meth:`progressed`) or a worker using CPU. The deadlines
+    are config ``cvflow.execution.stall-seconds`` (workers connected, all idle) and
+    ``cvflow.execution.no-worker-seconds`` (none connected).
+    """
+
+    def __init__(self, client):
+        import dask.config
+
+        self.client = client
+        self.stall_seconds = float(dask.config.get("cvflow.execution.stall-seconds", default=300))
+        self.no_worker_seconds = float(dask.config.get("cvflow.execution.no-worker-seconds",
+                                                       default=300))
+        self.last_progress = time.monotonic()
+        self.last_said = 0.0
+
+    def progressed(self) -> None:
+        self.last_progress = time.monotonic()
+
+    def check(self, pending: list) -> None:
+        """Nothing came back for a while: are the workers working? StallError if not for long."""
         now = time.monotonic()
         try:
             workers = self.client.scheduler_info().get("workers", {})
@@ -216,32 +237,30 @@ class Loop:
             workers, why = {}, f"the scheduler did not answer ({exc})"
         else:
             why = None
-        busy = any(w.get("metrics", {}).get("cpu", 0.0) > IDLE_CPU_PERCENT
-                   for w in workers.values())
-        if busy:
-            return now, last_said
-        quiet = now - last_progress
+        if any(w.get("metrics", {}).get("cpu", 0.0) > IDLE_CPU_PERCENT for w in workers.values()):
+            self.last_progress = now
+            return
+        quiet = now - self.last_progress
         limit = self.no_worker_seconds if not workers else self.stall_seconds
         waiting = why or ("no worker is connected" if not workers else
-                          f"{len(self.futures)} tasks not back, {len(workers)} workers idle")
+                          f"{len(pending)} tasks not back, {len(workers)} workers idle")
         if quiet > limit:
-            raise StallError(f"no progress for {quiet:.0f} s: {waiting}; {self._stacks()}"
+            raise StallError(f"no progress for {quiet:.0f} s: {waiting}; {self._stacks(pending)}"
                              .rstrip("; "))
-        if quiet > 30 and now - last_said > 30:
+        if quiet > 30 and now - self.last_said > 30:
             log.warning("waiting for %s: no progress for %.0f s (the run stops after %.0f s)",
                         waiting, quiet, limit)
-            last_said = now
-        return last_progress, last_said
+            self.last_said = now
 
-    def _stacks(self) -> str:
+    def _stacks(self, pending: list) -> str:
         """Where the running tasks are (Dask's call stacks), in one line."""
         try:
-            stacks = self.client.call_stack(list(self.futures.values()))
+            stacks = self.client.call_stack(pending)
         except Exception:  # noqa: BLE001
             return ""
         parts = []
         for worker, tasks in (stacks or {}).items():
             for key, frames in tasks.items():
-                top = [f.strip() for f in frames][-3:] if frames else []
+                top = [" ".join(str(f).split()) for f in frames][-3:] if frames else []
                 parts.append(f"{key} on {worker}: " + " <- ".join(reversed(top)))
         return ("running: " + " | ".join(parts[:4])) if parts else "no task is running"

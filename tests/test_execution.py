@@ -125,8 +125,8 @@ def test_a_stuck_run_stops_says_where_and_releases_its_lock(tmp_path):
                                           dashboard=()))
     assert code == 1, err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("cvflow: error: no progress for "), last
-    assert "tasks not back, 1 workers idle" in last and "cvflow-block-" in last, last
+    assert last.startswith("cvflow: error: StallError: no progress for "), last
+    assert "tasks not back, 1 workers idle" in last and " on tls://127.0.0.1:" in last, last
     assert "sleep" in last, last                    # the stack names where it waits
     assert not (tmp_path / "s.zarr.lock").exists()
 
@@ -211,3 +211,40 @@ def test_run_without_main_guard_on_process_workers(tmp_path, write_workflow, how
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines() == ["fits 36 local (as asked)"], proc.stdout
     assert "Nanny failed" not in proc.stderr and "bootstrapping" not in proc.stderr
+
+
+def test_no_worker_outlives_its_killed_client_and_nothing_is_written_after(tmp_path):
+    """issue 23: after a SIGKILL of the client its workers lived on and wrote chunks for a
+    minute with no lock held. Process workers watch their parent: they end with it."""
+    import os
+    import signal
+    import time
+
+    wf = fh.slow_workflow(tmp_path / "s.yaml", delay=0.3)
+    store = tmp_path / "s.zarr"
+    proc = fh.start_run(wf, store, "--workers", "2", dashboard=())
+    try:
+        fh.wait_for_done(store, 4, proc)
+        workers = fh.worker_pids(proc)
+        assert len(workers) == 2, workers
+        os.kill(proc.pid, signal.SIGKILL)                 # the client only
+        proc.wait()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in workers), "a worker outlived its client"
+        before = {p: p.stat().st_mtime_ns for p in (store / "pred").rglob("*") if p.is_file()}
+        time.sleep(3)
+        after = {p: p.stat().st_mtime_ns for p in (store / "pred").rglob("*") if p.is_file()}
+        assert after == before, "a chunk was written after the client died"
+    finally:
+        fh.reap(proc)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

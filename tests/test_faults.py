@@ -114,10 +114,10 @@ def test_all_workers_killed_mid_run(workflow, clean, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cluster, who", [("local", "client"), ("forked", "client"),
-                                          ("forked", "process group")])
+@pytest.mark.parametrize("cluster, who", [("local", "client"), ("auto", "client"),
+                                          ("auto", "process group")])
 def test_ctrl_c_then_resume(workflow, clean, tmp_path, cluster, who):
-    """Ctrl-C in a terminal reaches the whole process group (the forked workers too)."""
+    """Ctrl-C in a terminal reaches the whole process group (the worker processes too)."""
     store = tmp_path / "s.zarr"
     port = ("--dashboard-port", "0") if cluster == "local" else ()
     proc = fh.start_run(workflow, store, "--workers", "2", "--cluster", cluster, dashboard=port)

@@ -41,11 +41,11 @@ import fault_helpers as fh
 
 # The routes a user can name on one machine (`--cluster ROUTE`; "auto" is the default: no
 # flag). Edit this list when the execution layer's routes change (issue 22 removes `forked`).
-ROUTES = ("auto", "threads", "forked", "local")
+ROUTES = ("auto", "threads", "local")
 # Routes that hang on main before the engine rewrite of issue 22 (there 10 of the 18 default-
 # suite runs of auto and forked hung, 3 of 3 for `python - < script.py` on forked): not started
 # (xfail, run=False) so that main's suite stays green and quick. The lead empties this.
-HANG_BEFORE_REWRITE = ("auto", "forked")
+HANG_BEFORE_REWRITE: tuple[str, ...] = ()
 # A hang detector, not a speed limit: a run takes 3-10 s on 2 quiet cores, ~4x that at load 20.
 DEADLINE = 120.0
 PARALLEL = 2                                       # runs at a time
@@ -393,7 +393,6 @@ def assert_culprit_failed(store: Path, message: str) -> None:
 
 
 @pytest.mark.timeout(_budget(1))
-@pytest.mark.xfail(strict=False, reason="issue 22: engine rewrite")
 def test_fit_that_ends_its_process_is_recorded_failed_on_the_default_route(tmp_path):
     """A learner whose fit calls ``os._exit(3)`` for alpha = 10: that param's fits are failed
     with the exit status, every other fit is there, and `cvflow run` exits 0."""
@@ -406,7 +405,6 @@ def test_fit_that_ends_its_process_is_recorded_failed_on_the_default_route(tmp_p
 
 
 @pytest.mark.timeout(_budget(1) + 60)
-@pytest.mark.xfail(strict=False, reason="issue 22: engine rewrite")
 def test_fit_past_fit_timeout_is_recorded_timed_out_on_the_default_route(tmp_path):
     """A learner whose fit never returns for alpha = 10, with ``execution.fit_timeout: 5``:
     that param's fits are failed ("timed out after 5 s"), every other fit is there, exit 0."""

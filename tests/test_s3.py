@@ -124,9 +124,9 @@ def test_quickstart_to_s3_equals_a_local_run(s3, quick_local, tmp_path):
     assert again.returncode == 0 and "already complete, 0 fits performed" in again.stdout
 
 
-def test_forked_workers_write_an_s3_store(s3, quick_local, tmp_path):
-    """Workers forked from a client that already talks to S3 (fsspec and zarr start their own
-    event loops in a forked child) write the cube of a local run, one block of 20 fits each."""
+def test_process_workers_write_an_s3_store(s3, quick_local, tmp_path):
+    """Worker processes started by a client that already talks to S3 (its fsspec and zarr event
+    loops running) write the cube of a local run, one block of 20 fits each."""
     import yaml
 
     import cvflow
@@ -136,8 +136,8 @@ def test_forked_workers_write_an_s3_store(s3, quick_local, tmp_path):
     (tmp_path / "q.yaml").write_text(yaml.safe_dump(workflow))
     url = _url()
     cvflow.open(quick_local)                  # the client's S3 / zarr machinery is warm
-    result = cvflow.run(tmp_path / "q.yaml", store=url, cluster="forked", workers=2)
-    assert result.execution == "forked (as asked)" and result.fits_executed == 120
+    result = cvflow.run(tmp_path / "q.yaml", store=url, cluster="local", workers=2)
+    assert result.execution == "local (as asked)" and result.fits_executed == 120
     assert result.tasks == 6
     cube, local = cvflow.open(url), cvflow.open(quick_local)
     assert cube["done"].values.all()
