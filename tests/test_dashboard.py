@@ -69,7 +69,7 @@ def test_printed_dashboard_answers_and_lists_tasks(running):
     print(f"{url}: 200; counts {counts}")
     assert status == 200 and counts["workers"] == 2 and counts["tasks"] > 0
     status, body = _get(f"{base}/info/main/workers.html")
-    assert status == 200 and b"tcp://127.0.0.1:" in body
+    assert status == 200 and b"tls://127.0.0.1:" in body   # TLS by default (issue 23)
 
 
 async def _devtools(url: str, expression: str, until, *, user_data: str, timeout: float):
