@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 # `stall_seconds` while nothing comes back is stuck (a deadlock, a fit waiting on a lock).
 IDLE_CPU_PERCENT = 5.0
 WAKE_SECONDS = 1.0
+# times a block fitted in child processes is sent again after its workers died under it
+ISOLATED_RETRIES = 3
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Block:
     splits: slice
     todo: np.ndarray | None = None
     isolated: bool = False            # its fits in child processes: it killed its workers
+    deaths: int = 0                   # KilledWorker of its isolated task so far
 
 
 # seconds per fit assumed when the timing task fails: blocks of a few fits each
@@ -189,11 +192,16 @@ class Loop:
             if self._lost_input(future, exc):
                 return None
             block = self.blocks.pop(future.key)
+            if block.isolated and block.deaths < ISOLATED_RETRIES:
+                # a task queued on a worker dies with it, though its own fits are safe in child
+                # processes: another block killed that worker; send it again
+                self.submit([dataclasses.replace(block, deaths=block.deaths + 1)])
+                return None
             if block.isolated:
                 raise RuntimeError(
                     f"the workers running the block of params {block.params.start}-"
                     f"{block.params.stop - 1} x splits {block.splits.start}-{block.splits.stop - 1} "
-                    f"died {exc.allowed_failures + 1} times although its fits ran in child "
+                    f"died {ISOLATED_RETRIES + 1} times although its fits ran in child "
                     "processes: something else ends the workers (memory, an external kill)") from None
             # DESIGN CHOICE: a block whose task killed its workers (Dask retried it once,
             # allowed-failures) is fitted again in child processes, one fit at a time

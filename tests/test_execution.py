@@ -248,3 +248,30 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+NO_FORK = """\
+import os, sys
+forks = []
+os.register_at_fork(before=lambda: forks.append(1))    # os.fork / multiprocessing's fork
+import cvflow
+result = cvflow.run(sys.argv[1], store=sys.argv[2], cluster=sys.argv[3], workers=2)
+print("forks", len(forks), result.execution.split(":")[0].split(" ")[0], result.failed)
+"""
+
+
+@pytest.mark.parametrize("cluster", ["auto", "threads", "local"])
+def test_a_run_never_forks_its_threaded_process(tmp_path, cluster):
+    """issue 22: forking the client while a zarr thread held zarr's loop lock hung the forked
+    workers (zarr 3.1 resets its loop after a fork, not its lock). No route forks the client:
+    workers are spawned (multiprocessing's spawn, subprocess: fork and exec in one C call,
+    which runs no Python at-fork handler). A fresh interpreter counts the forks."""
+    wf = fh.dying_workflow(tmp_path / "w.yaml", 10.0, fits_per_task=4)     # a dead worker too
+    proc = subprocess.run([sys.executable, "-c", NO_FORK, str(wf), str(tmp_path / "s.zarr"),
+                           cluster], env=fh.cli_env(), capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    if cluster == "threads":    # the learner's os._exit ends the client: the price of threads
+        assert proc.returncode == 3, proc.stderr[-2000:]
+        return
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["forks", "0", "local", "4"], proc.stdout
