@@ -174,7 +174,8 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
 def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, dashboard_port,
                 client, progress, tls, cluster_options, pool: ThreadPoolExecutor,
                 lock) -> RunResult:
-    from .cluster import AUTO, choose, connect
+    from .blocks import gil_share
+    from .cluster import AUTO, choose, connect, serves_dashboard
     from .cluster import resolve as resolve_cluster
     from .fit import only_paths
 
@@ -202,7 +203,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         cluster, execution = choose(
             cluster, seconds=(per_fit or 0.0) * len(study.params) * study.design.n_splits,
             workers=workers, dashboard=dashboard_port is not None, in_process_safe=in_process_safe,
-            fit_timeout=fit_timeout, gil_share=_gil_share(study.params, path_aware))
+            fit_timeout=fit_timeout, gil_share=gil_share(study.params, path_aware))
         log.info("execution: %s", execution)
         if auto and cluster == "local" and dashboard_port is None:
             # the estimate of a learner's own fits comes from the workers, later: no dashboard
@@ -219,13 +220,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     live.enable_routes()        # the scheduler started here serves <dashboard>/cvflow
     with connect(cluster, workers=workers, dashboard_port=dashboard_port, tls=tls,
                  options=cluster_options, store=path) as c:
-        return run.on(c, dashboard=serves_dashboard_of(cluster, dashboard_port, cluster_options))
-
-
-def serves_dashboard_of(cluster, dashboard_port, options) -> bool:
-    from .cluster import serves_dashboard
-
-    return serves_dashboard(cluster, dashboard_port, options)
+        return run.on(c, dashboard=serves_dashboard(cluster, dashboard_port, cluster_options))
 
 
 @dataclass
@@ -329,9 +324,3 @@ class _Run:
                 c.set_metadata(["cvflow", run_id], None)   # the run's timeouts: forgotten
         result.wall_seconds = time.perf_counter() - self.t_start
         return result
-
-
-def _gil_share(params, path_aware: bool) -> float:
-    from .blocks import gil_share
-
-    return gil_share(params, path_aware)

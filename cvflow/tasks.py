@@ -177,6 +177,7 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
     """
     t0 = time.perf_counter()
     late, watch = _timed_out(ctx)
+    attempted = todo                 # the cells this run fits, the timed-out ones included
     if late:
         todo = np.ones((len(params), train.shape[0]), bool) if todo is None else todo.copy()
         for h, s in late:
@@ -201,7 +202,7 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
         _wait_ready(ctx)
     check_fence(ctx)
     cube_store.write_pred(ctx.store, result)
-    summary = summarize(result, todo if not late else _with(todo, late))
+    summary = summarize(result, attempted)
     if scorer is not None:
         summary["terms"] = scorer(result.pred, y, train, params, positive)
     summary["task_seconds"] = time.perf_counter() - t0
@@ -243,13 +244,6 @@ def _worker_memory_limit() -> int | None:
         return get_worker().memory_manager.memory_limit or None
     except (ImportError, ValueError, AttributeError):
         return None
-
-
-def _with(todo: np.ndarray, cells) -> np.ndarray:
-    out = todo.copy()
-    for h, s in cells:
-        out[h, s] = True
-    return out
 
 
 def time_fits(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray, positive,

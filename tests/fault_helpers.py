@@ -191,24 +191,9 @@ class DyingRidge(Ridge):
         return super().fit(X, y, sample_weight=sample_weight)
 
 
-class SleepingRidge(Ridge):
-    """Ridge whose fit never ends (sleeps) when ``alpha == sleep_at``: a pathological
-    hyperparameter that would hold a study forever without a time limit."""
-
-    def __init__(self, alpha=1.0, sleep_at=None):
-        super().__init__(alpha=alpha)
-        self.sleep_at = sleep_at
-
-    def fit(self, X, y, sample_weight=None):
-        if self.sleep_at is not None and self.alpha == self.sleep_at:
-            time.sleep(10**6)
-        return super().fit(X, y, sample_weight=sample_weight)
-
-
 def sleeping_workflow(path: Path, sleep_at, execution: str = "fits_per_task: 16") -> Path:
     """4 alphas x (3 folds + full fit) of a learner that never ends at ``alpha == sleep_at``."""
-    return _ridge_workflow(path, "sleeping", "SleepingRidge", f"sleep_at: {sleep_at}",
-                           (0.1, 1.0, 10.0, 100.0), 3, execution)
+    return faulty_workflow(path, "StuckRidge", "stuck_at", sleep_at, execution)
 
 
 class HungryRidge(Ridge):

@@ -48,7 +48,7 @@ def test_fit_over_the_memory_limit_or_the_time_limit_is_stopped_in_its_child(tmp
     assert used > 0.19
     pred, _, error = fit_cells(hungry, X, y, train, [(0, 0)], memory_limit=2**30)[(0, 0)]   # room enough
     assert error == "" and np.isfinite(pred).all()
-    sleeping = [Param("r", "fault_helpers.SleepingRidge", hyper={"alpha": 1.0, "sleep_at": 1.0})]
+    sleeping = [Param("r", "fault_helpers.StuckRidge", hyper={"alpha": 1.0, "stuck_at": 1.0})]
     pred, seconds, error = fit_cells(sleeping, X, y, train, [(0, 0)], timeout=2.0)[(0, 0)]
     assert np.isnan(pred).all() and seconds == 2.0
     assert error == "timed out after 2 s (execution.fit_timeout); the fit was stopped"
