@@ -9,7 +9,7 @@ import pytest
 
 from cvflow import report
 from cvflow.estimators import (bates_ncv, corrected_t, cv_confidence, guardrails, nadeau_bengio,
-                               ustat, wald_cv)
+                               paired_5x2cv, ustat, wald_cv)
 from cvflow.report_html import write_html
 from cvflow.testing import cube_from_predictions, simple_design
 
@@ -147,3 +147,23 @@ estimators: [{corrected_t: {compare: [0, 1]}}, {wald_cv: {compare: [0, 1]}},
     assert "few_samples" in {w["code"] for w in doc["bbc_cv"]["warnings"]}
     assert 0 <= doc["corrected_t"]["p_value"] <= 1
     assert len(doc["cv_confidence"]["in_set"]["values"]) == 2
+
+
+@pytest.mark.parametrize("shift", [0.0, 1.0, 0.1])
+@pytest.mark.parametrize("estimator", [corrected_t, wald_cv, paired_5x2cv])
+def test_differences_that_do_not_vary(estimator, shift):
+    """a predicts y + shift, b predicts y (absolute loss): every difference is shift (0 for
+    identical predictions; 0.1 leaves a rounding-level variance ~1e-34, which gave t ~ 1e16,
+    p = 0 before). The test is undefined: NaN statistic, p and interval, and the warning."""
+    n = 40
+    design = simple_design(n, 2, repeats=5, seed=3)
+    y = np.linspace(0.0, 1.0, n)
+    pred = np.empty((2, design.n_splits, n))
+    pred[0], pred[1] = y + shift, y
+    out = estimator(cube_from_predictions(pred, y, design, loss="absolute"), compare=[0, 1])
+    assert float(out["estimate"]) == pytest.approx(shift, abs=1e-15)
+    for name in out.data_vars:
+        if name.split("_")[0] in ("t", "z", "f", "p", "se", "lower", "upper"):
+            assert np.isnan(float(out[name])), name
+    flagged = [w for w in guardrails.read(out) if w["code"] == "variance_not_positive"]
+    assert flagged and "0 up to rounding" in flagged[0]["message"]

@@ -220,6 +220,16 @@ def wald_cv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = No
     z = normal_quantile(1 - a_level / 2)
     se_w = np.sqrt(var_within / n_mean)
     se_a = np.sqrt(var_all / n_mean)
+    flat: list[dict] = []
+    if compare is not None and b is not None:
+        # DESIGN CHOICE: a paired test whose differences do not vary has no sampling
+        # variance to estimate: its interval is NaN (not the degenerate [d, d]) and says so,
+        # as corrected_t and paired_5x2cv do; the estimate d is still given.
+        scale = float(np.abs(e).max())
+        for kind, var in (("within", var_within.item()), ("all", var_all.item())):
+            flat += guardrails.flat_variance(var, scale, f"wald_cv ({kind})")
+        se_w = se_w.where(not guardrails.flat(var_within.item(), scale))
+        se_a = se_a.where(not guardrails.flat(var_all.item(), scale))
     out = xr.Dataset({
         "estimate": estimate, "var_within": var_within, "var_all": var_all,
         "se_within": se_w, "se_all": se_a,
@@ -229,7 +239,7 @@ def wald_cv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = No
     attrs["folds"] = k
     warnings = (guardrails.missing(int(terms["missing"].sum()), "wald_cv")
                 + guardrails.sample_count(int(n.min()), "wald_cv")
-                + guardrails.test_set_sizes(sizes.values))
+                + guardrails.test_set_sizes(sizes.values) + flat)
     if compare is None:
         return guardrails.attach(_finish(out, cube, sub, param, attrs), warnings, "wald_cv")
     out = out.isel(param=0, drop=True)

@@ -86,7 +86,9 @@ def corrected_t(cube: xr.Dataset, *, loss: str | None = None, compare=None,
         res["t"] = res["p_value"] = np.nan
     r, k = d.shape
     warnings = (guardrails.missing(int(np.isnan(scores).any(axis=(1, 2)).sum()), where)
-                + guardrails.test_set_sizes(sizes) + guardrails.fold_count(r * k, where))
+                + guardrails.test_set_sizes(sizes) + guardrails.fold_count(r * k, where)
+                + guardrails.flat_variance(float(res["sample_variance"]),
+                                           float(np.abs(d).max()), where))
     out = xr.Dataset({
         **{key: xr.DataArray(float(res[key])) for key in SCALARS + ("ratio",)},
         "df": xr.DataArray(int(res["df"])),

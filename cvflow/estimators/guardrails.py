@@ -12,7 +12,8 @@ code                   when
 tiny_test_sets         a fold (or the held-out test set) scores fewer than TINY_TEST samples
 few_samples            a normal approximation over fewer than FEW_SAMPLES analysis samples
 few_folds              fewer than FEW_FOLDS (fold, repeat) terms behind a variance
-variance_not_positive  a variance estimate is ≤ 0, so the test and interval are NaN
+variance_not_positive  a variance estimate is ≤ 0 (or 0 up to rounding), so the test and
+                       interval are NaN
 variance_imprecise     the Monte Carlo se of ustat's v̂ is large against v̂
 conservative_design    nadeau_bengio on a subset design (n_test/n_train ≥ 1)
 mse_clamped            bates_ncv's se hit the naive floor (or MSE < 0) or the √K cap
@@ -34,6 +35,10 @@ log = logging.getLogger(__name__)
 TINY_TEST = 10
 FEW_SAMPLES = 30
 FEW_FOLDS = 10
+# DESIGN CHOICE: a variance whose sd is below ROUNDING times the largest |difference| is 0 up to
+# rounding (identical differences d give var ~ (1e-16·d)², not 0: with d = 0.1 everywhere
+# corrected_t gave t = 1.3e16, p = 0). The tests treat it as 0: their statistic is undefined.
+ROUNDING = 1e-12
 
 
 def warning(code: str, message: str, **numbers) -> dict:
@@ -105,6 +110,22 @@ def variance_sign(variance: float, total: float | None = None) -> list[dict]:
         out.append(warning("variance_not_positive", f"the total variance is not positive "
                            f"({total:.3g}); z, p and the interval are NaN", total=float(total)))
     return out
+
+
+def flat(variance: float, scale: float) -> bool:
+    """True when ``variance`` is ≤ 0 or 0 up to rounding: sd ≤ ROUNDING · ``scale`` (the largest
+    |value| whose spread it measures). False for NaN (a missing fit says so itself)."""
+    return bool(np.isfinite(variance) and variance <= (ROUNDING * scale) ** 2)
+
+
+def flat_variance(variance: float, scale: float, what: str) -> list[dict]:
+    """``variance_not_positive`` when :func:`flat` says the variance behind a test is 0."""
+    if not flat(variance, scale):
+        return []
+    return [warning("variance_not_positive", f"{what}: the variance behind the test is "
+                    f"{variance:.3g}, 0 up to rounding (the values do not vary; identical "
+                    "predictions give differences of 0): the statistic, p-value and interval "
+                    "are NaN", variance=float(variance))]
 
 
 def variance_precision(variance: float, variance_se: float, groups: int,

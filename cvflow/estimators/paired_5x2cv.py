@@ -33,6 +33,8 @@ def five_by_two_stats(p: np.ndarray, alpha: float) -> dict:
     """Dietterich's t and Alpaydın's F from the differences ``p`` (5, 2); NaN if any is NaN.
 
     Returns ``estimate`` (mean of the 10 differences), ``first_difference`` (p_1^(1)),
+    ``variance`` (Σ s_i² / 5, not a result variable; t, F and the interval are NaN when it is 0
+    up to rounding),
     ``se`` = sqrt(Σ s_i² / 5), ``t``, ``p_value`` (two-sided, 5 df), ``lower``/``upper``
     (p_1^(1) ± t_{5, 1−α/2}·se, the interval the t-test inverts), ``f`` and ``f_p_value``.
     """
@@ -41,8 +43,9 @@ def five_by_two_stats(p: np.ndarray, alpha: float) -> dict:
     p = np.asarray(p, dtype=np.float64)
     s2 = ((p - p.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
     out = {key: np.nan for key in SCALARS}
-    out.update(estimate=float(p.mean()), first_difference=float(p[0, 0]))
-    if np.isnan(p).any() or not s2.sum() > 0:
+    out.update(estimate=float(p.mean()), first_difference=float(p[0, 0]),
+               variance=float(s2.mean()))
+    if np.isnan(p).any() or guardrails.flat(out["variance"], float(np.abs(p).max())):
         return out
     se = math.sqrt(s2.mean())
     t = p[0, 0] / se
@@ -87,7 +90,8 @@ def paired_5x2cv(cube: xr.Dataset, *, loss: str | None = None, compare=None,
     p = scores[0] - scores[1]
     res = five_by_two_stats(p, a_level)
     warnings = (guardrails.missing(int(np.isnan(scores).any(axis=(1, 2)).sum()), where)
-                + guardrails.test_set_sizes(sizes))
+                + guardrails.test_set_sizes(sizes)
+                + guardrails.flat_variance(res["variance"], float(np.abs(p).max()), where))
     out = xr.Dataset({**{key: xr.DataArray(float(res[key])) for key in SCALARS},
                       "difference": (("repeat", "outer"), p)})
     out.attrs = {"estimator": where, "loss": name, **compare_attrs(cube, a, b),

@@ -186,7 +186,7 @@ def nadeau_bengio_stats(d: np.ndarray, n: float, g: float, alpha: float) -> dict
     s2 = float(d.var(ddof=1)) if n_fits >= 2 else np.nan
     variance = (1.0 / n_fits + (n - g) / g) * s2 if n_fits >= 2 else np.nan
     out = {"estimate": mean, "sample_variance": s2, "variance": variance, "df": n_fits - 1}
-    if not np.isfinite(variance) or variance <= 0:
+    if not np.isfinite(variance) or guardrails.flat(s2, float(np.abs(d).max(initial=0.0))):
         out.update(se=np.nan, t=np.nan, p_value=np.nan, lower=np.nan, upper=np.nan)
         return out
     from scipy import stats     # imported here: scipy.stats alone takes ~0.5 s to import
@@ -504,7 +504,9 @@ def nadeau_bengio(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=
         "b": param_label(cube, ib) if ib is not None else {},
         "alpha": float(alpha), "message": message,
     }
-    warnings = guardrails.missing(_missing_params(cube, bad, ia, ib), where)
+    warnings = (guardrails.missing(_missing_params(cube, bad, ia, ib), where)
+                + guardrails.flat_variance(float(res["sample_variance"]),
+                                           float(np.abs(d).max(initial=0.0)), where))
     if n - g >= g:
         # DESIGN CHOICE: the correction (1/F + n_test/n_train) was derived for test fractions
         # well below 1/2; with learning sets of at most n/2 it inflates the variance.
