@@ -57,6 +57,16 @@ def test_failed_param_never_chosen():
     assert "missing_fits" in {w["code"] for w in json.loads(out.attrs["warnings"])}
 
 
+def test_few_samples_speaks_of_a_bootstrap_interval():
+    """BBC-CV's interval is a bootstrap percentile interval and it gives no p-value: the
+    warning says so (it spoke of a normal approximation and p-values)."""
+    cube, _ = random_cube(n=21, k=4, repeats=1, n_params=3, seed=2)
+    (few,) = [w for w in json.loads(bbc_cv(cube, B=20).attrs["warnings"])
+              if w["code"] == "few_samples"]
+    assert few["message"] == ("bbc_cv uses a bootstrap percentile interval over n = 19 samples "
+                              "(< 30); its coverage may be far from nominal")   # 2 test samples
+
+
 @pytest.mark.parametrize("kw,match", [
     ({"B": 0}, r"bbc_cv.B: 0; give a positive integer"),
     ({"B": 2.5}, r"bbc_cv.B: 2.5; give a positive integer"),

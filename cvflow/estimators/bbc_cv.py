@@ -114,7 +114,8 @@ def bbc_cv(cube: xr.Dataset, *, loss: str | None = None, B: int = 1000, seed: in
     if choice["test_risk"] is not None:
         out["test_risk"] = xr.DataArray(choice["test_risk"])
     warnings = (guardrails.missing(int(np.isnan(kfold).sum()), where)
-                + guardrails.sample_count(n, where))
+                + guardrails.sample_count(n, where, method="a bootstrap percentile interval",
+                                          answers="its coverage"))
     if finite.size < oob.size:
         warnings.append(guardrails.warning(
             "empty_out_of_bag", f"{oob.size - finite.size} of {oob.size} bootstrap samples had "

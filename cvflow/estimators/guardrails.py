@@ -10,7 +10,7 @@ names a script can test for:
 code                   when
 =====================  ==================================================================
 tiny_test_sets         a fold (or the held-out test set) scores fewer than TINY_TEST samples
-few_samples            a normal approximation over fewer than FEW_SAMPLES analysis samples
+few_samples            an approximation (normal, bootstrap) over < FEW_SAMPLES analysis samples
 few_folds              fewer than FEW_FOLDS (fold, repeat) terms behind a variance
 variance_not_positive  a variance estimate is ≤ 0 (or 0 up to rounding), so the test and
                        interval are NaN
@@ -73,13 +73,14 @@ def test_set_sizes(sizes, what: str = "fold") -> list[dict]:
                     f"(< {TINY_TEST}); its error estimate is very noisy", smallest=smallest)]
 
 
-def sample_count(n: int, what: str) -> list[dict]:
-    """``few_samples`` when a normal approximation rests on fewer than FEW_SAMPLES samples."""
+def sample_count(n: int, what: str, *, method: str = "a normal approximation",
+                 answers: str = "its coverage and p-values") -> list[dict]:
+    """``few_samples`` when ``method`` (an approximation) rests on fewer than FEW_SAMPLES
+    samples; ``answers`` names what may be off (an interval alone has no p-values)."""
     if n >= FEW_SAMPLES:
         return []
-    return [warning("few_samples", f"{what} uses a normal approximation over n = {n} samples "
-                    f"(< {FEW_SAMPLES}); its coverage and p-values may be far from nominal",
-                    n=int(n))]
+    return [warning("few_samples", f"{what} uses {method} over n = {n} samples "
+                    f"(< {FEW_SAMPLES}); {answers} may be far from nominal", n=int(n))]
 
 
 def fold_count(terms: int, what: str) -> list[dict]:
