@@ -64,6 +64,28 @@ def test_matches_mlxtend(task):
     assert float(out["f_p_value"]) == pytest.approx(p_f, rel=1e-9)
 
 
+def test_mlxtend_with_a_score_flips_t():
+    """README: equality holds with a loss as mlxtend's scoring; with accuracy (its default for
+    classifiers, = 1 − zero_one) t changes sign and F is the same."""
+    rng = np.random.default_rng(2)
+    n, seed = 60, 5
+    X = rng.normal(size=(n, 3))
+    y = (X[:, 0] + rng.normal(size=n) > 0).astype(int)
+    params = [Param("logit", "sklearn.linear_model.LogisticRegression", hyper={"C": 1.0},
+                    output="decision_function"),
+              Param("tree", "sklearn.tree.DecisionTreeClassifier",
+                    hyper={"max_depth": 1, "random_state": 0}, output="predict_proba")]
+    design = simple_design(n, 2, fold=mlxtend_folds(n, seed))
+    out = paired_5x2cv(fit_cube(X, y, params, design, task="classification", loss="zero_one"))
+    a, b = (p.build() for p in params)
+    t, p_t = paired_ttest_5x2cv(a, b, X, y, scoring="accuracy", random_seed=seed)
+    f, _ = combined_ftest_5x2cv(a, b, X, y, scoring="accuracy", random_seed=seed)
+    assert float(out["t"]) != 0
+    assert float(out["t"]) == pytest.approx(-t, rel=1e-9)
+    assert float(out["p_value"]) == pytest.approx(p_t, rel=1e-9)
+    assert float(out["f"]) == pytest.approx(f, rel=1e-9)
+
+
 def test_by_hand():
     """Absolute loss, y = 0, constant predictions: p_i^(j) chosen directly."""
     p = np.array([[1.0, 3.0], [0.0, 2.0], [2.0, 2.0], [1.0, 1.0], [4.0, 0.0]])
