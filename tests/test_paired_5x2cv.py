@@ -105,6 +105,22 @@ def test_by_hand():
     assert "tiny_test_sets" in {w["code"] for w in json.loads(out.attrs["warnings"])}
 
 
+@pytest.mark.parametrize("n,warned", [(150, True), (200, False)])
+def test_liberal_design_warning(n, warned):
+    """Halves of n/2 samples with 10 features: warned below 10 per feature (75 < 100)."""
+    rng = np.random.default_rng(0)
+    design = simple_design(n, 2, repeats=5)
+    y = rng.normal(size=n)
+    pred = y + rng.normal(size=(2, design.n_splits, n))
+    cube = cube_from_predictions(pred, y, design, X=rng.normal(size=(n, 10)))
+    found = [w for w in json.loads(paired_5x2cv(cube).attrs["warnings"])
+             if w["code"] == "liberal_design"]
+    assert bool(found) == warned
+    if warned:
+        assert found[0]["message"].startswith("paired_5x2cv trains on halves of 75 samples "
+                                              "with 10 features (< 10 per feature)")
+
+
 def test_refused_unless_5x2():
     design = simple_design(12, 3, repeats=5)
     cube = cube_from_predictions(np.zeros((2, design.n_splits, 12)), np.zeros(12), design)

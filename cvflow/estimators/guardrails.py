@@ -18,6 +18,7 @@ variance_imprecise     the Monte Carlo se of ustat's v̂ is large against v̂
 conservative_design    nadeau_bengio on a subset design (n_test/n_train ≥ 1)
 mse_clamped            bates_ncv's se hit the naive floor (or MSE < 0) or the √K cap
 missing_fits           a param lacks a needed fit (failed or not yet written): NaN results
+liberal_design         paired_5x2cv's halves have < 10 samples per feature (paired_5x2cv.py)
 =====================  ==================================================================
 """
 from __future__ import annotations
