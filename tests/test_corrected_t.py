@@ -106,16 +106,16 @@ def test_bad_options(kw, match):
 
 @pytest.mark.slow
 def test_size_under_the_null():
-    """Two learners with the same true error: rejection rate at 5% within [2%, 8%].
+    """Two learners with the same true error: rejection rate at 5% within [3.5%, 7%].
 
     Data: y = x·β + noise, n = 80; learners least squares on features 0..4 and on
     features 5..9; both feature blocks carry the same signal strength, so the two
     learners have the same expected error at every training size (least squares on each
-    block, computed here). 10-fold × 10 repeats, 300
-    datasets (binomial sd of the rate ≈ 1.3%).
+    block, computed here). 10-fold × 10 repeats, 1,000
+    datasets (binomial sd of the rate ≈ 0.7%; README: 5.3%, the first 300 alone 7.3%).
     """
     rng = np.random.default_rng(0)
-    rejections, runs = 0, 300
+    rejections, runs = 0, 1000
     for run in range(runs):
         n = 80
         x = rng.normal(size=(n, 10))
@@ -125,7 +125,7 @@ def test_size_under_the_null():
         out = corrected_t(cube_from_predictions(pred, y, design), compare=[0, 1])
         rejections += float(out["p_value"]) < 0.05
     rate = rejections / runs
-    assert 0.02 <= rate <= 0.08, rate
+    assert 0.035 <= rate <= 0.07, rate
 
 
 def _ols_predictions(x, y, design):

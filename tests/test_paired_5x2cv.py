@@ -144,3 +144,25 @@ def test_workflow_refused_before_any_fit(tmp_path):
         parse_workflow(config, tmp_path / "wf.yaml")
     config["design"] = {"folds": 2, "repeats": 5}
     parse_workflow(config, tmp_path / "wf.yaml")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n,low,high", [(80, 0.07, 0.12), (200, 0.035, 0.075)])
+def test_size_under_the_null(n, low, high):
+    """README's liberal_design numbers: two 5-feature least-squares learners of equal true
+    error (corrected_t's null setting, 10 features), 2,000 datasets (binomial se 0.5%): the
+    t test rejects 8.2% at nominal 5% with n = 80 (halves of 40 < 10 per feature; warned) and
+    5.6% with n = 200 (not warned)."""
+    from test_corrected_t import _ols_predictions
+
+    rng = np.random.default_rng(n)
+    rejections, runs = 0, 2000
+    for run in range(runs):
+        x = rng.normal(size=(n, 10))
+        y = x[:, :5].sum(1) * 0.5 + x[:, 5:].sum(1) * 0.5 + rng.normal(size=n)
+        design = simple_design(n, 2, repeats=5, seed=run)
+        out = paired_5x2cv(cube_from_predictions(_ols_predictions(x, y, design), y, design, X=x))
+        rejections += float(out["p_value"]) < 0.05
+        warned = "liberal_design" in {w["code"] for w in json.loads(out.attrs["warnings"])}
+        assert warned == (n < 200)
+    assert low <= rejections / runs <= high, rejections / runs
