@@ -78,6 +78,7 @@ def test_forked_is_read_as_local_with_a_warning(tmp_path, write_workflow, caplog
     assert "--cluster forked was removed (forking a process that runs threads can hang)" in caplog.text
 
 
+@pytest.mark.timeout(900)   # worker restarts: ~1 min quiet, several at load 20
 def test_a_fit_that_kills_its_process_costs_only_itself_on_the_default_route(tmp_path):
     """alpha = 10 ends its process (os._exit(3)) on every split: auto runs the learner on
     worker processes; the block is retried, split into single fits, and only the culprits are
@@ -93,6 +94,7 @@ def test_a_fit_that_kills_its_process_costs_only_itself_on_the_default_route(tmp
                                    "ended its process with exit status 3")
 
 
+@pytest.mark.timeout(900)   # worker restarts: ~1 min quiet, several at load 20
 def test_a_fit_past_fit_timeout_is_recorded_timed_out(tmp_path):
     """alpha = 10 never ends; fit_timeout: 2 stops it (its worker process) on every split and
     records it; the retried block skips it, so every other fit completes once."""
@@ -116,6 +118,7 @@ def test_fit_timeout_in_this_process_is_refused_before_any_store_work(tmp_path):
     assert not (tmp_path / "s.zarr").exists()
 
 
+@pytest.mark.timeout(900)   # worker restarts: ~1 min quiet, several at load 20
 def test_a_stuck_run_stops_says_where_and_releases_its_lock(tmp_path):
     """A fit that never ends and no time limit: once every worker is idle for stall-seconds,
     the run stops (exit 1) naming the task and where it waits; the lock is released."""
@@ -213,6 +216,7 @@ def test_run_without_main_guard_on_process_workers(tmp_path, write_workflow, how
     assert "Nanny failed" not in proc.stderr and "bootstrapping" not in proc.stderr
 
 
+@pytest.mark.timeout(900)   # worker restarts: ~1 min quiet, several at load 20
 def test_no_worker_outlives_its_killed_client_and_nothing_is_written_after(tmp_path):
     """issue 23: after a SIGKILL of the client its workers lived on and wrote chunks for a
     minute with no lock held. Process workers watch their parent: they end with it."""
@@ -260,6 +264,7 @@ print("forks", len(forks), result.execution.split(":")[0].split(" ")[0], result.
 """
 
 
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("cluster", ["auto", "threads", "local"])
 def test_a_run_never_forks_its_threaded_process(tmp_path, cluster):
     """issue 22: forking the client while a zarr thread held zarr's loop lock hung the forked
