@@ -50,9 +50,12 @@ class Progress:
 
 
 def cmd_validate(args) -> int:
+    from .preflight import check_cluster
     from .spec import load_workflow
 
     wf = load_workflow(args.workflow)
+    if wf.execution.get("cluster") is not None:
+        check_cluster(wf)         # the profile the workflow names (reads Dask's config)
     study = wf.build()
     n_fits = len(study.params) * study.design.n_splits
     print(f"{args.workflow}: valid; {len(study.params)} params x {study.design.n_splits} splits "
@@ -69,11 +72,16 @@ def cmd_run(args) -> int:
     if "DASK_LOGGING__DISTRIBUTED" not in os.environ:
         dask.config.set({"logging.distributed": "error"})
     from . import engine, report
+    from .preflight import check_run
     from .spec import load_workflow
     from .store import open_cube
     from .trust import workflow_code
 
     wf = load_workflow(args.workflow)
+    # every argument and path checked before the store is locked, created or grown
+    check_run(wf, args.store, cluster=args.cluster, workers=args.workers,
+              dashboard_port=args.dashboard_port, tls=args.tls or None,
+              cluster_options=args.cluster_option)
     result = engine.run(wf, store=args.store, cluster=args.cluster, workers=args.workers,
                         overwrite=args.overwrite, dashboard_port=args.dashboard_port,
                         progress=Progress(), tls=args.tls or None,
@@ -160,6 +168,10 @@ def cmd_report(args) -> int:
     from . import report
     from .store import open_cube
 
+    if args.html:
+        from .preflight import check_output_file
+
+        check_output_file(args.html, "--html")
     cube = open_cube(args.store)
     requested = {name for name, _ in report.requested_estimators(cube)}
     overrides = _parse_set(args.set)
@@ -186,8 +198,16 @@ def cmd_report(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's one-line errors (exit 2), its subcommands alike."""
+
+    def error(self, message: str):
+        self.exit(2, f"cvflow: error: {self.prog.removeprefix('cvflow ')}: {message} "
+                     f"(see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cvflow", description="Cross-validation studies on Dask.")
+    p = _Parser(prog="cvflow", description="Cross-validation studies on Dask.")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run a workflow (fits only what is not done)")

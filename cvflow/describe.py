@@ -167,8 +167,9 @@ def build(value: Any, where: str = "estimator", default: Any = None) -> Any:
             kwargs = build_params({k: v for k, v in value.items() if k != CLASS}, cls, where)
             try:
                 return cls(**kwargs)
-            except TypeError as exc:
-                raise InputError(f"{where}: {value[CLASS]}: {exc}") from None
+            except Exception as exc:  # noqa: BLE001 - a constructor refusing its arguments
+                message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise InputError(f"{where}: {value[CLASS]}: {message}") from None
         return {k: build(v, f"{where}.{k}") for k, v in value.items()}
     if isinstance(value, list):
         items = [build(v, f"{where}[{i}]") for i, v in enumerate(value)]

@@ -266,6 +266,22 @@ def make_design(
     )
 
 
+def requested_splits(kinds: set[str], *, folds: int, repeats: int, subsets: int = 0) -> int:
+    """Splits the estimators ask for before deduplication (an upper bound of ``n_splits``):
+    the full fit, ``repeats x folds`` fold splits, ``repeats x C(folds, 2)`` pair splits and
+    ``subsets`` learning sets, each as ``kinds`` asks. Counted from sizes: nothing is built.
+
+    >>> requested_splits({"full", "fold", "pair"}, folds=5, repeats=2)
+    31
+    """
+    count = int("full" in kinds)
+    if kinds & {"fold", "pair"}:
+        count += repeats * folds
+    if "pair" in kinds:
+        count += repeats * math.comb(folds, 2)
+    return count + (subsets if "subset" in kinds else 0)
+
+
 def check_subset_size(n_analysis: int, size: int) -> None:
     """Refuse a learning-set size g unless n >= 2g + 2 (Fuchs et al., Theorem 3.9).
 

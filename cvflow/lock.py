@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -64,11 +66,49 @@ class _FileSlot:
         self.path = path
 
     def create(self, data: bytes) -> object:
+        """Write the lock if none exists (FileExistsError otherwise), whole or not at all.
+
+        DESIGN CHOICE: the record is written to a temporary file first, then hard-linked to
+        the lock's name: ``link`` fails if the name exists (the ``O_EXCL`` guarantee, atomic on
+        local file systems and NFS) and publishes a complete file, so a write cut by a full
+        disk or a kill leaves no empty lock behind (tests/test_lock.py, the full-disk test).
+        A file system without hard links gets ``O_EXCL`` and one write, and a failed write
+        removes the file it created.
+        """
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._temporary(data)
+        try:
+            os.link(tmp, self.path)                 # FileExistsError if held
+            return None
+        except FileExistsError:
+            raise
+        except OSError as err:
+            if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)  # FileExistsError
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            raise
         return None
+
+    def _temporary(self, data: bytes) -> Path:
+        """``data`` in a new file beside the lock (removed again if the write fails)."""
+        tmp = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        return tmp
 
     def read(self) -> tuple[bytes | None, object, float | None]:
         """(content or None if absent, version, modification time)."""
@@ -78,9 +118,13 @@ class _FileSlot:
             return None, None, None
 
     def replace(self, data: bytes, version: object) -> object:
-        tmp = self.path.with_name(f"{self.path.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, self.path)
+        tmp = self._temporary(data)
+        try:
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
         return None
 
     def delete(self, version: object) -> None:
@@ -171,8 +215,26 @@ def _age(record: dict, mtime: float | None) -> float:
     return time.time() - float(beat)
 
 
+# DESIGN CHOICE: cvflow writes a lock whole (taken: a hard link to a complete file; refreshed:
+# a rename), so an empty or unparseable lock belongs to no live run: its writer stopped
+# mid-write (a full disk, a kill, a crash of the machine, an older cvflow that opened the
+# lock, then wrote it). It is taken over once this old: time for such an older writer to
+# finish its one write, not the two minutes of a silent owner.
+UNREADABLE_GRACE = 2.0
+
+
 def is_stale(record: dict, mtime: float | None, *, stale_after: float) -> str | None:
-    """Why the lock is stale (a short reason), or None if its owner may still be running."""
+    """Why the lock is stale (a short reason), or None if its owner may still be running.
+
+    ``record`` is the parsed lock; ``{}`` for an empty or unparseable one (see
+    :data:`UNREADABLE_GRACE`).
+    """
+    if not record:
+        age = math.inf if mtime is None else time.time() - mtime
+        if age >= min(UNREADABLE_GRACE, stale_after):
+            return (f"the lock file is empty or unreadable, {age:.0f} s old (a run stopped "
+                    "while writing it, e.g. on a full disk)")
+        return None
     if record.get("host") == socket.gethostname() and isinstance(record.get("pid"), int):
         if not _pid_alive(record["pid"]):
             return f"pid {record['pid']} on {record['host']} is gone"
@@ -222,24 +284,29 @@ class RunLock:
                 self._version = self._slot.create(self._record(self.started))
                 break
             except FileExistsError:
-                data, version, mtime = self._slot.read()
-                record = _parse(data)
-                if record is None:
-                    continue  # released in between: try again
-                reason = is_stale(record, mtime, stale_after=self.stale_after)
-                if reason is None:
-                    raise StoreError(
-                        f"store: {self.store} is being written by another cvflow run "
-                        f"({describe(record)}); wait for it to finish, or remove {self.path} "
-                        "if that run is gone") from None
-                # DESIGN CHOICE: remove only the very record judged stale, so two runs taking
-                # over at once cannot remove each other's fresh lock (a new record differs;
-                # on S3 the delete is conditional on the stale record's ETag).
-                if _parse(self._slot.read()[0]) == record:
-                    log.warning("taking over the stale lock of %s: %s", self.store, reason)
-                    with contextlib.suppress(OSError):
-                        self._slot.delete(version)
+                pass
+            except OSError as err:       # a full disk, a read-only directory: nothing written
+                raise OSError(f"cannot write the run lock {self.path}: {err}") from err
+            data, version, mtime = self._slot.read()
+            record = _parse(data)
+            if record is None:
+                continue  # released in between: try again
+            reason = is_stale(record, mtime, stale_after=self.stale_after)
+            if reason is None and not record:    # unreadable and young: wait, then judge
+                time.sleep(min(UNREADABLE_GRACE, self.stale_after))
                 continue
+            if reason is None:
+                raise StoreError(
+                    f"store: {self.store} is being written by another cvflow run "
+                    f"({describe(record)}); wait for it to finish, or remove {self.path} "
+                    "if that run is gone") from None
+            # DESIGN CHOICE: remove only the very record judged stale, so two runs taking
+            # over at once cannot remove each other's fresh lock (a new record differs;
+            # on S3 the delete is conditional on the stale record's ETag).
+            if _parse(self._slot.read()[0]) == record:
+                log.warning("taking over the stale lock of %s: %s", self.store, reason)
+                with contextlib.suppress(OSError):
+                    self._slot.delete(version)
         else:
             raise StoreError(f"store: could not take the lock {self.path}; "
                              "another run keeps taking it")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +19,9 @@ import yaml
 from .data import Data, load_data
 from .describe import CLASS, FUNCTION
 from .describe import build as build_description
-from .designs import (Design, fold_labels, make_design, splitter_fold_labels, splitter_folds,
-                      subset_splits, timeseries_folds)
+from .designs import (Design, complete_subset_count, fold_labels, make_design, requested_splits,
+                      splitter_fold_labels, splitter_folds, subset_splits, timeseries_folds)
+from . import limits
 from .errors import InputError
 from .estimators.registry import lookup
 from .learners import Param, default_output, expand_grid, import_estimator
@@ -140,12 +142,17 @@ class Workflow:
                 fold = fold_labels(data.y, data.is_test, folds=d["folds"], repeats=d["repeats"],
                                    splitter=d["splitter"], seed=d["seed"], groups=data.groups,
                                    shuffle=d["shuffle"])
+            s = d.get("subset") or {}
+            if "subset" in kinds and not s:
+                raise InputError("design.subset: the ustat estimators need design.subset "
+                                 "{size: g, pairs: P}")
+            n_subsets = (0 if "subset" not in kinds
+                         else complete_subset_count(int((~data.is_test).sum()), s["size"])
+                         if s.get("complete") else 2 * s.get("pairs", 0))
+            check_size(len(self.params), kinds, folds=int(fold.max()) + 1 if fold.size else 0,
+                       repeats=fold.shape[0], subsets=n_subsets)
             subsets = None
             if "subset" in kinds:
-                s = d.get("subset")
-                if not s:
-                    raise InputError("design.subset: the ustat estimators need design.subset "
-                                     "{size: g, pairs: P}")
                 subsets = subset_splits(data.is_test, size=s["size"], pairs=s.get("pairs", 0),
                                         complete=s.get("complete", False),
                                         seed=s.get("seed", d["seed"]))
@@ -206,12 +213,18 @@ def grid_values(where: str, key: str, spec: Any) -> list:
         if not (isinstance(args, list) and len(args) == 3
                 and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)):
             _fail(where, key, f"{kind} needs three numbers [start, stop, num/step], got {args!r}")
-        if kind == "range":
-            values = np.arange(*args).tolist()
-        else:
-            if args[2] != int(args[2]) or args[2] < 0:
-                _fail(where, key, f"{kind}: the count must be a whole number, got {args[2]}")
-            values = getattr(np, kind)(args[0], args[1], int(args[2])).tolist()
+        if not all(_finite(a) for a in args):
+            _fail(where, key, f"{kind}: {args!r} holds a number that is not finite; give finite "
+                  "[start, stop, num/step]")
+        count = _generated_count(where, key, kind, args)
+        limits.check("params", count, f"{where}: {key}: {kind} {args!r} gives "
+                     f"{limits.count_text(count)} values")
+        with np.errstate(all="ignore"):          # an overflow is refused below, by value
+            values = (np.arange(*args) if kind == "range"
+                      else getattr(np, kind)(args[0], args[1], int(count))).tolist()
+        if not np.isfinite(values).all():
+            _fail(where, key, f"{kind} {args!r} gives values that are not finite; use smaller "
+                  "numbers")
     elif isinstance(spec, list):
         values = spec
     else:
@@ -219,6 +232,28 @@ def grid_values(where: str, key: str, spec: Any) -> list:
     if not values:
         _fail(where, key, "empty grid; give at least one value")
     return values
+
+
+def _finite(x: int | float) -> bool:
+    """A finite number that a float holds (a YAML integer of 400 digits is not one)."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+def _generated_count(where: str, key: str, kind: str, args: list) -> int | float:
+    """How many values ``{kind: args}`` gives, from its arguments (nothing allocated; inf when
+    the span overflows a float)."""
+    start, stop, third = args
+    if kind == "range":
+        if third == 0:
+            _fail(where, key, f"range {args!r}: the step is 0; give a non-zero step")
+        span = (stop - start) / third         # numpy.arange's length is ceil(span)
+        return max(0, math.ceil(span)) if math.isfinite(span) else math.inf
+    if third != int(third) or third < 0:
+        _fail(where, key, f"{kind}: the count must be a whole number, got {third}")
+    return int(third)
 
 
 def _learners(where: str, raw: Any, task: str, fit_seed: int | None = None) -> list[Param]:
@@ -262,6 +297,12 @@ def _learners(where: str, raw: Any, task: str, fit_seed: int | None = None) -> l
         for g_index, one in enumerate(grids):
             gkey = f"{key}.grid" + (f"[{g_index}]" if isinstance(grid, list) else "")
             values = {p: grid_values(where, f"{gkey}.{p}", v) for p, v in one.items()}
+            # counted from the axis lengths before the product is built
+            total = len(params) + math.prod(len(v) for v in values.values())
+            limits.check("params", total, f"{where}: {gkey}: the grids give "
+                         f"{limits.count_text(total)} params" + (
+                             f" ({' x '.join(str(len(v)) for v in values.values())} here)"
+                             if len(values) > 1 else ""))
             for pname in values:
                 replaced = "__" in pname and pname.partition("__")[0] in values  # a step from the grid
                 if valid is not None and pname not in valid and not replaced:
@@ -364,6 +405,13 @@ def _int(where: str, key: str, value: Any, low: int | None = None) -> int:
     return value
 
 
+def _seed(where: str, key: str, value: Any) -> None:
+    """A seed: null or a whole number in 0..2**32 - 1 (what numpy's generators take)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                              or not 0 <= value < 2**32):
+        _fail(where, key, f"{value!r}; give a whole number in 0..{2**32 - 1} (or null)")
+
+
 def parse_workflow(config: Any, path: Path) -> Workflow:
     """Validate a parsed YAML mapping into a Workflow."""
     where = str(path)
@@ -372,6 +420,9 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
     _check_keys(where, "", config, TOP_KEYS)
     c = dict(config)
     c.setdefault("name", path.stem)
+    if not isinstance(c["name"], str) or not c["name"].strip():
+        _fail(where, "name", f"{c['name']!r}; give a non-empty text (the default store is "
+              "<name>.zarr)")
     for required in ("data", "learners"):
         if required not in c:
             _fail(where, required, "missing")
@@ -387,6 +438,15 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
     elif "name" not in data and data["source"] != "arrays":
         _fail(where, "data.name", "missing")
     data.setdefault("seed", 0)
+    _seed(where, "data.seed", data["seed"])
+    fraction = data.get("test_fraction")
+    if fraction not in (None, 0, False) and not (
+            isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
+            and 0 < fraction < 1):
+        _fail(where, "data.test_fraction", f"{fraction!r}; use a number in (0, 1), e.g. 0.2")
+    for flag in ("dropna", "frame"):
+        if not isinstance(data.get(flag, False), bool):
+            _fail(where, f"data.{flag}", f"{data[flag]!r}; use true or false")
     c["data"] = data
     task = c.setdefault("task", "regression")
     if task not in ("regression", "classification"):
@@ -396,8 +456,7 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
         c["learners"] = list(c["learners"])      # entries normalised in place, the input kept
     execution = dict(_check_keys(where, "execution", c.get("execution") or {}, EXECUTION_KEYS))
     fit_seed = execution.get("fit_seed")
-    if fit_seed is not None:
-        _int(where, "execution.fit_seed", fit_seed, 0)
+    _seed(where, "execution.fit_seed", fit_seed)
     timeout = execution.get("fit_timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not 0 < timeout < float("inf")):
@@ -416,9 +475,16 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
     design.setdefault("splitter", "stratified" if task == "classification" else "kfold")
     design.setdefault("seed", 0)
     design.setdefault("shuffle", True)
-    if design["folds"] is not None:
-        _int(where, "design.folds", design["folds"], 2)
+    if design["folds"] is not None or not isinstance(design["splitter"], dict):
+        _int(where, "design.folds", design["folds"], 2)   # null: a splitter object's own
     _int(where, "design.repeats", design["repeats"], 1)
+    _seed(where, "design.seed", design["seed"])
+    if design["seed"] is not None and design["seed"] + design["repeats"] > 2**32:
+        _fail(where, "design.seed", f"{design['seed']}: repeat r is seeded seed + r, past "
+              f"{2**32 - 1} with {design['repeats']} repeats; use a smaller seed")
+    if not isinstance(design["shuffle"], bool) and not (
+            design["shuffle"] is None and isinstance(design["splitter"], dict)):
+        _fail(where, "design.shuffle", f"{design['shuffle']!r}; use true or false")
     splitter = design["splitter"]
     if not isinstance(splitter, dict) and splitter not in ("kfold", "stratified", "group",
                                                            "timeseries"):
@@ -437,8 +503,11 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
         if "size" not in sub:
             _fail(where, "design.subset.size", "missing; give the learning-set size g")
         _int(where, "design.subset.size", sub["size"], 1)
+        if not isinstance(sub.get("complete", False), bool):
+            _fail(where, "design.subset.complete", f"{sub['complete']!r}; use true or false")
         if not sub.get("complete"):
             _int(where, "design.subset.pairs", sub.get("pairs"), 1)
+        _seed(where, "design.subset.seed", sub.get("seed"))
         design["subset"] = sub
     c["design"] = design
     estimators = _estimators(where, c.get("estimators") or ["kfold"], path.parent)
@@ -450,6 +519,14 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
         _int(where, "execution.fits_per_task", fpt, 1)
     if execution.get("dtype", "float64") not in ("float64", "float32"):
         _fail(where, "execution.dtype", f"{execution['dtype']!r}; use float64 or float32")
+    if execution.get("workers") is not None:
+        _int(where, "execution.workers", execution["workers"], 1)
+    if execution.get("cluster") is not None and not (
+            isinstance(execution["cluster"], str) and execution["cluster"].strip()):
+        _fail(where, "execution.cluster", f"{execution['cluster']!r}; give a profile name "
+              "(auto, threads, forked, local, slurm), a profile file or tcp://HOST:PORT")
+    if not isinstance(execution.get("path_aware", True), bool):
+        _fail(where, "execution.path_aware", f"{execution['path_aware']!r}; use true or false")
     c["execution"] = execution
     for i, (name, _) in enumerate(estimators):
         spec = lookup(name, search=path.parent)
@@ -461,7 +538,54 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
                 spec.check_design(design)
             except InputError as exc:
                 _fail(where, "design", str(exc))
-    return Workflow(path=path, config=c, params=params, estimators=estimators, execution=execution)
+    workflow = Workflow(path=path, config=c, params=params, estimators=estimators,
+                        execution=execution)
+    if design["folds"] is not None:      # else the splitter decides, from the data (build)
+        subset = design.get("subset") or {}
+        try:
+            check_size(len(params), workflow.splits_needed(), folds=design["folds"],
+                       repeats=design["repeats"],
+                       subsets=0 if subset.get("complete") else 2 * subset.get("pairs", 0))
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
+    _check_against_grid(where, estimators, params, design, path.parent)
+    return workflow
+
+
+def check_size(n_params: int, kinds: set[str], *, folds: int, repeats: int,
+               subsets: int = 0) -> None:
+    """InputError (naming the design) when params x the requested splits exceed the limit
+    ``cvflow.limits.fits`` (:mod:`cvflow.limits`), counted from sizes before any training set
+    is built; so are the fold labels (repeats x folds: the cube keeps them whatever the
+    estimators read)."""
+    splits = requested_splits(kinds, folds=folds, repeats=repeats, subsets=subsets)
+    text = limits.count_text
+    limits.check("fits", n_params * splits, f"design: {text(n_params)} params x "
+                 f"{text(splits)} splits = {text(n_params * splits)} fits")
+    limits.check("fits", repeats * folds, f"design.repeats: {text(repeats)} repeats of "
+                 f"{text(folds)} folds make {text(repeats * folds)} folds")
+
+
+def _check_against_grid(where: str, estimators, params: list[Param], design: dict,
+                        base: Path) -> None:
+    """Each estimator's options against the grid and design (its declared ``check_grid``):
+    ``compare: [ridge(alpha=1.0), ...]`` must name params the study fits, before any fit."""
+    checks = {i: lookup(name, search=base).check_grid for i, (name, _) in enumerate(estimators)}
+    if not any(checks.values()):
+        return
+    import xarray as xr
+
+    from .coords import param_coords
+
+    grid = xr.Dataset(coords=param_coords(params))
+    for i, (name, options) in enumerate(estimators):
+        check = checks[i]
+        if check is None:
+            continue
+        try:
+            check(grid, design, options, f"estimators[{i}].{name}")
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
 
 
 def _check_assumptions(where: str, estimators, loss, ordered: bool, base: Path) -> None:
@@ -528,7 +652,14 @@ def load_workflow(path: str | Path) -> Workflow:
     if not path.is_file():
         raise InputError(f"{path}: workflow file does not exist")
     try:
-        config = yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a text file (byte {exc.start} is not UTF-8); give a "
+                         "YAML workflow") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the workflow file ({exc.strerror})") from None
+    try:
+        config = limits.load_yaml(text, str(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -185,9 +185,11 @@ class Study:
         ``<name>.zarr``; ``cluster``, ``workers``, ``client`` and ``progress`` as there.
         """
         from .engine import run
+        from .preflight import check_run
 
         wf = self.workflow(X, y, groups, sample_weight=sample_weight)
         path = Path(store) if store is not None else Path(f"{self.name}.zarr")
+        check_run(wf, path, cluster=cluster, workers=workers, client=client)
         done = run(wf, store=path, cluster=cluster, workers=workers, overwrite=overwrite,
                    client=client, progress=progress)
         # this study is code: the names it holds are trusted in its results, nothing else

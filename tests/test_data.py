@@ -79,3 +79,77 @@ def test_logistic_generator_probabilities():
     X, y, beta = logistic(n=50000, p=1, signal=2.0, seed=0)
     hi = X[:, 0] > 1.5
     assert abs(y[hi].mean() - np.mean(1 / (1 + np.exp(-2 * X[hi, 0])))) < 0.02
+
+
+@pytest.mark.parametrize("content,fragment", [
+    (b"", r"d\.csv is empty; give a CSV file with a header row"),
+    (b"\x00\x01binary\xff\xfe", r"d\.csv is not a text CSV file \(byte 8 is not UTF-8\)"),
+    (b'"a,b\n1,2\n', r"d\.csv does not parse as CSV \(Error tokenizing data"),
+    (b"a,y\n", r"d\.csv has a header but no rows"),
+])
+def test_unreadable_csv_is_refused_naming_the_file(tmp_path: Path, content, fragment):
+    (tmp_path / "d.csv").write_bytes(content)
+    with pytest.raises(InputError, match=rf"^wf\.yaml: data\.path: .*{fragment}"):
+        load_data({"source": "csv", "path": "d.csv", "target": "y"}, "regression",
+                  base=tmp_path, where="wf.yaml")
+
+
+def _npz_objects(path):
+    np.savez(path, X=np.array([[1, "a"]] * 6, dtype=object), y=np.arange(6.0))
+
+
+def _npz_object_target(path):
+    np.savez(path, X=np.ones((6, 2)), y=np.array([None] * 6, dtype=object))
+
+
+def _npy(path):
+    with open(path, "wb") as f:
+        np.save(f, np.ones(3))
+
+
+@pytest.mark.parametrize("write,fragment", [
+    (_npz_objects, r"holds object \(pickled\) data or is no numpy file; cvflow reads npz files "
+                   r"with allow_pickle=False \(unpickling runs code\)"),
+    (_npz_object_target, r"holds object \(pickled\) data"),
+    (lambda p: p.write_bytes(b"garbage"), r"holds object \(pickled\) data or is no numpy file"),
+    (lambda p: p.write_bytes(b"PK\x03\x04garbage"), r"not a readable npz archive \(BadZipFile"),
+    (_npy, r"a single \.npy array, not an npz archive"),
+    (lambda p: np.savez(p, X=np.array([["a", "b"]] * 6), y=np.arange(6.0)),
+     r"not an npz archive of numeric arrays \(could not convert string to float"),
+    (lambda p: np.savez(p, X=np.ones((6, 2))), r"must hold arrays 'X' and 'y'"),
+])
+def test_npz_is_read_without_pickles(tmp_path: Path, write, fragment):
+    write(tmp_path / "d.npz")
+    with pytest.raises(InputError, match=rf"^wf\.yaml: data\.path: .*d\.npz: {fragment}"):
+        load_data({"source": "npz", "path": "d.npz"}, "regression", base=tmp_path,
+                  where="wf.yaml")
+
+
+def test_npz_with_objects_exits_2_with_one_line(tmp_path: Path, capsys):
+    from cvflow.cli import main
+
+    _npz_objects(tmp_path / "d.npz")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("data: {source: npz, path: d.npz}\n"
+                  "learners: [{class: sklearn.linear_model.Ridge}]\n")
+    assert main(["run", str(wf), "--store", str(tmp_path / "s.zarr")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "allow_pickle=False" in err and str(wf) in err
+    assert not (tmp_path / "s.zarr").exists()
+
+
+@pytest.mark.parametrize("params,fragment", [
+    ({"n": 10**9, "p": 1000}, r"data\.params: sparse_linear with n = 1000000000, p = 1000 draws "
+                              r"1,000,001,000,000 values, over the limit of 100,000,000"),
+    ({"p": 20000}, r"data\.params: sparse_linear with n = 200, p = 20000 draws 404,000,000 "
+                   r"values"),                                # the p x p covariance counts
+    ({"n": 2.5}, r"data\.params\.n: 2\.5; give a whole number >= 1"),
+    ({"rho": float("nan")}, r"data\.params\.rho: nan; give a finite number"),
+    ({"size": 3}, r"data\.params\.size: unknown parameter of sparse_linear; its parameters are n, "
+                  r"p, k, rho, snr, seed"),
+    ([1, 2], r"data\.params: expected a mapping, got list"),
+])
+def test_synthetic_parameters_are_checked_before_drawing(params, fragment):
+    with pytest.raises(InputError, match=rf"^wf\.yaml: {fragment}"):
+        load_data({"source": "synthetic", "name": "sparse_linear", "params": params},
+                  "regression", where="wf.yaml")

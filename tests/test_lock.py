@@ -105,17 +105,49 @@ def test_reused_pid_does_not_keep_the_lock_forever(tmp_path):
         pass
 
 
-def test_garbage_lock_file_judged_by_its_age(tmp_path):
+@pytest.mark.parametrize("content", [b"", b"not json", b'{"host": "h", "pi'])
+def test_unreadable_lock_is_taken_over_not_obeyed(tmp_path, caplog, content):
+    """An empty or cut lock (a run stopped while writing it) belongs to no live run: cvflow
+    writes its locks whole. It used to refuse every run for stale_after with "pid ? on ?"."""
     store = tmp_path / "s.zarr"
     path = lock_path(store)
-    path.write_text("not json")
-    with pytest.raises(StoreError, match="being written by another cvflow run"):
-        with run_lock(store, heartbeat=1, stale_after=30):
-            pass
+    path.write_bytes(content)
     old = time.time() - 60
     os.utime(path, (old, old))
-    with run_lock(store, heartbeat=1, stale_after=30):
+    with run_lock(store, heartbeat=1, stale_after=120) as lock:
+        assert read_lock(store)["token"] == lock.token
+    assert "the lock file is empty or unreadable, 60 s old (a run stopped while writing it" \
+        in caplog.text
+
+
+def test_fresh_unreadable_lock_is_judged_after_a_short_grace(tmp_path, caplog):
+    """Just written: given the time an older cvflow's open-then-write takes, then taken over
+    (not refused for stale_after)."""
+    store = tmp_path / "s.zarr"
+    lock_path(store).write_bytes(b"")
+    with run_lock(store, heartbeat=1, stale_after=120) as lock:
+        assert read_lock(store)["token"] == lock.token
+    assert "the lock file is empty or unreadable" in caplog.text
+
+
+def test_lock_write_on_a_full_disk_leaves_no_lock(tmp_path, caplog):
+    """A lock write that fails (here: the file size limit of the process, EFBIG, as ENOSPC on a
+    full disk) leaves nothing behind, so the next run takes the lock at once."""
+    store = tmp_path / "s.zarr"
+    code = ("import resource, sys\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))\n"
+            "from cvflow.lock import run_lock\n"
+            "try:\n    run_lock(sys.argv[1]).__enter__()\n"
+            "except OSError as exc:\n    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"cannot write the run lock {lock_path(store)}: [Errno 27] "
+                                  "File too large"), proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == []      # no lock, no temporary file
+    with run_lock(store, heartbeat=1, stale_after=120):
         pass
+    assert "taking over" not in caplog.text                      # there was nothing to take
 
 
 def test_heartbeat_refreshes_the_record(tmp_path):

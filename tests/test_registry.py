@@ -9,7 +9,7 @@ from cvflow.errors import InputError
 from cvflow.estimators import REGISTRY, lookup
 from cvflow.spec import load_workflow
 
-from cvtest import QUICK, ridge_cube, tree_digest
+from cvtest import QUICK, ridge_cube, run_cli, tree_digest
 
 # options that make every estimator run on the cube below (two params to compare)
 RUN_OPTIONS = {"ustat": {"compare": [0, 1]}, "nadeau_bengio": {"compare": [0, 1]},
@@ -94,6 +94,23 @@ BAD_OPTIONS = [
     ("[nosuch]", "estimators[0]: unknown estimator 'nosuch'"),
     ("[nosuch_module.f]", "estimators[0]: 'nosuch_module.f' does not import"),
     ("[numpy.sum]", "estimators[0]: numpy.sum has no `needs` attribute"),
+    # options that name params, hyperparameters or repeats, checked against the grid (issue 27)
+    ("[kfold, {corrected_t: {compare: ['ridge(alpha=1.0)', 'lasso(alpha=0.1)']}}]",
+     "estimators[1].corrected_t.compare: no learner named 'lasso'; learners are ridge"),
+    ("[{corrected_t: {compare: ['ridge(alpha=2.0)']}}]",
+     "estimators[0].corrected_t.compare: no param of 'ridge' matches 'ridge(alpha=2.0)'; its "
+     "params are 0: ridge(alpha=0.01); 1: ridge(alpha=0.1)"),
+    ("[corrected_t]", "estimators[0].corrected_t.compare: the cube has 4 params; name the two"),
+    ("[{bates_ncv: {param: 7}}]",
+     "estimators[0].bates_ncv.param: 7 is not a param index; the grid has 4 params, use 0..3"),
+    ("[{wald_cv: {compare: [0, 9]}}]",
+     "estimators[0].wald_cv.compare: param index 9 is out of range; the cube has 4 params"),
+    ("[{wald_cv: {param: 0, compare: [0, 1]}}]",
+     "estimators[0].wald_cv: give either param or compare, not both"),
+    ("[{cv_confidence: {repeat: 1}}]",
+     "estimators[0].cv_confidence.repeat: 1; the design has 1 repeat(s), use 0..0"),
+    ("[{cv_confidence: {simplest: {beta: max}}}]",
+     "estimators[0].cv_confidence.simplest: no hyperparameter 'beta' in the grid; it has alpha"),
 ]
 
 
@@ -113,6 +130,57 @@ def test_bad_option_refused_by_run_before_any_store(tmp_path, capsys):
     assert main(["run", str(wf), "--store", str(store)]) == 2
     assert "stability_nested.lambda: unknown option" in capsys.readouterr().err
     assert not store.exists()
+
+
+@pytest.mark.parametrize("estimators,fragment", [
+    ("[{ustat: {a: 'ridge(alpha=5)', b: 0}}]",
+     "estimators[0].ustat.compare: no param of 'ridge' matches 'ridge(alpha=5)'"),
+    ("[{nadeau_bengio: {compare: [0, 0]}}]",
+     "estimators[0].nadeau_bengio.compare: a and b are the same param (0)"),
+    ("[ustat]", "estimators[0].ustat.compare: the cube has 4 params; name the two"),
+])
+def test_subset_options_refused_against_the_grid(tmp_path, capsys, estimators, fragment):
+    wf = _subset_workflow(tmp_path, estimators)
+    assert main(["validate", str(wf)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{wf}: {fragment}" in err
+
+
+def test_options_naming_params_are_checked_against_the_grid():
+    """Every option that names a param, a hyperparameter or a repeat has a declared check_grid,
+    so validate (and run, before any fit) resolves it as the estimator will on the cube."""
+    naming = {"compare", "a", "b", "param", "simplest", "repeat"}
+    for name, spec in REGISTRY.items():
+        if naming & {o.name for o in spec.options}:
+            assert spec.check_grid is not None, name
+
+
+def test_issue_27_bad_compare_never_reaches_a_store(tmp_path):
+    """`{corrected_t: {compare: [ridge(alpha=1.0), lasso(alpha=0.1)]}}` naming no param of the
+    grid: validate refuses it, run refuses it before any fit, an existing store is untouched."""
+    base = ("data: {source: sklearn, name: diabetes}\nlearners:\n"
+            "  - {name: ridge, class: sklearn.linear_model.Ridge, grid: {alpha: [0.5, 2.0]}}\n"
+            "  - {name: lasso, class: sklearn.linear_model.Lasso, grid: {alpha: [0.5, 2.0]}}\n"
+            "design: {folds: 3}\nexecution: {cluster: threads, workers: 1}\n")
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(base + "estimators: [kfold]\n")
+    bad.write_text(base + "estimators: [kfold, {corrected_t: {compare: "
+                          "[ridge(alpha=1.0), lasso(alpha=0.1)]}}]\n")
+    fragment = (f"{bad}: estimators[1].corrected_t.compare: no param of 'ridge' matches "
+                "'ridge(alpha=1.0)'; its params are 0: ridge(alpha=0.5); 1: ridge(alpha=2.0)")
+    proc = run_cli("validate", bad)
+    assert proc.returncode == 2 and proc.stderr == f"cvflow: error: {fragment}\n"
+    store = tmp_path / "s.zarr"
+    proc = run_cli("run", bad, "--store", store)
+    assert proc.returncode == 2 and proc.stderr == f"cvflow: error: {fragment}\n"
+    assert "fits to do" not in proc.stdout + proc.stderr and not store.exists()
+    assert run_cli("run", good, "--store", store).returncode == 0
+    before = tree_digest(store)
+    proc = run_cli("run", bad, "--store", store)
+    assert proc.returncode == 2 and proc.stderr == f"cvflow: error: {fragment}\n"
+    assert tree_digest(store) == before
+    proc = run_cli("report", store)           # the store kept no bad option
+    assert proc.returncode == 0 and "corrected" not in proc.stdout
 
 
 def test_options_are_normalised_before_they_reach_the_store(tmp_path):

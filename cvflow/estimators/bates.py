@@ -330,8 +330,17 @@ WALD_COMPARE = Option("compare", None, param_refs(1, 2),
                       "[a, b]: Bayle et al.'s paired test of e_a = e_b (or [a])")
 
 
+def _check_grid(grid: xr.Dataset, design, options: dict, where: str) -> None:
+    """``param`` indexes the grid; ``compare`` (wald_cv) names its params, not beside param."""
+    _pick(grid, options.get("param"), where)
+    if options.get("compare") is not None:
+        if options.get("param") is not None:
+            raise InputError(f"{where}: give either param or compare, not both")
+        compare_params(grid, options["compare"], where)
+
+
 declare(bates_ncv, needs=("fold", "pair"), terms=("pair", "oof"), options=_options() + [BIAS_FACTOR], text=describe,
-        html=render,
+        html=render, check_grid=_check_grid,
         results={v: ("param",) for v in ("mse", "err_ncv", "err_cv", "bias", "estimate",
                                          "se_raw", "se", "lower", "upper", "se_naive",
                                          "naive_lower", "naive_upper", "width_ratio",
@@ -339,7 +348,7 @@ declare(bates_ncv, needs=("fold", "pair"), terms=("pair", "oof"), options=_optio
         | {v: ("param", "repeat", "outer") for v in ("e_in", "e_out", "a", "b")})
 # with compare the results are scalars (no param dim) and the z / p values are added
 declare(wald_cv, needs=("fold",), terms=("oof",), options=_options() + [WALD_COMPARE], text=describe_wald,
-        html=render_wald,
+        html=render_wald, check_grid=_check_grid,
         results={**{v: ("param",) for v in ("estimate", "var_within", "var_all", "se_within",
                                             "se_all", "lower_within", "upper_within",
                                             "lower_all", "upper_all")},

@@ -23,7 +23,7 @@ import xarray as xr
 
 from . import guardrails
 from ._cube import loss_name
-from .paired import compare_attrs, compare_params, fold_scores
+from .paired import compare_attrs, compare_check, compare_params, fold_scores
 from .registry import Option, declare, fmt, param_refs, probability
 from .ustat import nadeau_bengio_stats
 
@@ -116,7 +116,7 @@ def describe(result: xr.Dataset) -> list[str]:
             f"[{fmt(v['lower'])}, {fmt(v['upper'])}]"]
 
 
-declare(corrected_t, needs=("fold",), text=describe,
+declare(corrected_t, needs=("fold",), text=describe, check_grid=compare_check(),
         options=[Option("compare", None, param_refs(1, 2),
                         "[a, b] (two params) or [a] (an interval for e_a)"),
                  Option("alpha", 0.05, probability, "level of the test; 1 - alpha the coverage")],

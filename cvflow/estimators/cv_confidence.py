@@ -183,7 +183,17 @@ def describe(result: xr.Dataset) -> list[str]:
     return lines
 
 
-declare(cv_confidence, needs=("fold",), terms=("oof",), text=describe,
+def _check_grid(grid: xr.Dataset, design, options: dict, where: str) -> None:
+    """``repeat`` is one of the design's, ``simplest`` names a numeric hyperparameter."""
+    repeat, repeats = options.get("repeat"), design.get("repeats")
+    if repeat is not None and isinstance(repeats, int) and not repeat < repeats:
+        raise InputError(f"{where}.repeat: {repeat!r}; the design has {repeats} repeat(s), "
+                         f"use 0..{repeats - 1}")
+    if options.get("simplest") is not None:
+        _order(grid, options["simplest"], f"{where}.simplest")
+
+
+declare(cv_confidence, needs=("fold",), terms=("oof",), text=describe, check_grid=_check_grid,
         options=[Option("alpha", 0.05, probability, "the set keeps params with p > alpha"),
                  Option("B", 1000, integer(1), "multiplier bootstrap samples"),
                  Option("seed", 0, integer(0), "seed of the multipliers"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from ..errors import InputError
 from ._cube import param_label, role_terms
 from .kfold import fold_sizes
 from .ustat import compare_pair
@@ -18,6 +19,16 @@ def compare_params(cube: xr.Dataset, compare, where: str) -> tuple[int, int | No
     """(a, b) from ``compare=[a, b]`` or ``[a]`` (b None: one-learner mode); a cube with one or
     two params needs no ``compare``. Params are named as in :func:`_cube.resolve_param`."""
     return compare_pair(cube, compare, None, None, where)
+
+
+def compare_check(*, two: bool = False):
+    """A declaration's ``check_grid``: ``compare`` resolves to params of the grid (two of them
+    with ``two``), as :func:`compare_params` resolves it on the cube."""
+    def check(grid: xr.Dataset, design, options: dict, where: str) -> None:
+        _, b = compare_params(grid, options.get("compare"), where)
+        if two and b is None:
+            raise InputError(f"{where}.compare: name two params to compare, e.g. compare: [0, 1]")
+    return check
 
 
 def compare_attrs(cube: xr.Dataset, a: int, b: int | None) -> dict:

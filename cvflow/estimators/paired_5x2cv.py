@@ -22,7 +22,7 @@ import xarray as xr
 from ..errors import InputError
 from . import guardrails
 from ._cube import loss_name
-from .paired import compare_attrs, compare_params, fold_scores
+from .paired import compare_attrs, compare_check, compare_params, fold_scores
 from .registry import Option, declare, fmt, param_refs, probability
 
 SCALARS = ("estimate", "first_difference", "se", "t", "p_value", "lower", "upper", "f",
@@ -146,6 +146,7 @@ def _check_workflow_design(design: dict) -> None:
 
 
 declare(paired_5x2cv, needs=("fold",), text=describe, check_design=_check_workflow_design,
+        check_grid=compare_check(two=True),
         options=[Option("compare", None, param_refs(2, 2), "[a, b]: the two params"),
                  Option("alpha", 0.05, probability, "level of the tests")],
         results={**{v: () for v in SCALARS}, "difference": ("repeat", "outer")})

@@ -16,6 +16,8 @@ Right below its definition, its module declares it::
         text=describe,                      # result -> list of text lines (optional)
         html=render,                        # (result, page) -> None (optional)
         check_design=None,                  # (design mapping) -> None, InputError if unusable
+        check_grid=None,                    # (grid, design, options, where) -> None, InputError
+                                            # if an option names a param the grid lacks
         metrics=False,                      # accepts per-fold metrics (roc_auc, r2, ...)
         time_ordered=False,                 # valid on time-ordered folds (splitter: timeseries)
     )
@@ -23,7 +25,9 @@ Right below its definition, its module declares it::
 and ``cvflow/estimators/__init__.py`` imports the module. Nothing else is edited:
 
 - :mod:`cvflow.spec` derives the design from the union of ``needs``, checks every option
-  with its ``check`` before any fit (so a store never keeps a bad option) and refuses an
+  with its ``check`` and the options together against the workflow's grid with
+  ``check_grid`` (a Dataset holding the cube's ``param`` coordinates) before any fit, so a
+  store never keeps a bad option, and refuses an
   estimator whose ``metrics`` / ``time_ordered`` declaration does not fit the loss or the
   folds (:meth:`Estimator.refusal`);
 - :mod:`cvflow.report` runs the estimators, renders ``text`` (or a generic table of the
@@ -99,6 +103,11 @@ class Estimator:
     # design(mapping of the workflow's design section) -> None, InputError if the estimator
     # cannot work on it (e.g. 5x2cv needs 2 folds x 5 repeats); called before any fit
     check_design: Callable | None = None
+    # (grid, design, options, where) -> None, InputError if an option names what the study
+    # lacks: a param (compare: [a, b]), a hyperparameter, a repeat. ``grid`` is a Dataset of
+    # the cube's `param` coordinates built from the workflow's grid, so the estimator resolves
+    # names with the same function it applies to the cube; called before any fit
+    check_grid: Callable | None = None
     # DESIGN CHOICE: the cheap per-param reducers (K-fold, corrected K-fold, stability) are
     # drawn in every HTML report whose store has their splits, asked for or not: the risk
     # along the grid is what a reader looks at first.
@@ -149,14 +158,16 @@ REGISTRY: dict[str, Estimator] = {}
 
 
 def declare(func: Callable, *, needs, terms=(), options=(), results=None, text=None,
-            html=None, check_design=None, overview: bool = False, metrics: bool = False,
-            time_ordered: bool = False, name: str | None = None) -> Estimator:
+            html=None, check_design=None, check_grid=None, overview: bool = False,
+            metrics: bool = False, time_ordered: bool = False, name: str | None = None
+            ) -> Estimator:
     """Register ``func`` as the estimator ``name`` (default: its ``__name__``); see the module
     docstring. Returns the declaration; ``func`` keeps working as a plain function."""
     spec = Estimator(name=name or func.__name__, func=func, needs=_roles(needs, func.__name__),
                      terms=_terms(terms, func.__name__),
                      options=tuple(options), results=dict(results or {}), text=text, html=html,
-                     check_design=check_design, overview=overview, metrics=metrics,
+                     check_design=check_design, check_grid=check_grid, overview=overview,
+                     metrics=metrics,
                      time_ordered=time_ordered)
     if spec.name in REGISTRY and REGISTRY[spec.name].func is not func:
         raise ValueError(f"estimator {spec.name!r} is declared twice")
