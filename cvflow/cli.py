@@ -1,4 +1,4 @@
-"""The ``cvflow`` command: run | status | report | validate.
+"""The ``cvflow`` command: run | status | report | verify | validate.
 
 The CLI parses arguments and calls library functions. Exit codes: 0 success, 2 bad input
 (one line, no traceback), 1 a failure at run time.
@@ -118,7 +118,15 @@ def cmd_status(args) -> int:
         raise InputError(f"store: {args.store} exists but is not a cvflow store")
     info = report.status(args.store)
     print(json.dumps(info) if args.json else report.format_status(info))
-    return 0
+    return 1 if info.get("damaged") else 0
+
+
+def cmd_verify(args) -> int:
+    from .store import verify
+
+    found = verify(args.store)
+    print(json.dumps(found.to_json()) if args.json else found.text())
+    return 0 if found.ok else 1
 
 
 def _parse_lambdas(text: str | None):
@@ -250,6 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--compare", help="the params ustat / nadeau_bengio compare, comma-separated "
                      "(indices or learner(key=value)); one param gives its error alone")
     rep.set_defaults(func=cmd_report)
+
+    ver = sub.add_parser("verify", help="read every chunk of a store; list what is damaged "
+                         "(exit 1 if anything is)")
+    ver.add_argument("store")
+    ver.add_argument("--json", action="store_true")
+    ver.set_defaults(func=cmd_verify)
 
     v = sub.add_parser("validate", help="check a workflow without fitting")
     v.add_argument("workflow")

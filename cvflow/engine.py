@@ -267,9 +267,10 @@ class _Run:
         params, design, chunks = layout.params, layout.design, layout.chunks
         fresh = layout.template is not None
         n_total = len(params) * design.n_splits
-        # a store created just now has nothing done: no need to read it back
+        # a store created just now has nothing done: no need to read it back; else the blocks
+        # whose pred chunk is missing or corrupt are not done (refitted)
         done = (np.zeros((len(params), design.n_splits), dtype=bool) if fresh
-                else cube_store.read_mask(path, "done"))
+                else cube_store.intact_done(path, chunks))
         todo = pending_blocks(path, chunks, done)
         n_todo = int(n_total - done.sum())
         result = RunResult(store=path, total_fits=n_total, fits_executed=0, failed=0, tasks=0,

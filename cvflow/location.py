@@ -97,6 +97,53 @@ def remove(location: str) -> None:
         fs.rm(path, recursive=True)
 
 
+def listing(location: str) -> dict[str, int]:
+    """Every object (file) under ``location``: its "/"-separated key within it -> its size in
+    bytes (empty if nothing is there). One directory walk, or one listing of an object store."""
+    if not is_url(location):
+        found = {}
+        for root, _, files in os.walk(location):
+            for name in files:
+                full = os.path.join(root, name)
+                key = os.path.relpath(full, location).replace(os.sep, "/")
+                try:
+                    found[key] = os.stat(full).st_size
+                except FileNotFoundError:        # removed while we looked
+                    pass
+        return found
+    fs, path = filesystem(location)
+    root = path.rstrip("/") + "/"
+    try:
+        found = fs.find(root, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {name[len(root):]: int(info.get("size") or 0) for name, info in found.items()
+            if name.startswith(root) and info.get("type", "file") == "file"}
+
+
+def is_file(location: str) -> bool:
+    """Whether ``location`` is one file (or object), not a directory (or prefix) of them."""
+    if not is_url(location):
+        return os.path.isfile(location)
+    fs, path = filesystem(location)
+    return bool(fs.isfile(path))
+
+
+def get(location: str) -> bytes | None:
+    """The bytes of one small object (or local file), None if there is none (or a directory)."""
+    if not is_url(location):
+        try:
+            with open(location, "rb") as f:
+                return f.read()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+    fs, path = filesystem(location)
+    try:
+        return fs.cat_file(path)
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+
+
 def sibling(location: str, suffix: str) -> str:
     """``<location><suffix>``: an object beside the store (its lock, its creation marker)."""
     return location.rstrip("/") + suffix

@@ -14,7 +14,7 @@ from .blocks import choose_chunks, estimate_seconds_per_fit
 from .designs import Design
 from .errors import StoreError
 from .learners import Param
-from .location import exists, remove, resolve
+from .location import exists, resolve
 from .spec import Study, Workflow
 
 if TYPE_CHECKING:
@@ -72,10 +72,7 @@ def prepare_store(workflow: Workflow, study: Study, store: str | os.PathLike, *,
         params, design = reconcile(location, workflow, study)
         return Layout(params, design, cube_store.block_chunks(location))
     if exists(location):
-        if not cube_store.is_store(location):
-            raise StoreError(f"store: {location} exists but is not a cvflow store; refusing to "
-                             "overwrite it")
-        remove(location)
+        cube_store.remove_store(location)       # refuses anything not provably a cvflow store
     fpt = workflow.execution.get("fits_per_task", "auto")
     d = study.data
     dtype = workflow.execution.get("dtype", "float64")

@@ -161,21 +161,27 @@ def status(path: str | Path) -> dict:
 
     Reads only the small (param, split) variables, so it works while a run is writing.
     """
-    from .store import read_mask
+    from .store import pred_damage, read_mask
 
     try:
         done, failed, errors, learners = (read_mask(path, name)
                                           for name in ("done", "failed", "error", "learner"))
         learners = np.asarray([str(v) for v in learners])
+        # the pred chunks of done fits that are missing or empty (a listing; `cvflow verify`
+        # reads every chunk): their fits are not in the store though `done` says so
+        damaged = [str(d) for d in pred_damage(path, done, failed, read=False)]
     except (KeyError, FileNotFoundError):  # the run is still creating the store: nothing done yet
         return {"store": str(path), "total": 0, "done": 0, "failed": 0, "complete": False,
-                "learners": {}, "failures": {}}
+                "learners": {}, "failures": {}, "damaged": []}
     # an extension (cvflow.extend) may resize arrays between these reads: use the common part
     rows = min(len(learners), done.shape[0], failed.shape[0], errors.shape[0])
     cols = min(done.shape[1], failed.shape[1], errors.shape[1])
     done, failed, errors = done[:rows, :cols], failed[:rows, :cols], errors[:rows, :cols]
     learners = learners[:rows]
-    return {"store": str(path), **summarize_fits(done, failed, errors, learners)}
+    info = {"store": str(path), **summarize_fits(done, failed, errors, learners),
+            "damaged": damaged}
+    info["complete"] = info["complete"] and not damaged
+    return info
 
 
 def summarize_fits(done: np.ndarray, failed: np.ndarray, errors: np.ndarray,
@@ -216,6 +222,9 @@ def format_status(info: dict) -> str:
             lines.append(f"  {name}: {s['done']}/{s['total']} done, {s['failed']} failed")
     lines += [f"  {count} fit(s) failed: {message}{_variants(info, message)}"
               for message, count in info["failures"].items()]
+    lines += [f"  damaged: {d}" for d in info.get("damaged", [])]
+    if info.get("damaged"):
+        lines.append("  `cvflow run` refits the damaged chunks; `cvflow verify` reads every chunk")
     return "\n".join(lines)
 
 

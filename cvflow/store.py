@@ -26,7 +26,8 @@ Coordinates: on ``split`` ``split_kind, split_repeat, split_outer, split_inner, 
 on ``param`` ``learner``, ``output``, ``param_json`` and one per hyperparameter name.
 Multiclass cubes (more than two classes) store C values per sample along ``class`` (coordinate:
 the class labels): per-class probabilities, per-class decision values, or predicted labels
-one-hot. Attributes: ``cvflow_format`` (2; absent in format-1 stores), ``cvflow_version``,
+one-hot. Every chunk carries a crc32c checksum; :mod:`cvflow.integrity` names a damaged one
+(:func:`verify` lists them all). Attributes: ``cvflow_format`` (2; absent in format-1 stores), ``cvflow_version``,
 ``workflow`` (JSON), ``workflow_hash``, ``data_hash``, ``task``,
 ``loss`` (the default), ``classes`` (JSON), ``full_split``, ``chunks`` (JSON [param, split]),
 ``columns`` (JSON, a data frame's column names, dtypes and categories; see cvflow.data).
@@ -37,6 +38,7 @@ import base64
 import json
 import logging
 import os
+import re
 import struct
 import uuid
 import warnings
@@ -49,9 +51,12 @@ import xarray as xr
 import zarr
 from zarr.dtype import parse_dtype
 
+from . import integrity
 from .coords import RESERVED, hyperparameter_coord, param_coords  # noqa: F401 - the schema
 from .errors import StoreError
-from .location import exists, is_url, put, put_all, remove, resolve, sibling, storage_options
+from .integrity import COMPRESSORS, WHOLE, Damage, DamagedStore
+from .location import (exists, get, is_file, is_url, listing, put, put_all, remove, resolve,
+                       sibling, storage_options)
 
 if TYPE_CHECKING:
     from .fit import BlockResult
@@ -191,10 +196,15 @@ warnings.filterwarnings("ignore", message="Consolidated metadata is currently no
 
 
 def _write(ds: xr.Dataset, location: str, **kwargs) -> None:
-    """``ds.to_zarr(location, ...)`` with consolidated metadata (Zarr v3), blocks left lazy."""
+    """``ds.to_zarr(location, ...)`` with consolidated metadata (Zarr v3), blocks left lazy;
+    new arrays carry checksums and every chunk is written, as :func:`create` does."""
+    existing = set(_group(location).array_keys())
+    encoding = {name: {"compressors": COMPRESSORS} for name in ds.variables
+                if name not in existing}
     with _quiet_consolidation():
         ds.to_zarr(location, compute=False, consolidated=True, zarr_format=3,
-                   storage_options=storage_options(location), **kwargs)
+                   storage_options=storage_options(location), encoding=encoding,
+                   write_empty_chunks=True, **kwargs)
 
 
 _NAN_FILL = base64.standard_b64encode(struct.pack("<d", np.nan)).decode()   # xarray's _FillValue
@@ -234,6 +244,11 @@ def _array_spec(name, variable: xr.Variable) -> dict:
         "attributes": {**{k: _attr_value(v) for k, v in variable.attrs.items()},
                        **({"_FillValue": _NAN_FILL} if float_ else {})},
         "dimension_names": variable.dims,
+        # every chunk carries a crc32c checksum; every chunk but the status variables' (whose
+        # fill values are valid states) is written even when it holds only fill values, so
+        # that a missing one is damage (cvflow.integrity)
+        "compressors": COMPRESSORS,
+        "config": None if name in integrity.STATUS_VARIABLES else WHOLE,
         "data": None if lazy else variable.values,
     }
 
@@ -267,7 +282,7 @@ def create(store: str | os.PathLike, template: xr.Dataset) -> None:
     # creation atomic on a disk and on an object store alike (an object store cannot rename a
     # directory): a store whose marker remains was cut mid-creation, is not a store
     # (is_store) and is removed by the next run (callers hold the run lock, cvflow.lock).
-    put(marker, b"")
+    put(marker, _marker(location))
     # DESIGN CHOICE: the store is made in a zarr MemoryStore (every array's metadata, the
     # small variables' chunks, one consolidation), then its objects are copied to the
     # location in one batch (concurrent on an object store); larger variables (X) are then
@@ -296,24 +311,96 @@ def create(store: str | os.PathLike, template: xr.Dataset) -> None:
     put_all(location, {key: value.to_bytes() for key, value in staged.items()})
 
     def write(name: str) -> None:
-        zarr.open_array(location, path=name, mode="r+",
-                        storage_options=storage_options(location))[...] = large[name]
+        array = zarr.open_array(location, path=name, mode="r+",
+                                storage_options=storage_options(location))
+        if name not in integrity.STATUS_VARIABLES:      # as create_array's config above
+            array = array.with_config(WHOLE)
+        array[...] = large[name]
 
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(write, large))
     remove(marker)
 
 
+def _marker(location: str) -> bytes:
+    """The creation marker's content: it names the store it was written for."""
+    return json.dumps({"cvflow": "creating", "store": location}).encode()
+
+
+# what a cvflow store holds: the root's and each array's zarr.json, and the arrays' chunks
+_STORE_OBJECT = re.compile(r"^(?:[^/]+/)?zarr\.json$|^[^/]+/c(?:/\d+)*$")
+
+
+def _foreign(location: str) -> list[str]:
+    """The objects under ``location`` that cvflow does not write (a user's files), sorted."""
+    return sorted(k for k in listing(location) if not _STORE_OBJECT.match(k))
+
+
+def _cvflow_root(location: str) -> bool | None:
+    """Whether the root zarr.json is a cvflow store's (None: there is none)."""
+    text = get(location.rstrip("/") + "/zarr.json")
+    if text is None:
+        return None
+    try:
+        return FORMAT_ATTR in (json.loads(text).get("attributes") or {})
+    except (ValueError, AttributeError):
+        return False
+
+
+def _check_only_ours(location: str, *, beside: str, action: str, fix: str) -> None:
+    """StoreError unless ``location`` holds only a cvflow store's objects; ``beside`` is said
+    of it first ("is beside ... but")."""
+    foreign = [] if is_file(location) else _foreign(location)
+    if is_file(location) or foreign:
+        what = ("is a file" if not foreign else "holds files cvflow did not write ("
+                + ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3
+                                            else "") + ")")
+        raise StoreError(f"store: {location} {beside}{what}; refusing to {action} it (nothing "
+                         f"was removed): {fix}")
+
+
 def clear_interrupted(store: str | os.PathLike) -> bool:
-    """Remove a store whose creation was cut (its marker remains); True if there was one."""
+    """Remove a store whose creation was cut (its marker remains); True if there was one.
+
+    Only what is provably cvflow's goes: the marker must name this very store (or be empty, as
+    cvflow wrote it before markers named their store, with a cvflow store or nothing beside
+    it), and the store must hold nothing but a cvflow store's objects; else StoreError, and
+    nothing is removed.
+    """
+    # DESIGN CHOICE: nothing that is not ours is ever removed. A stray `<store>.creating` (a
+    # copy, a name clash) beside a user's directory once made this delete the directory.
     location = resolve(store)
     marker = sibling(location, CREATING)
-    if not exists(marker):
+    content = get(marker)
+    if content is None:
         return False
+    root = _cvflow_root(location) if exists(location) else None
+    named = content == _marker(location) or (content == b"" and root is not False)
+    if not named:
+        raise StoreError(f"store: {location}: {marker} is not a creation marker cvflow wrote for "
+                         "this store; nothing was removed: remove or rename it yourself")
+    fix = f"remove {marker} if the directory is yours, or choose another --store"
+    beside = f"is beside a creation marker ({marker}) but "
+    if root is False:
+        raise StoreError(f"store: {location} {beside}is not a cvflow store; refusing to replace "
+                         f"it (nothing was removed): {fix}")
+    _check_only_ours(location, beside=beside, action="replace", fix=fix)
     log.warning("removing %s: its creation was interrupted", location)
     remove(location)
     remove(marker)
     return True
+
+
+def remove_store(store: str | os.PathLike) -> None:
+    """Delete a complete cvflow store (``--overwrite``); StoreError, and nothing removed, unless
+    it provably is one: a cvflow store (:func:`is_store`) holding nothing else."""
+    location = resolve(store)
+    fix = "move your files elsewhere, or choose another --store"
+    if not is_store(location):
+        raise StoreError(f"store: {location} exists but is not a cvflow store; refusing to "
+                         f"overwrite it (nothing was removed): {fix}")
+    _check_only_ours(location, beside="", action="overwrite", fix=fix)
+    remove(location)
 
 
 def _group(location: str, mode: Literal["r", "r+"] = "r"):
@@ -362,7 +449,9 @@ def open_cube(store: str | os.PathLike) -> xr.Dataset:
     if not exists(sibling(location, CREATING)):          # else a creation was cut: no store
         try:
             cube = _open_dataset(location)
-        except Exception:  # noqa: BLE001 - anything unreadable is not a cvflow store
+        except Exception as exc:  # noqa: BLE001 - anything unreadable is not a cvflow store
+            if integrity.problem(exc) is not None:      # unless a damaged index coordinate
+                _raise_first_damage(location, exclude=LAZY_VARIABLES)
             cube = None
     if cube is None or FORMAT_ATTR not in cube.attrs:
         raise StoreError(f"store: {location} exists but is not a cvflow store")
@@ -373,20 +462,55 @@ def open_cube(store: str | os.PathLike) -> xr.Dataset:
     # index role tables and masks as numpy. Each read is one zarr call (~1 ms of Python
     # here, GIL-bound): a thread pool only pays for an object store's latency; on a local
     # disk it is ~2x slower than reading them one after the other.
-    small = [v for name, v in cube.variables.items() if name not in LAZY_VARIABLES]
+    small = [(str(name), v) for name, v in cube.variables.items() if name not in LAZY_VARIABLES]
+
+    def load(item) -> None:
+        name, variable = item
+        try:
+            variable.load()
+        except Exception as exc:
+            if integrity.problem(exc) is None:
+                raise
+            _raise_first_damage(location, only=(name,))
+            raise
+
     if is_url(location):
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda variable: variable.load(), small))
+            list(pool.map(load, small))
     else:
-        for variable in small:
-            variable.load()
-    # `pred` alone is chunked (DataArray.chunk would chunk its coordinates too), named
-    # without tokenizing the zarr array; the name also tells read_pred an untouched `pred`
-    pred = cube.variables["pred"]
-    pred.data = pred.chunk(dict(zip(pred.dims, pred.encoding["chunks"])),
-                           from_array_kwargs={"name": f"cvflow-pred-{uuid.uuid4().hex}"}).data
-    cube.encoding.update({"source": location, STORED: pred.data.name})
+        for item in small:
+            load(item)
+    # `pred` and `X` are dask arrays of the store's chunks, each read through
+    # cvflow.integrity.Checked (a damaged chunk is named), named without tokenizing the zarr
+    # array; pred's name also tells read_pred an untouched `pred`
+    for name in LAZY_VARIABLES:
+        variable = cube.variables[name]
+        variable.data = _checked_dask(location, name, variable, cube)
+    cube.encoding.update({"source": location, STORED: cube.variables["pred"].data.name})
     return cube
+
+
+def _checked_dask(location: str, name: str, variable: xr.Variable, cube: xr.Dataset):
+    import dask.array as da
+
+    chunks = tuple(variable.encoding["chunks"])
+    objects = tuple(variable.encoding.get("shards") or chunks)
+    fitted = ((cube["done"].values, cube["failed"].values) if name == "pred" else (None, None))
+    # a shallow copy keeps xarray's lazy reader of the store (the variable gets the dask array)
+    source = integrity.Checked(variable.copy(deep=False), name, location, objects, *fitted)
+    return da.from_array(source, chunks=chunks, name=f"cvflow-{name}-{uuid.uuid4().hex}",
+                         meta=np.empty((0,) * variable.ndim, dtype=variable.dtype))
+
+
+def _raise_first_damage(location: str, *, only=None, exclude=()) -> None:
+    """DamagedStore for the first damaged chunk of the arrays ``only`` (default: all but
+    ``exclude``); nothing if none is found."""
+    group = _group(location)
+    names = only if only is not None else sorted(n for n in group.array_keys() if n not in exclude)
+    for name in names:
+        damage = integrity.first_damage(location, name, group[name])
+        if damage is not None:
+            raise DamagedStore(location, damage)
 
 
 def block_chunks(store: str | os.PathLike) -> tuple[int, int]:
@@ -419,8 +543,9 @@ def write_pred(store: str | os.PathLike, result: BlockResult) -> None:
     # zstd default ~1.1 ms (it halves the bytes: 0.75 MB; no compressor: 4.5 ms, 1.6 MB) and
     # the shard ~1.5 ms (unsharded: 4.0 ms; the inner chunks are for the reducers). Kept as is.
     location = resolve(store)
+    # written even when every value is NaN (every fit failed): a done block has its chunk
     pred = zarr.open_array(location, path="pred", mode="r+",
-                           storage_options=storage_options(location))
+                           storage_options=storage_options(location)).with_config(WHOLE)
     region = (result.params, result.splits)
     _check_aligned(pred.shape[:2], (pred.shards or pred.chunks)[:2], *region)   # one writer a shard
     pred[region] = result.pred.astype(pred.dtype, copy=False)
@@ -459,7 +584,8 @@ class StatusWriter:
             fills = {"failed": False, "error": "", "fit_seconds": np.nan, "done": False}
             self.values = {name: (np.full(shape, fills[name], dtype=object if name == "error"
                                           else type(fills[name]))
-                                  if self.fresh else array[...])
+                                  if self.fresh else integrity.read(self.location, name,
+                                                                    array=array))
                            for name, array in self.arrays.items()}
         for name, values in self.values.items():
             for r in results:
@@ -505,20 +631,23 @@ def write_block(store: str | os.PathLike, result: BlockResult) -> None:
 
 def read_mask(store: str | os.PathLike, name: str) -> np.ndarray:
     """A small (param, split) variable read eagerly (done, failed, fit_seconds, error)."""
-    location = resolve(store)
-    return zarr.open_array(location, path=name, mode="r",
-                           storage_options=storage_options(location))[...]
+    return integrity.read(resolve(store), name)
 
 
 def read_block(store: str | os.PathLike, params: slice, splits: slice) -> dict[str, np.ndarray]:
     """The stored cells of one block: pred (float64), failed, error (str objects), fit_seconds."""
-    group = _group(resolve(store))
+    location = resolve(store)
+    group = _group(location)
     region = (params, splits)
-    error = np.asarray(group["error"][region])
-    return {"pred": np.array(group["pred"][region], dtype=np.float64),
-            "failed": np.array(group["failed"][region], dtype=bool),
+
+    def read(name: str) -> np.ndarray:
+        return integrity.read(location, name, region, array=group[name])
+
+    error = np.asarray(read("error"))
+    return {"pred": np.array(read("pred"), dtype=np.float64),
+            "failed": np.array(read("failed"), dtype=bool),
             "error": np.array([str(e) for e in error.ravel()], dtype=object).reshape(error.shape),
-            "fit_seconds": np.array(group["fit_seconds"][region], dtype=np.float64)}
+            "fit_seconds": np.array(read("fit_seconds"), dtype=np.float64)}
 
 
 def read_pred(cube_or_store) -> np.ndarray | None:
@@ -532,15 +661,126 @@ def read_pred(cube_or_store) -> np.ndarray | None:
     if isinstance(cube_or_store, xr.Dataset):
         from dask import is_dask_collection
 
-        pred = cube_or_store["pred"]
-        if not (is_dask_collection(pred.data)
-                and pred.data.name == cube_or_store.encoding.get(STORED)):
+        cube = cube_or_store
+        pred = cube["pred"]
+        if not (is_dask_collection(pred.data) and pred.data.name == cube.encoding.get(STORED)):
             return None
-        values = read_pred(cube_or_store.encoding["source"])
-        return values if values is not None and values.shape == pred.shape else None
+        values = _read_pred(cube.encoding["source"], cube["done"].values, cube["failed"].values)
+        return values if values.shape == pred.shape else None
     location = resolve(cube_or_store)
-    return zarr.open_array(location, path="pred", mode="r",
-                           storage_options=storage_options(location))[...]
+    return _read_pred(location, read_mask(location, "done"), read_mask(location, "failed"))
+
+
+def _read_pred(location: str, done: np.ndarray, failed: np.ndarray) -> np.ndarray:
+    """The whole ``pred``; DamagedStore if a chunk a done fit wrote is missing or corrupt."""
+    return integrity.read(location, "pred", done=done, failed=failed)
+
+
+# ---------------------------------------------------------------------------------------------
+# integrity: what is damaged (cvflow.integrity), and what `cvflow run` refits
+
+
+def pred_damage(store: str | os.PathLike, done: np.ndarray | None = None,
+                failed: np.ndarray | None = None, *, read: bool = True) -> list[Damage]:
+    """The damaged chunks of ``pred`` that hold fits: missing or empty (one listing), and with
+    ``read`` those of every block with a done fit that fail to decode (each read whole).
+
+    ``done`` and ``failed`` are the store's masks (read if None). Sorted by chunk.
+    """
+    location = resolve(store)
+    done = read_mask(location, "done") if done is None else done
+    failed = read_mask(location, "failed") if failed is None else failed
+    array = integrity.open_array(location, "pred")
+    objects = integrity.array_objects(location, "pred")
+    damage = integrity.listed_damage("pred", array, objects,
+                                     integrity.required("pred", array, done, failed))
+    if read:
+        seen = {d.chunk for d in damage}
+        any_done = integrity.required("pred", array, done, np.zeros_like(done, dtype=bool))
+        chunks = [c for c, size in integrity.stored(array, objects).items()
+                  if size and any_done[c] and c not in seen]
+        with ThreadPoolExecutor(4) as pool:
+            damage += [d for d in pool.map(lambda c: integrity.read_damage("pred", array, c),
+                                           chunks) if d is not None]
+    return sorted(damage, key=lambda d: d.chunk)
+
+
+def _block(chunk: tuple[int, ...], chunks: tuple[int, int], shape: tuple[int, int]
+           ) -> tuple[slice, slice]:
+    """The block (param slice, split slice) a pred chunk holds."""
+    (i, j), (bp, bs) = chunk[:2], chunks
+    return slice(i * bp, min((i + 1) * bp, shape[0])), slice(j * bs, min((j + 1) * bs, shape[1]))
+
+
+def damaged_blocks(store: str | os.PathLike, chunks: tuple[int, int], *,
+                   done: np.ndarray | None = None, failed: np.ndarray | None = None
+                   ) -> list[tuple[slice, slice]]:
+    """The blocks (param slice, split slice) holding a done fit whose ``pred`` chunk is missing
+    or corrupt: their fits must be refitted (``chunks``: the store's block shape; ``done``,
+    ``failed``: the store's masks, read if None)."""
+    location = resolve(store)
+    done = read_mask(location, "done") if done is None else done
+    return [_block(d.chunk, chunks, done.shape) for d in pred_damage(location, done, failed)]
+
+
+def intact_done(store: str | os.PathLike, chunks: tuple[int, int]) -> np.ndarray:
+    """The ``done`` mask less the blocks whose ``pred`` chunk is missing or corrupt (logged,
+    one line each): what a run may skip. DamagedStore if ``done`` or ``failed`` is damaged."""
+    # DESIGN CHOICE: a run reads every done block's chunk (checking its checksum) before it
+    # plans, so a damaged block is refitted rather than called complete; it costs one read of
+    # the stored predictions (README, "Integrity").
+    location = resolve(store)
+    done = read_mask(location, "done")
+    for damage in pred_damage(location, done, read_mask(location, "failed")):
+        ps, ss = _block(damage.chunk, chunks, done.shape)
+        log.warning("store %s: %s; refitting its fits (params %d-%d x splits %d-%d)", location,
+                    damage, ps.start, ps.stop - 1, ss.start, ss.stop - 1)
+        done[ps, ss] = False
+    return done
+
+
+def verify(store: str | os.PathLike) -> integrity.Report:
+    """Read every chunk of every variable of a store; what is damaged (missing or corrupt).
+
+    Returns a :class:`cvflow.integrity.Report` (``report.ok``, ``report.damaged``: a list of
+    :class:`cvflow.integrity.Damage`, each ``variable``, ``chunk``, ``problem``). Raises
+    StoreError if ``store`` is not a cvflow store. ``cvflow verify STORE`` prints it.
+    """
+    location = resolve(store)
+    if not exists(location):
+        raise StoreError(f"store: {location} does not exist")
+    if not is_store(location):
+        raise StoreError(f"store: {location} exists but is not a cvflow store")
+    group = _group(location)
+    arrays = {name: group[name] for name in sorted(group.array_keys())}
+    objects: dict[str, dict[str, int]] = {name: {} for name in arrays}
+    for key, size in listing(location).items():
+        name, _, rest = key.partition("/")
+        if name in objects and rest:
+            objects[name][rest] = size
+    damage: list[Damage] = []
+
+    def mask(name: str) -> np.ndarray | None:
+        found = [d for d in damage if d.variable == name]
+        return None if found else integrity.read(location, name, array=arrays[name])
+
+    reads = []
+    for name, array in arrays.items():
+        present = integrity.stored(array, objects[name])
+        reads += [(name, chunk) for chunk, size in sorted(present.items()) if size]
+        damage += [d for d in integrity.listed_damage(name, array, objects[name],
+                                                      integrity.required(name, array))]
+    with ThreadPoolExecutor(4) as pool:
+        damage += [d for d in pool.map(lambda r: integrity.read_damage(r[0], arrays[r[0]], r[1]),
+                                       reads) if d is not None]
+    done, failed = mask("done"), mask("failed")
+    if done is not None and failed is not None:       # pred's missing chunks need both
+        must = integrity.required("pred", arrays["pred"], done, failed)
+        damage += [d for d in integrity.listed_damage("pred", arrays["pred"], objects["pred"], must)
+                   if d.problem == "missing"]
+    return integrity.Report(location, sorted(damage, key=lambda d: (d.variable, d.chunk)),
+                            variables=len(arrays), chunks=len(reads),
+                            checksums=all(integrity.checksummed(a) for a in arrays.values()))
 
 
 # ---------------------------------------------------------------------------------------------

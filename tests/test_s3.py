@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import fault_helpers as fh
-from cvtest import REPO
+from cvtest import QUICK, REPO
 from cvflow.errors import InputError, StoreError
 
 BUCKET = "cvflow-test"
@@ -154,7 +154,7 @@ def test_create_on_s3_writes_what_xarray_writes(s3, monkeypatch, in_place):
 
     from cvflow import store
     from cvflow.location import filesystem, storage_options
-    from test_store import _case
+    from test_store import _case, reference_encoding
 
     template = _case("multiclass", monkeypatch)
     if in_place:                               # every variable written in place, none staged
@@ -164,7 +164,8 @@ def test_create_on_s3_writes_what_xarray_writes(s3, monkeypatch, in_place):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
         template.to_zarr(ref, compute=False, consolidated=True, zarr_format=3, mode="w-",
-                         storage_options=storage_options(ref))
+                         storage_options=storage_options(ref),
+                         encoding=reference_encoding(template))
 
     def objects(url):
         fs, path = filesystem(url)
@@ -177,6 +178,33 @@ def test_create_on_s3_writes_what_xarray_writes(s3, monkeypatch, in_place):
         assert got[key] == want[key], key
     assert store.is_store(ours) and not _objects(ours + store.CREATING)
     xr.testing.assert_identical(xr.open_zarr(ours).load(), xr.open_zarr(ref).load())
+
+
+def test_damage_and_foreign_objects_on_s3(s3, tmp_path):
+    """On an object store too: a deleted pred object is seen by status and verify and refitted
+    by run; a stray marker beside a prefix holding a user's object removes nothing."""
+    from cvflow.location import filesystem
+
+    workflow = tmp_path / "wf.yaml"
+    workflow.write_text(QUICK + "execution: {fits_per_task: 4, cluster: threads}\n")
+    url = _url()
+    assert _cli("run", str(workflow), "--store", url).returncode == 0
+    fresh = _cli("report", url, "--json").stdout
+    fs, path = filesystem(url)
+    fs.rm(f"{path}/pred/c/0/2/0")
+    status = _cli("status", url)
+    assert status.returncode == 1 and "damaged: pred chunk (0, 2, 0) is missing" in status.stdout
+    verify = _cli("verify", url)
+    assert verify.returncode == 1 and "pred chunk (0, 2, 0) is missing" in verify.stdout
+    run = _cli("run", str(workflow), "--store", url)
+    assert run.returncode == 0 and "4 fits performed" in run.stdout, run.stderr
+    assert _cli("report", url, "--json").stdout == fresh and _cli("verify", url).returncode == 0
+    theirs = _url()
+    fs.pipe({f"{theirs[5:]}/notes.txt": b"mine", f"{theirs[5:]}.creating": b""})
+    out = _cli("run", str(workflow), "--store", theirs)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "holds files cvflow did not write (notes.txt)" in out.stderr
+    assert sorted(_objects(theirs)) == [f"{theirs[5:]}/notes.txt"] and _objects(theirs + ".creating")
 
 
 def test_second_run_on_a_held_url_is_refused(s3):
