@@ -504,11 +504,19 @@ def _checked_dask(location: str, name: str, variable: xr.Variable, cube: xr.Data
 
 def _raise_first_damage(location: str, *, only=None, exclude=()) -> None:
     """DamagedStore for the first damaged chunk of the arrays ``only`` (default: all but
-    ``exclude``); nothing if none is found."""
-    group = _group(location)
-    names = only if only is not None else sorted(n for n in group.array_keys() if n not in exclude)
+    ``exclude``); nothing if none is found or the arrays do not open (not a cvflow store)."""
+    try:
+        group = _group(location)
+        names = only if only is not None else sorted(n for n in group.array_keys()
+                                                     if n not in exclude)
+    except Exception:  # noqa: BLE001 - the caller says what is wrong
+        return
     for name in names:
-        damage = integrity.first_damage(location, name, group[name])
+        try:
+            array = group[name]
+        except Exception:  # noqa: BLE001 - metadata zarr cannot read: no chunk to blame
+            continue
+        damage = integrity.first_damage(location, name, array)
         if damage is not None:
             raise DamagedStore(location, damage)
 
