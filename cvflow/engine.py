@@ -23,7 +23,7 @@ import numpy as np
 
 from . import store as cube_store
 from .errors import InputError
-from .location import exists, resolve
+from .location import exists
 from .cluster import quiet_options
 from .plan import pending_blocks, prepare_store, seconds_per_fit
 from .spec import Workflow, load_workflow
@@ -153,15 +153,16 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
     cvflow.errors.StallError
         No progress within the deadline (``cvflow.execution.stall-seconds``).
     """
-    from .cluster import ADDRESS, load_profile
     from .lock import run_lock
+    from .preflight import check_run
 
     if not isinstance(workflow, Workflow):
         workflow = load_workflow(os.fspath(workflow))
-    path = resolve(store if store is not None else f"{workflow.name}.zarr")
+    # bad arguments, profiles and unwritable stores fail before the store is created, grown or locked
+    path = check_run(workflow, store, cluster=cluster, workers=workers,
+                     dashboard_port=dashboard_port, tls=tls, cluster_options=cluster_options,
+                     client=client)
     cluster = cluster or workflow.execution.get("cluster")
-    if client is None and not (cluster and ADDRESS.match(str(cluster))):
-        load_profile(cluster, options=cluster_options)      # a bad profile fails before any store work
     # One run per store at a time; a lock left by a crashed run is taken over.
     # The pool creates a new store beside the run; leaving it waits for the creation, so the
     # lock is never released with a store half created.

@@ -280,3 +280,13 @@ def test_a_run_never_forks_its_threaded_process(tmp_path, cluster):
         return
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["forks", "0", "local", "4"], proc.stdout
+
+
+def test_the_python_entry_refuses_bad_arguments_before_any_store_work(tmp_path, write_workflow):
+    """`cvflow.run` checks what `cvflow run` checks (cvflow.preflight) before the lock and store."""
+    from cvflow.errors import InputError
+
+    for kwargs, match in (({"workers": 0}, "workers"), ({"dashboard_port": 99999}, "dashboard")):
+        with pytest.raises(InputError, match=match):
+            cvflow.run(write_workflow(RIDGE), store=tmp_path / "s.zarr", **kwargs)
+        assert not (tmp_path / "s.zarr").exists() and not (tmp_path / "s.zarr.lock").exists()
