@@ -114,6 +114,7 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     learner on at most ``CHEAP_PATH_ELEMENTS`` values of X is not timed at all: it is charged
     ``PATH_COST`` of its kernel. Returns the param-count weighted mean over learners.
     """
+    from .checks import trial_running
     from .fit import fit_block
 
     # DESIGN CHOICE: the estimate only sizes blocks (a factor of ~2 changes little, see
@@ -138,10 +139,11 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
                 count += len(group)
                 del by_learner[name]
     paths = {name: _first_path(group) if path_aware else [] for name, group in by_learner.items()}
-    for group in by_learner.values():      # warm-up: imports (and their libraries), caches
-        fit_block(group[:1], X, y, train, params_slice=slice(0, 1), splits_slice=slice(0, 1),
-                  positive=positive, path_aware=path_aware)
-    with one_blas_thread() if by_learner else contextlib.nullcontext():
+    with trial_running():                  # not the study's fits (see cvflow.checks.in_trial)
+        for group in by_learner.values():  # warm-up: imports (and their libraries), caches
+            fit_block(group[:1], X, y, train, params_slice=slice(0, 1),
+                      splits_slice=slice(0, 1), positive=positive, path_aware=path_aware)
+    with one_blas_thread() if by_learner else contextlib.nullcontext(), trial_running():
         for name, group in by_learner.items():
             path = paths[name]
             spent, k = 0.0, 1

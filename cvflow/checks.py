@@ -30,7 +30,9 @@ def in_trial() -> bool:
 
 
 @contextlib.contextmanager
-def _trial_running():
+def trial_running():
+    """Mark the fits inside as trial fits (the pre-run check, the timing of fits): not the
+    study's fits, which :func:`in_trial` lets a learner tell apart."""
     global _IN_TRIAL
     _IN_TRIAL = True
     try:
@@ -65,7 +67,7 @@ def _unset_random_states(model) -> list[str]:
 
 
 def _trial(param: Param, X, y, rows: np.ndarray, sample_weight, positive) -> np.ndarray:
-    with _trial_running():
+    with trial_running():
         model = fit_model(param, X, y, rows, sample_weight)
         return predict_output(model, take(X, rows), param.output, positive)
 

@@ -97,6 +97,13 @@ class _Recorder:
         self.notify({"event": "block", "done": r.fits_executed, "todo": self.n_todo,
                      "elapsed": time.perf_counter() - self.t0})
 
+    def idle(self) -> None:
+        """Nothing came back for a while: write and publish what :meth:`block` held back."""
+        if self.pending:
+            self.flush()
+        if self.monitor:
+            self.monitor.catch_up()
+
     def flush(self) -> None:
         """Write the status of the blocks recorded since the last flush."""
         self.status.write(self.pending)
@@ -301,7 +308,7 @@ class _Run:
         ready = None if creating is None else Event(f"cvflow-store-{run_id}", client=c)
         ctx = dataclasses.replace(ctx, ready=ready and ready.name)
         loop = Loop(c, ctx, params=params, train=design.train, data=d, path_aware=self.path_aware,
-                    record=recorder.block, lock_lost=lambda: self.lock.lost,
+                    record=recorder.block, idle=recorder.idle, lock_lost=lambda: self.lock.lost,
                     scorer=monitor and monitor.scorer)
         try:
             loop.submit(blocks)

@@ -146,6 +146,7 @@ class Monitor:
                      "started": time.time(), "learners": list(dict.fromkeys(self.learner)),
                      "corrected": self.full_split >= 0 and self.has_folds}
         self.published = 0.0
+        self.behind = False                 # blocks folded in, not yet published
 
     # updates
 
@@ -163,13 +164,21 @@ class Monitor:
         for (i, j), message in np.ndenumerate(status.error):
             if status.failed[i, j]:
                 self.errors.append((str(rows[i]), str(message)))
+        self.behind = True
         if time.monotonic() - self.published > PUBLISH_SECONDS:
+            self.publish()
+
+    def catch_up(self) -> None:
+        """Publish the blocks folded in since the last publication (the run waits on slow
+        fits: what came back in the last burst must show)."""
+        if self.behind:
             self.publish()
 
     def publish(self) -> None:
         try:
             self.client.set_metadata([METADATA, self.run], self.state())
             self.published = time.monotonic()
+            self.behind = False
         except Exception as exc:  # noqa: BLE001 - a lost page must never stop a run
             log.warning("live page: could not publish progress: %s", exc)
 

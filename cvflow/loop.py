@@ -86,16 +86,18 @@ def time_on_workers(client, ctx: TaskContext, study, path_aware: bool) -> float:
 class Loop:
     """Runs ``blocks`` on ``client``: :meth:`run` returns once every block is recorded.
 
-    ``record(summary)`` is called in this thread for every written block; ``lock_lost()``
-    says whether the run lost its store's lock (checked at every wake-up).
+    ``record(summary)`` is called in this thread for every written block; ``idle()`` when
+    nothing came back for ``WAKE_SECONDS`` (what ``record`` held back is written then);
+    ``lock_lost()`` says whether the run lost its store's lock (checked at every wake-up).
     """
 
     def __init__(self, client, ctx: TaskContext, *, params: list[Param], train: np.ndarray,
                  data, path_aware: bool, record: Callable[[dict], None],
+                 idle: Callable[[], None] = lambda: None,
                  lock_lost: Callable[[], bool] = lambda: False, scorer=None):
         self.client, self.ctx, self.params, self.train = client, ctx, params, train
         self.data, self.path_aware, self.record, self.scorer = data, path_aware, record, scorer
-        self.lock_lost = lock_lost
+        self.idle, self.lock_lost = idle, lock_lost
         self.watchdog = Watchdog(client)
         self.finished: queue.SimpleQueue = queue.SimpleQueue()
         self.futures: dict[str, object] = {}        # key -> future still running
@@ -171,6 +173,7 @@ class Loop:
                     raise LockLostError(f"store: {self.ctx.store}: another run took over the run "
                                         "lock; this run stopped and cancelled its tasks")
                 if future is None:
+                    self.idle()
                     self.watchdog.check(list(self.futures.values()))
                     continue
                 if self.futures.pop(future.key, None) is None:

@@ -71,6 +71,32 @@ def test_path_study_in_process_and_a_learners_own_fits_on_processes_write_scikit
     assert again.fits_executed == 0           # a finished store: nothing to fit
 
 
+COUNTED = """\
+name: counted
+data: {{source: synthetic, name: linear, params: {{n: 60, p: 3}}}}
+task: regression
+learners:
+  - name: ridge
+    class: counting_learner.CountingRidge
+    params: {{log: {log}}}
+    grid: {{alpha: [0.1, 1.0, 10.0]}}
+design: {{folds: 4, seed: 0}}
+estimators: [kfold]
+execution: {{path_aware: false}}
+"""
+
+
+def test_timing_fits_are_trials_not_the_studys_fits(tmp_path, write_workflow):
+    """The fits that time a learner on a worker (block sizes) are marked as trials
+    (cvflow.checks.in_trial), like the pre-run check: a learner that counts or gates its fits
+    sees the study's fits only, 3 params x (full + 4 folds)."""
+    log = tmp_path / "fits.log"
+    result = cvflow.run(write_workflow(COUNTED.format(log=log)), store=tmp_path / "s.zarr",
+                        cluster="local", workers=1)
+    assert result.fits_executed == 15
+    assert len(log.read_text().splitlines()) == 15
+
+
 def test_forked_is_read_as_local_with_a_warning(tmp_path, write_workflow, caplog):
     with caplog.at_level("WARNING", logger="cvflow.cluster"):
         result = cvflow.run(write_workflow(RIDGE), store=tmp_path / "s.zarr", cluster="forked")
@@ -290,3 +316,40 @@ def test_the_python_entry_refuses_bad_arguments_before_any_store_work(tmp_path, 
         with pytest.raises(InputError, match=match):
             cvflow.run(write_workflow(RIDGE), store=tmp_path / "s.zarr", **kwargs)
         assert not (tmp_path / "s.zarr").exists() and not (tmp_path / "s.zarr.lock").exists()
+
+
+GATED = """\
+name: gated
+data: {{source: sklearn, name: diabetes}}
+task: regression
+learners:
+  - name: ridge
+    class: fault_helpers.GatedRidge
+    params: {{gate: {gate}, claim: {claim}}}
+    grid: {{alpha: [0.1, 1.0, 10.0]}}
+design: {{folds: 3, seed: 0}}
+estimators: [kfold]
+execution: {{fits_per_task: 1, cluster: local, path_aware: false}}
+"""
+
+
+@pytest.mark.timeout(600)
+def test_fits_back_before_a_slow_one_are_written_while_it_runs(tmp_path):
+    """A burst of fits back while one fit is still running is written to the store (and so to
+    `cvflow status`) without waiting for the next fit to come back."""
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(GATED.format(gate=tmp_path / "gate", claim=tmp_path / "claim"))
+    store = tmp_path / "s.zarr"
+    proc = fh.start_run(wf, store, "--workers", "2", dashboard=())
+    try:
+        fh.wait_for_done(store, 11, proc, timeout=300)     # 12 fits, one held by its gate
+        assert proc.poll() is None                         # the gate holds it: still running
+        status = subprocess.run([sys.executable, "-m", "cvflow", "status", str(store)],
+                                capture_output=True, text=True, env=fh.cli_env(), timeout=120)
+        assert "11 of 12" in status.stdout or "11/12" in status.stdout, status.stdout
+        (tmp_path / "gate").touch()
+        rc, _, err = fh.finish(proc)
+        assert rc == 0, err[-2000:]
+        assert fh.done_count(store) == 12
+    finally:
+        fh.reap(proc)
