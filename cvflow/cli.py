@@ -198,9 +198,12 @@ def cmd_report(args) -> int:
     if args.html:
         from .report_html import write_html
 
-        write_html(cube, results, args.html)
+        written = write_html(cube, results, args.html)
     if args.json:
         print(json.dumps(report.to_json(results)))
+    elif args.html:
+        # the page holds the report: one line says where (the text report is the command without --html)
+        print(f"{args.store}: HTML report written to {written}")
     else:
         print(report.text(cube, results))
     return 0

@@ -88,7 +88,10 @@ def describe(result: xr.Dataset, max_rows: int = 12) -> list[str]:
     se = result["se"].values
     sign = -1.0 if result.attrs.get("greater_is_better") else 1.0
     order = np.argsort(np.where(np.isnan(est), np.inf, sign * est), kind="stable")[:max_rows]
-    lines = [f"K-fold ({result.attrs.get('loss')}): {len(est)} params, best {min(max_rows, len(est))}:"]
+    shown = min(max_rows, len(est))
+    lines = [f"K-fold ({result.attrs.get('loss')}), " + (
+        f"the {shown} best of {len(est)} params:" if shown < len(est)
+        else f"{len(est)} param{'s' * (len(est) != 1)}, best first:")]
     for h in order:
         lines.append(f"  {param_text(param_label(result, int(h))):<40} {est[h]:12.6g}  se {se[h]:.3g}")
     lines.append(f"  selected: {param_text(param_label(result, int(result['selected'])))}")
