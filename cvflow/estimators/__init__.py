@@ -12,6 +12,7 @@ from .kfold import kfold
 from .corrected import corrected_kfold
 from .stability import stability, stability_nested
 from .nested import nested_cv
+from .nested_compare import nested_compare
 from .bates import bates_ncv, wald_cv
 from .ustat import nadeau_bengio, ustat
 from .corrected_t import corrected_t
@@ -24,7 +25,7 @@ from ._cube import fits_budget, is_lazy, load_if_small
 # the estimators of one report share their loss sums (cvflow.report.compute)
 from ._cube import shared_terms
 
-__all__ = ["corrected_kfold", "kfold", "stability", "stability_nested", "nested_cv", "bates_ncv",
+__all__ = ["corrected_kfold", "kfold", "stability", "stability_nested", "nested_cv", "nested_compare", "bates_ncv",
            "wald_cv", "ustat", "nadeau_bengio", "corrected_t", "paired_5x2cv", "bbc_cv",
            "cv_confidence", "REGISTRY", "Estimator", "Option", "declare", "lookup", "fits_budget",
            "is_lazy", "load_if_small", "shared_terms"]
