@@ -53,7 +53,8 @@ class Data:
         for a in arrays:
             a = np.ascontiguousarray(a)
             h.update(str(a.dtype).encode() + str(a.shape).encode())
-            h.update(a.tobytes() if a.dtype != object else "\x00".join(map(str, a)).encode())
+            # the array's own buffer (C-contiguous): the bytes of a.tobytes() without a copy
+            h.update(a if a.dtype != object else "\x00".join(map(str, a)).encode())
         if self.columns is not None:
             h.update(json.dumps(self.columns, sort_keys=True).encode())
         return h.hexdigest()[:16]

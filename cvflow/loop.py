@@ -19,10 +19,11 @@ Every wait here has a deadline: the loop wakes at least once a second.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import time
-import dataclasses
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,6 +34,17 @@ from .learners import Param
 from .tasks import TaskContext, _value, run_block
 
 log = logging.getLogger(__name__)
+
+
+def submit_data(client, fn, *args, key: str):
+    """``client.submit(fn, *args)`` of a task that carries the study's data (X, y, weights)."""
+    # DESIGN CHOICE: the data travels once per run, in the task that holds it (see
+    # Loop.submit_inputs); distributed's "Sending large graph" advice (scatter, dask arrays)
+    # does not apply to it, and would print on every run of a large study.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+        return client.submit(fn, *args, pure=False, key=key)
+
 
 # DESIGN CHOICE: a worker whose process used less than this share of one core (Dask's
 # `metrics.cpu`, sampled every 0.5 s) is idle; a study whose running workers all stay idle for
@@ -67,8 +79,9 @@ def time_on_workers(client, ctx: TaskContext, study, path_aware: bool) -> float:
     from .tasks import time_fits
 
     d = study.data
-    future = client.submit(time_fits, ctx, study.params, d.fit_X, d.y, study.design.train[0],
-                           d.positive, path_aware, pure=False, key=f"cvflow-timing-{ctx.run_id}")
+    future = submit_data(client, time_fits, ctx, study.params, d.fit_X, d.y,
+                         study.design.train[0], d.positive, path_aware,
+                         key=f"cvflow-timing-{ctx.run_id}")
     watchdog = Watchdog(client)
     try:
         while True:
@@ -117,10 +130,10 @@ class Loop:
         d, stamp = self.data, time.time_ns()
         c = self.client
         self.inputs = {
-            "X": c.submit(_value, d.fit_X, pure=False, key=f"cvflow-X-{stamp}"),
-            "y": c.submit(_value, d.y, pure=False, key=f"cvflow-y-{stamp}"),
-            "w": None if d.sample_weight is None else c.submit(_value, d.sample_weight, pure=False,
-                                                                key=f"cvflow-w-{stamp}")}
+            "X": submit_data(c, _value, d.fit_X, key=f"cvflow-X-{stamp}"),
+            "y": submit_data(c, _value, d.y, key=f"cvflow-y-{stamp}"),
+            "w": None if d.sample_weight is None else submit_data(c, _value, d.sample_weight,
+                                                                  key=f"cvflow-w-{stamp}")}
 
     def submit(self, blocks: list[Block]) -> None:
         if not self.inputs:
@@ -146,8 +159,8 @@ class Loop:
         stamp = time.time_ns()
         for name in lost:
             value = {"X": self.data.fit_X, "y": self.data.y, "w": self.data.sample_weight}[name]
-            self.inputs[name] = self.client.submit(_value, value, pure=False,
-                                                   key=f"cvflow-{name}-{stamp}")
+            self.inputs[name] = submit_data(self.client, _value, value,
+                                            key=f"cvflow-{name}-{stamp}")
         self.submit([self.blocks.pop(future.key)])
         return True
 

@@ -197,7 +197,10 @@ def test_path_learners_are_charged_by_size_without_a_probe(monkeypatch):
              for d in (1, 2)]
     with pytest.raises(AssertionError, match="was fitted"):
         estimate_seconds_per_fit(trees, X, y, train)
-    # so is a path learner on more than CHEAP_PATH_ELEMENTS values of X
-    monkeypatch.setattr(blocks, "CHEAP_PATH_ELEMENTS", 100)
-    with pytest.raises(AssertionError, match="was fitted"):
-        estimate_seconds_per_fit(grid, X, (y > 0).astype(int), train)
+    # a path learner on large data is charged by size too: not fitted on the client
+    big_X, big_y = np.zeros((2500, 1000)), np.zeros(2500)
+    lasso = [Param("p", "sklearn.linear_model.Lasso", hyper={"alpha": float(a)})
+             for a in np.logspace(-3, 1, 20)]
+    per_fit, per_value = blocks.PATH_COST["lasso"]
+    assert estimate_seconds_per_fit(lasso, big_X, big_y, np.arange(2500) < 2000) == \
+        pytest.approx(per_fit + per_value * 2000 * 1000)

@@ -353,3 +353,15 @@ def test_fits_back_before_a_slow_one_are_written_while_it_runs(tmp_path):
         assert fh.done_count(store) == 12
     finally:
         fh.reap(proc)
+
+
+def test_a_large_data_set_runs_without_distributeds_large_graph_warning(tmp_path, recwarn):
+    """X of 12 MB travels in the task that holds it: no "Sending large graph" advice printed."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3000, 500))
+    y = X[:, :5].sum(axis=1) + rng.normal(size=3000)
+    study = cvflow.Study({"ridge": (Ridge(), {"alpha": [0.1, 1.0, 10.0]})}, cv=3,
+                         estimators=["kfold"])
+    study.run(X, y, store=tmp_path / "s.zarr")
+    assert not [w for w in recwarn if "large graph" in str(w.message)], \
+        [str(w.message)[:80] for w in recwarn]
