@@ -14,9 +14,11 @@ binary cube stores one score per sample for class 1 (the positive class); a mult
 stores C per sample. Stored labels (``predict``) are read as indicators: binary 1.0 for the
 positive class, multiclass one-hot. NaN predictions (not written, or a failed fit) give NaN.
 
-A *metric* (``pointwise=False``: ROC AUC, average precision, R²) is not a mean of per-sample
-losses; the reducers that allow it compute it per fold from the out-of-fold predictions,
-``f(y, score, classes) -> float``.
+A *metric* (``pointwise=False``: ROC AUC, average precision, R², accuracy, F1, ...) is not a
+mean of per-sample losses (or, for accuracy, is scored as scikit-learn's scorers score it: per
+test fold); the reducers that allow it compute it per fold from the out-of-fold predictions,
+``f(y, score, classes, output) -> float`` (``score`` as :func:`stored_scores` gives it,
+``output`` the stored kind).
 
 A custom pointwise loss is any importable function ``f(y_true, y_pred) -> per-sample array``
 named by dotted path (``loss: mymodule.myloss``), imported like a learner (a workflow file's
@@ -169,11 +171,62 @@ def _binary_score(y, score, classes):
     return np.asarray(y) == classes[-1], score
 
 
+def _classes_of(y, score, classes, output):
+    """(true class index, predicted class index) of a test fold, by scikit-learn's ``predict``
+    rule on the stored output: binary decision > 0 / p > 0.5 / the stored label, multiclass
+    the argmax (a stored label is one-hot). Index 1 of a binary cube is its positive class,
+    the last of ``classes``."""
+    truth = class_index(y, classes)
+    if np.ndim(score) == 2:
+        return truth, np.asarray(score).argmax(axis=-1)
+    threshold = 0.0 if output == "decision_function" else 0.5
+    return truth, (np.asarray(score) > threshold).astype(np.int64)
+
+
+# DESIGN CHOICE: the label metrics are per-fold metrics, like scikit-learn's scorers in
+# GridSearchCV / cross_validate: accuracy on each test fold, then the mean over folds. Labels
+# are compared as class indices (the same classes, so the same values): a binary `f1`,
+# `precision` or `recall` scores the positive class, the last of the cube's classes (1 for 0/1
+# or -1/+1 labels, scikit-learn's pos_label=1; for other labels scikit-learn's scorer needs
+# pos_label, cvflow takes the larger label). The averaged variants (`_macro`, `_micro`,
+# `_weighted`) average over the classes present in the fold, as scikit-learn does.
+def _label_metric(name: str, metric: str, doc: str, average: str | None = None, **kwargs):
+    binary = average == "binary"
+
+    @declare(name, task="classification", outputs=OUTPUTS, pointwise=False,
+             greater_is_better=True, multiclass=not binary, doc=doc)
+    def label_metric(y, score, classes, output="predict"):
+        import sklearn.metrics
+
+        truth, guess = _classes_of(y, score, classes, output)
+        extra = dict(kwargs) if average is None else {"average": average, **kwargs}
+        if binary:
+            extra["pos_label"] = 1
+        return float(getattr(sklearn.metrics, metric)(truth, guess, **extra))
+
+    label_metric.__name__ = label_metric.__qualname__ = name
+    return label_metric
+
+
+_label_metric("accuracy", "accuracy_score", "fraction of correct labels per fold; accuracy_score")
+_label_metric("balanced_accuracy", "balanced_accuracy_score",
+              "mean recall over classes per fold; balanced_accuracy_score")
+for _base in ("f1", "precision", "recall"):
+    _label_metric(_base, f"{_base}_score", f"{_base} of the positive class (the last label) "
+                  f"per fold; {_base}_score", average="binary")
+    for _average in ("macro", "micro", "weighted"):
+        _label_metric(f"{_base}_{_average}", f"{_base}_score",
+                      f"{_base} per fold, {_average} average over classes; "
+                      f"{_base}_score(average={_average!r})", average=_average)
+_label_metric("matthews_corrcoef", "matthews_corrcoef",
+              "Matthews correlation coefficient per fold; matthews_corrcoef")
+
+
 @declare("roc_auc", task="classification", outputs=("decision_function", "predict_proba"),
          pointwise=False, greater_is_better=True, multiclass_outputs=("predict_proba",),
          doc="area under the ROC curve per fold; roc_auc_score (multiclass: one-vs-rest, "
              "macro, on predict_proba)")
-def roc_auc(y, score, classes):
+def roc_auc(y, score, classes, output=None):
     from sklearn.metrics import roc_auc_score
 
     if score.ndim == 1:
@@ -184,7 +237,7 @@ def roc_auc(y, score, classes):
 @declare("average_precision", task="classification",
          outputs=("decision_function", "predict_proba"), pointwise=False, multiclass=False,
          greater_is_better=True, doc="average precision per fold; average_precision_score")
-def average_precision(y, score, classes):
+def average_precision(y, score, classes, output=None):
     from sklearn.metrics import average_precision_score
 
     return average_precision_score(*_binary_score(y, score, classes))
@@ -192,10 +245,18 @@ def average_precision(y, score, classes):
 
 @declare("r2", task="regression", outputs=("predict",), pointwise=False, greater_is_better=True,
          doc="coefficient of determination per fold; r2_score")
-def r2(y, pred, classes=None):
+def r2(y, pred, classes=None, output=None):
     from sklearn.metrics import r2_score
 
     return r2_score(y, pred)
+
+
+@declare("explained_variance", task="regression", outputs=("predict",), pointwise=False,
+         greater_is_better=True, doc="explained variance per fold; explained_variance_score")
+def explained_variance(y, pred, classes=None, output=None):
+    from sklearn.metrics import explained_variance_score
+
+    return explained_variance_score(y, pred)
 
 
 # ---------------------------------------------------------------------------------------------

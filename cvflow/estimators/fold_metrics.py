@@ -59,6 +59,6 @@ def metric_terms(cube: xr.Dataset, decl: Loss, *, roles=("fold",), what: str
                 if (key == "inner_metric" and index[2] == scored) or np.isnan(score).any():
                     continue
                 values[(h,) + index[1:]] = decl.func(
-                    y[rows], stored_scores(score, outputs[h], classes), classes)
+                    y[rows], stored_scores(score, outputs[h], classes), classes, outputs[h])
         out[key] = values
     return np_roles.nan_rule(out)
