@@ -110,9 +110,33 @@ def expand_grid(grid: dict[str, list]) -> list[dict]:
 
 
 def default_output(cls, task: str) -> str:
+    """The stored output whatever the loss: predict for regression, else the decision value
+    where the learner has one, else its probabilities."""
     if task == "regression":
         return "predict"
     return "decision_function" if hasattr(cls, "decision_function") else "predict_proba"
+
+
+def infer_output(cls, task: str, loss=None, n_classes: int = 2) -> str:
+    """The stored output of a learner whose workflow (or Study) names none: the
+    :func:`default_output`, unless the loss (a :class:`cvflow.losses.Loss`) cannot read it with
+    this many classes; then the first of predict_proba, decision_function that the loss reads
+    and the learner has (log_loss, brier and multiclass roc_auc: predict_proba). When none
+    fits, the default: the loss check then says what is missing.
+
+    DESIGN CHOICE: one rule for both faces (YAML and :class:`cvflow.Study`), applied where the
+    workflow is parsed (two classes assumed) and again once the data give the class count
+    (:meth:`cvflow.spec.Workflow.build`).
+    """
+    default = default_output(cls, task)
+    if loss is None or task == "regression":
+        return default
+    accepted = (loss.multiclass_outputs if n_classes > 2 and loss.multiclass_outputs
+                else loss.outputs)
+    if default in accepted:
+        return default
+    return next((o for o in ("predict_proba", "decision_function")
+                 if o in accepted and hasattr(cls, o)), default)
 
 
 def predict_output(model, X: np.ndarray, output: str, positive=None) -> np.ndarray:

@@ -351,14 +351,16 @@ def _custom(path: str, search: str | None, where: str) -> Loss:
 
 
 def check_loss(loss, task: str, outputs=(), *, n_classes: int = 2, search=None,
-               where: str = "loss") -> str:
+               where: str = "loss", fix: str = "set the learner's `output`") -> str:
     """Validate a loss for a task, the stored outputs and the number of classes; return its name."""
-    return resolve(loss, task, outputs, n_classes=n_classes, search=search, where=where).label
+    return resolve(loss, task, outputs, n_classes=n_classes, search=search, where=where,
+                   fix=fix).label
 
 
 def resolve(loss, task: str, outputs=(), *, n_classes: int = 2, search=None,
-            where: str = "loss") -> Loss:
-    """:func:`get_loss` checked against the task, the stored outputs and the class count."""
+            where: str = "loss", fix: str = "set the learner's `output`") -> Loss:
+    """:func:`get_loss` checked against the task, the stored outputs and the class count;
+    ``fix`` says how to store another output (a workflow file's key, or Study's argument)."""
     decl = get_loss(loss, search=search, where=where)
     if decl.task is not None and decl.task != task:
         valid = [n for n in _names() if DECLARED[n.partition(":")[0]].task == task]
@@ -370,11 +372,11 @@ def resolve(loss, task: str, outputs=(), *, n_classes: int = 2, search=None,
     bad = sorted(set(outputs) - set(decl.outputs))
     if bad:
         raise InputError(f"{where}: {decl.label!r} cannot be computed from stored {bad[0]} values; "
-                         f"it needs {' or '.join(decl.outputs)} (set the learner's `output`)")
+                         f"it needs {' or '.join(decl.outputs)} ({fix})")
     wanted = decl.multiclass_outputs or decl.outputs
     if n_classes > 2 and set(outputs) - set(wanted):
         raise InputError(f"{where}: {decl.label!r} with {n_classes} classes needs "
-                         f"{' or '.join(wanted)} outputs (set the learners' `output`)")
+                         f"{' or '.join(wanted)} outputs ({fix})")
     return decl
 
 

@@ -24,7 +24,7 @@ from .designs import (Design, complete_subset_count, fold_labels, make_design, r
 from . import limits
 from .errors import InputError
 from .estimators.registry import lookup
-from .learners import Param, default_output, expand_grid, import_estimator
+from .learners import Param, default_output, expand_grid, import_estimator, infer_output
 from .losses import check_loss, get_loss
 
 TOP_KEYS = {"name", "description", "data", "task", "loss", "learners", "design", "estimators",
@@ -38,6 +38,10 @@ DESIGN_KEYS = {"folds", "repeats", "splitter", "seed", "shuffle", "subset", "gap
 SUBSET_KEYS = {"size", "pairs", "complete", "seed"}
 EXECUTION_KEYS = {"cluster", "workers", "fits_per_task", "path_aware", "dtype", "fit_seed",
                   "fit_timeout"}
+
+# how to choose the stored output, by face: a workflow file's key, or Study's argument
+OUTPUT_FIX = {False: "set the learner's `output`", True: "give Study(output=...)"}
+
 
 @dataclass
 class Study:
@@ -59,6 +63,7 @@ class Workflow:
     estimators: list[tuple[str, dict]]
     execution: dict = field(default_factory=dict)
     data: Data | None = None       # data given in Python (``data.source: arrays``)
+    given_outputs: set[str] = field(default_factory=set)   # learners whose output the user set
 
     @property
     def name(self) -> str:
@@ -111,6 +116,23 @@ class Workflow:
             return self.data
         return load_data(self.config["data"], self.task, base=self.path.parent, where=where)
 
+    def _infer_outputs(self, n_classes: int) -> None:
+        """Outputs the user left to cvflow, inferred again now that the class count is known
+        (multiclass roc_auc reads probabilities only); the workflow keeps what changed."""
+        from dataclasses import replace
+
+        decl = get_loss(self.loss, search=self.path.parent)
+        for entry in self.config["learners"]:
+            name = _learner_name(entry)
+            if name in self.given_outputs:
+                continue
+            cls = import_estimator(str(entry["estimator"]))
+            output = infer_output(cls, self.task, decl, n_classes)
+            if output != default_output(cls, self.task):
+                entry["output"] = output
+            self.params = [replace(p, output=output) if p.learner == name else p
+                           for p in self.params]
+
     def build(self, *, check_fits: bool = True) -> Study:
         """Load the data and build the deduplicated design (raises InputError on bad input).
 
@@ -120,9 +142,13 @@ class Workflow:
         """
         where = str(self.path)
         data = self.load()
+        n_classes = len(data.classes or ())
+        if n_classes > 2:
+            self._infer_outputs(n_classes)
         try:
             check_loss(self.loss, self.task, {p.output for p in self.params},
-                       n_classes=len(data.classes or ()), search=self.path.parent)
+                       n_classes=n_classes, search=self.path.parent,
+                       fix=OUTPUT_FIX[self.config["data"]["source"] == "arrays"])
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
         d = self.config["design"]
@@ -256,7 +282,12 @@ def _generated_count(where: str, key: str, kind: str, args: list) -> int | float
     return int(third)
 
 
-def _learners(where: str, raw: Any, task: str, fit_seed: int | None = None) -> list[Param]:
+def _learners(where: str, raw: Any, task: str, fit_seed: int | None = None, *, loss=None,
+              python: bool = False) -> list[Param]:
+    """The params of every learner entry (normalised in place). ``loss`` (a declared
+    :class:`cvflow.losses.Loss` or None) decides the output of a learner that names none
+    (:func:`cvflow.learners.infer_output`); ``python``: the workflow of a
+    :class:`cvflow.Study`, whose messages name its arguments, not the file's keys."""
     if not isinstance(raw, list) or not raw:
         _fail(where, "learners", "give a non-empty list of learners")
     params: list[Param] = []
@@ -265,7 +296,7 @@ def _learners(where: str, raw: Any, task: str, fit_seed: int | None = None) -> l
         key = f"learners[{i}]"
         entry = _learner_class(where, key, _check_keys(where, key, entry, LEARNER_KEYS))
         raw[i] = entry
-        name = str(entry.get("name") or str(entry["estimator"]).rpartition(".")[2])
+        name = _learner_name(entry)
         if name in names:
             _fail(where, f"{key}.name", f"duplicate learner name {name!r}")
         names.add(name)
@@ -282,13 +313,22 @@ def _learners(where: str, raw: Any, task: str, fit_seed: int | None = None) -> l
         grids = grid if isinstance(grid, list) else [grid]
         if not grids or not all(isinstance(g, dict) for g in grids):
             _fail(where, f"{key}.grid", "expected a mapping or a list of mappings")
-        output = entry.get("output") or default_output(cls, task)
+        output = entry.get("output") or infer_output(cls, task, loss)
+        okey = f"output={output!r}" if python else f"{key}.output"
         if output not in ("predict", "decision_function", "predict_proba"):
-            _fail(where, f"{key}.output", f"{output!r}; use predict, decision_function or predict_proba")
+            _fail(where, okey, f"{output!r}; use predict, decision_function or predict_proba")
         if output != "predict" and not hasattr(cls, output):
-            _fail(where, f"{key}.output", f"{cls.__name__} has no {output}")
+            _fail(where, okey, f"{cls.__name__} ({name}) has no {output}")
         if task == "regression" and output != "predict":
-            _fail(where, f"{key}.output", "a regression learner stores predict")
+            _fail(where, okey, "a regression learner stores predict")
+        if (loss is not None and loss.task == task == "classification" and not entry.get("output")
+                and output not in loss.outputs):
+            _fail(where, f"learner {name!r}" if python else key,
+                  f"{cls.__name__} has no {' or '.join(loss.outputs)}, which the loss "
+                  f"{loss.label!r} needs; choose another loss or learner")
+        if not entry.get("output") and output != default_output(cls, task):
+            # the loss chose it: kept in the workflow (and so in the store's fit hash)
+            entry["output"] = output
         steps = _preprocess(where, f"{key}.preprocess", entry.get("preprocess"))
         valid = _valid_names(where, key, str(entry["estimator"]), cls, fixed)
         for pname in fixed:
@@ -313,6 +353,11 @@ def _learners(where: str, raw: Any, task: str, fit_seed: int | None = None) -> l
                 params.append(Param(name, str(entry["estimator"]), dict(fixed), hyper, output,
                                     steps, fit_seed))
     return params
+
+
+def _learner_name(entry: dict) -> str:
+    """A learner entry's name: its ``name``, else its class's."""
+    return str(entry.get("name") or str(entry["estimator"]).rpartition(".")[2])
 
 
 def _valid_names(where: str, key: str, path: str, cls, fixed: dict) -> set[str] | None:
@@ -462,9 +507,16 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
                                 or not 0 < timeout < float("inf")):
         raise InputError(f"{where}: execution.fit_timeout: {timeout!r} must be a positive number "
                          "of seconds (or null: no limit)")
-    params = _learners(where, c["learners"], task, fit_seed)
+    python = data["source"] == "arrays"
     try:
-        c["loss"] = check_loss(c["loss"], task, {p.output for p in params}, search=path.parent)
+        declared = get_loss(c["loss"], search=path.parent)
+    except InputError:
+        declared = None                  # check_loss below says why
+    given = {i for i, e in enumerate(c["learners"]) if isinstance(e, dict) and e.get("output")}
+    params = _learners(where, c["learners"], task, fit_seed, loss=declared, python=python)
+    try:
+        c["loss"] = check_loss(c["loss"], task, {p.output for p in params}, search=path.parent,
+                               fix=OUTPUT_FIX[python])
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
     design = dict(_check_keys(where, "design", c.get("design") or {}, DESIGN_KEYS))
@@ -539,7 +591,8 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
             except InputError as exc:
                 _fail(where, "design", str(exc))
     workflow = Workflow(path=path, config=c, params=params, estimators=estimators,
-                        execution=execution)
+                        execution=execution,
+                        given_outputs={_learner_name(c["learners"][i]) for i in given})
     if design["folds"] is not None:      # else the splitter decides, from the data (build)
         subset = design.get("subset") or {}
         try:

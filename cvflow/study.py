@@ -121,9 +121,9 @@ class Study:
                                  "cvflow stores learners as their params")
             entry = {"name": name, "class": desc.pop(CLASS), "params": desc,
                      "grid": _describe_grid(grid, f"learners[{name!r}].grid")}
-            output = self.output or _output_for(self.loss)
-            if output and task == "classification":
-                entry["output"] = output
+            # the loss decides an output left unset, as in a workflow file (infer_output)
+            if self.output and task == "classification":
+                entry["output"] = self.output
             learners.append(entry)
         config = {"name": self.name, "data": {"source": "arrays"}, "task": task,
                   "learners": learners, "design": self._design(),
@@ -269,10 +269,6 @@ class Study:
     def __repr__(self) -> str:
         names = ", ".join(f"{n}: {type(e).__name__}" for n, (e, _) in self.learners.items())
         return f"Study({{{names}}}, cv={self.cv!r}, estimators={list(self.estimators)!r})"
-
-
-def _output_for(loss: str | None) -> str | None:
-    return {"log_loss": "predict_proba", "hinge": "decision_function"}.get(loss or "")
 
 
 def _describe_grid(grid, where: str):
