@@ -19,6 +19,8 @@ pair_split                repeat, outer, inner         split trained on D minus 
 subset_split              group, member                subset learning set m of group p
 y, is_test                sample                       target, held-out test flag
 sample_weight             sample                       weights passed to fit (if given)
+groups                    sample                       group labels (if given; absent in
+                                                       stores written before they were kept)
 X                         sample, feature              features
 ========================  ===========================  ======================================
 
@@ -156,6 +158,13 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
         ds["pred"].encoding.update(chunks=(inner, bs, n) + per_class, shards=block + (n,) + per_class)
     if getattr(data, "sample_weight", None) is not None:
         ds["sample_weight"] = ("sample",), data.sample_weight
+    if getattr(data, "groups", None) is not None:
+        # DESIGN CHOICE: the group labels are kept (an optional variable: older stores lack it
+        # and still open) so that estimators can be cluster-robust (estimators/_cube.py
+        # analysis_groups); numbers as they are, anything else as text.
+        labels = np.asarray(data.groups)
+        ds["groups"] = ("sample",), (labels if labels.dtype.kind in "iub"
+                                     else labels.astype(str).astype(object))
     # DESIGN CHOICE: every non-dimension coordinate is listed once, in the group's
     # `coordinates` attribute (CF's global form), not on each data variable: an extension
     # adds hyperparameter coordinates by rewriting the group's attributes through xarray,

@@ -379,6 +379,41 @@ def analysis_weights(cube: xr.Dataset) -> xr.DataArray:
     return xr.DataArray((~cube["is_test"].values).astype(np.float64), dims="sample")
 
 
+GroupsOption = str     # "auto" (cluster-robust when the cube stores groups) or "ignore"
+
+
+def analysis_groups(cube: xr.Dataset, groups: GroupsOption = "auto", *, what: str
+                    ) -> tuple[np.ndarray | None, list[dict]]:
+    """Cluster codes (0..G−1) of the analysis samples in sample order, and warnings.
+
+    None (inference treats samples as independent) when ``groups="ignore"`` or the cube stores
+    no ``groups`` variable; a store whose workflow names a group column or the group splitter
+    but that keeps no labels (written before cvflow stored them) says so in a warning. Warns
+    ``few_groups`` when G is small (:func:`guardrails.group_count`).
+    """
+    from . import guardrails
+
+    if groups == "ignore":
+        return None, []
+    if "groups" not in cube.variables:
+        try:
+            wf = json.loads(cube.attrs.get("workflow") or "{}")
+        except (TypeError, ValueError):
+            wf = {}
+        data, design = wf.get("data") or {}, wf.get("design") or {}
+        if isinstance(data, dict) and data.get("groups") is not None \
+                or isinstance(design, dict) and design.get("splitter") == "group":
+            return None, [guardrails.warning(
+                "groups_not_stored", f"{what}: the workflow has groups but this store keeps no "
+                "group labels (written by an older cvflow), so samples are treated as "
+                "independent and intervals may be too narrow; run the workflow again on a new "
+                "store to get cluster-robust inference")]
+        return None, []
+    analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
+    codes, count = np_roles.group_codes(np.asarray(cube["groups"].values)[analysis])
+    return codes, guardrails.group_count(count, what)
+
+
 def weighted_mean(values: xr.DataArray, weights: xr.DataArray, dim: str = "sample") -> xr.DataArray:
     """Σ w·v / Σ w over ``dim``; samples with zero weight never contribute (even if NaN)."""
     masked = values.where(weights > 0, 0.0)

@@ -144,6 +144,36 @@ def nested_choice(criterion: np.ndarray, outer_sum: np.ndarray, sizes: np.ndarra
             "estimate_repeat": m.sum(axis=1) / n[(...,) + extra]}
 
 
+def group_codes(labels: np.ndarray) -> tuple[np.ndarray, int]:
+    """Integer codes 0..G−1 of ``labels`` (n,) (equal labels, equal codes) and G."""
+    _, codes = np.unique(np.asarray(labels), return_inverse=True)
+    codes = codes.reshape(-1)
+    return codes, int(codes.max()) + 1 if codes.size else 0
+
+
+def cluster_sums(values: np.ndarray, codes: np.ndarray, groups: int) -> np.ndarray:
+    """S_g = Σ_{i∈g} values_i: (..., n) -> (..., G) for codes (n,) in 0..G−1."""
+    onehot = codes[None, :] == np.arange(groups)[:, None]              # (G, n)
+    return values @ onehot.T.astype(values.dtype if values.dtype.kind == "f" else np.float64)
+
+
+def cluster_variance(values: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """CR1 cluster-robust variance of the mean of ``values`` (..., n) with clusters ``codes``
+    (n,) in 0..G−1: ``G/(G−1) · Σ_g (S_g − n_g·ē)² / n²``, S_g the cluster's sum, n_g its size
+    and ē the mean over all n. With one sample per cluster it is the all-pairs variance
+    Σ_i (e_i − ē)² / n times n/(n − 1), divided by n. NaN when G < 2 or a value is NaN.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    groups = int(codes.max()) + 1 if codes.size else 0
+    n = values.shape[-1]
+    if groups < 2:
+        return np.full(values.shape[:-1], np.nan)
+    sums = cluster_sums(values, codes, groups)
+    sizes = np.bincount(codes, minlength=groups)
+    dev = sums - sizes * values.mean(axis=-1, keepdims=True)
+    return groups / (groups - 1) * (dev ** 2).sum(axis=-1) / n ** 2
+
+
 def corrected_repeated_se(values: np.ndarray) -> np.ndarray:
     """Standard error of the mean of fold-level values ``values`` (..., R, K) by the corrected
     repeated K-fold variance (Nadeau & Bengio 2003; Bouckaert & Frank 2004):
