@@ -59,6 +59,9 @@ class Loss:
     multiclass_outputs: tuple[str, ...] | None = None   # when fewer than ``outputs``
     arg: float | None = None
     custom: bool = False
+    # scikit-learn's scoring names for this loss (GridSearchCV(scoring=...)); a name starting
+    # "neg_" is the loss with its sign flipped
+    scorers: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -74,11 +77,14 @@ DECLARED: dict[str, Loss] = {}
 
 
 def declare(name: str, *, task, outputs, doc: str, pointwise: bool = True, multiclass: bool = True,
-            greater_is_better: bool = False, parameter=None, multiclass_outputs=None):
-    """Decorator: declare the function below as the loss ``name``."""
+            greater_is_better: bool = False, parameter=None, multiclass_outputs=None,
+            scorers=()):
+    """Decorator: declare the function below as the loss ``name`` (``scorers``: the
+    scikit-learn scoring names it equals, see :func:`from_scoring`)."""
     def register(func):
         DECLARED[name] = Loss(name, func, task, tuple(outputs), doc, pointwise, multiclass,
-                              greater_is_better, parameter, multiclass_outputs)
+                              greater_is_better, parameter, multiclass_outputs,
+                              scorers=tuple(scorers))
         return func
     return register
 
@@ -102,13 +108,13 @@ def _positive(value) -> str:
     return "" if value > 0 else "must be > 0"
 
 
-@declare("squared", task="regression", outputs=("predict",),
+@declare("squared", task="regression", outputs=("predict",), scorers=("neg_mean_squared_error",),
          doc="(y - ŷ)²; mean_squared_error")
 def squared(y, pred, output=None, arg=None):
     return (y - pred) ** 2
 
 
-@declare("absolute", task="regression", outputs=("predict",),
+@declare("absolute", task="regression", outputs=("predict",), scorers=("neg_mean_absolute_error",),
          doc="|y - ŷ|; mean_absolute_error")
 def absolute(y, pred, output=None, arg=None):
     return abs(y - pred)
@@ -147,7 +153,7 @@ def hinge(target, score, output=None, arg=None):
     return _keep_nan(margin * (margin > 0), score)
 
 
-@declare("log_loss", task="classification", outputs=("predict_proba",),
+@declare("log_loss", task="classification", outputs=("predict_proba",), scorers=("neg_log_loss",),
          doc="-log p(y | x); log_loss")
 def log_loss(target, score, output=None, arg=None):
     if target.ndim == 2:
@@ -156,7 +162,7 @@ def log_loss(target, score, output=None, arg=None):
     return -((target == 1) * np.log(p) + (target != 1) * np.log(1 - p))
 
 
-@declare("brier", task="classification", outputs=("predict_proba",),
+@declare("brier", task="classification", outputs=("predict_proba",), scorers=("neg_brier_score",),
          doc="Σ over classes of (1{y = c} - p_c)² (binary: (1{y = 1} - p)²); brier_score_loss")
 def brier(target, score, output=None, arg=None):
     if target.ndim == 2:
@@ -194,7 +200,7 @@ def _label_metric(name: str, metric: str, doc: str, average: str | None = None, 
     binary = average == "binary"
 
     @declare(name, task="classification", outputs=OUTPUTS, pointwise=False,
-             greater_is_better=True, multiclass=not binary, doc=doc)
+             greater_is_better=True, multiclass=not binary, doc=doc, scorers=(name,))
     def label_metric(y, score, classes, output="predict"):
         import sklearn.metrics
 
@@ -224,6 +230,7 @@ _label_metric("matthews_corrcoef", "matthews_corrcoef",
 
 @declare("roc_auc", task="classification", outputs=("decision_function", "predict_proba"),
          pointwise=False, greater_is_better=True, multiclass_outputs=("predict_proba",),
+         scorers=("roc_auc", "roc_auc_ovr"),
          doc="area under the ROC curve per fold; roc_auc_score (multiclass: one-vs-rest, "
              "macro, on predict_proba)")
 def roc_auc(y, score, classes, output=None):
@@ -236,7 +243,8 @@ def roc_auc(y, score, classes, output=None):
 
 @declare("average_precision", task="classification",
          outputs=("decision_function", "predict_proba"), pointwise=False, multiclass=False,
-         greater_is_better=True, doc="average precision per fold; average_precision_score")
+         greater_is_better=True, scorers=("average_precision",),
+         doc="average precision per fold; average_precision_score")
 def average_precision(y, score, classes, output=None):
     from sklearn.metrics import average_precision_score
 
@@ -244,6 +252,7 @@ def average_precision(y, score, classes, output=None):
 
 
 @declare("r2", task="regression", outputs=("predict",), pointwise=False, greater_is_better=True,
+         scorers=("r2",),
          doc="coefficient of determination per fold; r2_score")
 def r2(y, pred, classes=None, output=None):
     from sklearn.metrics import r2_score
@@ -252,7 +261,8 @@ def r2(y, pred, classes=None, output=None):
 
 
 @declare("explained_variance", task="regression", outputs=("predict",), pointwise=False,
-         greater_is_better=True, doc="explained variance per fold; explained_variance_score")
+         greater_is_better=True, scorers=("explained_variance",),
+         doc="explained variance per fold; explained_variance_score")
 def explained_variance(y, pred, classes=None, output=None):
     from sklearn.metrics import explained_variance_score
 
@@ -304,6 +314,27 @@ def get_loss(spec: str, *, search: str | Path | None = None, where: str = "loss"
         return _custom(spec, str(search) if search is not None else None, where)
     raise InputError(f"{where}: unknown loss {spec!r}; use one of {', '.join(_names())} "
                      "or a function by dotted path (module.function)")
+
+
+def from_scoring(scoring: str, *, where: str = "scoring") -> tuple[Loss, float]:
+    """The cvflow loss a scikit-learn scoring name equals, and the factor (+1 or -1) that turns
+    cvflow's value into scikit-learn's: ``neg_mean_squared_error`` -> (``squared``, -1).
+
+    A cvflow loss's own name is accepted too (factor +1). A scoring name with no cvflow loss
+    (a scorer object, ``neg_root_mean_squared_error``, ...) is refused with one line
+    (:class:`~cvflow.errors.InputError`, a ValueError).
+    """
+    if isinstance(scoring, str):
+        for decl in DECLARED.values():
+            if scoring in decl.scorers:
+                return decl, (-1.0 if scoring.startswith("neg_") else 1.0)
+        if scoring.partition(":")[0] in DECLARED:
+            return get_loss(scoring, where=where), 1.0
+    known = sorted({s for d in DECLARED.values() for s in d.scorers})
+    shown = scoring if isinstance(scoring, str) else f"a {type(scoring).__name__} object"
+    raise InputError(f"{where}: {shown!r} has no cvflow loss (cvflow scores stored predictions, "
+                     f"so it needs a loss it can apply to them); use one of {', '.join(known)} "
+                     "or a cvflow loss name (docs/guide/metrics.md)")
 
 
 # custom losses given as functions from Python, by label (reducers pass labels around)

@@ -92,7 +92,7 @@ BAD_OPTIONS = [
      "estimators[1].bates_ncv.alpha: 1.5; the miscoverage level must be in (0, 1)"),
     ("[{wald_cv: {param: -1}}]", "estimators[0].wald_cv.param: -1; give a non-negative integer"),
     ("[{ustat: {compare: [0, 1, 2]}}]", "estimators[0].ustat.compare: [0, 1, 2]; give 1 to 2 params"),
-    ("[{kfold: {alpha: 0.1}}]", "estimators[0].kfold.alpha: unknown option of kfold; its options are: none"),
+    ("[{kfold: {alpha: 0.1}}]", "estimators[0].kfold.alpha: unknown option of kfold; its options are: average"),
     ("[{kfold: 3}]", "estimators[0].kfold: options must be a mapping"),
     ("[nosuch]", "estimators[0]: unknown estimator 'nosuch'"),
     ("[nosuch_module.f]", "estimators[0]: 'nosuch_module.f' does not import"),

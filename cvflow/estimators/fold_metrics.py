@@ -9,6 +9,7 @@ term                shape            value
 ==================  ===============  ====================================================
 fold_metric         (P, R, K)        metric(y[N_j], fit (h, fold j) on N_j)
 inner_metric        (P, R, K, K)     metric(y[N_l], fit (h, pair(t, l)) on N_l); 0 diag.
+train_metric        (P, R, K)        metric(y[D ∖ N_j], fit (h, fold j) on its training set)
 ==================  ===============  ====================================================
 
 A fit that failed (any NaN prediction on the fold) gives NaN, never a skipped fold, and
@@ -26,16 +27,20 @@ from ._cube import IN_MEMORY_BYTES, at_splits, compute_here, cube_classes, is_la
 
 def metric_terms(cube: xr.Dataset, decl: Loss, *, roles=("fold",), what: str
                  ) -> dict[str, np.ndarray]:
-    """``fold_metric``, (with role "pair") ``inner_metric`` and ``missing`` (P,) bool; see the
-    module table.
+    """``fold_metric``, (with role "pair") ``inner_metric``, (with role "train")
+    ``train_metric`` and ``missing`` (P,) bool; see the module table.
 
     Reads the role's predictions a block of params at a time (about ``IN_MEMORY_BYTES``).
     """
     tables = {"fold_metric": require(cube, "fold_split", what)}
     if "pair" in roles:
         tables["inner_metric"] = require(cube, "pair_split", what)
+    if "train" in roles:
+        tables["train_metric"] = tables["fold_metric"]
     k = int(cube.sizes["outer"])
     member = np_roles.fold_members(cube["fold"].values, k)
+    # a fold fit's training set: the analysis samples outside its test fold
+    trained = ~member & ~np.asarray(cube["is_test"].values, dtype=bool)
     y = np.asarray(cube["y"].values)
     classes = cube_classes(cube)
     outputs = [str(o) for o in cube["output"].values]
@@ -54,7 +59,7 @@ def metric_terms(cube: xr.Dataset, decl: Loss, *, roles=("fold",), what: str
             block = np.asarray(compute_here(block) if is_lazy(block) else block)
             for index in np.ndindex(*block.shape[:values.ndim]):
                 h, r, scored = p0 + index[0], index[1], index[-1]   # N_scored: outer j or inner l
-                rows = member[r, scored]
+                rows = (trained if key == "train_metric" else member)[r, scored]
                 score = block[index][rows]
                 if (key == "inner_metric" and index[2] == scored) or np.isnan(score).any():
                     continue

@@ -7,7 +7,7 @@ import xarray as xr
 from . import guardrails, np_roles
 from ._cube import cube_loss, param_coords, param_label, param_text, role_terms
 from .fold_metrics import metric_terms
-from .registry import declare
+from .registry import Option, choice, declare
 
 
 def fold_sizes(cube: xr.Dataset) -> np.ndarray:
@@ -15,8 +15,8 @@ def fold_sizes(cube: xr.Dataset) -> np.ndarray:
     return np_roles.fold_members(cube["fold"].values, int(cube.sizes["outer"])).sum(-1)
 
 
-def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray, *, pooled: bool = True
-                 ) -> xr.Dataset:
+def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray, *, pooled: bool = True,
+                 average: str = "samples") -> xr.Dataset:
     """The K-fold estimate per param from the out-of-fold loss sums.
 
     ``fold_sum`` (param, repeat, outer) = Σ_{i∈N_j} ℓ_i(h, fold j), ``sizes`` (repeat, outer)
@@ -28,10 +28,15 @@ def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray, *, pooled: bool = True
     fold fit (NaN) makes its param NaN: no fold is ever skipped.
 
     ``pooled=False``: ``fold_sum`` holds per-fold metric values (ROC AUC, R², ...), which
-    are the fold scores, and the estimate is their plain mean over the folds.
+    are the fold scores, and the estimate is their plain mean over the folds. ``average=
+    "folds"``: the plain mean of the fold scores for a pointwise loss too (GridSearchCV's
+    ``mean_test_score``), instead of the mean over the samples.
     """
     fold_score = fold_sum / sizes if pooled else fold_sum
-    per_repeat = fold_sum.sum(axis=2) / sizes.sum(axis=1) if pooled else fold_sum.mean(axis=2)
+    if pooled and average == "samples":
+        per_repeat = fold_sum.sum(axis=2) / sizes.sum(axis=1)
+    else:
+        per_repeat = fold_score.mean(axis=2)
     se = fold_score.std(axis=2, ddof=1) / np.sqrt(sizes.shape[1])
     dims = ("param", "repeat", "outer")
     return xr.Dataset({
@@ -44,7 +49,11 @@ def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray, *, pooled: bool = True
     })
 
 
-def kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
+AVERAGES = ("samples", "folds")
+_average = choice(*AVERAGES)
+
+
+def kfold(cube: xr.Dataset, *, loss: str | None = None, average: str = "samples") -> xr.Dataset:
     """K-fold estimate per param, its fold scores, naive standard error and the selection.
 
     Parameters
@@ -55,6 +64,12 @@ def kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
         Loss applied to the stored predictions; defaults to the workflow's. A per-fold
         metric (``roc_auc``, ``average_precision``, ``r2``) is computed on each test fold
         and averaged over the folds; the selection then maximises it.
+    average : {"samples", "folds"}, default "samples"
+        How a pointwise loss's fold scores make the estimate: "samples" the mean over every
+        analysis sample (each fold weighted by its size, DESIGN.md 6.1), "folds" the plain
+        mean of the fold means (scikit-learn's ``GridSearchCV`` / ``cross_val_score``
+        convention). The two differ only when the folds have unequal sizes. A per-fold metric
+        is always the mean over the folds.
 
     Returns
     -------
@@ -64,11 +79,12 @@ def kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
         ``greater_is_better``, ``selected_params`` (the chosen setting, a dict) and
         ``warnings``.
     """
+    average = _average(average, "kfold.average")
     decl = cube_loss(cube, loss)
     name = decl.label
     if decl.pointwise:
         terms = role_terms(cube, decl, roles=("fold",), what="K-fold")
-        out = kfold_scores(terms["fold_sum"], fold_sizes(cube))
+        out = kfold_scores(terms["fold_sum"], fold_sizes(cube), average=average)
     else:
         terms = metric_terms(cube, decl, what="K-fold")
         out = kfold_scores(terms["fold_metric"], fold_sizes(cube), pooled=False)
@@ -76,7 +92,7 @@ def kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     out["selected"] = xr.DataArray(selected)
     out = out.assign_coords(param_coords(cube))
     out.attrs = {"estimator": "kfold", "loss": name, "greater_is_better": int(decl.greater_is_better),
-                 "selected_params": param_label(cube, selected)}
+                 "average": average, "selected_params": param_label(cube, selected)}
     return guardrails.attach(out, guardrails.missing(int(terms["missing"].sum()), "kfold"),
                              "kfold")
 
@@ -107,6 +123,9 @@ def render(result: xr.Dataset, page) -> None:
 # each fold fit on its own test fold)
 declare(kfold, needs=("fold",), terms=("fold",), overview=True, metrics=True, time_ordered=True,
         text=describe, html=render,
+        options=[Option("average", "samples", _average,
+                        "samples: the mean over the analysis samples; folds: the mean of the "
+                        "fold means (GridSearchCV's)")],
         results={"estimate": ("param",), "estimate_repeat": ("param", "repeat"),
                  "fold_score": ("param", "repeat", "outer"), "se": ("param",), "se_mean": ("param",),
                  "fold_size": ("repeat", "outer"), "selected": ()})
