@@ -60,6 +60,8 @@ def cmd_validate(args) -> int:
     n_fits = len(study.params) * study.design.n_splits
     print(f"{args.workflow}: valid; {len(study.params)} params x {study.design.n_splits} splits "
           f"= {n_fits} fits; estimators: {', '.join(n for n, _ in wf.estimators)}")
+    for message in wf.design_warnings(study):
+        print(f"cvflow: warning: {args.workflow}: {message}", file=sys.stderr)
     return 0
 
 

@@ -116,6 +116,17 @@ class Workflow:
             return self.data
         return load_data(self.config["data"], self.task, base=self.path.parent, where=where)
 
+    def design_warnings(self, study: Study) -> list[str]:
+        """What the estimators' ``warn_design`` declarations say about the built design
+        (folds and repeats as the data gave them): answers likely weak on it, before any fit."""
+        fold = np.asarray(study.design.fold)
+        folds, repeats = int(fold.max()) + 1, int(fold.shape[0])
+        out = []
+        for name, _ in self.estimators:
+            warn = lookup(name, search=self.path.parent).warn_design
+            out += warn(folds, repeats) if warn is not None else []
+        return out
+
     def _infer_outputs(self, n_classes: int) -> None:
         """Outputs the user left to cvflow, inferred again now that the class count is known
         (multiclass roc_auc reads probabilities only); the workflow keeps what changed."""

@@ -153,3 +153,28 @@ for learner, kw in [(LogisticRegression(), {"output": "decision_function", "loss
     assert "brier" in errors[0] and "Study(output=...)" in errors[0]
     assert "output='predict_proba'" in errors[1] and "LinearSVC" in errors[1]
     assert "LinearSVC has no predict_proba, which the loss 'log_loss' needs" in errors[2]
+
+
+# --- item 5: validate warns when bates_ncv would be clamped on this design ---------------------
+
+@pytest.mark.parametrize("design,needed", [("{folds: 5, seed: 0}", 7),
+                                           ("{folds: 10, seed: 0, repeats: 3}", 17),
+                                           ("{folds: 5, seed: 0, repeats: 7}", None)])
+def test_validate_warns_when_bates_ncv_would_be_clamped(design, needed, tmp_path):
+    wf = tmp_path / "b.yaml"
+    wf.write_text(QUICK.replace("design: {folds: 5, seed: 0}", f"design: {design}")
+                  .replace("estimators: [kfold]", "estimators: [kfold, bates_ncv]"))
+    res = run_cli("validate", wf)
+    assert res.returncode == 0, res.stderr
+    assert "valid" in res.stdout
+    if needed is None:
+        assert "bates_ncv" not in res.stderr
+    else:
+        # the floor binds when MSE < K/(K-1) se_naive²; the MSE estimate's noise is
+        # sqrt(2/(RK))·K se_naive²: below the floor from R >= 2(K-1)²/K
+        assert res.stderr.count("\n") == 1, res.stderr
+        assert f"cvflow: warning: {wf}: bates_ncv:" in res.stderr
+        assert f"use design.repeats: {needed} or more" in res.stderr
+    # a workflow without bates_ncv: no warning
+    wf.write_text(QUICK)
+    assert run_cli("validate", wf).stderr == ""

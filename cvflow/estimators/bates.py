@@ -35,6 +35,33 @@ GROUPS_CHOICES = ("auto", "ignore")
 BIAS_FACTORS = {"paper": lambda k: 1 + (k - 2) / k, "code": lambda k: 1 + ((k - 2) / k) ** 1.5}
 
 
+def repeats_against_clamping(folds: int) -> int:
+    """The fewest repeats R of K-fold (K = ``folds``) for which the noise of bates_ncv's MSE
+    estimate is below the floor its se is clamped at.
+
+    The floor binds when se_raw < se_naive, i.e. MSE < K/(K−1)·se_naive² (:func:`bates_ncv`).
+    MSE = mean(a) − mean(b) over the R·K outer folds; where the inner error is close to the
+    fold's error, a_j / b_j is about χ²₁ (b_j ≈ Var(mean e_out) ≈ K·se_naive²), so the noise of
+    MSE has sd ≈ √(2/(R·K))·K·se_naive². It is below the floor when R ≥ 2(K−1)²/K:
+    7 repeats for K = 5, 17 for K = 10. Measured (ridge, n = 100, K = 5, 40 data sets each): the
+    se was clamped for 28 of 40 with R = 1 and 13 of 40 with R = 7 (docs/guide/reports.md).
+    """
+    return max(1, math.ceil(2 * (folds - 1) ** 2 / folds))
+
+
+def warn_design(folds: int, repeats: int) -> list[str]:
+    """The warning ``cvflow validate`` prints when bates_ncv would likely be clamped."""
+    needed = repeats_against_clamping(folds)
+    if repeats >= needed:
+        return []
+    noise = math.sqrt(2 / (repeats * folds)) * folds
+    return [f"bates_ncv: with {folds} folds x {repeats} repeat{'s' * (repeats != 1)} its MSE "
+            f"estimate rests on {folds * repeats} outer folds; its noise (sd ≈ {noise:.2g} "
+            f"se_naive²) exceeds the floor its se is clamped at ({folds / (folds - 1):.2g} "
+            "se_naive²), so its interval will likely be the naive one (width ratio 1); use "
+            f"design.repeats: {needed} or more"]
+
+
 def _pick(cube: xr.Dataset, param, where: str) -> xr.Dataset:
     if param is None:
         return cube
@@ -434,7 +461,7 @@ def _check_grid(grid: xr.Dataset, design, options: dict, where: str) -> None:
 
 
 declare(bates_ncv, needs=("fold", "pair"), terms=("pair", "oof"), options=_options() + [BIAS_FACTOR], text=describe,
-        html=render, check_grid=_check_grid,
+        html=render, check_grid=_check_grid, warn_design=warn_design,
         results={v: ("param",) for v in ("mse", "err_ncv", "err_cv", "bias", "estimate",
                                          "se_raw", "se", "lower", "upper", "se_naive",
                                          "naive_lower", "naive_upper", "width_ratio",

@@ -16,6 +16,7 @@ Right below its definition, its module declares it::
         text=describe,                      # result -> list of text lines (optional)
         html=render,                        # (result, page) -> None (optional)
         check_design=None,                  # (design mapping) -> None, InputError if unusable
+        warn_design=None,                   # (folds, repeats) -> warnings `validate` prints
         check_grid=None,                    # (grid, design, options, where) -> None, InputError
                                             # if an option names a param the grid lacks
         metrics=False,                      # accepts per-fold metrics (roc_auc, r2, ...)
@@ -103,6 +104,9 @@ class Estimator:
     # design(mapping of the workflow's design section) -> None, InputError if the estimator
     # cannot work on it (e.g. 5x2cv needs 2 folds x 5 repeats); called before any fit
     check_design: Callable | None = None
+    # (folds K, repeats R) -> list of warnings (text): the design works but the estimator's
+    # answer on it is likely weak; ``cvflow validate`` prints them before any fit
+    warn_design: Callable | None = None
     # (grid, design, options, where) -> None, InputError if an option names what the study
     # lacks: a param (compare: [a, b]), a hyperparameter, a repeat. ``grid`` is a Dataset of
     # the cube's `param` coordinates built from the workflow's grid, so the estimator resolves
@@ -158,7 +162,8 @@ REGISTRY: dict[str, Estimator] = {}
 
 
 def declare(func: Callable, *, needs, terms=(), options=(), results=None, text=None,
-            html=None, check_design=None, check_grid=None, overview: bool = False,
+            html=None, check_design=None, check_grid=None, warn_design=None,
+            overview: bool = False,
             metrics: bool = False, time_ordered: bool = False, name: str | None = None
             ) -> Estimator:
     """Register ``func`` as the estimator ``name`` (default: its ``__name__``); see the module
@@ -166,7 +171,8 @@ def declare(func: Callable, *, needs, terms=(), options=(), results=None, text=N
     spec = Estimator(name=name or func.__name__, func=func, needs=_roles(needs, func.__name__),
                      terms=_terms(terms, func.__name__),
                      options=tuple(options), results=dict(results or {}), text=text, html=html,
-                     check_design=check_design, check_grid=check_grid, overview=overview,
+                     check_design=check_design, check_grid=check_grid,
+                     warn_design=warn_design, overview=overview,
                      metrics=metrics,
                      time_ordered=time_ordered)
     if spec.name in REGISTRY and REGISTRY[spec.name].func is not func:
