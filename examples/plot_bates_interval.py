@@ -1,6 +1,6 @@
 """
 Nested-CV confidence intervals for the prediction error (Bates, Hastie & Tibshirani)
-===================================================================================
+========================================================================================
 
 The naive interval ``CV ± z·sd(losses)/√n`` treats the n out-of-fold losses as independent;
 they are not, and Bates, Hastie & Tibshirani show it undercovers. Their nested-CV estimate of
@@ -70,5 +70,5 @@ for i, r in enumerate(rows):
 ax.set_xlabel("simulated dataset")
 ax.set_ylabel("misclassification rate, 90% intervals")
 ax.set_xticks(range(len(rows)))
-ax.legend(loc="upper right")
+ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
 fig.tight_layout()

@@ -1,6 +1,6 @@
 """
 Comparing two models honestly
-=============================
+=================================
 
 Two models' K-fold scores on the same folds are not independent samples: the training sets
 overlap, so the plain paired t-test on fold differences is far too confident. cvflow reads

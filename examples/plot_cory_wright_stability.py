@@ -1,6 +1,6 @@
 """
 Stability-regularised selection, λ chosen by nested CV (Cory-Wright & Gómez)
-===========================================================================
+================================================================================
 
 Cory-Wright & Gómez select the hyperparameter minimising ``kfold(h) + λ·mu(h)``, where
 ``mu(h)`` is the empirical hypothesis stability (how far a fold model's losses on D move from

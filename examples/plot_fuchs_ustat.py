@@ -1,6 +1,6 @@
 """
 The U-statistic variance and the two-learner test (Fuchs et al.)
-================================================================
+====================================================================
 
 Is learner a's error at training size g lower than learner b's? Fuchs, Hornung, De Bin &
 Boulesteix give an unbiased estimator of the variance of the resampling estimate

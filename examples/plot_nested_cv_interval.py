@@ -1,6 +1,6 @@
 """
 Nested CV and an interval for the error of the tuned model
-==========================================================
+==============================================================
 
 Tuning C by K-fold and then quoting the K-fold error of the chosen C reports the minimum of
 noisy estimates: an optimistic number. Nested CV (``nested_cv``, Varma & Simon) estimates the

@@ -1,6 +1,6 @@
 """
 Reanalysis with another loss, without refitting
-===============================================
+===================================================
 
 A cvflow store keeps every fit's predictions for every sample, not its scores. So a finished
 study can be reduced again under another loss (here the absolute error and two quantile
