@@ -52,7 +52,7 @@ def test_every_guide_page_is_in_the_user_guide():
 
 
 @pytest.mark.docs
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(900)
 def test_site_builds_with_readme_command(tmp_path):
     """README's command, output redirected to a temporary directory: exit 0 with -W (so no
     warning at all), every estimator of the registry on the reference page, every gallery
