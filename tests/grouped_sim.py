@@ -94,14 +94,17 @@ def wald_coverage(seeds, alpha: float = 0.1, **kw) -> dict[str, float]:
     return {key: v / count for key, v in hits.items()}
 
 
+CONFIGS = {"G100": {"groups": 100, "size": 4}, "G40": {"groups": 40},
+           "G40-unequal": {"groups": 40, "unequal": True}, "G20": {"groups": 20},
+           "G10": {"groups": 10}, "G40-plain-kfold": {"groups": 40, "by_group": False}}
+
 if __name__ == "__main__":
     import sys
     import time
 
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-    for kw in ({"groups": 40}, {"groups": 40, "unequal": True}, {"groups": 20},
-               {"groups": 10}, {"groups": 40, "by_group": False}):
+    for name in sys.argv[2:] or CONFIGS:
         t0 = time.perf_counter()
-        cov = wald_coverage(range(1000, 1000 + runs), **kw)
-        print(kw, {k: round(v, 3) for k, v in cov.items()},
+        cov = wald_coverage(range(1000, 1000 + runs), **CONFIGS[name])
+        print(name, runs, {k: round(v, 3) for k, v in cov.items()},
               f"({time.perf_counter() - t0:.0f}s)", flush=True)

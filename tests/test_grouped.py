@@ -173,3 +173,101 @@ def test_cli_stores_groups_and_reports_cluster_robust(tmp_path):
                            str(page)], capture_output=True, text=True)
     assert html.returncode == 0, html.stderr
     assert "Wald (cluster-robust, G = 24)" in page.read_text()
+
+
+def oof_by_hand(cube):
+    """e_i(h) (P, n_analysis) by loops, the analysis samples' folds and group labels."""
+    pred, y = cube["pred"].values, cube["y"].values
+    table, fold, groups = cube["fold_split"].values, cube["fold"].values, cube["groups"].values
+    rows, folds, labels = [], [], []
+    for i in range(len(y)):
+        j = fold[0, i]
+        if j < 0:
+            continue
+        rows.append([(pred[h, table[0, j], i] - y[i]) ** 2 for h in range(pred.shape[0])])
+        folds.append(j)
+        labels.append(groups[i])
+    return np.array(rows).T, np.array(folds), np.array(labels)
+
+
+def test_cv_confidence_draws_one_multiplier_per_group():
+    """Lei's statistic with Gaussian multipliers per group, by loops, same draws."""
+    from cvflow.estimators import cv_confidence
+
+    cube = tiny_cube()
+    rng = np.random.default_rng(7)
+    pred = cube["pred"].values.copy()
+    pred = np.concatenate([pred, pred[:1] + rng.normal(scale=0.7, size=pred[:1].shape)])
+    cube = cube_from_predictions(pred, Y, simple_design(10, 3, fold=FOLD, is_test=FOLD[0] < 0))
+    cube["groups"] = ("sample",), GROUPS
+    e, fold, labels = oof_by_hand(cube)
+    n, units = e.shape[1], sorted(set(labels))
+    B = 300
+    zeta = np.random.default_rng(11).standard_normal((B, len(units)))
+    ref = []
+    for m in range(e.shape[0]):
+        t_obs, scaled = -np.inf, []
+        for j in range(e.shape[0]):
+            if j == m:
+                continue
+            xi = e[m] - e[j]
+            c = np.array([xi[i] - xi[fold == fold[i]].mean() for i in range(n)])
+            sums = np.array([c[labels == u].sum() for u in units])
+            sd = math.sqrt((sums ** 2).sum() / n * len(units) / (len(units) - 3))
+            t_obs = max(t_obs, math.sqrt(n) * xi.mean() / sd)
+            scaled.append(sums / sd)
+        t_star = [max(float(z @ s) for s in scaled) / math.sqrt(n) for z in zeta]
+        ref.append(sum(t > t_obs for t in t_star) / B)
+    out = cv_confidence(cube, B=B, seed=11)
+    assert out["p_value"].values.tolist() == pytest.approx(ref, abs=1e-12)
+    assert out.attrs["groups"] == 4 and "per group" in out.attrs["inference"]
+    # one sample per group: exactly the per-sample multiplier bootstrap
+    cube["groups"] = ("sample",), np.arange(10)
+    assert np.array_equal(cv_confidence(cube, B=B, seed=11)["p_value"],
+                          cv_confidence(cube, B=B, seed=11, groups="ignore")["p_value"])
+
+
+def test_bbc_cv_bootstraps_groups():
+    """BBC-CV's cluster bootstrap by loops: G groups drawn with replacement, samples weighted by
+    their group's count, out-of-bag = the samples of groups never drawn."""
+    from cvflow.estimators import bbc_cv
+
+    cube = tiny_cube()
+    e, _, labels = oof_by_hand(cube)
+    units = sorted(set(labels))
+    rng = np.random.default_rng(5)
+    oob = []
+    for _ in range(200):
+        drawn = rng.integers(0, len(units), size=len(units))
+        w = np.array([np.sum(drawn == units.index(g)) for g in labels], dtype=float)
+        if (w == 0).sum() == 0:
+            oob.append(np.nan)
+            continue
+        h = int(np.argmin([(e[p] * w).sum() / w.sum() for p in range(e.shape[0])]))
+        oob.append(e[h][w == 0].mean())
+    oob = np.array(oob)
+    out = bbc_cv(cube, B=200, seed=5, alpha=0.2)
+    assert np.allclose(out["oob_loss"].values, oob, equal_nan=True, rtol=1e-12)
+    finite = oob[np.isfinite(oob)]
+    assert float(out["estimate"]) == pytest.approx(finite.mean(), rel=1e-12)
+    assert float(out["lower"]) == pytest.approx(np.quantile(finite, 0.1), rel=1e-12)
+    assert out.attrs["groups"] == 4
+    assert "bootstrap of groups" in out.attrs["inference"]
+
+
+def test_fold_level_tests_on_group_folds_and_on_groups_crossing_folds():
+    """corrected_t is unchanged on grouped data (its fold scores average whole groups on group
+    folds) and says so; groups split across folds get the groups_cross_folds warning."""
+    from cvflow.estimators import corrected_t
+
+    out = corrected_t(tiny_cube(), compare=[0, 1])
+    plain = corrected_t(tiny_cube(None), compare=[0, 1])
+    assert float(out["t"]) == float(plain["t"])
+    assert out.attrs["groups"] == 4 and "whole groups" in out.attrs["inference"]
+    assert "groups_cross_folds" not in {w["code"] for w in json.loads(out.attrs["warnings"])}
+    crossing = GROUPS.copy()
+    crossing[[2, 4]] = [1, 0]            # group 0 now has a sample in fold 1, group 1 in fold 0
+    warned = json.loads(corrected_t(tiny_cube(crossing), compare=[0, 1]).attrs["warnings"])
+    hit = [w for w in warned if w["code"] == "groups_cross_folds"]
+    assert hit and hit[0]["groups_split"] == 2
+    assert "2 of 4 groups have samples in more than one fold" in hit[0]["message"]

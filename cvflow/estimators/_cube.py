@@ -414,6 +414,50 @@ def analysis_groups(cube: xr.Dataset, groups: GroupsOption = "auto", *, what: st
     return codes, guardrails.group_count(count, what)
 
 
+def fold_level_groups(cube: xr.Dataset, what: str) -> tuple[dict, list[dict]]:
+    """For the tests on fold-level values (corrected_t, paired_5x2cv) on grouped data: attrs
+    ``groups`` (G) and ``inference``, and ``groups_cross_folds`` when a group's samples sit
+    in more than one fold of a repeat.
+
+    DESIGN CHOICE: these tests are left as they are on grouped data. When every group lies
+    within one fold (``splitter: group``), a fold score averages whole groups the fold model
+    never saw, so the fold-level values already carry the between-group variation and their
+    sample variance estimates it (measured: tests/test_grouped_coverage.py, corrected_t keeps
+    its usual conservative coverage). When groups cross folds, every fold shares the group
+    effects, the fold-level values vary less than their mean does, and the test is liberal
+    (measured there too): that case gets the warning.
+    """
+    from . import guardrails
+
+    codes, warnings = analysis_groups(cube, "auto", what=what)
+    if codes is None:
+        return {}, warnings
+    analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
+    fold = np.asarray(cube["fold"].values)[:, analysis]
+    count = int(codes.max()) + 1
+    spread = _groups_split(codes, fold, count)
+    if spread:
+        warnings.append(guardrails.warning(
+            "groups_cross_folds", f"{what}: {spread} of {count} groups have samples in more than "
+            "one fold, so every fold shares their group effects and the fold-level test is too "
+            "liberal; use design.splitter: group (or wald_cv, cluster-robust)",
+            groups_split=spread))
+        inference = "fold-level values; groups cross folds (liberal)"
+    else:
+        inference = "fold-level values over whole groups (group-aligned folds)"
+    return {"groups": count, "inference": inference}, warnings
+
+
+def _groups_split(codes: np.ndarray, fold: np.ndarray, count: int) -> int:
+    """How many groups have samples in more than one fold of some repeat (fold (R, n))."""
+    split = np.zeros(count, dtype=bool)
+    for labels in fold:
+        first = np.full(count, -1)
+        first[codes] = labels
+        split |= np.bincount(codes, weights=(labels != first[codes]), minlength=count) > 0
+    return int(split.sum())
+
+
 def weighted_mean(values: xr.DataArray, weights: xr.DataArray, dim: str = "sample") -> xr.DataArray:
     """Σ w·v / Σ w over ``dim``; samples with zero weight never contribute (even if NaN)."""
     masked = values.where(weights > 0, 0.0)

@@ -22,7 +22,7 @@ import numpy as np
 import xarray as xr
 
 from . import guardrails
-from ._cube import loss_name
+from ._cube import fold_level_groups, loss_name
 from .paired import compare_attrs, compare_check, compare_params, fold_scores
 from .registry import Option, declare, fmt, param_refs, probability
 from .ustat import nadeau_bengio_stats
@@ -69,7 +69,11 @@ def corrected_t(cube: xr.Dataset, *, loss: str | None = None, compare=None,
         Scalars ``estimate`` (mean fold-level difference d̄), ``sample_variance``,
         ``variance``, ``se``, ``t``, ``df``, ``p_value``, ``lower``, ``upper``, ``ratio``;
         ``difference`` (repeat, outer) the fold-level values. attrs ``estimator``, ``loss``,
-        ``mode``, ``a``, ``b``, ``alpha``, ``folds``, ``repeats``, ``warnings``.
+        ``mode``, ``a``, ``b``, ``alpha``, ``folds``, ``repeats``, ``warnings``; on grouped
+        data ``groups`` (G) and ``inference``. Grouped data needs no change here when the
+        folds keep groups whole (``splitter: group``): see
+        :func:`cvflow.estimators._cube.fold_level_groups` and docs/guide/grouped.md; when
+        groups cross folds a ``groups_cross_folds`` warning says the test is liberal.
 
     Examples
     --------
@@ -89,14 +93,15 @@ def corrected_t(cube: xr.Dataset, *, loss: str | None = None, compare=None,
                 + guardrails.test_set_sizes(sizes) + guardrails.fold_count(r * k, where)
                 + guardrails.flat_variance(float(res["sample_variance"]),
                                            float(np.abs(d).max()), where))
+    grouped, group_warnings = fold_level_groups(cube, where)
     out = xr.Dataset({
         **{key: xr.DataArray(float(res[key])) for key in SCALARS + ("ratio",)},
         "df": xr.DataArray(int(res["df"])),
         "difference": (("repeat", "outer"), d),
     })
     out.attrs = {"estimator": where, "loss": name, **compare_attrs(cube, a, b),
-                 "alpha": a_level, "folds": k, "repeats": r}
-    return guardrails.attach(out, warnings, where)
+                 "alpha": a_level, "folds": k, "repeats": r, **grouped}
+    return guardrails.attach(out, warnings + group_warnings, where)
 
 
 

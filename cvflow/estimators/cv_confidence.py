@@ -18,8 +18,18 @@ multiplier bootstrap must reproduce. A param j with σ̂_j = 0 (its losses diffe
 constant within every fold) is handled as in Lei's reference code: if μ̂_j > 0, m is worse
 for sure (p = 0); otherwise j is dropped from the max.
 
+Grouped data (the cube stores ``groups``): the ξ of one group are correlated, so the
+multipliers are drawn **per group**, not per sample: with C_{g,j} = Σ_{i∈g} (ξ_i(m, j) −
+μ̂_{j,v(i)}) the group sums of the centred differences and G groups,
+
+    σ̂²_j = G/(G − K) · Σ_g C²_{g,j} / n,   T*_b = max_j n^{-1/2} Σ_g ζ_{b,g} C_{g,j} / σ̂_j,
+
+with ζ_{b,g} ~ N(0, 1) (a wild cluster bootstrap). With one sample per group this is the
+formula above (σ̂²_j = Σ_i c²_i / (n − K)). See docs/guide/grouped.md.
+
 Draws: ``numpy.random.default_rng(seed).standard_normal((B, n))`` (one row per bootstrap
-sample, one column per analysis sample in sample order), shared by all candidates.
+sample, one column per analysis sample in sample order; on grouped data ``(B, G)``, one
+column per group in the order of the sorted labels), shared by all candidates.
 Repeats: one repeat is used (``repeat=``, default 0); the p-values of different repeats are
 not independent and are not combined.
 """
@@ -31,19 +41,22 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails, np_roles
-from ._cube import loss_name, param_coords, param_label
+from ._cube import analysis_groups, loss_name, param_coords, param_label
 from .paired import out_of_fold
-from .registry import Option, declare, integer, probability
+from .registry import Option, choice, declare, integer, probability
 
 # DESIGN CHOICE: multiplier draws are made and used in blocks of this many bootstrap rows.
 DRAW_ROWS = 256
 
 
-def cvc_pvalues(e: np.ndarray, fold: np.ndarray, zeta) -> np.ndarray:
+def cvc_pvalues(e: np.ndarray, fold: np.ndarray, zeta, codes: np.ndarray | None = None
+                ) -> np.ndarray:
     """Lei's p-values (P,) from out-of-fold losses ``e`` (P, n), fold labels ``fold`` (n,) and
-    blocks of multipliers ``zeta`` (an iterable of (b, n) arrays). NaN for params with a NaN
-    loss (they are left out of every comparison)."""
+    blocks of multipliers ``zeta`` (an iterable of (b, U) arrays; U = n, or G with group
+    ``codes`` (n,) in 0..G−1: multipliers per group). NaN for params with a NaN loss (they are
+    left out of every comparison), and for all when there are no more units than folds."""
     n_params, n = e.shape
+    units = n if codes is None else int(codes.max()) + 1
     ok = ~np.isnan(e).any(axis=1)
     labels = np.unique(fold)
     onehot = (fold[None, :] == labels[:, None]).astype(np.float64)      # (V, n)
@@ -53,7 +66,11 @@ def cvc_pvalues(e: np.ndarray, fold: np.ndarray, zeta) -> np.ndarray:
         xi = e[m] - e[others]                                             # (J, n)
         mu = xi.mean(-1)
         centred = xi - (xi @ onehot.T / onehot.sum(1)) @ onehot            # minus fold means
-        sd = np.sqrt((centred ** 2).sum(-1) / (n - labels.size))
+        if codes is not None:
+            centred = np_roles.cluster_sums(centred, codes, units)         # (J, G)
+        if units <= labels.size:
+            return np.full(n_params, np.nan)
+        sd = np.sqrt((centred ** 2).sum(-1) / n * units / (units - labels.size))
         zero = sd <= 1e-12 * np.maximum(1.0, np.abs(xi).max(-1))
         if (zero & (mu > 0)).any():
             p_value[m] = 0.0
@@ -77,7 +94,7 @@ def cvc_pvalues(e: np.ndarray, fold: np.ndarray, zeta) -> np.ndarray:
 
 def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0.05,
                   B: int = 1000, seed: int = 0, repeat: int = 0,
-                  simplest: dict | None = None) -> xr.Dataset:
+                  simplest: dict | None = None, groups: str = "auto") -> xr.Dataset:
     """Lei's CV with confidence: per param a p-value for "no worse than the best" and the set.
 
     Parameters
@@ -98,6 +115,9 @@ def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0
         ``{hyperparameter: "max" | "min"}``: also report the most regularised member of the
         set along that hyperparameter (e.g. ``{alpha: max}`` for ridge, ``{C: min}`` for an
         SVM), among the params that have it; ties to the first in grid order.
+    groups : {"auto", "ignore"}, default "auto"
+        ``"auto"``: multipliers per group whenever the cube stores group labels (see the
+        module docstring); ``"ignore"``: per sample.
 
     Returns
     -------
@@ -106,13 +126,15 @@ def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0
         scalars ``selected`` (the K-fold choice), ``set_size`` and, with ``simplest``,
         ``simplest`` (index, -1 if no member has the hyperparameter). attrs ``estimator``,
         ``loss``, ``alpha``, ``B``, ``seed``, ``repeat``, ``selected_params``,
-        ``simplest_params`` (with ``simplest``), ``warnings``.
+        ``simplest_params`` (with ``simplest``), ``inference`` ("cluster-robust (multipliers
+        per group)" or "independent samples"), ``groups`` (G, on grouped data), ``warnings``.
     """
     where = "cv_confidence"
     name = loss_name(cube, loss)
     a_level = probability(alpha, f"{where}.alpha")
     b_count = integer(1)(B, f"{where}.B")
     seed = integer(0)(seed, f"{where}.seed")
+    groups = choice("auto", "ignore")(groups, f"{where}.groups")
     repeats = int(cube.sizes.get("repeat", 0))
     if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) \
             or not 0 <= repeat < repeats:
@@ -122,10 +144,12 @@ def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0
     e, fold = out_of_fold(cube, name, where)
     e, fold = e[:, repeat], fold[repeat]
     n = e.shape[1]
+    codes, group_warnings = analysis_groups(cube, groups, what=where)
+    units = n if codes is None else int(codes.max()) + 1
     rng = np.random.default_rng(seed)
-    blocks = (rng.standard_normal((min(DRAW_ROWS, b_count - b0), n))
+    blocks = (rng.standard_normal((min(DRAW_ROWS, b_count - b0), units))
               for b0 in range(0, b_count, DRAW_ROWS))
-    p_value = cvc_pvalues(e, fold, blocks)
+    p_value = cvc_pvalues(e, fold, blocks, codes)
     estimate = e.mean(axis=1)
     selected = int(np_roles.argmin_first(estimate))
     in_set = p_value > a_level
@@ -135,10 +159,15 @@ def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0
     out = out.assign_coords(param_coords(cube))
     sizes = np.bincount(fold[fold >= 0])
     warnings = (guardrails.missing(int(np.isnan(p_value).sum()), where)
-                + guardrails.sample_count(n, where) + guardrails.test_set_sizes(sizes))
+                + guardrails.sample_count(n, where) + guardrails.test_set_sizes(sizes)
+                + group_warnings)
     out.attrs = {"estimator": where, "loss": name, "alpha": a_level, "B": b_count,
                  "seed": seed, "repeat": int(repeat),
-                 "selected_params": param_label(cube, selected)}
+                 "selected_params": param_label(cube, selected),
+                 "inference": "independent samples" if codes is None
+                 else "cluster-robust (multipliers per group)"}
+    if codes is not None:
+        out.attrs["groups"] = units
     if order is not None:
         pick = int(np_roles.argmin_first(np.where(in_set, order, np.nan)))
         out["simplest"] = xr.DataArray(pick)
@@ -171,8 +200,9 @@ def describe(result: xr.Dataset) -> list[str]:
     at = result.attrs
     members = np.flatnonzero(result["in_set"].values)
     level = 100 * (1 - float(at.get("alpha", 0.05)))
+    grouped = f", multipliers per group (G = {at['groups']})" if "groups" in at else ""
     lines = [f"CV with confidence (Lei; {level:g}% set, B = {at.get('B')}, repeat "
-             f"{at.get('repeat')}, loss {at.get('loss')}): {len(members)} of "
+             f"{at.get('repeat')}, loss {at.get('loss')}{grouped}): {len(members)} of "
              f"{result.sizes['param']} params"]
     order = members[np.argsort(result["estimate"].values[members], kind="stable")][:10]
     for h in order:
@@ -199,6 +229,8 @@ declare(cv_confidence, needs=("fold",), terms=("oof",), text=describe, check_gri
                  Option("seed", 0, integer(0), "seed of the multipliers"),
                  Option("repeat", 0, integer(0), "the repeat of the fold design to use"),
                  Option("simplest", None, None,
-                        "{hyper: max|min}: also the most regularised member of the set")],
+                        "{hyper: max|min}: also the most regularised member of the set"),
+                 Option("groups", "auto", choice("auto", "ignore"),
+                        "'auto': multipliers per group when the store has group labels")],
         results={"estimate": ("param",), "p_value": ("param",), "in_set": ("param",),
                  "selected": (), "set_size": (), "simplest?": ()})

@@ -21,6 +21,7 @@ missing_fits           a param lacks a needed fit (failed or not yet written): N
 liberal_design         paired_5x2cv's halves have < 10 samples per feature (paired_5x2cv.py)
 few_groups             cluster-robust inference over fewer than FEW_GROUPS groups
 groups_not_stored      the workflow has groups but the (older) store keeps no labels
+groups_cross_folds     corrected_t / paired_5x2cv on groups whose samples span folds (liberal)
 =====================  ==================================================================
 """
 from __future__ import annotations

@@ -21,7 +21,7 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import loss_name
+from ._cube import fold_level_groups, loss_name
 from .paired import compare_attrs, compare_check, compare_params, fold_scores
 from .registry import Option, declare, fmt, param_refs, probability
 
@@ -95,9 +95,10 @@ def paired_5x2cv(cube: xr.Dataset, *, loss: str | None = None, compare=None,
                 + liberal_design(int(sizes[0].sum()), int(cube.sizes.get("feature", 0))))
     out = xr.Dataset({**{key: xr.DataArray(float(res[key])) for key in SCALARS},
                       "difference": (("repeat", "outer"), p)})
+    grouped, group_warnings = fold_level_groups(cube, where)
     out.attrs = {"estimator": where, "loss": name, **compare_attrs(cube, a, b),
-                 "alpha": a_level}
-    return guardrails.attach(out, warnings, where)
+                 "alpha": a_level, **grouped}
+    return guardrails.attach(out, warnings + group_warnings, where)
 
 
 # DESIGN CHOICE: 5×2cv trains on halves. Dietterich (1998) and Alpaydın (1999) give no size
