@@ -23,6 +23,26 @@ BETA = np.array([1.0, -0.5])
 S_W, S_V, TAU, SIGMA = 1.0, 1.0, 1.5, 1.0
 
 
+_CUBES: dict = {}
+
+
+def _cube(pred, y, design):
+    """cube_from_predictions, reusing a cube of the same shape (its design variables and
+    predictions overwritten): building one costs more than the reduction."""
+    key = pred.shape
+    if key not in _CUBES:
+        _CUBES[key] = cube_from_predictions(pred, y, design)
+        return _CUBES[key].copy(deep=True)
+    cube = _CUBES[key].copy(deep=True)
+    assert list(design.kind) == list(cube["split_kind"].values)
+    cube["pred"].values[:] = pred
+    cube["y"].values[:] = y
+    cube["train"].values[:] = design.train
+    cube["fold"].values[:] = design.fold
+    cube["fold_split"].values[:] = design.fold_split
+    return cube
+
+
 def group_folds(codes: np.ndarray, k: int, rng, *, by_group: bool = True) -> np.ndarray:
     """(1, n) fold labels: whole groups dealt to k folds at random (``by_group``), or samples
     dealt at random ignoring the groups (plain K-fold on grouped data)."""
@@ -58,7 +78,7 @@ def simulate(seed: int, groups: int = 40, size: int = 8, k: int = 5, *, by_group
         pred[1, s] = mu
         err[0, s] = var_x * np.sum((BETA - coef[1:]) ** 2) + coef[0] ** 2 + TAU ** 2 + SIGMA ** 2
         err[1, s] = var_x * np.sum(BETA ** 2) + mu ** 2 + TAU ** 2 + SIGMA ** 2
-    cube = cube_from_predictions(pred, y, design)
+    cube = _cube(pred, y, design)
     cube["groups"] = ("sample",), codes
     table = cube["fold_split"].values[0]
     p = np.bincount(fold[0], minlength=k) / n
