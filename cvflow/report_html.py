@@ -10,15 +10,20 @@ vocabulary. Sections, each present when the store and the results have what it n
   failed fits grouped by message and the guardrail warnings of every result;
 - "risk along the hyperparameter grid": per learner, every declared per-param curve (K-fold,
   corrected K-fold, the test risk of the full fits...) with the selections marked, and the
-  per-learner panels (the hypothesis stability mu(h));
+  per-learner panels (the hypothesis stability mu(h)), against the grid value (log, linear or
+  categorical axis) or, for a 2-D grid, as heatmaps (:mod:`cvflow.plots.grid`);
+- out-of-fold diagnostics at the first criterion's choice: ROC, precision-recall, calibration
+  and the confusion matrix, or predicted against observed (:mod:`cvflow.plots.oof`);
 - the estimators' own figures (m_λ against λ, intervals per param one figure per learner and
   per 16 params, the U-statistic test...);
 - a table of the scalar results of estimators that declare no renderer (user estimators);
 - fit times per param (path-aware learners' shares explained) and progress per learner;
 - the text report.
 
-Every figure has a ``name`` (``kfold-<learner>``, ``stability-<learner>``, ``m-lambda``,
-``intervals``, ``ustat``, ``fit-time``) so tests and scripts can find it in the document.
+Every figure has a ``name`` (``kfold-<learner>``, ``stability-<learner>``, for a 2-D grid also
+``corrected-kfold-<learner>``, ``m-lambda``, ``intervals``, ``ustat``, ``roc``,
+``precision-recall``, ``calibration``, ``confusion``, ``pred-vs-obs``, ``fit-time``) so tests and
+scripts can find it in the document (docs/guide/plots.md lists them with their data sources).
 """
 from __future__ import annotations
 
@@ -32,22 +37,14 @@ import xarray as xr
 from markupsafe import Markup
 
 from .errors import InputError
+from .plots import grid as gridplots
+from .plots.grid import MARK_SIZES, MARKERS
+from .plots.style import HEIGHT, LEARNER_COLORS, PAGE_WIDTH, WIDTH
 
 log = logging.getLogger(__name__)
 
-LEARNER_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                  "#7f7f7f", "#bcbd22", "#17becf"]
-# DESIGN CHOICE: the page fits a 1400 px window without horizontal scrolling: two grid figures
-# of WIDTH side by side (toolbars above, legends inside the figure box), text and tables at
-# PAGE_WIDTH, wrapping; long per-param axes are split by learner and into chunks.
-PAGE_WIDTH = 1340
-WIDTH = 660
-HEIGHT = 340
 MAX_INTERVAL_PARAMS = 40
 PARAMS_PER_INTERVAL_FIGURE = 16
-# the selection markers: different shapes and sizes, so coinciding choices stay visible as
-# concentric outlines
-MARK_SIZES = (24, 17, 11)
 # per-param intervals, in the order the estimators draw them: naive CV, Bates, Wald
 INTERVAL_COLORS = ["#7f7f7f", "#d62728", "#ff7f0e", "#1f77b4", "#2ca02c"]
 CSS = Markup("<style>table{border-collapse:collapse;margin:4px 0}th,td{border:1px solid #bbb;"
@@ -73,24 +70,6 @@ def _labels(cube: xr.Dataset) -> list[str]:
                           for k, v in setting["params"].items())
         out.append(f"#{h} {setting['learner']}({hyper})")
     return out
-
-
-def _grid_axis(cube: xr.Dataset, rows: np.ndarray) -> tuple[np.ndarray, str, str]:
-    """x values of a learner's params: its one varying numeric hyperparameter, else the index.
-
-    Returns (x, axis label, axis type "log" | "linear").
-    """
-    settings = [json.loads(str(cube["param_json"].values[h]))["params"] for h in rows]
-    keys = sorted({k for s in settings for k in s})
-    varying = [k for k in keys if len({json.dumps(s.get(k), default=str) for s in settings}) > 1]
-    if len(varying) == 1:
-        values = [s.get(varying[0]) for s in settings]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            x = np.asarray(values, dtype=float)
-            positive = x[np.isfinite(x)]
-            log_axis = positive.size and (positive > 0).all() and positive.max() / positive.min() >= 20
-            return x, varying[0], "log" if log_axis else "linear"
-    return np.arange(len(rows), dtype=float), "param (grid order within the learner)", "linear"
 
 
 def _overview(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> dict[str, xr.Dataset]:
@@ -161,6 +140,13 @@ def _source(x, y, labels, **extra):
                              "label": list(labels), **extra})
 
 
+def _slug(label: str) -> str:
+    """A figure-name part of a curve label: "corrected K-fold" -> "corrected-kfold"."""
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", label.lower().replace("k-fold", "kfold")).strip("-")
+
+
 def _values(values) -> np.ndarray:
     return np.asarray(getattr(values, "values", values), dtype=float)
 
@@ -174,8 +160,6 @@ class Page:
     ``<panel>-<learner>`` (:meth:`grid_panel`), and the names given to :meth:`curve`,
     :meth:`param_intervals` and :meth:`scalar_intervals`.
     """
-
-    MARKERS = ("circle", "diamond", "triangle", "square", "inverted_triangle", "star")
 
     def __init__(self, cube: xr.Dataset, loss: str | None):
         self.cube = cube
@@ -251,20 +235,31 @@ class Page:
     # ---- layout ------------------------------------------------------------------------------
 
     def grid_figures(self) -> list:
+        """Per learner: the risk curves along its grid value (log, linear or categorical
+        axis) and its panels; for a 2-D grid a heatmap per curve and per panel instead
+        (:func:`cvflow.plots.grid.grid_layout` decides)."""
         figures = []
         colors = {label: LEARNER_COLORS[i % len(LEARNER_COLORS)]
                   for i, label in enumerate(list(self.curves) + list(self.marks))}
         for name in dict.fromkeys(self.learners):
             rows = np.flatnonzero(self.learners == name)
-            x, x_label, axis = _grid_axis(self.cube, rows)
-            order = np.argsort(x, kind="stable")
-            rows, x = rows[order], x[order]
+            layout = gridplots.grid_layout([json.loads(str(self.cube["param_json"].values[h]))
+                                            ["params"] for h in rows])
+            if layout.heatmap:
+                figures += self._heatmaps(name, rows, layout, colors)
+                continue
+            axis = layout.x
+            if axis.kind in ("log", "linear"):       # lines join the points in value order
+                order = np.argsort(np.asarray(axis.values, dtype=float), kind="stable")
+                rows = rows[order]
+                axis = gridplots.Axis(axis.key, axis.kind, [axis.values[i] for i in order])
             if self.curves:
-                figures.append(self._risk_figure(name, rows, x, x_label, axis, colors))
+                figures.append(self._risk_figure(name, rows, axis, colors))
             for panel, spec in self.panels.items():
-                fig = _figure(f"{name}: {spec['title']}", f"{panel}-{name}", x_label,
-                              spec["y_label"] or panel, axis)
-                src = _source(x, spec["y"][rows], self.labels[rows])
+                fig = self._axis_figure(f"{name}: {spec['title']}", f"{panel}-{name}", axis,
+                                        spec["y_label"] or panel)
+                src = gridplots.value_source(axis, spec["y"][rows], self.labels[rows],
+                                             name=f"{panel}-{name}-values")
                 fig.line("x", "y", source=src, color=LEARNER_COLORS[4], line_width=2,
                          legend_label=spec["legend"] or panel)
                 fig.scatter("x", "y", source=src, color=LEARNER_COLORS[4], size=4)
@@ -274,11 +269,37 @@ class Page:
                 figures.append(fig)
         return figures
 
-    def _risk_figure(self, name, rows, x, x_label, axis, colors):
-        fig = _figure(f"{name}: estimated risk along the grid", f"kfold-{name}",
-                      x_label, f"risk ({self.loss})", axis)
+    @staticmethod
+    def _axis_figure(title: str, name: str, axis, y_label: str):
+        from bokeh.models import FactorRange
+
+        if axis.kind == "categorical":
+            return _figure(title, name, axis.label, y_label, x_range=FactorRange(*axis.factors))
+        return _figure(title, name, axis.label, y_label, "log" if axis.kind == "log" else "linear")
+
+    def _heatmaps(self, name: str, rows: np.ndarray, layout, colors: dict) -> list:
+        """A learner with a 2-D grid: one heatmap per risk curve (``<curve>-<learner>``, e.g.
+        ``kfold-svc``, ``corrected-kfold-svc``) and per panel, every choice outlined."""
+        marks = [(label, int(np.flatnonzero(rows == h)[0])) for label, h in self.marks.items()
+                 if h in rows]
+        figures = []
+        series = [(f"{_slug(label)}-{name}", f"{name}: {label} ({self.loss})", curve["y"],
+                   f"{label}") for label, curve in self.curves.items()]
+        series += [(f"{panel}-{name}", f"{name}: {spec['title']}", spec["y"],
+                    spec["y_label"] or panel) for panel, spec in self.panels.items()]
+        for fig_name, title, values, value_label in series:
+            figures.append(gridplots.heatmap(title, fig_name, layout, values[rows],
+                                             list(self.labels[rows]), value_label=value_label,
+                                             marks=marks, mark_colors=colors))
+        return figures
+
+    def _risk_figure(self, name, rows, axis, colors):
+        fig = self._axis_figure(f"{name}: estimated risk along the grid", f"kfold-{name}", axis,
+                                f"risk ({self.loss})")
+        x = list(axis.values)
         for label, curve in self.curves.items():
-            src = _source(x, curve["y"][rows], self.labels[rows])
+            src = gridplots.value_source(axis, curve["y"][rows], self.labels[rows],
+                                         name=f"kfold-{name}-{_slug(label)}")
             fig.line("x", "y", source=src, color=colors[label], line_width=2, legend_label=label)
             fig.scatter("x", "y", source=src, color=colors[label], size=4, legend_label=label)
             if curve["band"] is not None:
@@ -290,9 +311,11 @@ class Page:
                 continue
             ys = [c["y"][h] for c in self.curves.values() if np.isfinite(c["y"][h])]
             i = int(np.flatnonzero(rows == h)[0])
-            src = _source([x[i]] * len(ys), ys, [self.labels[h]] * len(ys))
+            src = gridplots.value_source(gridplots.Axis(axis.key, axis.kind, [x[i]] * len(ys)),
+                                         ys, [self.labels[h]] * len(ys),
+                                         name=f"kfold-{name}-choice-{k}", choice=[label] * len(ys))
             # concentric outlines of different sizes: choices of the same param stay visible
-            fig.scatter("x", "y", source=src, marker=self.MARKERS[k % len(self.MARKERS)],
+            fig.scatter("x", "y", source=src, marker=MARKERS[k % len(MARKERS)],
                         size=MARK_SIZES[k % len(MARK_SIZES)], fill_alpha=0.0,
                         line_color=colors[label], line_width=2.5, legend_label=label)
         _legend_beside(fig)
@@ -627,8 +650,9 @@ def build_layout(cube: xr.Dataset, results: dict[str, xr.Dataset]):
         else:
             generic_html(name, result, page)
     # the answer first: what each criterion chose and how sure it is, then what went wrong
+    answer = summary.rows(cube, results)
     items = [_div(_header_html(cube, results) + _section("The answer")
-                  + summary.to_html(summary.rows(cube, results), loss=loss)
+                  + summary.to_html(answer, loss=loss)
                   + Markup("<p class='note'>Estimates are at the chosen param; warnings by code "
                            "(explained below, and on hover).</p>")
                   + _failures_html(cube) + _warnings_html(results))]
@@ -639,6 +663,7 @@ def build_layout(cube: xr.Dataset, results: dict[str, xr.Dataset]):
                                 "different sizes, so choices of the same param stay visible); "
                                 "hover a point for its param.</p>")),
                   gridplot(grid, ncols=2, toolbar_location="above")]
+    items += _oof_section(cube, answer)
     for title, models in page.sections():
         items += [_div(_section(title)), *models]
     if page.tables:
@@ -648,6 +673,31 @@ def build_layout(cube: xr.Dataset, results: dict[str, xr.Dataset]):
     text = report.text(cube, results)
     items.append(_div(_section("Text report") + Markup("<pre>{}</pre>").format(text)))
     return column(*items)
+
+
+def _oof_section(cube: xr.Dataset, answer: list[dict]) -> list:
+    """The out-of-fold diagnostics (:mod:`cvflow.plots.oof`) at the answer's first choice."""
+    from .plots import oof
+
+    h = next((r["param"] for r in answer if r.get("param") is not None and r["param"] >= 0), None)
+    if h is None:
+        return []
+    figures = oof.figures(cube, h)
+    if not figures:
+        return []
+    from bokeh.layouts import gridplot
+
+    repeats = int(cube.sizes.get("repeat", 1))
+    what = ("ROC and precision-recall curves (thick: all folds pooled, or one per class against "
+            "the rest; thin grey: one per fold), the reliability diagram of probabilities and the "
+            "confusion matrix"
+            if cube.attrs.get("task") == "classification" else "predicted against observed")
+    note = Markup("<p class='note'>{} of the out-of-fold predictions of <b>{}</b> (the first "
+                  "criterion's choice): each sample predicted by the fit of the fold that left it "
+                  "out{}; read from the store, nothing refitted.</p>").format(
+        what, _labels(cube)[h], f", {repeats} repeats pooled" if repeats > 1 else "")
+    return [_div(_section("Out-of-fold predictions at the chosen param") + note),
+            gridplot(figures, ncols=2, toolbar_location="above")]
 
 
 def write_html(cube: xr.Dataset, results: dict[str, xr.Dataset], path: str | Path) -> Path:

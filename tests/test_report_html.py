@@ -34,7 +34,7 @@ execution: {fits_per_task: 16}
 """
 
 EXPECTED = {"kfold-ridge", "kfold-lasso", "stability-ridge", "stability-lasso", "m-lambda",
-            "intervals", "ustat", "fit-time"}
+            "intervals", "ustat", "fit-time", "pred-vs-obs"}
 
 
 @pytest.fixture(scope="module")
