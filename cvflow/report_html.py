@@ -228,6 +228,17 @@ class Page:
         self.figures[name]["series"].append((label, float(_values(estimate)),
                                              float(_values(lower)), float(_values(upper))))
 
+    def ranked_tiers(self, name: str, title: str, labels, estimate, lower, upper, tiers, *,
+                     section: str = "Comparing params: ranking and tiers",
+                     caption: str = "") -> None:
+        """Params in rank order (best first) with intervals and a tier label each (e.g. the
+        letters of a compact letter display); drawn by :func:`tiers_figure`."""
+        self.figures.setdefault(name, {"section": section, "kind": "ranked_tiers",
+                                       "title": title, "caption": caption,
+                                       "labels": [str(v) for v in labels],
+                                       "estimate": _values(estimate), "lower": _values(lower),
+                                       "upper": _values(upper), "tiers": [str(t) for t in tiers]})
+
     def table(self, title: str, rows: dict) -> None:
         """A small table of named values (``{name: value}``)."""
         self.tables.append((title, dict(rows)))
@@ -324,7 +335,8 @@ class Page:
     def sections(self) -> list[tuple[str, list]]:
         """(section title, bokeh models) of every figure but the grid ones, in order of use."""
         build = {"curve": self._curve_figure, "param_intervals": self._interval_figures,
-                 "scalar_intervals": self._scalar_figure}
+                 "scalar_intervals": self._scalar_figure,
+                 "ranked_tiers": lambda name, spec: tiers_figure(name, spec, self.loss)}
         return [(spec["section"], build[spec["kind"]](name, spec))
                 for name, spec in self.figures.items()]
 
@@ -426,6 +438,39 @@ class Page:
             Markup("<h3>{}</h3><table>{}</table>").format(
                 title, Markup("").join(row.format(k, _cell(v)) for k, v in rows.items()))
             for title, rows in self.tables)
+
+
+def tiers_figure(name: str, spec: dict, loss: str) -> list:
+    """The figure of :meth:`Page.ranked_tiers`: one point and whisker per param in rank order
+    (left = best), its tier letters written above the whisker, a caption above the figure."""
+    from bokeh.models import ColumnDataSource, FactorRange, LabelSet, Whisker
+
+    labels = spec["labels"]
+    fig = _figure(spec["title"], name, "", f"error ({loss})", x_range=FactorRange(*labels))
+    fig.width = min(PAGE_WIDTH, max(WIDTH, 64 * len(labels) + 200))
+    fig.xaxis.major_label_orientation = 0.6 if max(map(len, labels)) > 8 else 0
+
+    def plain(values):
+        return [float(v) if math.isfinite(v) else None for v in values]
+    top = [u if math.isfinite(u) else e for u, e in zip(spec["upper"], spec["estimate"])]
+    src = ColumnDataSource({"x": labels, "label": labels, "y": plain(spec["estimate"]),
+                            "lower": plain(spec["lower"]), "upper": plain(spec["upper"]),
+                            "top": plain(top), "tier": spec["tiers"]})
+    fig.scatter("x", "y", source=src, color=LEARNER_COLORS[0], size=10)
+    fig.add_layout(Whisker(base="x", lower="lower", upper="upper", source=src, line_width=2))
+    fig.add_layout(LabelSet(x="x", y="top", text="tier", source=src, y_offset=6,
+                            text_align="center", text_font_style="bold"))
+    values = [v for key in ("estimate", "lower", "upper") for v in spec[key]]
+    # room above the highest whisker for its letters
+    finite = [v for v in values if math.isfinite(v)]
+    if finite:
+        from bokeh.models import Range1d
+
+        lo, hi = min(finite), max(finite)
+        pad = 0.05 * (hi - lo) if hi > lo else max(abs(hi), 1.0) * 0.05
+        fig.y_range = Range1d(lo - pad, hi + 3 * pad)
+    caption = spec.get("caption")
+    return ([_div(Markup("<p class='note'>{}</p>").format(caption))] if caption else []) + [fig]
 
 
 def _cell(value) -> str:

@@ -14,6 +14,7 @@ from cvtest import QUICK, ridge_cube, run_cli, tree_digest
 # options that make every estimator run on the cube below (two params to compare)
 RUN_OPTIONS = {"ustat": {"compare": [0, 1]}, "nadeau_bengio": {"compare": [0, 1]},
                "corrected_t": {"compare": [0, 1]}, "bayes_t": {"compare": [0, 1]},
+               "compare_all": {"params": [0, 1, 2]},
                "paired_5x2cv": {"compare": [0, 1]},
                "stability": {"lambdas": [0, 1]}, "bbc_cv": {"B": 50}, "cv_confidence": {"B": 50}}
 

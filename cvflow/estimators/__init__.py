@@ -17,6 +17,7 @@ from .bates import bates_ncv, wald_cv
 from .ustat import nadeau_bengio, ustat
 from .corrected_t import corrected_t
 from .bayes_t import bayes_t
+from .compare_all import compare_all
 from .paired_5x2cv import paired_5x2cv
 from .bbc_cv import bbc_cv
 from .cv_confidence import cv_confidence
@@ -27,6 +28,6 @@ from ._cube import fits_budget, is_lazy, load_if_small
 from ._cube import shared_terms
 
 __all__ = ["corrected_kfold", "kfold", "stability", "stability_nested", "nested_cv", "nested_compare", "bates_ncv",
-           "wald_cv", "ustat", "nadeau_bengio", "corrected_t", "bayes_t", "paired_5x2cv", "bbc_cv",
+           "wald_cv", "ustat", "nadeau_bengio", "corrected_t", "bayes_t", "compare_all", "paired_5x2cv", "bbc_cv",
            "cv_confidence", "REGISTRY", "Estimator", "Option", "declare", "lookup", "fits_budget",
            "is_lazy", "load_if_small", "shared_terms"]
