@@ -193,6 +193,19 @@ def test_pairs_equal_paired_wald_cv():
                                                      abs=1e-15)
 
 
+def test_wald_cv_on_groups_uses_the_cluster_robust_test():
+    """A store with group labels: each pair's statistic and p-value are paired wald_cv's
+    cluster-robust t and p (G − 1 df), not its iid within-fold z."""
+    cube = three_learner_cube(seed=6, n=40, k=5, repeats=1)
+    cube["groups"] = ("sample",), np.arange(40) // 4                 # 10 groups of 4
+    out = compare_all(cube, params=[0, 3, 5], test="wald_cv")
+    for k, (a, b) in enumerate(zip(out["a"].values.tolist(), out["b"].values.tolist())):
+        ref = wald_cv(cube, compare=[a, b])
+        assert float(out["statistic"][k]) == float(ref["t_cluster"])
+        assert float(out["p_value"][k]) == float(ref["p_value_cluster"])
+        assert float(out["p_value"][k]) != float(ref["p_value_within"])
+
+
 def test_no_difference_is_one_tier_and_warns():
     """Identical predictions: every corrected_t is NaN (variance_not_positive), no pair is
     significant, one letter for all."""

@@ -34,9 +34,12 @@ ADJUST = ("holm", "bh")
 ADJUST_NAMES = {"holm": "Holm", "bh": "Benjamini–Hochberg"}
 # DESIGN CHOICE: paired wald_cv reports two variances; compare_all reads the within-fold one
 # (Bayle et al.'s σ̂²_in, its p_value_within), which, unlike the all-pairs σ̂²_out, does not
-# count the spread of the fold means as sampling noise.
+# count the spread of the fold means as sampling noise. On a store with groups wald_cv adds
+# the cluster-robust test (t on G − 1 df), which compare_all reads instead: with correlated
+# samples within a group the within-fold test is too liberal.
 TEST_KEYS = {"corrected_t": ("estimate", "t", "p_value"),
              "wald_cv": ("estimate", "z_within", "p_value_within")}
+CLUSTER_KEYS = ("estimate", "t_cluster", "p_value_cluster")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -184,7 +187,8 @@ def compare_all(cube: xr.Dataset, *, loss: str | None = None, params=None,
         failed is left out).
     test : {"corrected_t", "wald_cv"}, default "corrected_t"
         The paired test of each pair: exactly what that estimator returns with
-        ``compare: [a, b]`` (wald_cv: its within-fold z and p).
+        ``compare: [a, b]`` (wald_cv: its within-fold z and p, or its cluster-robust t and
+        p when the store has groups).
     adjust : {"holm", "bh"}, default "holm"
         Holm (family-wise error) or Benjamini–Hochberg (false discovery rate).
     alpha : float, default 0.05
@@ -234,7 +238,8 @@ def compare_all(cube: xr.Dataset, *, loss: str | None = None, params=None,
     for k, (i, j) in enumerate(pairs):
         res = run(sub, loss=name, compare=[i, j], **({"alpha": level} if test == "corrected_t"
                                                      else {}))
-        stats[k] = [float(res[key]) for key in keys]
+        used = CLUSTER_KEYS if all(key in res for key in CLUSTER_KEYS) else keys
+        stats[k] = [float(res[key]) for key in used]
         warnings += guardrails.read(res)
     p_adjusted = (holm if adjust == "holm" else benjamini_hochberg)(stats[:, 2])
     significant = np.asarray(p_adjusted <= level)       # NaN: not significant
