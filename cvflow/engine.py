@@ -185,10 +185,11 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     from .blocks import gil_share
     from .cluster import AUTO, choose, connect, serves_dashboard
     from .cluster import resolve as resolve_cluster
+    from .checks import check_learners
     from .fit import only_paths
 
     t_start = time.perf_counter()
-    study = workflow.build()
+    study = workflow.build(check_fits=False)
     workers = workers or workflow.execution.get("workers")
     fit_timeout = workflow.execution.get("fit_timeout")
     path_aware = bool(workflow.execution.get("path_aware", True))
@@ -197,6 +198,8 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     # never return): only cvflow's path kernels are timed here; other learners are timed by a
     # task on the workers (tasks.time_fits).
     in_process_safe = only_paths(study.params, d.fit_X, d.sample_weight, path_aware)
+    if in_process_safe:             # cvflow's kernels; else a task on the workers (_Run.on)
+        check_learners(workflow, d, str(workflow.path))
     auto = client is None and resolve_cluster(cluster) == AUTO
     if fit_timeout and client is None and not auto and resolve_cluster(cluster) == "threads":
         raise InputError("execution.fit_timeout: a fit in this process's threads cannot be "
@@ -218,7 +221,8 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
             cluster_options = quiet_options(cluster_options, (per_fit or 0.0) * len(study.params)
                                             * study.design.n_splits, workers)
     run = _Run(workflow, study, path, lock=lock, pool=pool, fresh=fresh, per_fit=per_fit,
-               wants_timing=wants_timing, overwrite=overwrite, workers=workers,
+               wants_timing=wants_timing, check_fits=not in_process_safe,
+               overwrite=overwrite, workers=workers,
                fit_timeout=fit_timeout, path_aware=path_aware, progress=progress,
                execution=execution, t_start=t_start)
     if client is not None:
@@ -243,6 +247,7 @@ class _Run:
     fresh: bool
     per_fit: float | None
     wants_timing: bool
+    check_fits: bool                  # the pre-run check still to do, on the workers
     overwrite: bool
     workers: int | None
     fit_timeout: float | None
@@ -253,7 +258,7 @@ class _Run:
 
     def on(self, c, *, dashboard: bool) -> RunResult:
         from . import live
-        from .loop import Block, Loop, time_on_workers
+        from .loop import Block, Loop, check_on_workers, time_on_workers
         from .tasks import TaskContext
 
         study, path, d = self.study, self.path, self.study.data
@@ -261,6 +266,8 @@ class _Run:
         ctx = TaskContext(store=path, run_id=run_id, token=self.lock.token,
                           fit_timeout=float(self.fit_timeout) if self.fit_timeout else None,
                           client_pid=os.getpid())
+        if self.check_fits:               # before the store is created or changed
+            check_on_workers(c, ctx, self.workflow, d, str(self.workflow.path))
         per_fit = self.per_fit
         if per_fit is None and self.wants_timing:
             per_fit = time_on_workers(c, ctx, study, self.path_aware)

@@ -96,6 +96,39 @@ def time_on_workers(client, ctx: TaskContext, study, path_aware: bool) -> float:
         return FALLBACK_SECONDS_PER_FIT
 
 
+def check_on_workers(client, ctx: TaskContext, workflow, data, where: str) -> None:
+    """The pre-run check of each learner (:func:`cvflow.tasks.trial_fits`) in a task on the
+    workers; its warnings are given here. InputError when a learner cannot fit; a check that
+    kills its workers is logged and the study goes on (its fits are recorded failed, each
+    with how its process ended). StallError when the workers make no progress."""
+    import warnings
+
+    from distributed import KilledWorker
+
+    from .tasks import trial_fits
+
+    future = submit_data(client, trial_fits, workflow, data, where,
+                         key=f"cvflow-check-{ctx.run_id}")
+    watchdog = Watchdog(client)
+    try:
+        while True:
+            try:
+                said = future.result(timeout=WAKE_SECONDS)
+                break
+            except TimeoutError:
+                watchdog.check([future])
+    except KilledWorker:
+        log.warning("%s: the trial fit before the run ended its worker process; the study runs "
+                    "and records each fit that ends its process as failed", where)
+        future.cancel()
+        return
+    given, logged = said
+    for category, message in given:
+        warnings.warn(message, category, stacklevel=3)
+    for message in logged:
+        logging.getLogger("cvflow.checks").warning("%s", message)
+
+
 class Loop:
     """Runs ``blocks`` on ``client``: :meth:`run` returns once every block is recorded.
 

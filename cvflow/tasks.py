@@ -259,6 +259,28 @@ def time_fits(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray, po
                                         path_aware=path_aware)
 
 
+def trial_fits(workflow, data, where: str) -> tuple[list[tuple[type, str]], list[str]]:
+    """The pre-run check (:func:`cvflow.checks.check_learners`) on a worker: a learner's own fit
+    code never runs on the client. Raises its InputError; returns the warnings it gave, as
+    (category, message), and the warnings it logged."""
+    import warnings
+
+    from .checks import check_learners
+
+    said: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = said.append                            # type: ignore[method-assign]
+    checks_log = logging.getLogger("cvflow.checks")
+    checks_log.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            check_learners(workflow, data, where)
+    finally:
+        checks_log.removeHandler(handler)
+    return [(w.category, str(w.message)) for w in caught], [r.getMessage() for r in said]
+
+
 def summarize(result: BlockResult, todo: np.ndarray | None) -> dict:
     """The small record of a written block: its status and counts of the fits done now."""
     summary = result.summary()
