@@ -8,8 +8,9 @@ p = 500. At each size, interleaved (each after one warm-up; medians of ``--runs`
 - cvflow as a library: ``cvflow.run(workflow, store=new)`` (the default ``cluster: auto``; its
   choice is printed), then ``cvflow.report.compute(cvflow.open(store))`` (both estimates);
 - the floor in this process: ``floor_lasso.study`` — the same cube by ``enet_path`` on the Gram
-  matrix of each training set, written to Zarr, read back, both estimates by numpy, one thread
-  (``floor_lasso.py`` says exactly what it does). Its estimates must equal cvflow's to 1e-10
+  matrix of each training set (the training sets on two threads, as cvflow has two workers),
+  written to Zarr, read back, both estimates by numpy (``floor_lasso.py`` says exactly what it
+  does). Its estimates must equal cvflow's to 1e-10
   (relative), so that both really do the same work;
 - ``LassoCV(alphas, cv=PredefinedSplit(the same folds), n_jobs=2)``;
 - cvflow as a whole process: ``python -m cvflow run WORKFLOW --store new`` (imports, the data
@@ -25,7 +26,8 @@ left out of the medians.
 Targets (issue 22): the lasso study <= 1.5x the floor at both sizes (goal 1.2x); the quickstart
 <= 1.5x the plain script. The machine's load average is printed before and after each part.
 
-Run: ``python benchmarks/bench_floor.py [--quick] [--runs 5] [--only small,large,quickstart]``
+Run: ``python benchmarks/bench_floor.py [--quick] [--runs 5] [--only small,large,quickstart]
+[--cluster ROUTE]`` (``--cluster``: cvflow's route; default none, i.e. ``auto``).
 """
 from __future__ import annotations
 
@@ -119,7 +121,7 @@ def medians(times: dict, hung: dict) -> dict:
     return med
 
 
-def lasso(size: str, runs: int, tmp: Path) -> dict:
+def lasso(size: str, runs: int, tmp: Path, cluster: str | None = None) -> dict:
     """Time the five ways of the lasso study at one size; print medians and ratios."""
     import cvflow
     from sklearn.datasets import make_regression
@@ -154,7 +156,7 @@ def lasso(size: str, runs: int, tmp: Path) -> dict:
         from cvflow import report
         path = store()
         t0 = time.perf_counter()
-        result = cvflow.run(wf, store=path)
+        result = cvflow.run(wf, store=path, cluster=cluster)
         t1 = time.perf_counter()
         results = report.compute(cvflow.open(path))
         parts["cvflow.run"].append(t1 - t0)
@@ -168,7 +170,8 @@ def lasso(size: str, runs: int, tmp: Path) -> dict:
         return LassoCV(alphas=alphas, cv=cv, n_jobs=2).fit(X, y)
 
     def cvflow_process():
-        return process([sys.executable, "-m", "cvflow", "run", str(wf_file), "--store", store()])
+        return process([sys.executable, "-m", "cvflow", "run", str(wf_file), "--store", store(),
+                        *(["--cluster", cluster] if cluster else [])])
 
     def floor_process():
         return process([sys.executable, str(HERE / "floor_lasso.py"), str(where / "data.npz"),
@@ -212,7 +215,7 @@ def lasso(size: str, runs: int, tmp: Path) -> dict:
     return ratios
 
 
-def quickstart(runs: int, tmp: Path) -> None:
+def quickstart(runs: int, tmp: Path, cluster: str | None = None) -> None:
     """``python -m cvflow run workflows/quickstart.yaml`` vs ``python plain_quickstart.py``."""
     stores = iter(range(10**6))
     fns = {
@@ -220,7 +223,8 @@ def quickstart(runs: int, tmp: Path) -> None:
             [sys.executable, str(HERE / "plain_quickstart.py")]),
         "cvflow run quickstart.yaml": lambda: process(
             [sys.executable, "-m", "cvflow", "run", str(REPO / "workflows" / "quickstart.yaml"),
-             "--store", str(tmp / f"quickstart-{next(stores)}.zarr")]),
+             "--store", str(tmp / f"quickstart-{next(stores)}.zarr"),
+             *(["--cluster", cluster] if cluster else [])]),
     }
     print(f"quickstart, whole processes; {load()}")
     times, info = interleaved(fns, runs)
@@ -238,15 +242,17 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="2 runs of each (a smoke run)")
     ap.add_argument("--only", default="small,large,quickstart")
+    ap.add_argument("--cluster", default=None,
+                    help="cvflow's route (default: none given, i.e. auto, as users run it)")
     args = ap.parse_args()
     runs = 2 if args.quick else args.runs
     print(common.machine())
     with common.scratch() as tmp:
         for part in args.only.split(","):
             if part == "quickstart":
-                quickstart(runs, tmp)
+                quickstart(runs, tmp, args.cluster)
             else:
-                lasso(part, runs, tmp)
+                lasso(part, runs, tmp, args.cluster)
 
 
 if __name__ == "__main__":

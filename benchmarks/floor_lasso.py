@@ -7,7 +7,8 @@ the alphas strongest first with warm starts, coordinate descent on the Gram matr
 ``pred[alpha, split, sample]`` (split 0 the full fit, split 1 + j the fit without fold j) is
 written to a Zarr array (one chunk per training set, zarr's default codecs), read back, and the
 K-fold and bias-corrected K-fold estimates (DESIGN 6.1, 6.2, squared loss) are computed with
-numpy. One process, one thread: the least work that gives what cvflow's lasso study gives.
+numpy: the least work that gives what cvflow's lasso study gives, on as many threads as cvflow
+has workers (two; one BLAS thread each, as ``common.py`` pins it).
 
 As a whole process (imports included), as ``bench_floor.py`` times it::
 
@@ -19,6 +20,7 @@ alpha each estimate selects).
 from __future__ import annotations
 
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import zarr
@@ -41,12 +43,16 @@ def path_predictions(X: np.ndarray, y: np.ndarray, train: np.ndarray,
     return ((X - x_mean) @ coefs).T + y_mean
 
 
-def cube(X: np.ndarray, y: np.ndarray, fold: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+def cube(X: np.ndarray, y: np.ndarray, fold: np.ndarray, alphas: np.ndarray, *,
+         workers: int = 2) -> np.ndarray:
     """``pred[alpha, split, sample]``: split 0 trains on every sample, split 1 + j on all but
-    fold j."""
+    fold j; the training sets on ``workers`` threads (BLAS and enet_path's coordinate descent
+    release the GIL), as many as cvflow's workers."""
     folds = np.unique(fold)
     trains = [np.ones(len(y), bool)] + [fold != j for j in folds]
-    return np.stack([path_predictions(X, y, train, alphas) for train in trains], axis=1)
+    with ThreadPoolExecutor(workers) as pool:
+        paths = list(pool.map(lambda train: path_predictions(X, y, train, alphas), trains))
+    return np.stack(paths, axis=1)
 
 
 def write_and_read(pred: np.ndarray, store: str) -> np.ndarray:
