@@ -140,6 +140,19 @@ def _parse_lambdas(text: str | None):
         raise InputError(f"--lambdas: {text!r} is not a comma-separated list of numbers") from None
 
 
+def _estimator_names(text: str) -> list[str]:
+    """``--estimators kfold,corrected_kfold``: the names, each known (InputError otherwise)."""
+    from .estimators import lookup
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise InputError(f"--estimators: {text!r}; give comma-separated estimator names, "
+                         "e.g. --estimators kfold,corrected_kfold")
+    for name in names:
+        lookup(name, where="--estimators")
+    return list(dict.fromkeys(names))
+
+
 def _split_params(text: str) -> list[str]:
     """``--compare`` items split on commas outside parentheses: "lasso(C=1, l1=0.5),1"."""
     items, depth, current = [], 0, ""
@@ -182,8 +195,14 @@ def cmd_report(args) -> int:
         from .preflight import check_output_file
 
         check_output_file(args.html, "--html")
+    losses = args.loss or [None]
+    if args.html and len(losses) > 1:
+        raise InputError(f"--html: the page draws one loss, got {len(losses)} (--loss "
+                         f"{' --loss '.join(losses)}); give one --loss with --html")
     cube = open_cube(args.store)
-    requested = {name for name, _ in report.requested_estimators(cube)}
+    estimators = _estimator_names(args.estimators) if args.estimators is not None else None
+    requested = set(estimators) if estimators else \
+        {name for name, _ in report.requested_estimators(cube)}
     overrides = _parse_set(args.set)
     shorthands = {}
     lambdas = _parse_lambdas(args.lambdas)
@@ -196,7 +215,17 @@ def cmd_report(args) -> int:
     for name, options in shorthands.items():
         if name in requested:
             overrides[name] = {**options, **overrides.get(name, {})}
-    results = report.compute(cube, loss=args.loss, overrides=overrides, trust_code=args.trust)
+    if len(losses) > 1:
+        several = report.compute_losses(cube, losses, estimators, overrides=overrides,
+                                        trust_code=args.trust)
+        if args.json:
+            print(json.dumps({label: report.to_json(r) for label, r in several.items()}))
+        else:
+            print("\n\n".join(f"== loss {label} ==\n{report.text(cube, r)}"
+                              for label, r in several.items()))
+        return 0
+    results = report.compute(cube, estimators, loss=losses[0], overrides=overrides,
+                             trust_code=args.trust)
     if args.html:
         from .report_html import write_html
 
@@ -248,8 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="estimates from a store, without refitting")
     rep.add_argument("store")
-    rep.add_argument("--loss", help="loss or metric to apply (default: the workflow's), e.g. "
-                     "log_loss, pinball:0.9, roc_auc or mymodule.myloss")
+    rep.add_argument("--loss", action="append",
+                     help="loss or metric to apply (default: the workflow's), e.g. "
+                     "log_loss, pinball:0.9, roc_auc or mymodule.myloss; repeat it for several "
+                     "(--loss zero_one --loss roc_auc): a report per loss, the JSON keyed by loss. "
+                     "An estimator that does not take a metric says why in one line")
+    rep.add_argument("--estimators", metavar="NAME,NAME",
+                     help="the estimators to report, comma-separated (default: the workflow's), "
+                          "e.g. kfold,corrected_kfold; a name the workflow set options for keeps them")
     rep.add_argument("--trust", action="store_true",
                      help="import the code the store names (user estimators, a user loss); "
                           "without it a store is data and they are skipped")

@@ -23,10 +23,31 @@ def requested_estimators(cube: xr.Dataset) -> list[tuple[str, dict]]:
     return [(name, dict(options or {})) for name, options in raw]
 
 
-def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, *,
+class Results(dict):
+    """Estimator name -> result Dataset, in the order asked, plus ``skipped``: name -> the
+    one-line reason an estimator asked for was not computed (it does not take the loss, e.g.
+    a per-fold metric such as ``roc_auc`` given to an estimator that averages per-sample
+    losses). A plain dict everywhere else."""
+
+    def __init__(self, *args, skipped: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.skipped: dict[str, str] = dict(skipped or {})
+
+
+def compute(cube: xr.Dataset, estimators: list | None = None, *,
             loss: str | None = None, overrides: dict | None = None,
-            trust_code: Trust = False) -> dict[str, xr.Dataset]:
+            trust_code: Trust = False) -> Results:
     """Run each requested estimator on the cube; ``overrides`` updates options per name.
+
+    ``estimators`` (default: the ones the store's workflow asked for) lists names, or
+    (name, options) pairs; a name alone takes the options the workflow gave it, if any, so
+    ``estimators=["kfold", "corrected_kfold"]`` reports those two as the workflow set them.
+
+    DESIGN CHOICE: an estimator that cannot reduce with ``loss`` (a per-fold metric such as
+    ``roc_auc`` for one that averages per-sample losses, or time-ordered folds for one that
+    assumes exchangeable samples) is skipped with its one-line reason in
+    :attr:`Results.skipped`, and the others are computed: one estimator's limits do not take
+    the report away. Only when every estimator is skipped is the first reason an InputError.
 
     Options (the stored ones and the overrides) go through each estimator's declared checks
     first, so a bad override is refused with one line before anything is read. A cube whose
@@ -54,9 +75,12 @@ def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, 
         decl, ordered = assumptions(cube, loss)
     except InputError as exc:
         raise InputError(f"{exc}{hint if loss == stored_loss else ''}") from None
-    own = set(overrides or {}) | {name for name, _ in estimators or ()}
-    todo = []
-    for name, options in estimators or requested_estimators(cube):
+    stored_options = dict(requested_estimators(cube))
+    asked = [(e, stored_options.get(e, {})) if isinstance(e, str) else (e[0], dict(e[1] or {}))
+             for e in estimators] if estimators else None
+    own = set(overrides or {}) | {name for name, _ in asked or ()}
+    todo, skipped = [], {}
+    for name, options in asked or requested_estimators(cube):
         if is_user_estimator(name) and name not in own and not trusted(name, ESTIMATOR,
                                                                         trust_code):
             warnings.warn(f"store: estimators: {shown(name)} skipped: a user estimator the store names, "
@@ -71,15 +95,52 @@ def compute(cube: xr.Dataset, estimators: list[tuple[str, dict]] | None = None, 
         extra = spec.check_options((overrides or {}).get(name), f"--set {name}")
         why = spec.refusal(decl, ordered)
         if why:
-            raise InputError(why)
+            skipped[spec.name] = why
+            continue
         todo.append((spec, {**stored, **extra}))
-    unused = set(overrides or {}) - {spec.name for spec, _ in todo}
+    reported = [spec.name for spec, _ in todo] + list(skipped)
+    unused = set(overrides or {}) - set(reported)
     if unused:
-        raise InputError(f"--set {sorted(unused)[0]}: the store's workflow does not ask for this "
-                         f"estimator; it asks for {', '.join(spec.name for spec, _ in todo)}")
+        whose = "the report's --estimators do" if asked else "the store's workflow does"
+        raise InputError(f"--set {sorted(unused)[0]}: {whose} not ask for this "
+                         f"estimator; it asks for {', '.join(reported)}")
+    if skipped and not todo:
+        raise InputError(next(iter(skipped.values())))
     cube = _pred_in_memory_if_small(cube)
     with shared_terms(cube, {role for spec, _ in todo for role in spec.terms}):
-        return {spec.name: spec(cube, loss=loss, **options) for spec, options in todo}
+        return Results({spec.name: spec(cube, loss=loss, **options) for spec, options in todo},
+                       skipped=skipped)
+
+
+def compute_losses(cube: xr.Dataset, losses: list[str | None], estimators: list | None = None,
+                   *, overrides: dict | None = None, trust_code: Trust = False
+                   ) -> dict[str, Results]:
+    """:func:`compute` for each loss of ``losses`` (several metrics at once, as
+    ``cross_validate(scoring=[...])``): loss label -> :class:`Results`. The predictions are
+    read once for all of them when they fit the reducers' in-memory budget.
+
+    Examples
+    --------
+    >>> out = compute_losses(cvflow.open("study.zarr"), ["zero_one", "roc_auc"],
+    ...                      ["kfold", "corrected_kfold"])          # doctest: +SKIP
+    >>> out["roc_auc"].skipped["corrected_kfold"]                    # doctest: +SKIP
+    "loss: 'roc_auc' is a per-fold metric, but corrected_kfold averages per-sample losses; ..."
+    """
+    cube = _pred_in_memory_if_small(cube)
+    out: dict[str, Results] = {}
+    for loss in losses:
+        results = compute(cube, estimators, loss=loss, overrides=overrides,
+                          trust_code=trust_code)
+        out[_label(results, loss, cube)] = results
+    return out
+
+
+def _label(results: Results, loss: str | None, cube: xr.Dataset) -> str:
+    """The loss label the results carry (the store's default loss when ``loss`` is None)."""
+    for result in results.values():
+        if result.attrs.get("loss"):
+            return str(result.attrs["loss"])
+    return str(loss or cube.attrs.get("loss") or "default")
 
 
 def assumptions(cube: xr.Dataset, loss: str | None = None):
@@ -153,7 +214,11 @@ def dataset_to_json(ds: xr.Dataset) -> dict:
 
 
 def to_json(results: dict[str, xr.Dataset]) -> dict:
-    return {name: dataset_to_json(ds) for name, ds in results.items()}
+    """Each result as JSON (:func:`dataset_to_json`); a skipped estimator as
+    ``{"skipped": reason}``."""
+    out = {name: dataset_to_json(ds) for name, ds in results.items()}
+    out.update({name: {"skipped": why} for name, why in getattr(results, "skipped", {}).items()})
+    return out
 
 
 def status(path: str | Path) -> dict:
@@ -248,6 +313,7 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
         body = spec.text(result) if spec.text is not None else generic_text(result)
         lines += [f"{name}:"] + ["  " + line for line in body]
         lines += [f"  warning [{w['code']}]: {w['message']}" for w in guardrails.read(result)]
+    lines += [f"{name}: skipped: {why}" for name, why in getattr(results, "skipped", {}).items()]
     info = status_from_cube(cube)
     if info["failed"]:
         lines.append(f"{info['failed']} of {info['total']} fits failed:")
