@@ -22,11 +22,12 @@ __version__ = "0.1.0"
 # or `import cvflow.report` does not pay for the engine, the estimators and scikit-learn.
 _LAZY = {"estimators": (".estimators", None), "run": (".engine", "run"),
          "load_workflow": (".spec", "load_workflow"), "open": (".store", "open_cube"),
-         "Study": (".study", "Study"), "trust": (".trust", None),
+         "Study": (".study", "Study"), "StudyResult": (".study", "StudyResult"),
+         "trust": (".trust", None),
          "cv_results": (".tables", "cv_results"), "SearchCV": (".search", "SearchCV")}
 
-__all__ = ["__version__", "SearchCV", "Study", "cv_results", "estimators", "load_workflow", "open",
-           "run", "trust"]
+__all__ = ["__version__", "SearchCV", "Study", "StudyResult", "cv_results", "estimators",
+           "load_workflow", "open", "run", "trust"]
 
 
 def __getattr__(name: str):

@@ -315,6 +315,31 @@ class StudyResult:
         self.trust_code = trust_code
         self._results: dict | None = None
 
+    @classmethod
+    def from_store(cls, path, *, loss: str | None = None,
+                   trust_code: Trust = False) -> "StudyResult":
+        """The results of the study in the store at ``path``, reopened (no fit, no code run).
+
+        Parameters
+        ----------
+        path : str or path
+            A store written by ``cvflow run`` or :meth:`Study.run`.
+        loss : str, optional
+            The loss of :attr:`results` and :attr:`selected` (default: the store's).
+        trust_code : bool or list of str, default False
+            What code the store names may be imported (:mod:`cvflow.trust`): a store is data,
+            so a user estimator, loss or learner class it names is refused unless trusted;
+            scikit-learn's classes are trusted by default.
+
+        Examples
+        --------
+        >>> result = cvflow.StudyResult.from_store("study.zarr")        # doctest: +SKIP
+        >>> result.selected["kfold"]                                   # doctest: +SKIP
+        {'index': 3, 'learner': 'ridge', 'params': {'alpha': 1.0}}
+        >>> model = result.refit("kfold", loss="absolute")             # doctest: +SKIP
+        """
+        return cls(path, loss=loss, trust_code=trust_code)
+
     @property
     def results(self) -> dict:
         if self._results is None:
@@ -340,13 +365,40 @@ class StudyResult:
 
     @property
     def selected(self) -> dict[str, dict]:
+        return self._selected(self.results)
+
+    def _selected(self, results: dict) -> dict[str, dict]:
         out = {}
-        for name, result in self.results.items():
-            if "selected" in result and result["selected"].ndim == 0:
-                index = int(result["selected"])
-                if index >= 0:
-                    out[name] = self.param(index)
+        for name, result in results.items():
+            if "selected" in result and result["selected"].ndim == 0 and int(result["selected"]) >= 0:
+                out[name] = self.param(int(result["selected"]))
         return out
+
+    def _user_data(self, X, y) -> tuple[Any, np.ndarray]:
+        """The user's (X, y) for :meth:`refit`, checked to be the store's data: encoded as
+        :meth:`Study.run` encodes them, they equal the stored ``X`` and ``y``."""
+        from .data import encode_frame
+
+        if X is None or y is None:
+            raise InputError("refit: give both X and y (the data the study was run on), or neither")
+        n = int(self.cube.sizes["sample"])
+        if len(X) != n or len(y) != n:
+            raise InputError(f"refit: X has {len(X)} rows and y {len(y)}, but the store holds "
+                             f"{n} samples; give the X, y the study was run on")
+        stored_X = np.asarray(self.cube["X"].values, dtype=np.float64)
+        if hasattr(X, "columns") and hasattr(X, "iloc"):
+            encoded, _ = encode_frame(X, "refit: X")
+        else:
+            encoded = np.asarray(X, dtype=np.float64)
+        if encoded.shape != stored_X.shape or not np.array_equal(encoded, stored_X, equal_nan=True):
+            raise InputError("refit: X is not the data the store was made from (its values, "
+                             "encoded as the study encodes them, differ from the stored X); "
+                             "give the X the study was run on, rows in the same order")
+        y_arr = np.asarray(y)
+        if not np.array_equal(y_arr.astype(str), np.asarray(self.cube["y"].values).astype(str)):
+            raise InputError("refit: y is not the target the store was made from; give the y "
+                             "the study was run on, rows in the same order")
+        return X, y_arr
 
     def data(self) -> tuple[Any, np.ndarray]:
         """(X, y) as the learners saw them (a DataFrame when the study was given one)."""
@@ -357,21 +409,58 @@ class StudyResult:
         y = np.asarray(cube["y"].values)
         return X, (y.astype(object) if y.dtype.kind in "OUT" else y)
 
-    def refit(self, criterion: str | None = None):
-        """The param chosen by ``criterion`` (an estimator name; default: the first that
-        selects) fitted on every analysis sample, as the store's full-split fit was: its
-        predictions equal the cube's ``pred`` of that param on the full split."""
+    def chosen(self, criterion: str | None = None, *, loss: str | None = None) -> dict:
+        """The param ``criterion`` chooses ({"index", "learner", "params"}), under ``loss``
+        (default: the results' loss). ``criterion`` is an estimator name that selects
+        (``kfold``, ``corrected_kfold``, ``stability_nested``, ...), whether the workflow
+        asked for it or not (it needs its split roles in the store); default: the first of
+        :attr:`selected`."""
+        from .report import compute, requested_estimators
+
+        if loss is None or loss == self.loss:
+            chosen = self.selected
+            if criterion is not None and criterion not in chosen:
+                chosen = self._selected(compute(self.cube, [criterion], loss=self.loss,
+                                                trust_code=self.trust_code))
+        else:
+            names = [criterion] if criterion else [n for n, _ in requested_estimators(self.cube)]
+            chosen = self._selected(compute(self.cube, names, loss=loss,
+                                            trust_code=self.trust_code))
+        if not chosen:
+            what = f"{criterion!r} selects no param" if criterion else \
+                "none of the study's estimators selects a param"
+            raise InputError(f"refit: {what}; name an estimator that selects, e.g. "
+                             "refit('kfold') or refit('corrected_kfold')")
+        return chosen[criterion or next(iter(chosen))]
+
+    def refit(self, criterion: str | None = None, *, loss: str | None = None, X=None, y=None):
+        """The param chosen by ``criterion`` fitted on every analysis sample, as the store's
+        full-split fit was: its predictions equal the cube's ``pred`` of that param on the
+        full split.
+
+        Parameters
+        ----------
+        criterion : str, optional
+            An estimator that selects (see :meth:`chosen`); default: the first of
+            :attr:`selected`.
+        loss : str, optional
+            Choose under this loss instead of the results' (the store's default): e.g. refit
+            the param K-fold chooses under the absolute loss of a study run with the squared.
+        X, y : array-like or DataFrame, optional
+            The data the study was run on, as given to :meth:`Study.run` (the same rows in the
+            same order). Default: the store's own copy, rebuilt as the learners saw it. Give
+            them when the store's copy is not what the learner can fit (features stored as
+            category codes where the learner's Pipeline encodes the original strings); they
+            are checked to encode to the store's data, else InputError.
+
+        Returns
+        -------
+        The fitted scikit-learn estimator.
+        """
         from .learners import Param, fit_model
         from .trust import how, listed, param_code, untrusted
 
-        chosen = self.selected
-        if not chosen:
-            raise InputError("refit: none of the study's estimators selects a param")
-        criterion = criterion or next(iter(chosen))
-        if criterion not in chosen:
-            raise InputError(f"refit: criterion {criterion!r} is not one of "
-                             f"{', '.join(chosen)}")
-        h = chosen[criterion]["index"]
+        h = self.chosen(criterion, loss=loss)["index"]
         setting = json.loads(str(self.cube["param_json"].values[h]))
         refused = untrusted(param_code(setting), self.trust_code)
         if refused:
@@ -384,7 +473,7 @@ class StudyResult:
         param = Param(setting["learner"], setting["estimator"], setting["params"], {},
                       setting["output"], preprocess,
                       (workflow.get("execution") or {}).get("fit_seed"))
-        X, y = self.data()
+        X, y = self.data() if X is None and y is None else self._user_data(X, y)
         weight = self.cube["sample_weight"].values if "sample_weight" in self.cube else None
         return fit_model(param, X, y, ~np.asarray(self.cube["is_test"].values, dtype=bool),
                          weight)
