@@ -199,7 +199,7 @@ def cmd_report(args) -> int:
     if args.html and len(losses) > 1:
         raise InputError(f"--html: the page draws one loss, got {len(losses)} (--loss "
                          f"{' --loss '.join(losses)}); give one --loss with --html")
-    cube = open_cube(args.store)
+    cube = report.workflow_view(open_cube(args.store), all_params=args.all_params)
     estimators = _estimator_names(args.estimators) if args.estimators is not None else None
     requested = set(estimators) if estimators else \
         {name for name, _ in report.requested_estimators(cube)}
@@ -282,6 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "log_loss, pinball:0.9, roc_auc or mymodule.myloss; repeat it for several "
                      "(--loss zero_one --loss roc_auc): a report per loss, the JSON keyed by loss. "
                      "An estimator that does not take a metric says why in one line")
+    rep.add_argument("--all-params", action="store_true",
+                     help="report every param of an extended store, those the workflow no "
+                          "longer lists included (default: the workflow's params only)")
     rep.add_argument("--estimators", metavar="NAME,NAME",
                      help="the estimators to report, comma-separated (default: the workflow's), "
                           "e.g. kfold,corrected_kfold; a name the workflow set options for keeps them")

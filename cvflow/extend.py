@@ -10,12 +10,17 @@ dtype and each stored learner's estimator, fixed params and output are the same;
 - splits the workflow's estimators need that the store lacks (pair splits for the nested
   estimators, subset splits for ``ustat``) are **appended** along ``split``; the role tables
   ``fold_split``, ``pair_split`` and ``subset_split`` are rewritten with the store's indices;
+- a workflow param equal to a stored one (1 and 1.0 alike, :func:`param_key`) is the stored
+  one: matched, not refitted, not listed twice;
 - params or splits the store has but the workflow no longer asks for are **kept**.
 
 DESIGN CHOICE: removed params are kept, not refused and not dropped. Their fits are valid
 (same data, folds and fixed params), dropping them would destroy work, and refusing would
-force the user to carry every old value in the YAML for ever. Reports cover every param in
-the store; select a sub-grid with ``cube.isel(param=...)`` / ``cube.where(...)`` in Python.
+force the user to carry every old value in the YAML for ever. But they are not the study the
+workflow describes: the store records the workflow's params (attribute ``workflow_params``)
+and reports, selections and nested estimators use those only
+(:func:`cvflow.report.workflow_view`), unless asked for every param (``cvflow report
+--all-params``, ``StudyResult(..., all_params=True)``; ``cvflow.open`` gives every param).
 
 Anything else (other data, folds, seeds, a learner's estimator / fixed params / output, a
 different subset design when the store already holds subset fits) is refused with a
@@ -49,6 +54,9 @@ from .learners import Param
 log = logging.getLogger(__name__)
 
 LEARNERS_ATTR = "learners"   # {name: {estimator, params, output}} of every learner ever stored
+# the store indices of the params the last workflow lists (absent: every param); the others
+# are kept, and reports leave them out unless asked (cvflow.report.workflow_view)
+WORKFLOW_PARAMS_ATTR = "workflow_params"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,11 +151,51 @@ def _param_from_json(text: str, specs: dict) -> Param:
                                                  if k in d["params"]}, hyper, d["output"])
 
 
+# DESIGN CHOICE: scikit-learn reads an int and a float of the same value alike (alpha=1 is
+# alpha=1.0: the fits are bitwise equal), so a grid repeating a stored value as 1 where the
+# store has 1.0 (a YAML list after a logspace, a Python range after a numpy array) matches the
+# stored param instead of refitting it. Except where scikit-learn reads them differently: a
+# count or a fraction (max_features=1 is one feature, 1.0 all of them). Those names keep
+# their type; a new one of that kind costs a refit, never a wrong match.
+COUNT_OR_FRACTION = frozenset({
+    "max_features", "max_samples", "min_samples_split", "min_samples_leaf", "max_df", "min_df",
+    "n_components", "train_size", "test_size", "max_leaf_nodes", "min_weight_fraction_leaf",
+    "n_nonzero_coefs", "subsample", "n_neighbors", "max_bins", "n_quantiles"})
+
+
+def _canonical(value, name: str = ""):
+    """``value`` with every int that scikit-learn reads as a float written as a float."""
+    if isinstance(value, dict):
+        return {k: _canonical(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v, name) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) \
+            and name.rpartition("__")[2] not in COUNT_OR_FRACTION:
+        return float(value)
+    return value
+
+
+def param_key(text: str) -> str:
+    """The matching key of a param's JSON: equal keys are the same fits (see above)."""
+    setting = json.loads(text)
+    setting["params"] = _canonical(setting["params"])
+    return json.dumps(setting, sort_keys=True)
+
+
+def _as_stored(param: Param, text: str) -> Param:
+    """The workflow's ``param`` with the stored param's spelling of its values (``text``), so
+    its JSON, fit seeds and coordinates stay the store's."""
+    settings = json.loads(text)["params"]
+    return replace(param, fixed={k: settings.get(k, v) for k, v in param.fixed.items()},
+                   hyper={k: settings.get(k, v) for k, v in param.hyper.items()})
+
+
 def store_params(cube: xr.Dataset, params: list[Param], specs: dict) -> tuple[list[Param], int]:
     """The store-ordered params (stored ones first, new ones appended) and the stored count.
 
-    Blank ``param_json`` entries at the end (an append interrupted before its coordinates
-    were written) are free slots and are filled again.
+    A workflow param equal to a stored one (:func:`param_key`) is that stored param: not
+    appended, not refitted. Blank ``param_json`` entries at the end (an append interrupted
+    before its coordinates were written) are free slots and are filled again.
     """
     stored = [str(v) for v in cube["param_json"].values]
     n_old = len(stored)
@@ -157,11 +205,18 @@ def store_params(cube: xr.Dataset, params: list[Param], specs: dict) -> tuple[li
     if "" in stored:
         raise StoreError("store: param_json has blank entries before the last param; the "
                          "store is damaged, pass --overwrite to refit")
-    by_json = {p.to_json(): p for p in params}
-    ordered = [by_json.get(j) or _param_from_json(j, specs) for j in stored]
-    known = set(stored)
-    ordered += [p for p in params if p.to_json() not in known]
+    by_key = {param_key(p.to_json()): p for p in params}
+    ordered = [_as_stored(by_key[param_key(j)], j) if param_key(j) in by_key
+               else _param_from_json(j, specs) for j in stored]
+    known = {param_key(j) for j in stored}
+    ordered += [p for p in params if param_key(p.to_json()) not in known]
     return ordered, n_old
+
+
+def workflow_params(params: list[Param], workflow_params: list[Param]) -> list[int]:
+    """The store indices of the workflow's params (``params`` in store order)."""
+    keys = {param_key(p.to_json()) for p in workflow_params}
+    return [h for h, p in enumerate(params) if param_key(p.to_json()) in keys]
 
 
 def check_kept_code(path: str, cube: xr.Dataset, stored: list[Param], workflow) -> None:
@@ -299,9 +354,12 @@ def plan(path: str, workflow, study) -> Extension:
     attrs = {**study.attrs,
              "estimators": _merged_estimators(cube.attrs.get("estimators"),
                                               study.attrs["estimators"]),
-             LEARNERS_ATTR: json.dumps(specs, sort_keys=True, default=str)}
+             LEARNERS_ATTR: json.dumps(specs, sort_keys=True, default=str),
+             WORKFLOW_PARAMS_ATTR: json.dumps(workflow_params(params, study.params))}
+    listed = json.loads(cube.attrs.get(WORKFLOW_PARAMS_ATTR) or json.dumps(list(range(n_params))))
     changes = (len(params) > n_params or design.n_splits > n_splits
-               or cube.attrs.get("workflow_hash") != study.attrs["workflow_hash"])
+               or cube.attrs.get("workflow_hash") != study.attrs["workflow_hash"]
+               or listed != json.loads(attrs[WORKFLOW_PARAMS_ATTR]))
     return Extension(params, replace(design, fold=study.design.fold), n_params, n_splits, attrs,
                      changes)
 

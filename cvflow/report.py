@@ -34,9 +34,30 @@ class Results(dict):
         self.skipped: dict[str, str] = dict(skipped or {})
 
 
+def workflow_view(cube: xr.Dataset, *, all_params: bool = False) -> xr.Dataset:
+    """The cube restricted to the params its last workflow lists (every param with
+    ``all_params``, or when the store records none).
+
+    An extended store keeps the params a later workflow no longer lists
+    (:mod:`cvflow.extend`); they are not the study the workflow describes, so reports,
+    selections and nested estimators leave them out unless asked. Param indices in the
+    results then count the workflow's params.
+    """
+    from .extend import WORKFLOW_PARAMS_ATTR
+
+    listed = cube.attrs.get(WORKFLOW_PARAMS_ATTR)
+    if listed is None:
+        return cube
+    index = json.loads(listed)
+    out = cube.copy(deep=False) if all_params or len(index) == cube.sizes["param"] \
+        else cube.isel(param=index)
+    out.attrs = {k: v for k, v in cube.attrs.items() if k != WORKFLOW_PARAMS_ATTR}
+    return out
+
+
 def compute(cube: xr.Dataset, estimators: list | None = None, *,
             loss: str | None = None, overrides: dict | None = None,
-            trust_code: Trust = False) -> Results:
+            trust_code: Trust = False, all_params: bool = False) -> Results:
     """Run each requested estimator on the cube; ``overrides`` updates options per name.
 
     ``estimators`` (default: the ones the store's workflow asked for) lists names, or
@@ -48,6 +69,9 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
     assumes exchangeable samples) is skipped with its one-line reason in
     :attr:`Results.skipped`, and the others are computed: one estimator's limits do not take
     the report away. Only when every estimator is skipped is the first reason an InputError.
+
+    The params an extended store keeps but its workflow no longer lists are left out
+    (:func:`workflow_view`) unless ``all_params``.
 
     Options (the stored ones and the overrides) go through each estimator's declared checks
     first, so a bad override is refused with one line before anything is read. A cube whose
@@ -66,6 +90,7 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
     from .losses import names_code
     from .trust import ESTIMATOR, LOSS, how, is_user_estimator, shown, trusted
 
+    cube = workflow_view(cube, all_params=all_params)
     made = cube.attrs.get("workflow_dir")
     hint = f" (the store was made by a workflow in {shown(str(made))})" if made else ""
     stored_loss = cube.attrs.get("loss")
@@ -113,8 +138,8 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
 
 
 def compute_losses(cube: xr.Dataset, losses: list[str | None], estimators: list | None = None,
-                   *, overrides: dict | None = None, trust_code: Trust = False
-                   ) -> dict[str, Results]:
+                   *, overrides: dict | None = None, trust_code: Trust = False,
+                   all_params: bool = False) -> dict[str, Results]:
     """:func:`compute` for each loss of ``losses`` (several metrics at once, as
     ``cross_validate(scoring=[...])``): loss label -> :class:`Results`. The predictions are
     read once for all of them when they fit the reducers' in-memory budget.
@@ -126,7 +151,7 @@ def compute_losses(cube: xr.Dataset, losses: list[str | None], estimators: list 
     >>> out["roc_auc"].skipped["corrected_kfold"]                    # doctest: +SKIP
     "loss: 'roc_auc' is a per-fold metric, but corrected_kfold averages per-sample losses; ..."
     """
-    cube = _pred_in_memory_if_small(cube)
+    cube = _pred_in_memory_if_small(workflow_view(cube, all_params=all_params))
     out: dict[str, Results] = {}
     for loss in losses:
         results = compute(cube, estimators, loss=loss, overrides=overrides,

@@ -292,7 +292,8 @@ class StudyResult:
     Attributes
     ----------
     cube : xarray.Dataset
-        The opened store (:func:`cvflow.open`).
+        The opened store (:func:`cvflow.open`), restricted to the params of its last
+        workflow (an extended store keeps others; ``all_params=True`` keeps them here too).
     results : dict name -> xarray.Dataset
         Each requested estimator's result (computed on first use).
     selected : dict criterion -> {"index", "learner", "params"}
@@ -305,19 +306,22 @@ class StudyResult:
     run trusts the names the study holds).
     """
 
-    def __init__(self, store, *, run=None, loss: str | None = None, trust_code: Trust = False):
+    def __init__(self, store, *, run=None, loss: str | None = None, trust_code: Trust = False,
+                 all_params: bool = False):
+        from .report import workflow_view
         from .store import open_cube
 
         self.store = Path(store)
-        self.cube = open_cube(self.store)
+        # an extended store's params the workflow no longer lists are left out unless asked
+        self.cube = workflow_view(open_cube(self.store), all_params=all_params)
         self.run = run
         self.loss = loss
         self.trust_code = trust_code
         self._results: dict | None = None
 
     @classmethod
-    def from_store(cls, path, *, loss: str | None = None,
-                   trust_code: Trust = False) -> "StudyResult":
+    def from_store(cls, path, *, loss: str | None = None, trust_code: Trust = False,
+                   all_params: bool = False) -> "StudyResult":
         """The results of the study in the store at ``path``, reopened (no fit, no code run).
 
         Parameters
@@ -330,6 +334,9 @@ class StudyResult:
             What code the store names may be imported (:mod:`cvflow.trust`): a store is data,
             so a user estimator, loss or learner class it names is refused unless trusted;
             scikit-learn's classes are trusted by default.
+        all_params : bool, default False
+            Every param of an extended store, those its last workflow no longer lists
+            included (:func:`cvflow.report.workflow_view`); param indices count them then.
 
         Examples
         --------
@@ -338,7 +345,7 @@ class StudyResult:
         {'index': 3, 'learner': 'ridge', 'params': {'alpha': 1.0}}
         >>> model = result.refit("kfold", loss="absolute")             # doctest: +SKIP
         """
-        return cls(path, loss=loss, trust_code=trust_code)
+        return cls(path, loss=loss, trust_code=trust_code, all_params=all_params)
 
     @property
     def results(self) -> dict:

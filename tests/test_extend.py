@@ -3,6 +3,7 @@ splits are appended and fitted alone; stored predictions stay byte-identical; ch
 would invalidate stored fits are refused before the store is touched."""
 from __future__ import annotations
 
+import json
 import warnings
 from collections import Counter
 
@@ -233,3 +234,73 @@ def test_sharded_store_runs_reduces_and_extends_like_plain_chunks(tmp_path, writ
     assert cvflow.open(sharded)["pred"].data.chunksize[0] == 1     # readers see inner chunks
     np.testing.assert_array_equal(kfold(cvflow.open(sharded))["estimate"].values,
                                   kfold(cvflow.open(plain))["estimate"].values)
+
+
+def test_repeated_values_match_stored_params(tmp_path, write_workflow, client):
+    """1 and 1.0 are the same Ridge: a grid repeating stored values as ints fits nothing and
+    lists nothing twice (it refitted them, bitwise-equal, as new params)."""
+    log = tmp_path / "fits.log"
+    store = tmp_path / "s.zarr"
+    run(workflow(write_workflow, log, "[0.1, 1.0, 10.0]", name="a.yaml"), store=store, client=client)
+    before = stored(store)
+    log.unlink()
+    res = run(workflow(write_workflow, log, "[10, 1, 0.1]", name="b.yaml"), store=store,
+              client=client)
+    assert res.fits_executed == 0 and not log.exists()
+    cube = cvflow.open(store)
+    np.testing.assert_array_equal(cube["alpha"].values, [0.1, 1.0, 10.0])
+    assert stored(store).tobytes() == before.tobytes()
+    # a new value beside repeated ones: only it is fitted
+    res = run(workflow(write_workflow, log, "[1, 3]", name="c.yaml"), store=store, client=client)
+    assert res.fits_executed == 5 and len({a for a, _ in fit_log(log)}) == 1
+    np.testing.assert_array_equal(cvflow.open(store)["alpha"].values, [0.1, 1.0, 10.0, 3.0])
+
+
+def test_param_key_keeps_counts_apart_from_fractions():
+    from cvflow.extend import param_key
+
+    def key(**params):
+        return param_key(json.dumps({"learner": "m", "estimator": "e", "output": "predict",
+                                     "params": params}))
+    assert key(alpha=1) == key(alpha=1.0) and key(m__C=2) == key(m__C=2.0)
+    # scikit-learn reads max_features=1 as one feature, 1.0 as all of them
+    assert key(max_features=1) != key(max_features=1.0)
+    assert key(rf__max_features=1) != key(rf__max_features=1.0)
+    assert key(flag=True) != key(flag=1.0)
+
+
+def test_removed_params_leave_selection_and_nested_cv_unless_asked(tmp_path, write_workflow,
+                                                                   client):
+    from cvtest import run_cli
+
+    log = tmp_path / "fits.log"
+    store = tmp_path / "s.zarr"
+    estimators = "[kfold, nested_cv]"
+    run(workflow(write_workflow, log, "[0.001, 1.0, 30.0]", name="a.yaml",
+                 estimators=estimators), store=store, client=client)
+    second = workflow(write_workflow, log, "[1.0, 30.0, 3.0]", name="b.yaml",
+                      estimators=estimators)
+    run(second, store=store, client=client)
+    fresh = run(second, store=tmp_path / "fresh.zarr", client=client).store
+    assert cvflow.open(store).sizes["param"] == 4                   # kept in the store
+
+    res = run_cli("report", store, "--json")
+    assert res.returncode == 0, res.stderr
+    got, want = json.loads(res.stdout), json.loads(run_cli("report", fresh, "--json").stdout)
+    assert got["kfold"]["coords"]["alpha"]["values"] == [1.0, 30.0, 3.0]
+    np.testing.assert_allclose(got["kfold"]["estimate"]["values"],
+                               want["kfold"]["estimate"]["values"], rtol=1e-12)
+    assert got["kfold"]["selected"] == want["kfold"]["selected"]
+    assert got["nested_cv"]["estimate"] == pytest.approx(want["nested_cv"]["estimate"], rel=1e-12)
+    assert got["nested_cv"]["chosen_params"] == want["nested_cv"]["chosen_params"]
+
+    every = json.loads(run_cli("report", store, "--json", "--all-params").stdout)
+    assert every["kfold"]["coords"]["alpha"]["values"] == [0.001, 1.0, 30.0, 3.0]
+    # Python: the same view, and every param on request
+    assert cvflow.StudyResult.from_store(store).cube.sizes["param"] == 3
+    assert cvflow.StudyResult.from_store(store, all_params=True).cube.sizes["param"] == 4
+    # running the first workflow again lists its params again (nothing to fit)
+    assert run(workflow(write_workflow, log, "[0.001, 1.0, 30.0]", name="a.yaml",
+                        estimators=estimators), store=store, client=client).fits_executed == 0
+    again = json.loads(run_cli("report", store, "--json").stdout)
+    assert again["kfold"]["coords"]["alpha"]["values"] == [0.001, 1.0, 30.0]
