@@ -17,6 +17,7 @@ MC_SE = (0.9 * 0.1 / len(SEEDS)) ** 0.5
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)      # 1,000 data sets x 2 reductions: ~6 min at a load of ~20 on 2 cores
 def test_wald_cluster_robust_holds_where_iid_undercovers():
     cov = wald_coverage(SEEDS, alpha=0.1, **CONFIGS["G100"])
     print(cov)
@@ -26,6 +27,7 @@ def test_wald_cluster_robust_holds_where_iid_undercovers():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_corrected_t_on_group_folds_and_on_groups_crossing_folds():
     """corrected_t's se against the spread of its estimate over data sets: on group folds it
     is at least the spread (the test keeps its usual conservative side); with groups crossing
