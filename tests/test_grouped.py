@@ -123,8 +123,8 @@ def test_old_store_with_group_workflow_but_no_labels_warns():
 def test_few_groups_threshold():
     from cvflow.estimators import guardrails
 
-    assert guardrails.group_count(19, "x")[0]["code"] == "few_groups"
-    assert guardrails.group_count(20, "x") == []
+    assert guardrails.group_count(49, "x")[0]["code"] == "few_groups"
+    assert guardrails.group_count(50, "x") == []
 
 
 WORKFLOW = """
