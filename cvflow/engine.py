@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import time
@@ -54,6 +55,7 @@ class RunResult:
     chunks: tuple[int, int] = (0, 0)
     errors: dict = field(default_factory=dict)
     execution: str = ""                 # where the fits ran and why (cvflow.cluster.choose)
+    saved_fits: int = 0                 # fits racing did not run (cvflow.racing)
 
     @property
     def fits_per_distinct(self) -> float:
@@ -302,6 +304,13 @@ class _Run:
         # a block sharing its chunk with stored fits (extended study) fits only the rest
         blocks = [Block(ps, ss, None if not done[ps, ss].any() else ~done[ps, ss])
                   for ps, ss in todo]
+        race = None
+        if self.workflow.racing:            # racing: the first stage's blocks first
+            from . import racing
+
+            race = racing.Race.start(self.workflow.racing, design, len(params))
+            first = racing.stage_blocks(race, 0, done, chunks)
+            blocks = [Block(ps, ss, cells) for ps, ss, cells in first]
         from distributed import Event
 
         if dashboard:
@@ -328,6 +337,8 @@ class _Run:
                 finally:       # waiting tasks wake: they write, or raise if creation failed
                     ready.set()
             loop.run()
+            if race is not None:          # the other stages, each after a look (cvflow.racing)
+                self._race(race, loop, recorder, first, done, chunks)
             if ready is not None:
                 # every block is back: the scheduler forgets the event (after a failure it
                 # stays set, so a cancelled block still running finds it and raises)
@@ -339,4 +350,23 @@ class _Run:
             with contextlib.suppress(Exception):
                 c.set_metadata(["cvflow", run_id], None)   # the run's timeouts: forgotten
         result.wall_seconds = time.perf_counter() - self.t_start
+        if race is not None:
+            from .racing import saved_fits
+
+            result.saved_fits = saved_fits(json.loads(race.to_json()), done)
         return result
+
+    def _race(self, race, loop, recorder, first, done, chunks) -> None:
+        """The stages after the first (:func:`cvflow.racing.run_stages`) on the run's loop."""
+        from .loop import Block
+        from .racing import mark_done, run_stages
+
+        def fit(blocks) -> None:
+            loop.submit([Block(ps, ss, cells) for ps, ss, cells in blocks])
+            loop.run()
+
+        recorder.flush()
+        mark_done(done, first)
+        d = self.study.data
+        run_stages(race, path=self.path, done=done, chunks=chunks, fit=fit, flush=recorder.flush,
+                   loss=self.workflow.loss, units=d.groups)

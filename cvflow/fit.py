@@ -26,10 +26,14 @@ class BlockResult:
     failed: np.ndarray        # (params, splits) bool
     error: np.ndarray         # (params, splits) object (str)
     fit_seconds: np.ndarray   # (params, splits)
+    # (params, splits) bool: the cells this block fitted, when not all of them (a raced stage
+    # fits part of a chunk; cells neither fitted now nor stored stay not ``done``)
+    fitted: np.ndarray | None = None
 
     def without_pred(self) -> BlockResult:
         """The status part only (small: what a task sends back to the client)."""
-        return BlockResult(self.params, self.splits, None, self.failed, self.error, self.fit_seconds)
+        return BlockResult(self.params, self.splits, None, self.failed, self.error, self.fit_seconds,
+                           self.fitted)
 
     def summary(self) -> dict:
         return {

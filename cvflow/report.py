@@ -251,7 +251,8 @@ def status(path: str | Path) -> dict:
 
     Reads only the small (param, split) variables, so it works while a run is writing.
     """
-    from .store import pred_damage, read_mask
+    from .racing import RACING_ATTR
+    from .store import pred_damage, read_attr, read_mask
 
     try:
         done, failed, errors, learners = (read_mask(path, name)
@@ -271,7 +272,19 @@ def status(path: str | Path) -> dict:
     info = {"store": str(path), **summarize_fits(done, failed, errors, learners),
             "damaged": damaged}
     info["complete"] = info["complete"] and not damaged
+    info.update(_racing_counts(read_attr(path, RACING_ATTR), done))
     return info
+
+
+def _racing_counts(stored, done: np.ndarray) -> dict:
+    """A raced store's counts for status: params dropped, fits racing saved (not run)."""
+    from .racing import saved_fits
+
+    if not stored:
+        return {}
+    race = json.loads(stored)
+    return {"racing": {"dropped": len(race.get("dropped", [])), "params": race.get("params"),
+                       "saved_fits": saved_fits(race, done), "alpha": race.get("alpha")}}
 
 
 def summarize_fits(done: np.ndarray, failed: np.ndarray, errors: np.ndarray,
@@ -312,6 +325,12 @@ def format_status(info: dict) -> str:
             lines.append(f"  {name}: {s['done']}/{s['total']} done, {s['failed']} failed")
     lines += [f"  {count} fit(s) failed: {message}{_variants(info, message)}"
               for message, count in info["failures"].items()]
+    race = info.get("racing")
+    if race:
+        lines.append(f"  racing (alpha {race['alpha']}): {race['dropped']} of {race['params']} "
+                     f"params dropped, {race['saved_fits']} fits saved"
+                     + ("; `cvflow run` with racing: false fits them" if race["saved_fits"]
+                        else ""))
     lines += [f"  damaged: {d}" for d in info.get("damaged", [])]
     if info.get("damaged"):
         lines.append("  `cvflow run` refits the damaged chunks; `cvflow verify` reads every chunk")

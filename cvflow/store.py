@@ -606,7 +606,8 @@ class StatusWriter:
                            for name, array in self.arrays.items()}
         for name, values in self.values.items():
             for r in results:
-                new = True if name == "done" else getattr(r, name)
+                new = (getattr(r, name) if name != "done" else True if r.fitted is None
+                       else values[r.params, r.splits] | r.fitted)
                 if not np.array_equal(values[r.params, r.splits], new,
                                       equal_nan=values.dtype.kind == "f"):
                     values[r.params, r.splits] = new
@@ -644,6 +645,20 @@ def write_block(store: str | os.PathLike, result: BlockResult) -> None:
     """
     write_pred(store, result)
     write_status(store, [result])
+
+
+def write_attrs(store: str | os.PathLike, attrs: dict) -> None:
+    """Set root attributes of a store (JSON values) and rewrite its consolidated metadata."""
+    location = resolve(store)
+    group = _group(location, "r+")
+    group.attrs.update(attrs)
+    with _quiet_consolidation():
+        zarr.consolidate_metadata(group.store)
+
+
+def read_attr(store: str | os.PathLike, name: str):
+    """One root attribute of a store (None when absent), without opening the cube."""
+    return _group(resolve(store)).attrs.get(name)
 
 
 def read_mask(store: str | os.PathLike, name: str) -> np.ndarray:

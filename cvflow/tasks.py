@@ -202,6 +202,7 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
         _wait_ready(ctx)
     check_fence(ctx)
     cube_store.write_pred(ctx.store, result)
+    result.fitted = attempted
     summary = summarize(result, attempted)
     if scorer is not None:
         summary["terms"] = scorer(result.pred, y, train, params, positive)

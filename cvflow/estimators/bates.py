@@ -461,6 +461,7 @@ def _check_grid(grid: xr.Dataset, design, options: dict, where: str) -> None:
 
 
 declare(bates_ncv, needs=("fold", "pair"), terms=("pair", "oof"), options=_options() + [BIAS_FACTOR], text=describe,
+        raced=True,
         html=render, check_grid=_check_grid, warn_design=warn_design,
         results={v: ("param",) for v in ("mse", "err_ncv", "err_cv", "bias", "estimate",
                                          "se_raw", "se", "lower", "upper", "se_naive",
@@ -468,7 +469,8 @@ declare(bates_ncv, needs=("fold", "pair"), terms=("pair", "oof"), options=_optio
                                          "at_floor", "at_cap")}
         | {v: ("param", "repeat", "outer") for v in ("e_in", "e_out", "a", "b")})
 # with compare the results are scalars (no param dim) and the z / p values are added
-declare(wald_cv, needs=("fold",), terms=("oof",), options=_options() + [WALD_COMPARE, GROUPS],
+declare(wald_cv, raced=True, needs=("fold",), terms=("oof",),
+        options=_options() + [WALD_COMPARE, GROUPS],
         text=describe_wald, html=render_wald, check_grid=_check_grid,
         results={**{v: ("param",) for v in ("estimate", "var_within", "var_all", "se_within",
                                             "se_all", "lower_within", "upper_within",

@@ -154,6 +154,7 @@ def render(result: xr.Dataset, page) -> None:
 
 
 declare(corrected_kfold, needs=("full", "fold"), terms=("full", "fold"), overview=True, text=describe, html=render,
+        raced=True,
         results={"estimate": ("param",), "se": ("param",), "kfold": ("param",),
                  "full_risk": ("param",),
                  "fold_model_risk": ("param",), "estimate_repeat": ("param", "repeat"),

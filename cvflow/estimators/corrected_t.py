@@ -121,7 +121,7 @@ def describe(result: xr.Dataset) -> list[str]:
             f"[{fmt(v['lower'])}, {fmt(v['upper'])}]"]
 
 
-declare(corrected_t, needs=("fold",), text=describe, check_grid=compare_check(),
+declare(corrected_t, raced=True, needs=("fold",), text=describe, check_grid=compare_check(),
         options=[Option("compare", None, param_refs(1, 2),
                         "[a, b] (two params) or [a] (an interval for e_a)"),
                  Option("alpha", 0.05, probability, "level of the test; 1 - alpha the coverage")],

@@ -121,7 +121,7 @@ def render(result: xr.Dataset, page) -> None:
 
 # metrics: per-fold metrics accepted; time_ordered: valid on time-ordered folds (it only scores
 # each fold fit on its own test fold)
-declare(kfold, needs=("fold",), terms=("fold",), overview=True, metrics=True, time_ordered=True,
+declare(kfold, raced=True, needs=("fold",), terms=("fold",), overview=True, metrics=True, time_ordered=True,
         text=describe, html=render,
         options=[Option("average", "samples", _average,
                         "samples: the mean over the analysis samples; folds: the mean of the "

@@ -146,7 +146,7 @@ def _check_workflow_design(design: dict) -> None:
                          f"got {design['folds']} folds × {design['repeats']} repeats")
 
 
-declare(paired_5x2cv, needs=("fold",), text=describe, check_design=_check_workflow_design,
+declare(paired_5x2cv, raced=True, needs=("fold",), text=describe, check_design=_check_workflow_design,
         check_grid=compare_check(two=True),
         options=[Option("compare", None, param_refs(2, 2), "[a, b]: the two params"),
                  Option("alpha", 0.05, probability, "level of the tests")],

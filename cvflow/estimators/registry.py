@@ -21,6 +21,7 @@ Right below its definition, its module declares it::
                                             # if an option names a param the grid lacks
         metrics=False,                      # accepts per-fold metrics (roc_auc, r2, ...)
         time_ordered=False,                 # valid on time-ordered folds (splitter: timeseries)
+        raced=False,                        # a raced cube (cvflow.racing) serves it
     )
 
 and ``cvflow/estimators/__init__.py`` imports the module. Nothing else is edited:
@@ -123,6 +124,13 @@ class Estimator:
     time_ordered: bool = False
     # user functions taking **options accept any option name
     open_options: bool = False
+    # DESIGN CHOICE: whether a raced cube (cvflow.racing: the params a sequential rule beat
+    # lack their later fits) serves the estimator, declared, default no: a per-param or
+    # per-pair estimate is exact for the survivors (NaN for the dropped, by the NaN rule), and
+    # a selection among survivors is the full study's with probability >= 1 - alpha; one that
+    # needs every param on every split (BBC-CV, CV with confidence over all params, a nested
+    # selection) refuses a raced study with one line until `racing: false` fills it.
+    raced: bool = False
 
     def check_options(self, options: Mapping | None, where: str) -> dict:
         """The options checked and normalised; InputError naming ``where.option`` if not."""
@@ -164,8 +172,8 @@ REGISTRY: dict[str, Estimator] = {}
 def declare(func: Callable, *, needs, terms=(), options=(), results=None, text=None,
             html=None, check_design=None, check_grid=None, warn_design=None,
             overview: bool = False,
-            metrics: bool = False, time_ordered: bool = False, name: str | None = None
-            ) -> Estimator:
+            metrics: bool = False, time_ordered: bool = False, name: str | None = None,
+            raced: bool = False) -> Estimator:
     """Register ``func`` as the estimator ``name`` (default: its ``__name__``); see the module
     docstring. Returns the declaration; ``func`` keeps working as a plain function."""
     spec = Estimator(name=name or func.__name__, func=func, needs=_roles(needs, func.__name__),
@@ -174,7 +182,7 @@ def declare(func: Callable, *, needs, terms=(), options=(), results=None, text=N
                      check_design=check_design, check_grid=check_grid,
                      warn_design=warn_design, overview=overview,
                      metrics=metrics,
-                     time_ordered=time_ordered)
+                     time_ordered=time_ordered, raced=raced)
     if spec.name in REGISTRY and REGISTRY[spec.name].func is not func:
         raise ValueError(f"estimator {spec.name!r} is declared twice")
     REGISTRY[spec.name] = spec
@@ -237,6 +245,7 @@ def lookup(name: str, *, where: str = "estimators", search: str | Path | None = 
                      text=getattr(func, "describe", None),
                      metrics=bool(getattr(func, "metrics", False)),
                      time_ordered=bool(getattr(func, "time_ordered", False)),
+                     raced=bool(getattr(func, "raced", False)),
                      open_options=any(p.kind is p.VAR_KEYWORD for p in params))
 
 

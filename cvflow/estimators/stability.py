@@ -228,7 +228,7 @@ def _lambdas_option(value, where: str) -> list[float]:
     return check_lambdas(value, where).tolist()
 
 
-declare(stability, needs=("full", "fold"), terms=("full", "fold", "change"), overview=True,
+declare(stability, raced=True, needs=("full", "fold"), terms=("full", "fold", "change"), overview=True,
         options=[Option("lambdas", None, _lambdas_option,
                         "weights λ >= 0: adds the eq. (7) selections per λ")],
         text=describe_stability, html=render_stability,

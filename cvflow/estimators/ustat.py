@@ -600,13 +600,13 @@ def _check_grid(grid: xr.Dataset, design, options: dict, where: str) -> None:
     compare_pair(grid, options.get("compare"), options.get("a"), options.get("b"), where)
 
 
-declare(ustat, needs=("subset",), options=_options(), text=describe, check_grid=_check_grid,
+declare(ustat, raced=True, needs=("subset",), options=_options(), text=describe, check_grid=_check_grid,
         html=_render("U-statistic (Fuchs et al.)"),
         results={**{v: () for v in ("estimate", "variance", "delta_sq", "theta_sq",
                                     "design_variance", "total_variance", "variance_se", "se", "z",
                                     "p_value", "lower", "upper", "n", "size", "groups", "fits")},
                  "error": ("role",), "error_variance": ("role",)})
-declare(nadeau_bengio, needs=("subset",), options=_options(), text=describe_nadeau_bengio,
+declare(nadeau_bengio, raced=True, needs=("subset",), options=_options(), text=describe_nadeau_bengio,
         check_grid=_check_grid,
         html=_render("Nadeau-Bengio corrected t"),
         results={v: () for v in ("estimate", "sample_variance", "variance", "se", "t", "df",
