@@ -381,3 +381,26 @@ def run_stages(race: Race, *, path: str, done: np.ndarray, chunks: tuple[int, in
         if new:
             log.info("racing: stage %d dropped %d params (%d left)", s, len(new),
                      int(race.alive.sum()))
+
+
+def text(cube) -> list[str]:
+    """The race of a raced cube as text lines (the report's ``racing`` section); [] if none."""
+    from .summary import param_text
+
+    race = record(cube)
+    if not race:
+        return []
+    done = np.asarray(cube["done"].values)
+    lines = [f"racing: {len(race['dropped'])} of {race['params']} params dropped, "
+             f"{saved_fits(race, done)} fits saved (alpha {race['alpha']}: {race['test']}, "
+             f"{race['correction']}; drop at p <= {race['threshold']:.3g})"]
+    for d in race["dropped"]:
+        folds = race["stage_folds"][d["stage"]]
+        where = ", ".join(f"r{r}f{j}" for r, j in folds)
+        lines.append(f"  stage {d['stage']} ({where}): {param_text(cube, d['param'])} beaten by "
+                     f"{param_text(cube, d['leader'])}: loss +{d['mean_difference']:.4g} "
+                     f"(z {d['z']:.2f}, p {d['p_value']:.2g})")
+    if saved_fits(race, done):
+        lines.append("  the dropped params' results are NaN; `cvflow run` with racing: false "
+                     "fits what racing skipped")
+    return lines

@@ -358,6 +358,9 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
         lines += [f"{name}:"] + ["  " + line for line in body]
         lines += [f"  warning [{w['code']}]: {w['message']}" for w in guardrails.read(result)]
     lines += [f"{name}: skipped: {why}" for name, why in getattr(results, "skipped", {}).items()]
+    from . import racing
+
+    lines += racing.text(cube)
     info = status_from_cube(cube)
     if info["failed"]:
         lines.append(f"{info['failed']} of {info['total']} fits failed:")

@@ -68,11 +68,15 @@ class Study:
     name : str, default "study"
     execution : dict, optional
         The workflow's ``execution`` section (fits_per_task, path_aware, dtype, ...).
+    racing : dict or bool, optional
+        Fit in stages and stop fitting the params a sequential test has beaten, e.g.
+        ``{"alpha": 0.05}`` (the workflow's ``racing`` key, see :mod:`cvflow.racing`);
+        ``False`` on a raced store fits what racing skipped.
     """
 
     def __init__(self, learners, *, param_grid=None, cv=5, estimators=("kfold",), loss=None,
                  task=None, fit_seed=None, output=None, name="study", execution=None,
-                 fit_timeout=None):
+                 fit_timeout=None, racing=None):
         self.learners_arg = learners
         self.param_grid = param_grid
         self.cv = cv
@@ -84,6 +88,7 @@ class Study:
         self.name = name
         self.execution = execution
         self.fit_timeout = fit_timeout
+        self.racing = racing
 
     # -- the learners as (estimator, grid) ----------------------------------------------------
 
@@ -137,6 +142,8 @@ class Study:
             execution["fit_timeout"] = self.fit_timeout
         if execution:
             config["execution"] = execution
+        if self.racing is not None:
+            config["racing"] = self.racing
         return config
 
     def _design(self) -> dict:

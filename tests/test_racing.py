@@ -180,3 +180,24 @@ def test_raced_run_drops_the_hopeless_keeps_the_choice_and_fills_later(tmp_path)
     np.testing.assert_allclose(cvflow.estimators.kfold(filled)["estimate"].values,
                                k_full["estimate"].values)
     assert "0 fits saved" in run_cli("status", raced).stdout
+
+
+def test_study_racing_in_python(tmp_path):
+    """Study(..., racing=...) races as the workflow key does; the report shows the race."""
+    from sklearn.datasets import load_diabetes
+    from sklearn.linear_model import Ridge
+
+    import cvflow
+    from cvflow import report
+
+    X, y = load_diabetes(return_X_y=True)
+    study = cvflow.Study(Ridge(), param_grid={"alpha": [0.1, 1.0, 1e3, 1e4, 1e5]}, cv=5,
+                         racing={"alpha": 0.05}, execution={"cluster": "threads"})
+    store = tmp_path / "s.zarr"
+    study.run(X, y, store=str(store))
+    cube = cvflow.open(str(store))
+    race = json.loads(cube.attrs["racing"])
+    assert {d["param"] for d in race["dropped"]} >= {3, 4}
+    assert 0 not in {d["param"] for d in race["dropped"]}
+    text = report.text(cube, {"kfold": cvflow.estimators.kfold(cube)})
+    assert "racing: " in text and "beaten by ridge(alpha=" in text.replace("Ridge", "ridge")
