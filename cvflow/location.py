@@ -46,6 +46,9 @@ def resolve(store: str | os.PathLike) -> str:
     try:
         fsspec.get_filesystem_class(name)
     except (ValueError, ImportError) as exc:
+        if name in ("s3", "s3a") and isinstance(exc, ImportError):
+            raise InputError(f"store: {text!r}: S3 stores need s3fs, which is not installed; "
+                             "install it with: pip install 'cvflow[s3]'") from None
         raise InputError(f"store: {text!r}: unknown or unavailable URL scheme {name!r} "
                          f"({exc}); use a local path or a URL fsspec opens (s3://, gs://, ...)"
                          ) from None

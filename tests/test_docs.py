@@ -79,3 +79,4 @@ def test_site_builds_with_readme_command(tmp_path):
         assert re.search(rf"sphx_glr_{example.stem}_\d+\.png", page.read_text()), example.name
     for page in (REPO / "docs" / "guide").glob("*.md"):
         assert (out / "guide" / f"{page.stem}.html").exists(), page.name
+

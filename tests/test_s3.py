@@ -299,3 +299,17 @@ def test_client_sigkill_then_rerun_completes_to_the_reference_cube(s3, tmp_path)
     fh.assert_same_cube(url, clean)
     assert Path(clean).exists()
     assert np.asarray(fh.cube_arrays(url)["done"]).all()
+
+
+def test_s3_store_without_s3fs_names_the_extra(tmp_path):
+    """docs/guide/s3.md: without s3fs an s3:// store is refused with one line naming
+    `pip install 'cvflow[s3]'` (exit 2), in a fresh interpreter where s3fs cannot be imported."""
+    script = ("import sys; sys.modules['s3fs'] = None\n"
+              "from cvflow.cli import main\n"
+              "sys.exit(main(['status', 's3://bucket/study.zarr']))\n")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'cvflow[s3]'" in lines[0], res.stderr
+    assert "pip install 'cvflow[s3]'" in (REPO / "docs" / "guide" / "s3.md").read_text()
