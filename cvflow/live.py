@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import dask.config
 import numpy as np
 from .failures import group, normalise
+from .plots.grid import grid_layout
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,10 @@ class Monitor:
         self.meta = {"run": self.run, "name": workflow.name, "store": store, "loss": self.loss,
                      "started": time.time(), "learners": list(dict.fromkeys(self.learner)),
                      "corrected": self.full_split >= 0 and self.has_folds}
+        self.layouts = {name: grid_layout([params[h].hyper
+                                           for h in np.flatnonzero(self.learner == name)])
+                        for name in self.meta["learners"]}
+        self.meta["layouts"] = {name: _layout_meta(layout) for name, layout in self.layouts.items()}
         self.published = 0.0
         self.behind = False                 # blocks folded in, not yet published
 
@@ -218,6 +223,11 @@ class Monitor:
             failed = (self.failed[rows] & self.done[rows]).sum(axis=1)
             learners[name] = {
                 "x": list(range(len(rows))), "param": rows.tolist(),
+                # the grid value (1-D) or the two values (heatmap) of each param, as the page
+                # plots them (cvflow.plots.grid.grid_layout)
+                "gx": list(self.layouts[name].x.values),
+                "gy": list(self.layouts[name].y.values) if self.layouts[name].heatmap
+                else [""] * len(rows),
                 "label": [self.labels[h] for h in rows],
                 "ok": (done - failed).tolist(), "failed": failed.tolist(),
                 "pending": (self.done.shape[1] - done).tolist(),
@@ -236,6 +246,20 @@ class Monitor:
         return {**self.meta, "updated": time.time(), "done": int(self.done.sum()),
                 "total": int(self.done.size), "failed": int((self.failed & self.done).sum()),
                 "learners": learners, "failures": failures}
+
+
+def _layout_meta(layout) -> dict:
+    """How the page draws a learner's K-fold curve: ``kind`` "heatmap", "log", "linear",
+    "categorical" or "index", the hyperparameter names, the factors of categorical axes, and
+    whether the values come in increasing order (a line joins the points only then)."""
+    if layout.heatmap:
+        return {"kind": "heatmap", "x_key": layout.x.key, "y_key": layout.y.key,
+                "x_factors": list(layout.x.factors), "y_factors": list(layout.y.factors)}
+    values = layout.x.values
+    ordered = layout.x.kind not in ("log", "linear") or all(
+        a <= b for a, b in zip(values, values[1:]))
+    return {"kind": layout.x.kind, "x_key": layout.x.key, "x_factors": list(layout.x.factors),
+            "ordered": ordered}
 
 
 def start(client, workflow, params, design, data, store) -> Monitor | None:
@@ -349,26 +373,22 @@ def page_html(state: dict, *, base: str) -> str:
                         color=["#2ca02c", "#d62728", "#dddddd"],
                         legend_label=["done", "failed", "to do"])
         fits.yaxis.axis_label = "fits (splits)"
-        curve = figure(height=260, width=620, name=f"kfold-{name}", toolbar_location=None,
-                       title=f"{name}: K-fold {state['loss']} from the fits done so far",
-                       x_range=fits.x_range)
-        curve.line("x", "kfold", source=src, color="#1f77b4", legend_label="K-fold")
-        curve.scatter("x", "kfold", source=src, color="#1f77b4", size=6, legend_label="K-fold")
-        if state["corrected"]:
-            curve.line("x", "corrected", source=src, color="#d62728", line_dash="dashed",
-                       legend_label="corrected K-fold")
-            curve.scatter("x", "corrected", source=src, color="#d62728", size=6, marker="square",
-                          legend_label="corrected K-fold")
+        layout = state.get("layouts", {}).get(name) or {"kind": "index"}
+        title = f"{name}: K-fold {state['loss']} from the fits done so far"
+        curve = _kfold_figure(name, title, layout, src, fits.x_range, state["corrected"])
         curve.add_tools(HoverTool(tooltips=[("param", "@label"), ("K-fold", "@kfold"),
                                             ("corrected", "@corrected"),
                                             ("folds done", "@folds_done")]))
-        for fig in (fits, curve):
+        along_index = [fits] + ([curve] if layout["kind"] == "index" else [])
+        for fig in along_index:
             fig.xaxis.ticker = FixedTicker(ticks=ticks)
             fig.xaxis.major_label_overrides = overrides
             fig.xaxis.major_label_orientation = 0.6 if max(map(len, overrides.values())) > 6 else 0
-            legend = fig.legend[0]
-            legend.orientation, legend.location = "horizontal", "top_left"
-            fig.add_layout(legend, "above")             # never over the bars or the curve
+        for fig in (fits, curve):
+            if fig.legend:
+                legend = fig.legend[0]
+                legend.orientation, legend.location = "horizontal", "top_left"
+                fig.add_layout(legend, "above")         # never over the bars or the curve
         rows.append(row(fits, curve))
     failures = DataTable(
         source=source("failures", state["failures"]), width=1240, height=200,
@@ -386,6 +406,46 @@ def page_html(state: dict, *, base: str) -> str:
                     Div(text="<h3 style='margin:4px 0'>Failed fits, grouped by message "
                              "(numbers masked)</h3>"), failures)
     return file_html(layout, INLINE, title=html_title)
+
+
+def _kfold_figure(name: str, title: str, layout: dict, src, index_range, corrected: bool):
+    """A learner's K-fold so far: a heatmap over its two hyperparameters (grey: not yet
+    computed), or the curves against its grid value (log, linear or categorical axis; joined by
+    a line when the grid's values increase) or, otherwise, against the param's position."""
+    from bokeh.models import FactorRange, LinearColorMapper
+    from bokeh.palettes import Viridis256
+    from bokeh.plotting import figure
+
+    kind = layout["kind"]
+    common = dict(height=260, width=620, name=f"kfold-{name}", toolbar_location=None, title=title)
+    if kind == "heatmap":
+        fig = figure(x_range=FactorRange(*layout["x_factors"]),
+                     y_range=FactorRange(*layout["y_factors"]), **common)
+        # low/high unset: BokehJS scales the colours to the K-fold values landed so far
+        mapper = LinearColorMapper(palette=list(reversed(Viridis256)), nan_color="#dddddd")
+        fig.rect("gx", "gy", width=1, height=1, source=src, line_color="#ffffff",
+                 fill_color={"field": "kfold", "transform": mapper})
+        fig.xaxis.axis_label, fig.yaxis.axis_label = layout["x_key"], layout["y_key"]
+        fig.grid.grid_line_color = None
+        return fig
+    if kind == "categorical":
+        fig = figure(x_range=FactorRange(*layout["x_factors"]), **common)
+    elif kind in ("log", "linear"):
+        fig = figure(x_axis_type=kind, **common)
+    else:
+        fig = figure(x_range=index_range, **common)
+    x = "x" if kind == "index" else "gx"
+    if kind != "index":
+        fig.xaxis.axis_label = layout["x_key"]
+    join = layout.get("ordered", True)
+    series = [("kfold", "K-fold", "#1f77b4", "circle", "solid")]
+    if corrected:
+        series.append(("corrected", "corrected K-fold", "#d62728", "square", "dashed"))
+    for column, label, color, marker, dash in series:
+        if join:
+            fig.line(x, column, source=src, color=color, line_dash=dash, legend_label=label)
+        fig.scatter(x, column, source=src, color=color, size=6, marker=marker, legend_label=label)
+    return fig
 
 
 def _routes() -> list:

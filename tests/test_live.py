@@ -219,3 +219,79 @@ def test_in_process_threads_cluster_serves_the_page_too(tmp_path):
         assert rc == 0, err[-2000:]
     finally:
         fh.reap(proc)
+
+
+GRIDS = """\
+name: grids
+data: {source: sklearn, name: diabetes}
+task: regression
+learners:
+  - name: ridge
+    class: sklearn.linear_model.Ridge
+    grid: {alpha: [0.01, 1.0, 100.0]}
+  - name: knn
+    class: sklearn.neighbors.KNeighborsRegressor
+    grid: {weights: [uniform, distance]}
+  - name: tree
+    class: sklearn.tree.DecisionTreeRegressor
+    params: {random_state: 0}
+    grid: {max_depth: [1, 3, 6], min_samples_leaf: [2, 30]}
+design: {folds: 3, seed: 0}
+estimators: [kfold, corrected_kfold]
+execution: {fits_per_task: 4}
+"""
+
+
+def test_live_page_plots_against_grid_values_and_a_heatmap_for_two_d_grids(tmp_path,
+                                                                          write_workflow, client):
+    """Ridge's alpha on a log axis, knn's weights on a categorical one, the tree's
+    max_depth x min_samples_leaf as a heatmap whose cells carry each param's K-fold (the
+    estimator's on the finished cube); the page renders in Chromium without errors."""
+    wf_path = write_workflow(GRIDS)
+    result = run(wf_path, store=tmp_path / "grids.zarr", client=client)
+    cube = cvflow.open(result.store)
+    wf = cvflow.load_workflow(wf_path)
+    study = wf.build()
+    published = Published()
+    monitor = live.Monitor(published, wf, study.params, study.design, study.data,
+                           store=str(result.store), url="http://x/cvflow")
+    pred, y, train = cube["pred"].values, study.data.y, study.design.train
+    for ps, ss in block_slices(*cube["done"].shape, block_chunks(result.store)):
+        status = BlockResult(ps, ss, None, cube["failed"].values[ps, ss],
+                             cube["error"].values[ps, ss], cube["fit_seconds"].values[ps, ss])
+        monitor.block({"status": status,
+                       "terms": monitor.scorer(pred[ps, ss], y, train[ss], study.params[ps],
+                                               study.data.positive)})
+    state = json.loads(json.dumps(monitor.state()))
+    kinds = {name: meta["kind"] for name, meta in state["layouts"].items()}
+    assert kinds == {"ridge": "log", "knn": "categorical", "tree": "heatmap"}
+    assert state["learners"]["ridge"]["gx"] == [0.01, 1.0, 100.0]
+    assert state["learners"]["knn"]["gx"] == ["uniform", "distance"]
+    tree = state["learners"]["tree"]
+    estimate = kfold(cube)["estimate"].values
+    for h, gx, gy, value in zip(tree["param"], tree["gx"], tree["gy"], tree["kfold"]):
+        hyper = study.params[h].hyper
+        assert (gx, gy) == (str(hyper["max_depth"]), str(hyper["min_samples_leaf"]))
+        assert value == pytest.approx(estimate[h], rel=1e-12)
+    html = tmp_path / "live.html"
+    html.write_text(live.page_html(state, base="http://127.0.0.1:9/cvflow"), encoding="utf-8")
+    if chromium() is None:
+        return
+    from browser import RENDERED, Page
+
+    axes = """(() => Object.fromEntries([...Bokeh.documents[0].all_models]
+        .filter((m) => m.name && m.name.startsWith('kfold-') && m.x_scale)
+        .map((m) => [m.name, {x: m.x_scale.type, factors: m.x_range.factors || null,
+                              glyphs: m.renderers.map((r) => r.glyph.type)}])))()"""
+    with Page(width=1400, height=1400) as page:
+        page.open(html)
+        deadline = time.monotonic() + 30
+        while page.evaluate(RENDERED)["canvases"] < 6 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(0.5)
+        drawn = page.evaluate(axes)
+        errors = [e for e in page.errors() if "cvflow/data" not in e and "127.0.0.1:9" not in e]
+    assert errors == []
+    assert drawn["kfold-ridge"]["x"] == "LogScale"
+    assert drawn["kfold-knn"]["factors"] == ["uniform", "distance"]
+    assert drawn["kfold-tree"]["factors"] == ["1", "3", "6"] and "Rect" in drawn["kfold-tree"]["glyphs"]
