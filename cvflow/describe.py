@@ -207,7 +207,23 @@ def describe_splitter(cv, where: str = "cv") -> dict:
         value = getattr(cv, key, cvargs.get(key, default))
         if not _same(value, default):
             out[key] = describe(value, f"{where}.{key}")
+    # a required argument (PredefinedSplit's test_fold) is kept whatever its value
+    for key in _required(type(cv)):
+        value = getattr(cv, key, cvargs.get(key))
+        value = value.tolist() if isinstance(value, np.ndarray) else value
+        out[key] = describe(value, f"{where}.{key}")
     return out
+
+
+def _required(cls) -> list[str]:
+    """The constructor's arguments without a default (``self`` and ``*args`` aside)."""
+    try:
+        sig = inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        return []
+    return [k for k, p in list(sig.parameters.items())[1:]
+            if p.default is inspect.Parameter.empty
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
 def short(value) -> str:

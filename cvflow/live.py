@@ -137,6 +137,14 @@ class Monitor:
         self.sizes = (fold_members(design.fold, self.fold_split.shape[1]).sum(-1)
                       if self.has_folds else None)
         self.loss = workflow.loss                     # checked against the learners by spec
+        from .losses import DECLARED
+
+        # DESIGN CHOICE: the page sums per-sample losses as fits land; a per-fold metric (r2,
+        # accuracy, roc_auc, ...) is no such sum, so the page shows the task's default
+        # pointwise loss instead (its name is on the page); the report uses the metric
+        declared = DECLARED.get(str(self.loss).partition(":")[0])
+        if declared is not None and not declared.pointwise:
+            self.loss = "squared" if workflow.task == "regression" else "zero_one"
         self.scorer = Scorer(self.loss, ~np.asarray(data.is_test, dtype=bool))
         self.done = np.zeros((n_params, n_splits), dtype=bool)
         self.failed = np.zeros((n_params, n_splits), dtype=bool)
