@@ -219,7 +219,7 @@ def cmd_report(args) -> int:
         several = report.compute_losses(cube, losses, estimators, overrides=overrides,
                                         trust_code=args.trust)
         if args.json:
-            print(json.dumps({label: report.to_json(r) for label, r in several.items()}))
+            print(json.dumps({label: report.to_json(r, cube) for label, r in several.items()}))
         else:
             print("\n\n".join(f"== loss {label} ==\n{report.text(cube, r)}"
                               for label, r in several.items()))
@@ -231,7 +231,7 @@ def cmd_report(args) -> int:
 
         written = write_html(cube, results, args.html)
     if args.json:
-        print(json.dumps(report.to_json(results)))
+        print(json.dumps(report.to_json(results, cube)))
     elif args.html:
         # the page holds the report: one line says where (the text report is the command without --html)
         print(f"{args.store}: HTML report written to {written}")
@@ -291,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--trust", action="store_true",
                      help="import the code the store names (user estimators, a user loss); "
                           "without it a store is data and they are skipped")
-    rep.add_argument("--json", action="store_true", help="one JSON object, a key per estimator")
+    rep.add_argument("--json", action="store_true",
+                     help="one JSON object, a key per estimator (and 'racing' for a raced study)")
     rep.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     rep.add_argument("--set", action="append", metavar="ESTIMATOR.OPTION=VALUE",
                      help="override an estimator's option, the value read as YAML, e.g. "

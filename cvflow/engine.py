@@ -308,7 +308,8 @@ class _Run:
         if self.workflow.racing:            # racing: the first stage's blocks first
             from . import racing
 
-            race = racing.Race.start(self.workflow.racing, design, len(params))
+            race = racing.Race.start(self.workflow.racing, design, len(params),
+                                     labels=racing.labels(params))
             first = racing.stage_blocks(race, 0, done, chunks)
             blocks = [Block(ps, ss, cells) for ps, ss, cells in first]
         from distributed import Event

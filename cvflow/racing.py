@@ -228,6 +228,19 @@ def look(losses: np.ndarray, alive: np.ndarray, *, alpha: float, k: int, looks: 
 
 # --- the race of a run -------------------------------------------------------------------------
 
+def label(setting: dict) -> str:
+    """A param as text, ``learner(key=value, ...)``, from its setting (``Param.to_json``);
+    the text report's format (:func:`cvflow.summary.param_text`)."""
+    hyper = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in setting["params"].items())
+    return f"{setting['learner']}({hyper})"
+
+
+def labels(params) -> list[str]:
+    """:func:`label` of each :class:`cvflow.learners.Param`."""
+    return [label(json.loads(p.to_json())) for p in params]
+
+
 @dataclass
 class Race:
     """The client's record of a race: its options, stages, who was dropped when.
@@ -240,6 +253,9 @@ class Race:
     n_params: int
     dropped: dict[int, dict] = field(default_factory=dict)
     looked: int = -1                 # the last stage whose look is recorded
+    # each param as text (:func:`label`): the record names the dropped and their leaders, so a
+    # report of a later, extended or re-listed store still says who was dropped
+    labels: list[str] | None = None
 
     @property
     def looks(self) -> int:
@@ -252,10 +268,11 @@ class Race:
         return out
 
     @classmethod
-    def start(cls, options: dict, design, n_params: int, stored: dict | None = None) -> Race:
+    def start(cls, options: dict, design, n_params: int, stored: dict | None = None,
+              labels: list[str] | None = None) -> Race:
         """A new race, or the one ``stored`` in the store continued (same stages)."""
         stages = plan_stages(design, options["stages"])
-        race = cls(options=options, stages=stages, n_params=n_params)
+        race = cls(options=options, stages=stages, n_params=n_params, labels=labels)
         if stored:
             race.dropped = {int(d["param"]): d for d in stored.get("dropped", [])
                             if int(d["param"]) < n_params}
@@ -275,6 +292,9 @@ class Race:
                    looks=self.looks, units=units, min_units=self.options["min_units"])
         for d in new:
             d["stage"] = s
+            if self.labels is not None:
+                d["label"] = self.labels[d["param"]]
+                d["leader_label"] = self.labels[d["leader"]]
             self.dropped[d["param"]] = d
         self.looked = max(self.looked, s)
         return new
@@ -383,24 +403,77 @@ def run_stages(race: Race, *, path: str, done: np.ndarray, chunks: tuple[int, in
                      int(race.alive.sum()))
 
 
-def text(cube) -> list[str]:
-    """The race of a raced cube as text lines (the report's ``racing`` section); [] if none."""
+def _finite(value) -> float | None:
+    """A JSON-ready number: None for NaN and infinity (z is infinite when every paired
+    difference was equal; strict JSON has no Infinity)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def where(folds) -> str:
+    """A stage's (repeat, fold) roles as text: ``r0f1, r0f2``; the last stage: ``the rest``."""
+    return ", ".join(f"r{r}f{j}" for r, j in folds) or "the rest"
+
+
+def summary(cube) -> dict | None:
+    """The race of a raced cube as plain data (``cvflow report --json``'s ``racing`` entry, the
+    text and HTML reports); None for a study not raced.
+
+    Returns
+    -------
+    dict or None
+        ``alpha``, ``test``, ``correction``, ``threshold`` (the p-value at or below which a
+        param was dropped at a look), ``params`` (that started the race), ``looks``,
+        ``stages`` (each its ``stage``, (repeat, fold) ``folds`` and ``splits``),
+        ``saved_fits`` (not run), ``survivors``, and ``dropped``: one row per dropped param,
+        in the order they were dropped: ``param`` (its index in the store), ``label``,
+        ``stage``, ``folds`` (that stage's (repeat, fold) roles as text, ``r0f1``), ``leader`` (the
+        label of the param it lost to) and ``leader_param``, ``mean_difference`` (its mean
+        out-of-fold loss minus the leader's), ``se``, ``z``, ``p_value``, ``p_adjusted``,
+        ``units`` (samples, or groups, seen). Non-finite numbers are None.
+    """
     from .summary import param_text
 
     race = record(cube)
     if not race:
-        return []
+        return None
     done = np.asarray(cube["done"].values)
+    n_store = int(cube.sizes["param"])
+
+    def name(d: dict, key: str, index: str) -> str:
+        h = int(d[index])
+        return d.get(key) or (param_text(cube, h) if h < n_store else f"param {h}")
+
+    stages = [{"stage": s, "folds": [list(f) for f in folds], "splits": list(splits)}
+              for s, (splits, folds) in enumerate(zip(race["stage_splits"],
+                                                      race["stage_folds"]))]
+    rows = [{"param": int(d["param"]), "label": name(d, "label", "param"),
+             "stage": int(d["stage"]), "folds": where(stages[int(d["stage"])]["folds"]),
+             "leader": name(d, "leader_label", "leader"), "leader_param": int(d["leader"]),
+             "mean_difference": _finite(d["mean_difference"]), "se": _finite(d["se"]),
+             "z": _finite(d["z"]), "p_value": _finite(d["p_value"]),
+             "p_adjusted": _finite(d["p_adjusted"]), "units": int(d["units"])}
+            for d in race["dropped"]]
+    return {"alpha": race["alpha"], "test": race["test"], "correction": race["correction"],
+            "threshold": race["threshold"], "params": race["params"], "looks": race["looks"],
+            "stages": stages, "saved_fits": saved_fits(race, done),
+            "survivors": int(race["params"]) - len(rows), "dropped": rows}
+
+
+def text(cube) -> list[str]:
+    """The race of a raced cube as text lines (the report's ``racing`` section); [] if none."""
+    race = summary(cube)
+    if not race:
+        return []
     lines = [f"racing: {len(race['dropped'])} of {race['params']} params dropped, "
-             f"{saved_fits(race, done)} fits saved (alpha {race['alpha']}: {race['test']}, "
+             f"{race['saved_fits']} fits saved (alpha {race['alpha']}: {race['test']}, "
              f"{race['correction']}; drop at p <= {race['threshold']:.3g})"]
     for d in race["dropped"]:
-        folds = race["stage_folds"][d["stage"]]
-        where = ", ".join(f"r{r}f{j}" for r, j in folds)
-        lines.append(f"  stage {d['stage']} ({where}): {param_text(cube, d['param'])} beaten by "
-                     f"{param_text(cube, d['leader'])}: loss +{d['mean_difference']:.4g} "
-                     f"(z {d['z']:.2f}, p {d['p_value']:.2g})")
-    if saved_fits(race, done):
+        z = "inf" if d["z"] is None else f"{d['z']:.2f}"
+        lines.append(f"  stage {d['stage']} ({d['folds']}): {d['label']} beaten by "
+                     f"{d['leader']}: loss +{d['mean_difference']:.4g} "
+                     f"(z {z}, p {d['p_value']:.2g})")
+    if race["saved_fits"]:
         lines.append("  the dropped params' results are NaN; `cvflow run` with racing: false "
                      "fits what racing skipped")
     return lines

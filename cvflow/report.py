@@ -238,11 +238,17 @@ def dataset_to_json(ds: xr.Dataset) -> dict:
     return out
 
 
-def to_json(results: dict[str, xr.Dataset]) -> dict:
+def to_json(results: dict[str, xr.Dataset], cube: xr.Dataset | None = None) -> dict:
     """Each result as JSON (:func:`dataset_to_json`); a skipped estimator as
-    ``{"skipped": reason}``."""
+    ``{"skipped": reason}``; with the ``cube`` of a raced study, its race under ``racing``
+    (:func:`cvflow.racing.summary`: who was dropped when, by which test)."""
+    from . import racing
+
     out = {name: dataset_to_json(ds) for name, ds in results.items()}
     out.update({name: {"skipped": why} for name, why in getattr(results, "skipped", {}).items()})
+    race = racing.summary(cube) if cube is not None else None
+    if race is not None:
+        out[racing.RACING_ATTR] = race
     return out
 
 

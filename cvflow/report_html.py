@@ -673,6 +673,45 @@ def _section(title: str) -> Markup:
     return Markup("<h2>{}</h2>").format(title)
 
 
+def _racing_html(cube: xr.Dataset) -> Markup:
+    """A raced study's race (:func:`cvflow.racing.summary`): the params left after each stage,
+    and one row per dropped param (when, beaten by whom, by how much, z and p); empty markup
+    for a study not raced."""
+    from . import racing
+
+    race = racing.summary(cube)
+    if race is None:
+        return Markup("")
+    left, alive = [], int(race["params"])
+    for stage in race["stages"][:race["looks"]]:
+        alive -= sum(d["stage"] == stage["stage"] for d in race["dropped"])
+        left.append(Markup("<td>{}</td>").format(alive))
+    heads = Markup("").join(Markup("<th>{}</th>").format(racing.where(st["folds"]))
+                            for st in race["stages"][:race["looks"]])
+    row = Markup("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+                 "<td>{}</td></tr>")
+    body = Markup("").join(
+        row.format(d["stage"], d["folds"], d["label"], d["leader"],
+                   _cell(d["mean_difference"]), "inf" if d["z"] is None else f"{d['z']:.2f}",
+                   f"{d['p_value']:.2g}")
+        for d in race["dropped"])
+    dropped = (Markup("<table class='racing'><tr><th>stage</th><th>after</th><th>dropped</th>"
+                      "<th>beaten by</th><th>loss difference</th><th>z</th><th>p</th></tr>{}"
+                      "</table>").format(body) if race["dropped"]
+               else Markup("<p>No param was dropped.</p>"))
+    return _section("Racing: who was dropped when") + Markup(
+        "<p class='note'>{} of {} params dropped, {} fits saved. After each stage (the (repeat, "
+        "fold) fits named: r0f1 is repeat 0, fold 1) every surviving param was compared with the "
+        "leader (lowest mean out-of-fold loss so far) by a {} and dropped at p &le; {:.3g} "
+        "(alpha {}, {}). The dropped params' results are NaN; <code>cvflow run</code> with "
+        "<code>racing: false</code> fits what racing skipped.</p>"
+        "<table class='racing'><tr><th>after the fits of</th>{}</tr><tr><th>params left</th>{}"
+        "</tr></table>{}").format(
+            len(race["dropped"]), race["params"], race["saved_fits"], race["test"],
+            race["threshold"], race["alpha"], race["correction"], heads,
+            Markup("").join(left), dropped)
+
+
 # ---------------------------------------------------------------------------------------------
 # the entry point
 
@@ -713,6 +752,9 @@ def build_layout(cube: xr.Dataset, results: dict[str, xr.Dataset]):
         items += [_div(_section(title)), *models]
     if page.tables:
         items.append(_div(_section("Results") + page.tables_html()))
+    race = _racing_html(cube)
+    if race:
+        items.append(_div(race))
     items += [_div(_section("Fit time") + _fit_time_note(cube)), _fit_time_figure(cube),
               _div(_status_html(cube))]
     text = report.text(cube, results)

@@ -1,0 +1,185 @@
+"""The race where users read it: ``cvflow report --json`` (a ``racing`` entry), the HTML report
+(who was dropped when, every string shown as text in headless Chromium) and the live page;
+checked from whole ``cvflow`` processes against the store and independent recomputations."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from cvtest import run_cli
+
+WORKFLOW = """\
+name: {name}
+data: {{source: sklearn, name: diabetes}}
+task: regression
+learners:
+  - name: {learner}
+    class: sklearn.linear_model.Ridge
+    grid: {{alpha: {{logspace: [-2, 5, 12]}}}}
+design: {{folds: 5, repeats: 2, seed: 0}}
+estimators: [kfold]
+execution: {{cluster: threads}}
+racing: {{alpha: 0.05}}
+"""
+
+
+def payload(where: str) -> str:
+    return f"</script>\"'><img src=x onerror=pwned_{where}=1>{where}"
+
+
+@pytest.fixture(scope="module")
+def raced(tmp_path_factory):
+    """A raced ridge study (12 alphas, 5 folds x 2 repeats) run by ``cvflow run``, its study and
+    learner names hostile markup."""
+    tmp = tmp_path_factory.mktemp("raced")
+    wf = tmp / "wf.yaml"
+    wf.write_text(WORKFLOW.format(name=json.dumps(payload("name")),
+                                  learner=json.dumps(payload("learner"))))
+    store = tmp / "raced.zarr"
+    out = run_cli("run", wf, "--store", store)
+    assert out.returncode == 0, out.stderr
+    return store
+
+
+def _oof_losses(cube) -> np.ndarray:
+    """(param, repeat, sample) squared out-of-fold losses, NaN where not fitted: by hand from
+    ``pred``, ``fold`` and ``fold_split``."""
+    pred, y = cube["pred"].values, cube["y"].values
+    fold, table = cube["fold"].values, cube["fold_split"].values
+    out = np.full((pred.shape[0],) + fold.shape, np.nan)
+    for r in range(fold.shape[0]):
+        for j in range(table.shape[1]):
+            members = fold[r] == j
+            out[:, r, members] = (pred[:, table[r, j]][:, members] - y[members]) ** 2
+    return out
+
+
+def test_report_json_has_the_race(raced):
+    """``report --json`` has a ``racing`` entry: per dropped param its label, stage, leader (the
+    survivor of lowest mean out-of-fold loss over the folds seen by then, recomputed here), the
+    loss difference, z = difference / se and p = the normal tail of z (scipy)."""
+    import cvflow
+    from cvflow.summary import param_text
+
+    out = run_cli("report", raced, "--json")
+    assert out.returncode == 0, out.stderr
+    race = json.loads(out.stdout)["racing"]          # strict JSON: no NaN, no Infinity
+    assert "kfold" in json.loads(out.stdout)
+    cube = cvflow.open(raced)
+    done = cube["done"].values
+    assert race["saved_fits"] == int((~done).sum()) > 0
+    assert race["params"] == 12 and race["survivors"] == 12 - len(race["dropped"])
+    assert race["alpha"] == 0.05 and race["looks"] == len(race["stages"]) - 1 == 6   # 5 folds, a repeat, the full fit
+    losses = _oof_losses(cube)
+    alive = np.ones(12, bool)
+    seen = np.zeros(losses.shape[1:], bool)
+    fold = cube["fold"].values
+    stages = {d["stage"] for d in race["dropped"]}
+    assert stages
+    for stage in race["stages"][:race["looks"]]:
+        for r, j in stage["folds"]:
+            seen[r] |= fold[r] == j
+        rows = [d for d in race["dropped"] if d["stage"] == stage["stage"]]
+        if rows:
+            means = np.array([losses[h][seen].mean() for h in range(12)])
+            leader = int(np.flatnonzero(alive)[np.argmin(means[alive])])
+        for d in rows:
+            h = d["param"]
+            assert d["label"] == param_text(cube, h) and payload("learner") in d["label"]
+            assert d["leader_param"] == leader and d["leader"] == param_text(cube, leader)
+            assert d["folds"] == ", ".join(f"r{r}f{j}" for r, j in stage["folds"])
+            assert d["mean_difference"] == pytest.approx(means[h] - means[leader])
+            assert d["z"] == pytest.approx(d["mean_difference"] / d["se"])
+            assert d["p_value"] == pytest.approx(norm.sf(d["z"]), rel=1e-6)
+            assert d["p_value"] <= race["threshold"]
+            # the dropped param has none of the later stages' fits
+            later = [s for st in race["stages"][stage["stage"] + 1:] for s in st["splits"]]
+            assert not done[h, later].any()
+        alive[[d["param"] for d in rows]] = False
+    assert alive[int(cvflow.estimators.kfold(cube)["selected"])]
+
+    # several losses: each has the race
+    out = run_cli("report", raced, "--json", "--loss", "squared", "--loss", "absolute")
+    assert out.returncode == 0, out.stderr
+    both = json.loads(out.stdout)
+    assert [v["racing"]["dropped"] for v in both.values()] == [race["dropped"]] * 2
+
+
+def test_report_json_of_a_study_not_raced_has_no_racing_entry(tmp_path):
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(WORKFLOW.format(name="plain", learner="ridge").replace(
+        "racing: {alpha: 0.05}\n", "").replace("repeats: 2", "repeats: 1"))
+    out = run_cli("run", wf, "--store", tmp_path / "s.zarr")
+    assert out.returncode == 0, out.stderr
+    out = run_cli("report", tmp_path / "s.zarr", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "racing" not in json.loads(out.stdout)
+
+
+@pytest.mark.browser
+def test_html_report_shows_the_race_as_text(raced, tmp_path):
+    """``report --html``: a section names every dropped param with the stage, its leader, z and
+    p, and the params left after each stage; the hostile names are text, nothing runs."""
+    from browser import Page, chromium
+
+    if chromium() is None:
+        pytest.skip("needs chromium (apt-get install -y chromium)")
+    out = tmp_path / "r.html"
+    res = subprocess.run([sys.executable, "-m", "cvflow", "report", str(raced), "--html",
+                          str(out)], capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr
+    race = json.loads(run_cli("report", raced, "--json").stdout)["racing"]
+    inspect = """(() => {
+      const text = [], images = [];
+      const walk = (root) => {
+        const it = document.createTreeWalker(root, NodeFilter.SHOW_ELEMENT | NodeFilter.SHOW_TEXT);
+        for (let n = it.currentNode; n; n = it.nextNode()) {
+          if (n.nodeType === Node.TEXT_NODE) {
+            if (!['SCRIPT', 'STYLE', 'TITLE'].includes(n.parentNode.nodeName)) text.push(n.data);
+          } else {
+            if (n.nodeName === 'IMG' && n.getAttribute('src') === 'x') images.push(n.outerHTML);
+            if (n.shadowRoot) walk(n.shadowRoot);
+          }
+        }
+      };
+      walk(document.documentElement);
+      const rows = [];
+      const find = (root) => {
+        for (const t of root.querySelectorAll('table.racing tr'))
+          rows.push(Array.from(t.children).map((c) => c.textContent));
+        for (const n of root.querySelectorAll('*')) if (n.shadowRoot) find(n.shadowRoot);
+      };
+      find(document);
+      return {text: text.join('\\n'), images, rows,
+              pwned: Object.keys(window).filter((k) => k.startsWith('pwned'))};
+    })()"""
+    import time
+
+    with Page(width=1400, height=3000) as page:
+        page.open(out)
+        deadline = time.monotonic() + 60
+        seen = page.evaluate(inspect)
+        while not seen["rows"] and time.monotonic() < deadline:
+            time.sleep(0.3)
+            seen = page.evaluate(inspect)
+        time.sleep(1.0)
+        seen = page.evaluate(inspect)
+    assert seen["images"] == [] and seen["pwned"] == [], seen
+    assert "Racing: who was dropped when" in seen["text"]
+    rows = seen["rows"]
+    # the params left after each look, then one row per dropped param
+    left = [int(x) for x in rows[1][1:]]
+    want = [12 - sum(d["stage"] <= s for d in race["dropped"]) for s in range(race["looks"])]
+    assert rows[0][0] == "after the fits of" and left == want
+    dropped = rows[3:]
+    assert len(dropped) == len(race["dropped"])
+    for cells, d in zip(dropped, race["dropped"]):
+        assert cells[0] == str(d["stage"]) and cells[1] == d["folds"]
+        assert cells[2] == d["label"] and cells[3] == d["leader"]    # hostile names: as text
+        assert float(cells[5]) == pytest.approx(d["z"], abs=0.01)
+        assert float(cells[6]) == pytest.approx(d["p_value"], rel=0.05)
