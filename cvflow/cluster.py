@@ -266,7 +266,8 @@ def _security(tls: bool):
     try:
         return Security.temporary()
     except ImportError:
-        raise InputError("--tls needs the cryptography package: pip install cryptography") from None
+        raise InputError("TLS (the cluster profile's tls: true, or --tls) needs the cryptography "
+                         "package: pip install cryptography") from None
 
 
 def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | None = None,

@@ -1,6 +1,7 @@
 """Cluster profiles (packaged, files, overrides) and connecting to real local clusters."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import dask.config
@@ -32,6 +33,19 @@ def test_default_profile_is_local_on_loopback():
     assert prof["host"] == "127.0.0.1" and prof["tls"] is True
     with dask.config.set({"cvflow.cluster.default": "slurm"}):
         assert load_profile(None)["kind"] == "slurm"
+
+
+def test_base_install_has_what_the_default_cluster_needs():
+    """`pip install -e .` alone runs a study on the default (TLS) local cluster: TLS's temporary
+    certificates need `cryptography`, so it is a base dependency, not only an extra's.
+    Before, a fresh venv failed its first process-cluster study with "--tls needs the
+    cryptography package" although the user passed no --tls."""
+    import tomllib
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0].lower() for dep in deps}
+    assert load_profile(None)["tls"] is True
+    assert "cryptography" in names
 
 
 def test_partial_profile_file_is_merged_over_its_kind(tmp_path):
