@@ -37,14 +37,21 @@ class Progress:
             print(f"{event['todo']} of {event['total']} fits to do", file=self.stream, flush=True)
             return
         done, todo, elapsed = event["done"], event["todo"], event["elapsed"]
+        skipped = event.get("skipped", 0)
         now = time.monotonic()
-        if done < todo and now - self.last < (0.1 if self.tty else 2.0):
+        if event["event"] == "racing":       # a look of the race dropped params: say so
+            print(("\r\033[K" if self.tty else "")
+                  + f"racing: {event['dropped']} of {event['params']} params dropped, "
+                  f"{skipped} fits skipped", file=self.stream, flush=True)
+        elif done < todo and now - self.last < (0.1 if self.tty else 2.0):
             return
         self.last = now
-        frac = done / todo if todo else 1.0
+        frac = min(done / todo, 1.0) if todo else 1.0
         eta = elapsed / frac - elapsed if frac > 0 else float("nan")
         bar = "#" * int(frac * self.width)
-        line = f"[{bar:<{self.width}}] {done}/{todo} fits  {elapsed:6.1f}s  ETA {eta:5.1f}s"
+        line = (f"[{bar:<{self.width}}] {done}/{todo} fits"
+                + (f" ({skipped} skipped by racing)" if skipped else "")
+                + f"  {elapsed:6.1f}s  ETA {eta:5.1f}s")
         end = "\r" if self.tty and done < todo else "\n"
         print(line, end=end, file=self.stream, flush=True)
 
@@ -97,6 +104,9 @@ def cmd_run(args) -> int:
         print(f"fits executed / distinct (param, training set) pairs = "
               f"{result.fits_executed}/{result.distinct_pairs} = {result.fits_per_distinct:.3f} "
               f"({result.roles_requested} (param, split role) pairs requested)")
+    if result.raced_params:
+        print(f"racing: {result.dropped_params} of {result.raced_params} params dropped, "
+              f"{result.saved_fits} fits saved ({result.fits_executed} run)")
     cube = open_cube(result.store)
     info = report.status_from_cube(cube)
     if info["failed"] == info["total"]:

@@ -56,6 +56,8 @@ class RunResult:
     errors: dict = field(default_factory=dict)
     execution: str = ""                 # where the fits ran and why (cvflow.cluster.choose)
     saved_fits: int = 0                 # fits racing did not run (cvflow.racing)
+    dropped_params: int = 0             # params racing dropped
+    raced_params: int = 0               # params that started the race (0: not raced)
 
     @property
     def fits_per_distinct(self) -> float:
@@ -75,6 +77,7 @@ class _Recorder:
         self.pending: list = []
         self.t0 = self.flushed = time.perf_counter()
         self.gap = STATUS_FLUSH_SECONDS
+        self.skipped = 0                # fits racing dropped from the run (cvflow.racing)
 
     def block(self, summary: dict) -> None:
         """A block's summary record (:func:`run_block`) is back."""
@@ -96,8 +99,21 @@ class _Recorder:
         r.fit_seconds += summary["seconds"]
         for message in summary["errors"]:
             r.errors[message] = r.errors.get(message, 0) + 1
-        self.notify({"event": "block", "done": r.fits_executed, "todo": self.n_todo,
-                     "elapsed": time.perf_counter() - self.t0})
+        self.notify({"event": "block", "done": r.fits_executed, "todo": self.n_todo - self.skipped,
+                     "skipped": self.skipped, "elapsed": time.perf_counter() - self.t0})
+
+    def raced(self, dropped: list[int], params: int, skipped: int) -> None:
+        """A look of the race: the ``dropped`` params (indices) of ``params`` are out, and
+        ``skipped`` fits this run was to do will not be run. The progress total shrinks."""
+        # DESIGN CHOICE: the fits of dropped params leave the "to do" count (the bar reaches
+        # its end, the ETA is of the fits that will run) and are shown beside it as skipped
+        self.skipped = skipped
+        if self.monitor:
+            self.monitor.raced(dropped)
+        r = self.result
+        self.notify({"event": "racing", "dropped": len(dropped), "params": params,
+                     "done": r.fits_executed, "todo": self.n_todo - skipped,
+                     "skipped": skipped, "elapsed": time.perf_counter() - self.t0})
 
     def idle(self) -> None:
         """Nothing came back for a while: write and publish what :meth:`block` held back."""
@@ -355,6 +371,10 @@ class _Run:
             from .racing import saved_fits
 
             result.saved_fits = saved_fits(json.loads(race.to_json()), done)
+            result.dropped_params = len(race.dropped)
+            result.raced_params = race.n_params
+            # the pairs this run had to fit: the dropped params' skipped fits are not among them
+            result.distinct_pairs -= recorder.skipped
         return result
 
     def _race(self, race, loop, recorder, first, done, chunks) -> None:
@@ -366,8 +386,14 @@ class _Run:
             loop.submit([Block(ps, ss, cells) for ps, ss, cells in blocks])
             loop.run()
 
+        def looked(race) -> None:
+            # the dropped params' fits not done now were not done when the run started
+            # either: they were in its "to do"
+            dropped = list(race.dropped)
+            recorder.raced(dropped, race.n_params, int((~done[dropped]).sum()))
+
         recorder.flush()
         mark_done(done, first)
         d = self.study.data
         run_stages(race, path=self.path, done=done, chunks=chunks, fit=fit, flush=recorder.flush,
-                   loss=self.workflow.loss, units=d.groups)
+                   loss=self.workflow.loss, units=d.groups, looked=looked)

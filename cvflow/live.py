@@ -148,6 +148,7 @@ class Monitor:
         self.scorer = Scorer(self.loss, ~np.asarray(data.is_test, dtype=bool))
         self.done = np.zeros((n_params, n_splits), dtype=bool)
         self.failed = np.zeros((n_params, n_splits), dtype=bool)
+        self.dropped = np.zeros(n_params, dtype=bool)       # by racing
         self.oof_sum = np.full((n_params, n_splits), np.nan)
         self.risk = np.full((n_params, n_splits), np.nan)
         self.errors: list[tuple[str, str]] = []          # (learner, message) of failed fits
@@ -167,12 +168,16 @@ class Monitor:
         """Fold in one finished block (a task summary with ``status`` and ``terms``)."""
         status = summary["status"]
         ps, ss = status.params, status.splits
-        self.done[ps, ss] = True
-        self.failed[ps, ss] = status.failed
+        # a block fitting part of its chunk (a raced stage, an extended study) marks only
+        # the cells it fitted
+        fitted = (np.ones(self.done[ps, ss].shape, bool) if status.fitted is None
+                  else np.asarray(status.fitted, bool))
+        self.done[ps, ss] |= fitted
+        self.failed[ps, ss] = np.where(fitted, status.failed, self.failed[ps, ss])
         terms = summary.get("terms")
         if terms is not None:
-            self.oof_sum[ps, ss] = terms["oof_sum"]
-            self.risk[ps, ss] = terms["risk"]
+            self.oof_sum[ps, ss] = np.where(fitted, terms["oof_sum"], self.oof_sum[ps, ss])
+            self.risk[ps, ss] = np.where(fitted, terms["risk"], self.risk[ps, ss])
         rows = self.learner[ps]
         for (i, j), message in np.ndenumerate(status.error):
             if status.failed[i, j]:
@@ -180,6 +185,12 @@ class Monitor:
         self.behind = True
         if time.monotonic() - self.published > PUBLISH_SECONDS:
             self.publish()
+
+    def raced(self, dropped) -> None:
+        """Racing (:mod:`cvflow.racing`) dropped these params: their fits not done are
+        skipped, not to do."""
+        self.dropped[list(dropped)] = True
+        self.behind = True
 
     def catch_up(self) -> None:
         """Publish the blocks folded in since the last publication (the run waits on slow
@@ -238,11 +249,13 @@ class Monitor:
                 else [""] * len(rows),
                 "label": [self.labels[h] for h in rows],
                 "ok": (done - failed).tolist(), "failed": failed.tolist(),
-                "pending": (self.done.shape[1] - done).tolist(),
+                "pending": np.where(self.dropped[rows], 0, self.done.shape[1] - done).tolist(),
+                "skipped": np.where(self.dropped[rows], self.done.shape[1] - done, 0).tolist(),
                 "folds_done": curves["folds_done"][rows].tolist(),
                 "kfold": _plain(curves["kfold"][rows]),
                 "corrected": _plain(curves["corrected"][rows]),
             }
+        skipped = int((~self.done[self.dropped]).sum())      # fits racing will not run
         groups = group(m for _, m in self.errors)
         learners_of: dict[str, set] = {}           # a group's learners: those of its messages
         for learner, message in self.errors:
@@ -252,7 +265,8 @@ class Monitor:
                     "example": list(groups),
                     "learners": [", ".join(sorted(learners_of[normalise(m)])) for m in groups]}
         return {**self.meta, "updated": time.time(), "done": int(self.done.sum()),
-                "total": int(self.done.size), "failed": int((self.failed & self.done).sum()),
+                "total": int(self.done.size - skipped), "skipped": skipped,
+                "failed": int((self.failed & self.done).sum()),
                 "learners": learners, "failures": failures}
 
 
@@ -309,8 +323,10 @@ def columns(state: dict, source: str) -> dict:
         names = list(state["learners"])
         rows = [state["learners"][n] for n in names]
         best = [_best(r) for r in rows]
+        # the fits racing skipped leave the total (they will not be run)
         return {"learner": names, "done": [sum(r["ok"]) + sum(r["failed"]) for r in rows],
                 "total": [sum(r["ok"]) + sum(r["failed"]) + sum(r["pending"]) for r in rows],
+                "skipped": [sum(r.get("skipped", ())) for r in rows],
                 "failed": [sum(r["failed"]) for r in rows],
                 "best": [b[0] for b in best], "best_kfold": [b[1] for b in best]}
     index = int(source.split("-", 1)[1])
@@ -365,6 +381,7 @@ def page_html(state: dict, *, base: str) -> str:
                             TableColumn(field="learner", title="learner"),
                             TableColumn(field="done", title="fits done"),
                             TableColumn(field="total", title="of"),
+                            TableColumn(field="skipped", title="skipped by racing"),
                             TableColumn(field="failed", title="failed"),
                             TableColumn(field="best", title="best K-fold so far at"),
                             TableColumn(field="best_kfold", title=str(escape(f"K-fold ({state['loss']})")),
@@ -377,9 +394,9 @@ def page_html(state: dict, *, base: str) -> str:
         overrides = {t: data["label"][t] for t in ticks}
         fits = figure(height=260, width=620, title=f"{name}: fits done / failed along the grid",
                       name=f"fits-{name}", toolbar_location=None, x_range=(-0.6, n - 0.4))
-        fits.vbar_stack(["ok", "failed", "pending"], x="x", width=0.8, source=src,
-                        color=["#2ca02c", "#d62728", "#dddddd"],
-                        legend_label=["done", "failed", "to do"])
+        fits.vbar_stack(["ok", "failed", "pending", "skipped"], x="x", width=0.8, source=src,
+                        color=["#2ca02c", "#d62728", "#dddddd", "#9ecae1"],
+                        legend_label=["done", "failed", "to do", "skipped by racing"])
         fits.yaxis.axis_label = "fits (splits)"
         layout = state.get("layouts", {}).get(name) or {"kind": "index"}
         title = f"{name}: K-fold {state['loss']} from the fits done so far"

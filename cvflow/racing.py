@@ -376,10 +376,12 @@ def mark_done(done: np.ndarray, blocks) -> None:
 
 
 def run_stages(race: Race, *, path: str, done: np.ndarray, chunks: tuple[int, int],
-               fit, flush, loss: str, units: np.ndarray | None) -> None:
+               fit, flush, loss: str, units: np.ndarray | None, looked=None) -> None:
     """Fit the race stage by stage: ``fit(blocks)`` runs one stage's blocks to the end (the
     engine's loop), ``flush()`` writes their status; after each stage but the last, the look
-    (:meth:`Race.look`) drops the beaten params and the race is written to the store.
+    (:meth:`Race.look`) drops the beaten params, the race is written to the store and
+    ``looked(race)`` is called (the engine's progress: the dropped params' fits leave the
+    count of fits to do).
 
     ``done`` (param, split) is updated in place. A race continued on a store replays every
     look on the stored fits (the same data give the same drops) and fits what is missing.
@@ -398,6 +400,8 @@ def run_stages(race: Race, *, path: str, done: np.ndarray, chunks: tuple[int, in
         losses = stage_losses(path, race, s, losses, loss=loss)
         new = race.look(s, losses, units)
         write_attrs(path, {RACING_ATTR: race.to_json()})
+        if looked is not None and new:
+            looked(race)
         if new:
             log.info("racing: stage %d dropped %d params (%d left)", s, len(new),
                      int(race.alive.sum()))

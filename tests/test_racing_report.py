@@ -183,3 +183,76 @@ def test_html_report_shows_the_race_as_text(raced, tmp_path):
         assert cells[2] == d["label"] and cells[3] == d["leader"]    # hostile names: as text
         assert float(cells[5]) == pytest.approx(d["z"], abs=0.01)
         assert float(cells[6]) == pytest.approx(d["p_value"], rel=0.05)
+
+
+# --- progress: the fits racing skipped leave the "to do" count ------------------------------------
+
+def test_run_progress_and_closing_line_count_the_fits_racing_saved(raced, tmp_path):
+    """``cvflow run`` of a raced study: each look that drops params says so on stderr, the bar's
+    total shrinks by the skipped fits and reaches its end (E/E fits, S skipped by racing), and
+    the closing lines say how many fits racing saved, counted against the store."""
+    import re
+
+    import cvflow
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(WORKFLOW.format(name="progress", learner="ridge"))
+    store = tmp_path / "s.zarr"
+    out = run_cli("run", wf, "--store", store)
+    assert out.returncode == 0, out.stderr
+    cube = cvflow.open(store)
+    done = cube["done"].values
+    executed, saved = int(done.sum()), int((~done).sum())
+    race = json.loads(cube.attrs["racing"])
+    n_dropped = len(race["dropped"])
+    assert saved > 0 and executed + saved == 12 * 11
+    assert f"{12 * 11} of {12 * 11} fits to do" in out.stderr
+    looks = re.findall(r"racing: (\d+) of 12 params dropped, (\d+) fits skipped", out.stderr)
+    assert looks and int(looks[-1][0]) == n_dropped and int(looks[-1][1]) == saved
+    assert [int(d) for d, _ in looks] == sorted(int(d) for d, _ in looks)
+    bars = re.findall(r"\] (\d+)/(\d+) fits(?: \((\d+) skipped by racing\))?", out.stderr)
+    assert bars[-1] == (str(executed), str(executed), str(saved))
+    assert f"racing: {n_dropped} of 12 params dropped, {saved} fits saved ({executed} run)" \
+        in out.stdout
+    assert (f"fits executed / distinct (param, training set) pairs = {executed}/{executed} = "
+            "1.000") in out.stdout
+
+
+def test_live_page_state_counts_skipped_fits_not_to_do(raced):
+    """The live page's state fed a raced run's blocks (each marking only the cells it fitted)
+    and its looks: done, to do and skipped by racing per param equal the store's."""
+    import cvflow
+    from cvflow import live
+    from cvflow.fit import BlockResult
+    from cvflow.store import block_chunks, block_slices
+
+    class Published:
+        def set_metadata(self, keys, value):
+            self.value = json.loads(json.dumps(value))
+
+    cube = cvflow.open(raced)
+    done = cube["done"].values
+    race = json.loads(cube.attrs["racing"])
+    wf = cvflow.load_workflow(raced.parent / "wf.yaml")
+    study = wf.build()
+    monitor = live.Monitor(Published(), wf, study.params, study.design, study.data,
+                           store=str(raced), url="http://x/cvflow")
+    chunks = block_chunks(raced)
+    for s, splits in enumerate(race["stage_splits"]):
+        want = np.zeros_like(done)
+        want[:, splits] = done[:, splits]
+        for ps, ss in block_slices(*done.shape, chunks):
+            if want[ps, ss].any():
+                shape = want[ps, ss].shape
+                monitor.block({"status": BlockResult(ps, ss, None, np.zeros(shape, bool),
+                                                     np.full(shape, "", object), np.ones(shape),
+                                                     fitted=want[ps, ss])})
+        monitor.raced([d["param"] for d in race["dropped"] if d["stage"] <= s])
+    state = monitor.state()
+    assert state["done"] == state["total"] == int(done.sum())
+    assert state["skipped"] == int((~done).sum())
+    rows = state["learners"][payload("learner")]
+    assert rows["ok"] == done.sum(axis=1).tolist()
+    assert rows["skipped"] == (~done).sum(axis=1).tolist() and sum(rows["pending"]) == 0
+    progress = live.columns(state, "progress")
+    assert progress["skipped"] == [int((~done).sum())] and progress["total"] == [int(done.sum())]
