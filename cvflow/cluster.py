@@ -387,6 +387,9 @@ def _local(prof: dict):
     return LocalCluster(
         n_workers=n, threads_per_worker=int(prof.get("threads_per_worker") or 1), processes=True,
         host=host, dashboard_address=None if port is None else f"{host}:{port}",
+        # no dashboard: the scheduler's HTTP server (health, metrics) still starts, on 8787
+        # unless told; a free port, so that two runs never contend for it
+        scheduler_kwargs=None if port is not None else {"dashboard_address": f"{host}:0"},
         memory_limit=prof.get("memory_limit", "auto"),
         security=security, protocol="tls://" if security else None,
         silence_logs=logging.CRITICAL,

@@ -22,7 +22,7 @@ def client():
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=":0") as cluster, Client(cluster, set_as_default=False) as c:
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster, set_as_default=False) as c:
         yield c
 
 

@@ -1,7 +1,9 @@
 """Cluster profiles (packaged, files, overrides) and connecting to real local clusters."""
 from __future__ import annotations
 
+import contextlib
 import re
+import warnings
 from pathlib import Path
 
 import dask.config
@@ -143,6 +145,36 @@ def test_local_cluster_listens_on_loopback_with_dashboard():
         assert client.dashboard_link.startswith("http://127.0.0.1:")
         assert client.dashboard_link.endswith("/status")
         assert client.submit(_double, 21).result() == 42
+
+
+def test_a_local_cluster_without_dashboard_takes_no_fixed_port():
+    """No dashboard asked (auto's short studies): the scheduler's HTTP server still starts, on a
+    free loopback port, not 8787: two runs at once never contend for it."""
+    import socket
+
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", 8787))          # 8787 taken, by us or by someone else
+    except OSError:
+        pass
+    try:
+        with _no_port_warning():
+            with connect("local", workers=1, tls=False, options={"dashboard_port": None}) as client:
+                ports = client.run_on_scheduler(
+                    lambda dask_scheduler: dask_scheduler.http_server.port)
+                assert ports != 8787
+                assert client.submit(_double, 2).result() == 4
+    finally:
+        holder.close()
+
+
+@contextlib.contextmanager
+def _no_port_warning():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    assert not [w for w in caught if "already in use" in str(w.message)], \
+        [str(w.message) for w in caught]
 
 
 def test_local_cluster_with_tls():
