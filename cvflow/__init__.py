@@ -15,6 +15,7 @@ Python route (DESIGN.md section 8)::
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 __version__ = "0.1.0"
 
@@ -32,6 +33,13 @@ __all__ = ["__version__", "SearchCV", "Study", "StudyResult", "cv_results", "est
 
 def __getattr__(name: str):
     if name not in _LAZY:
+        # DESIGN CHOICE: a submodule the docs call through the package (`cvflow.racing.summary`,
+        # `cvflow.summary.rows`, `cvflow.report.compute`, `cvflow.live.enable_routes`) is
+        # imported on first use too, as `import cvflow.racing` would (scipy does the same);
+        # before, it was an AttributeError unless something had imported it already
+        # (tests/test_startup.py::test_submodules_resolve_through_the_package).
+        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}"):
+            return importlib.import_module(f".{name}", __name__)
         raise AttributeError(f"module 'cvflow' has no attribute {name!r}")
     module, attr = _LAZY[name]
     value = importlib.import_module(module, __name__)

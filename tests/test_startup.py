@@ -99,6 +99,26 @@ def test_public_names_resolve_lazily():
     assert json.loads(out.stdout) == ["cvflow.engine", "open_cube", "cvflow.estimators"]
 
 
+def test_submodules_resolve_through_the_package(store):
+    """`import cvflow` then `cvflow.racing.summary(...)`, `cvflow.summary.rows`, ... as the docs
+    write them, in a fresh interpreter where nothing imported those modules before; a name
+    that is neither a public name nor a module is still an AttributeError naming it."""
+    code = ("import json, sys, cvflow; assert 'cvflow.racing' not in sys.modules; "
+            "cube = cvflow.open(sys.argv[1]); "
+            "names = [cvflow.racing.summary(cube), cvflow.summary.rows.__name__, "
+            "cvflow.report.compute.__name__, cvflow.live.enable_routes.__name__, "
+            "cvflow.store.verify.__name__, cvflow.errors.ReproducibilityWarning.__name__]\n"
+            "try:\n    cvflow.no_such_thing\nexcept AttributeError as err:\n"
+            "    names.append(str(err))\n"
+            "print(json.dumps(names))")
+    out = subprocess.run([sys.executable, "-c", code, str(store / "s.zarr")], env=fh.cli_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [None, "rows", "compute", "enable_routes", "verify",
+                                      "ReproducibilityWarning",
+                                      "module 'cvflow' has no attribute 'no_such_thing'"]
+
+
 def test_main_called_in_process_leaves_the_callers_heap_unfrozen(store, capsys):
     import gc
 
