@@ -1,10 +1,11 @@
 """Racing against the full study: fits run, wall time, and the same choice, on three grids.
 
-    PYTHONPATH=. python benchmarks/bench_racing.py [--quick]
+    PYTHONPATH=. python benchmarks/bench_racing.py [--quick] [--grid NAME] [--runs N]
 
-Each grid is run twice on the same store layout, once in full and once raced
-(``racing: {alpha: 0.05}``), on the threaded scheduler with 2 workers, one after the other; the
-load average of the machine is printed with the results (the machine is shared).
+Each grid is run in full and raced (``racing: {alpha: 0.05}``), on the threaded scheduler with
+2 workers, each into a new store: one warm-up run of each, then ``--runs`` (default 1) of each
+in turn (full, raced, full, raced, ...: a change of load hits both sides alike); the median
+wall times are printed with the load average of the machine (the machine is shared).
 Grids (scikit-learn's diabetes data, 442 samples, 5 folds x 3 repeats):
 
 - ridge + lasso, 2 x 20 alphas, generic fits (``path_aware: false``): one fit per (alpha, split);
@@ -18,6 +19,7 @@ import common  # noqa: F401  (one BLAS thread, first)
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -68,6 +70,7 @@ def run(name: str, body: str, racing: bool, repeats: int, where: Path) -> dict:
     text = HEAD.format(name=name, repeats=repeats) + body
     if racing:
         text += "racing: {alpha: 0.05}\n"
+    where = Path(tempfile.mkdtemp(dir=where))        # a new store each run
     wf = where / f"{name}-{racing}.yaml"
     wf.write_text(text)
     store = where / f"{name}-{racing}.zarr"
@@ -83,22 +86,30 @@ def run(name: str, body: str, racing: bool, repeats: int, where: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="1 repeat, the first grid only")
+    parser.add_argument("--grid", choices=list(GRIDS), action="append",
+                        help="only this grid (repeatable)")
+    parser.add_argument("--runs", type=int, default=1, help="timed runs of each side (median)")
     args = parser.parse_args()
     repeats = 1 if args.quick else 3
-    grids = dict(list(GRIDS.items())[:1]) if args.quick else GRIDS
+    grids = {g: GRIDS[g] for g in args.grid} if args.grid else GRIDS
+    if args.quick and not args.grid:
+        grids = dict(list(GRIDS.items())[:1])
     print(common.machine())
     where = Path(tempfile.mkdtemp(prefix="bench-racing-"))
     try:
         print(f"{'grid':22} {'fits full':>9} {'fits raced':>10} {'saved':>6} {'wall full':>9} "
-              f"{'wall raced':>10} {'same choice':>11} {'load':>5}")
+              f"{'wall raced':>10} {'same choice':>11} {'load':>5}  runs")
         for name, body in grids.items():
-            full = run(name, body, False, repeats, where)
-            raced = run(name, body, True, repeats, where)
+            times, (full, raced) = common.interleaved(
+                [lambda: run(name, body, False, repeats, where),
+                 lambda: run(name, body, True, repeats, where)], runs=args.runs)
             load = os.getloadavg()[0]
+            wall_full, wall_raced = (statistics.median(t) for t in times)
             print(f"{name:22} {full['fits']:9d} {raced['fits']:10d} "
-                  f"{1 - raced['fits'] / full['fits']:6.0%} {full['wall']:8.1f}s "
-                  f"{raced['wall']:9.1f}s {str(full['chosen'] == raced['chosen']):>11} "
-                  f"{load:5.1f}", flush=True)
+                  f"{1 - raced['fits'] / full['fits']:6.0%} {wall_full:8.2f}s "
+                  f"{wall_raced:9.2f}s {str(full['chosen'] == raced['chosen']):>11} "
+                  f"{load:5.1f}  {args.runs} (full {' '.join(f'{t:.2f}' for t in times[0])}; "
+                  f"raced {' '.join(f'{t:.2f}' for t in times[1])})", flush=True)
     finally:
         shutil.rmtree(where, ignore_errors=True)
 

@@ -312,31 +312,53 @@ class Race:
             default=float)
 
 
-def stage_losses(path: str, race: Race, s: int, losses: np.ndarray | None, *, loss: str
-                 ) -> np.ndarray:
-    """``losses`` (param, repeat, sample) with the out-of-fold losses of stage ``s`` added,
-    read from the store (the survivors' fits of its fold roles); a new array when None."""
-    from .estimators._cube import pointwise_loss
-    from .store import open_cube
+class StageReader:
+    """The out-of-fold losses of a race's stages, read from the store as they land.
 
-    cube = open_cube(path)
-    if losses is None:
-        losses = np.full((race.n_params,) + cube["fold"].shape, np.nan)
-    alive = np.flatnonzero(race.alive)
-    folds = race.stages[s].folds
-    if not folds or not len(alive):
-        return losses
-    table = cube["fold_split"].values
-    fold = cube["fold"].values
-    splits = sorted({int(table[r, j]) for r, j in folds})
-    pred = cube["pred"].isel(param=alive, split=splits)
-    values = np.asarray(pointwise_loss(cube, loss, pred, what="racing").values)
-    at = {sp: i for i, sp in enumerate(splits)}
-    for r, j in folds:
-        members = fold[r] == j
-        losses[np.ix_(alive, np.array([r]), np.flatnonzero(members))] = \
-            values[:, at[int(table[r, j])], members][:, None, :]
-    return losses
+    DESIGN CHOICE: the cube is opened once per race (its role tables, ``y``, the loss's
+    declaration) and each look reads only the region of ``pred`` its stage wrote, straight
+    from the zarr array (:func:`cvflow.integrity.read`, so a damaged chunk is named): opening
+    the cube at every look cost ~30 ms of the ~80 ms a look took on a millisecond-fit grid
+    (benchmarks/bench_racing.py, docs/guide/racing.md). The stage's fits are read back rather
+    than sent back by the tasks: a task returns a small record, never per-sample arrays.
+    """
+
+    def __init__(self, path: str, race: Race, loss: str):
+        from . import integrity
+        from .location import resolve
+        from .store import open_cube
+
+        self.cube = open_cube(path)
+        self.location = resolve(path)
+        self.pred = integrity.open_array(self.location, "pred")
+        self.race, self.loss = race, loss
+        self.table = self.cube["fold_split"].values
+        self.fold = self.cube["fold"].values
+        self.losses = np.full((race.n_params,) + self.fold.shape, np.nan)
+
+    def add(self, s: int) -> np.ndarray:
+        """The losses (param, repeat, sample) seen so far with stage ``s``'s added."""
+        from . import integrity
+        from .estimators._cube import pointwise_loss
+
+        alive = np.flatnonzero(self.race.alive)
+        folds = self.race.stages[s].folds
+        if not folds or not len(alive):
+            return self.losses
+        splits = sorted({int(self.table[r, j]) for r, j in folds})
+        # one rectangular read (rows alive[0]..alive[-1], the stage's splits' span), then
+        # the survivors and the stage's splits picked in memory
+        region = (slice(int(alive[0]), int(alive[-1]) + 1), slice(splits[0], splits[-1] + 1))
+        values = np.asarray(integrity.read(self.location, "pred", region, array=self.pred))
+        values = values[np.ix_(alive - alive[0], np.asarray(splits) - splits[0])]
+        pred = self.cube["pred"].isel(param=alive, split=splits).copy(data=values)
+        lost = np.asarray(pointwise_loss(self.cube, self.loss, pred, what="racing").values)
+        at = {sp: i for i, sp in enumerate(splits)}
+        for r, j in folds:
+            members = np.flatnonzero(self.fold[r] == j)
+            self.losses[np.ix_(alive, np.array([r]), members)] = \
+                lost[:, at[int(self.table[r, j])], members][:, None, :]
+        return self.losses
 
 
 def record(cube) -> dict | None:
@@ -388,7 +410,7 @@ def run_stages(race: Race, *, path: str, done: np.ndarray, chunks: tuple[int, in
     """
     from .store import write_attrs
 
-    losses = None
+    reader = None
     for s in range(len(race.stages)):
         blocks = stage_blocks(race, s, done, chunks)
         if blocks:
@@ -397,9 +419,13 @@ def run_stages(race: Race, *, path: str, done: np.ndarray, chunks: tuple[int, in
             mark_done(done, blocks)
         if s == len(race.stages) - 1:
             break
-        losses = stage_losses(path, race, s, losses, loss=loss)
-        new = race.look(s, losses, units)
-        write_attrs(path, {RACING_ATTR: race.to_json()})
+        reader = reader or StageReader(path, race, loss)
+        new = race.look(s, reader.add(s), units)
+        # DESIGN CHOICE: the record is written when it changes what a reader learns (the
+        # first look: the study is raced; a look that drops params; the last look), not at
+        # every look: each write rewrites the consolidated metadata (~15 ms)
+        if new or s in (0, len(race.stages) - 2):
+            write_attrs(path, {RACING_ATTR: race.to_json()})
         if looked is not None and new:
             looked(race)
         if new:
