@@ -377,6 +377,29 @@ def quiet_options(options, seconds: float, workers: int | None) -> dict:
     return out
 
 
+def replace_lost_workers(client) -> int:
+    """Start new workers in place of those of a cluster this process started (a
+    ``SpecCluster``: local, SLURM) whose nanny or job closed for good; their number.
+
+    A nanny restarts a worker that died, but gives up when the new one fails to start (under
+    heavy load its start can time out): the run would then wait for workers that never come.
+    """
+    from distributed.core import Status
+
+    cluster = getattr(client, "cluster", None)
+    spec = getattr(cluster, "worker_spec", None)
+    if cluster is None or not isinstance(spec, dict):
+        return 0
+    lost = [name for name, w in list(cluster.workers.items())
+            if getattr(w, "status", None) in (Status.closed, Status.failed)]
+    for name in lost:                  # forgotten: SpecCluster opens new ones (names reused)
+        spec.pop(name, None)
+        cluster.workers.pop(name, None)
+    if lost:
+        cluster.scale(len(spec) + len(lost))
+    return len(lost)
+
+
 def _local(prof: dict):
     from distributed import LocalCluster
 

@@ -86,7 +86,9 @@ def time_on_workers(client, ctx: TaskContext, study, path_aware: bool) -> float:
     try:
         while True:
             try:
-                return float(future.result(timeout=WAKE_SECONDS))
+                seconds = float(future.result(timeout=WAKE_SECONDS))
+                future.release()       # nothing to recompute if the worker holding it dies
+                return seconds
             except TimeoutError:
                 watchdog.check([future])
     except KilledWorker as exc:
@@ -114,6 +116,7 @@ def check_on_workers(client, ctx: TaskContext, workflow, data, where: str) -> No
         while True:
             try:
                 said = future.result(timeout=WAKE_SECONDS)
+                future.release()       # nothing to recompute if the worker holding it dies
                 break
             except TimeoutError:
                 watchdog.check([future])
@@ -280,7 +283,7 @@ class Watchdog:
         self.no_worker_seconds = float(dask.config.get("cvflow.execution.no-worker-seconds",
                                                        default=300))
         self.last_progress = time.monotonic()
-        self.last_said = 0.0
+        self.last_said = self.last_revived = 0.0
 
     def progressed(self) -> None:
         self.last_progress = time.monotonic()
@@ -304,6 +307,13 @@ class Watchdog:
         if quiet > limit:
             raise StallError(f"no progress for {quiet:.0f} s: {waiting}; {self._stacks(pending)}"
                              .rstrip("; "))
+        if not workers and quiet > 30 and now - self.last_revived > 30:
+            from .cluster import replace_lost_workers
+
+            self.last_revived = now
+            if replaced := replace_lost_workers(self.client):
+                log.warning("%d workers of this run's cluster were lost for good (their nanny "
+                            "closed); starting new ones", replaced)
         if quiet > 30 and now - self.last_said > 30:
             log.warning("waiting for %s: no progress for %.0f s (the run stops after %.0f s)",
                         waiting, quiet, limit)

@@ -242,3 +242,22 @@ def test_cli_cluster_option_errors_are_input_errors(tmp_path):
     assert out.stderr.strip() == ("cvflow: error: --cluster: unknown key 'nosuch' in a local "
                                   "profile; known: dashboard_port, host, kind, memory_limit, "
                                   "threads_per_worker, tls, workers")
+
+
+def test_workers_whose_nanny_closed_for_good_are_replaced():
+    """A nanny that gave up (its worker failed to restart) is replaced by a new worker."""
+    from distributed.core import Status
+
+    from cvflow.cluster import replace_lost_workers
+
+    with connect("local", workers=2, tls=False, options={"dashboard_port": None}) as client:
+        client.wait_for_workers(2, timeout=120)
+        name, nanny = next(iter(client.cluster.workers.items()))
+        client.cluster.sync(nanny.close)                   # as after a failed restart
+        assert nanny.status in (Status.closed, Status.failed)
+        assert replace_lost_workers(client) == 1
+        client.wait_for_workers(2, timeout=120)
+        assert client.cluster.workers[name] is not nanny       # a new nanny (the name reused)
+        assert len(client.scheduler_info()["workers"]) == 2
+        assert client.submit(_double, 3).result() == 6
+        assert replace_lost_workers(client) == 0
