@@ -69,6 +69,8 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
     assumes exchangeable samples) is skipped with its one-line reason in
     :attr:`Results.skipped`, and the others are computed: one estimator's limits do not take
     the report away. Only when every estimator is skipped is the first reason an InputError.
+    On a raced store whose skipped fits are not filled (:mod:`cvflow.racing`), an estimator a
+    raced cube does not serve (its declaration's ``raced``) is skipped the same way.
 
     The params an extended store keeps but its workflow no longer lists are left out
     (:func:`workflow_view`) unless ``all_params``.
@@ -90,6 +92,7 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
     from .losses import names_code
     from .trust import ESTIMATOR, LOSS, how, is_user_estimator, shown, trusted
 
+    raced = _raced_unfilled(cube)
     cube = workflow_view(cube, all_params=all_params)
     made = cube.attrs.get("workflow_dir")
     hint = f" (the store was made by a workflow in {shown(str(made))})" if made else ""
@@ -118,7 +121,10 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
             raise InputError(f"{exc}{hint if name not in own else ''}") from None
         stored = spec.check_options(options, f"store: estimators.{name}")
         extra = spec.check_options((overrides or {}).get(name), f"--set {name}")
-        why = spec.refusal(decl, ordered)
+        why = spec.refusal(decl, ordered) or (
+            f"{spec.name} needs every param on every split, but racing skipped the dropped "
+            "params' later fits; `cvflow run` with racing: false fills them"
+            if raced and not spec.raced else "")
         if why:
             skipped[spec.name] = why
             continue
@@ -135,6 +141,15 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
     with shared_terms(cube, {role for spec, _ in todo for role in spec.terms}):
         return Results({spec.name: spec(cube, loss=loss, **options) for spec, options in todo},
                        skipped=skipped)
+
+
+def _raced_unfilled(cube: xr.Dataset) -> bool:
+    """Whether racing skipped fits of this store that are still not done: then only the
+    estimators a raced cube serves (``raced=True`` in their declaration) are computed."""
+    from . import racing
+
+    race = racing.record(cube)
+    return bool(race) and racing.saved_fits(race, np.asarray(cube["done"].values)) > 0
 
 
 def compute_losses(cube: xr.Dataset, losses: list[str | None], estimators: list | None = None,

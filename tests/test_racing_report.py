@@ -256,3 +256,79 @@ def test_live_page_state_counts_skipped_fits_not_to_do(raced):
     assert rows["skipped"] == (~done).sum(axis=1).tolist() and sum(rows["pending"]) == 0
     progress = live.columns(state, "progress")
     assert progress["skipped"] == [int((~done).sum())] and progress["total"] == [int(done.sum())]
+
+
+# --- which estimators a raced cube serves ----------------------------------------------------------
+
+def _plain_workflow(tmp_path, estimators: str, racing: str = "racing: {alpha: 0.05}",
+                    name: str = "wf.yaml"):
+    wf = tmp_path / name
+    wf.write_text(WORKFLOW.format(name="serve", learner="ridge")
+                  .replace("estimators: [kfold]", f"estimators: {estimators}")
+                  .replace("racing: {alpha: 0.05}", racing))
+    return wf
+
+
+def test_bayes_t_on_a_raced_study_is_the_full_study_s_for_two_survivors(tmp_path):
+    """A raced workflow may ask for bayes_t: on two params that survived, its posterior equals
+    the full study's; on a param the race dropped it is NaN with the missing-fits warning."""
+    import cvflow
+
+    estimators = "[kfold, {bayes_t: {compare: [0, 1], rope: 10.0}}]"
+    raced, full = tmp_path / "raced.zarr", tmp_path / "full.zarr"
+    out = run_cli("run", _plain_workflow(tmp_path, estimators), "--store", raced)
+    assert out.returncode == 0, out.stderr
+    out = run_cli("run", _plain_workflow(tmp_path, estimators, racing="", name="full.yaml"),
+                  "--store", full)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(run_cli("report", raced, "--json").stdout)
+    want = json.loads(run_cli("report", full, "--json").stdout)
+    dropped = {d["param"] for d in got["racing"]["dropped"]}
+    assert dropped and not {0, 1} & dropped
+    for key in ("p_a_better", "p_rope", "p_b_better", "location", "scale", "df"):
+        assert got["bayes_t"][key] == pytest.approx(want["bayes_t"][key], rel=1e-12), key
+    beaten = cvflow.estimators.bayes_t(cvflow.open(raced), compare=[0, max(dropped)])
+    assert np.isnan(float(beaten["p_a_better"]))
+    assert "missing_fits" in json.dumps(beaten.attrs["warnings"])
+
+
+def test_nested_compare_is_refused_in_a_raced_workflow(tmp_path):
+    """nested_compare's inner choice would be made among params kept by looking at the outer
+    folds: a raced workflow asking for it is refused with one line, before any store."""
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(WORKFLOW.format(name="nc", learner="ridge").replace(
+        "estimators: [kfold]", "estimators: [kfold, nested_compare]").replace(
+        "    grid: {alpha: {logspace: [-2, 5, 12]}}",
+        "    grid: {alpha: {logspace: [-2, 5, 6]}}\n"
+        "  - name: lasso\n    class: sklearn.linear_model.Lasso\n"
+        "    grid: {alpha: {logspace: [-2, 1, 4]}}"))
+    out = run_cli("run", wf, "--store", tmp_path / "s.zarr")
+    assert out.returncode == 2, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "estimators[1]: nested_compare needs every param on every split" in out.stderr
+    assert not (tmp_path / "s.zarr").exists()
+    # without racing the same workflow is valid
+    wf.write_text(wf.read_text().replace("racing: {alpha: 0.05}", ""))
+    assert run_cli("validate", wf).returncode == 0
+
+
+def test_report_skips_what_a_raced_cube_does_not_serve_until_it_is_filled(tmp_path):
+    """``report --estimators kfold,bbc_cv`` on a raced store: kfold is reported, bbc_cv (needs
+    every param on every split) is skipped with one line saying how to fill the store; after
+    ``racing: false`` fills it, bbc_cv is computed."""
+    store = tmp_path / "s.zarr"
+    out = run_cli("run", _plain_workflow(tmp_path, "[kfold]"), "--store", store)
+    assert out.returncode == 0, out.stderr
+    out = run_cli("report", store, "--estimators", "kfold,bbc_cv", "--json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert "estimate" in got["kfold"]
+    assert got["bbc_cv"]["skipped"].startswith("bbc_cv needs every param on every split, but "
+                                               "racing skipped")
+    text = run_cli("report", store, "--estimators", "kfold,bbc_cv").stdout
+    assert "bbc_cv: skipped: bbc_cv needs every param on every split" in text
+    out = run_cli("run", _plain_workflow(tmp_path, "[kfold]", racing="racing: false"),
+                  "--store", store)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(run_cli("report", store, "--estimators", "kfold,bbc_cv", "--json").stdout)
+    assert "skipped" not in got["bbc_cv"] and got["racing"]["saved_fits"] == 0

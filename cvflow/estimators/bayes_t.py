@@ -142,7 +142,15 @@ def render(result: xr.Dataset, page) -> None:
                 "posterior scale": float(result["scale"])})
 
 
-declare(bayes_t, needs=("fold",), text=describe, html=render, check_grid=compare_check(two=True),
+# DESIGN CHOICE: a raced cube serves bayes_t (raced=True). Its two params are named by the
+# user, not chosen from the results; when both survived the race their fold scores are the full
+# study's (every fold fitted), and the posterior depends on the data only through the
+# likelihood, so the race's data-dependent stopping of *other* params leaves it as it is (the
+# likelihood principle: a stopping rule is ignorable for a Bayesian posterior). A named param
+# the race dropped lacks later folds: NaN with the missing-fits warning (the NaN rule), and the
+# report's racing section says when it was dropped. tests/test_racing_report.py checks both.
+declare(bayes_t, raced=True, needs=("fold",), text=describe, html=render,
+        check_grid=compare_check(two=True),
         options=[Option("compare", None, param_refs(1, 2), "[a, b]: the two params"),
                  Option("rope", 0.0, number(0.0),
                         "half-width of the region of practical equivalence, in loss units")],

@@ -221,6 +221,13 @@ def describe(result: xr.Dataset) -> list[str]:
     ]
 
 
+# DESIGN CHOICE: a raced cube does not serve nested_compare (raced=False: a raced workflow
+# asking for it is refused with one line). Racing drops params on the fold splits' out-of-fold
+# losses, which include every outer fold's samples: the inner choice of each learner would be
+# made among params kept by looking at the outer fold it is then scored on, so the outer
+# estimate of "tune, then fit" is no longer honest (optimistically biased), and the dropped
+# params lack the pair splits its inner scores need. Run it on a filled store
+# (`racing: false`). tests/test_racing_report.py checks the refusal.
 declare(nested_compare, needs=("fold", "pair"), terms=("pair", "oof"), text=describe,
         check_grid=_check_grid,
         options=[Option("learners", None, _learner_names,
