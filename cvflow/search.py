@@ -100,6 +100,14 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         Seed every unset ``random_state`` per fit (:class:`cvflow.Study`'s ``fit_seed``).
     progress : bool, default False
         Show the run's progress.
+    racing : dict or bool, optional
+        Fit in stages and stop fitting the candidates a sequential test has beaten, e.g.
+        ``{"alpha": 0.05}``: the chance that the truly best candidate is ever dropped is at
+        most ``alpha`` (:class:`cvflow.Study`'s ``racing``, docs/guide/racing.md). The
+        dropped candidates' test scores are NaN in ``cv_results_`` (ranked last) and the
+        race is in ``result_.cube.attrs["racing"]`` (``cvflow.racing.summary``). Needs a
+        pointwise scoring (``neg_mean_squared_error``, ``neg_log_loss``, ``accuracy``, ...)
+        and a ``select`` that a raced cube serves (``kfold``, ``corrected_kfold``, ...).
 
     Attributes
     ----------
@@ -133,7 +141,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
     def __init__(self, estimator, param_grid, *, cv=5, scoring=None, select="kfold", refit=True,
                  store=None, estimators=(), average="folds", return_train_score=False,
-                 cluster=None, workers=None, fit_seed=None, progress=False):
+                 cluster=None, workers=None, fit_seed=None, progress=False, racing=None):
         self.estimator = estimator
         self.param_grid = param_grid
         self.cv = cv
@@ -148,6 +156,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         self.workers = workers
         self.fit_seed = fit_seed
         self.progress = progress
+        self.racing = racing
 
     # -- scikit-learn's conventions ----------------------------------------------------------
 
@@ -199,6 +208,10 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         n_classes = len(np.unique(y_arr)) if classifier else 0
         losses = {s: self._loss(s, task) for s in scorings}
         select, options = self._select()
+        if self.racing not in (None, False) and not losses[key][0].pointwise:
+            raise ValueError(f"SearchCV: racing compares per-sample losses, but scoring "
+                             f"{key!r} is a per-fold metric; give a pointwise scoring such as "
+                             "neg_mean_squared_error, neg_log_loss or accuracy")
         candidates = list(ParameterGrid(self.param_grid))
         grid = _sorted_grid(self.param_grid)
         splitter = _splitter(check_cv(self.cv, y_arr, classifier=classifier), X, y_arr, groups)
@@ -207,7 +220,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         study = Study(self.estimator, param_grid=grid, cv=splitter, estimators=[selector, *extra],
                       loss=losses[key][0].label, task=task, fit_seed=self.fit_seed,
                       output=_output(self.estimator, [d for d, _ in losses.values()], n_classes),
-                      name="search")
+                      name="search", racing=self.racing)
         self._release()
         store = self._new_store()
         result = study.run(X, y, groups, sample_weight=fit_params.get("sample_weight"),
