@@ -11,49 +11,9 @@ import json
 import logging
 import os
 import sys
-import time
 import warnings
 
 from .errors import InputError
-
-
-class Progress:
-    """A terminal progress bar (fits done / total, ETA) on stderr."""
-
-    def __init__(self, stream=None, width: int = 30):
-        self.stream = stream or sys.stderr
-        self.width = width
-        self.tty = self.stream.isatty()
-        self.last = 0.0
-
-    def __call__(self, event: dict) -> None:
-        if event["event"] == "start":
-            if event.get("execution"):
-                print(f"execution: {event['execution']}", file=self.stream, flush=True)
-            if event.get("dashboard"):
-                print(f"dashboard: {event['dashboard']}", file=self.stream, flush=True)
-            if event.get("live"):
-                print(f"live study page: {event['live']}", file=self.stream, flush=True)
-            print(f"{event['todo']} of {event['total']} fits to do", file=self.stream, flush=True)
-            return
-        done, todo, elapsed = event["done"], event["todo"], event["elapsed"]
-        skipped = event.get("skipped", 0)
-        now = time.monotonic()
-        if event["event"] == "racing":       # a look of the race dropped params: say so
-            print(("\r\033[K" if self.tty else "")
-                  + f"racing: {event['dropped']} of {event['params']} params dropped, "
-                  f"{skipped} fits skipped", file=self.stream, flush=True)
-        elif done < todo and now - self.last < (0.1 if self.tty else 2.0):
-            return
-        self.last = now
-        frac = min(done / todo, 1.0) if todo else 1.0
-        eta = elapsed / frac - elapsed if frac > 0 else float("nan")
-        bar = "#" * int(frac * self.width)
-        line = (f"[{bar:<{self.width}}] {done}/{todo} fits"
-                + (f" ({skipped} skipped by racing)" if skipped else "")
-                + f"  {elapsed:6.1f}s  ETA {eta:5.1f}s")
-        end = "\r" if self.tty and done < todo else "\n"
-        print(line, end=end, file=self.stream, flush=True)
 
 
 def cmd_validate(args) -> int:
@@ -82,6 +42,7 @@ def cmd_run(args) -> int:
         dask.config.set({"logging.distributed": "error"})
     from . import engine, report
     from .preflight import check_run
+    from .progress import Progress, summary_lines
     from .spec import load_workflow
     from .store import open_cube
     from .trust import workflow_code
@@ -93,20 +54,9 @@ def cmd_run(args) -> int:
               cluster_options=args.cluster_option)
     result = engine.run(wf, store=args.store, cluster=args.cluster, workers=args.workers,
                         overwrite=args.overwrite, dashboard_port=args.dashboard_port,
-                        progress=Progress(), tls=args.tls or None,
+                        progress=Progress(summary=False), tls=args.tls or None,
                         cluster_options=args.cluster_option)
-    if result.fits_executed == 0:
-        print(f"{result.store}: already complete, 0 fits performed")
-    else:
-        print(f"{result.store}: {result.fits_executed} fits performed in {result.tasks} tasks "
-              f"({result.wall_seconds:.1f}s wall, {result.fit_seconds:.2f}s of fitting), "
-              f"{result.failed} failed")
-        print(f"fits executed / distinct (param, training set) pairs = "
-              f"{result.fits_executed}/{result.distinct_pairs} = {result.fits_per_distinct:.3f} "
-              f"({result.roles_requested} (param, split role) pairs requested)")
-    if result.raced_params:
-        print(f"racing: {result.dropped_params} of {result.raced_params} params dropped, "
-              f"{result.saved_fits} fits saved ({result.fits_executed} run)")
+    print("\n".join(summary_lines(result)))
     cube = open_cube(result.store)
     info = report.status_from_cube(cube)
     if info["failed"] == info["total"]:

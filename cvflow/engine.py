@@ -132,7 +132,7 @@ class _Recorder:
 def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | None = None,
         cluster: str | None = None, workers: int | None = None, overwrite: bool = False,
         dashboard_port: int | None = None, client=None,
-        progress: Callable[[dict], None] | None = None, tls: bool | None = None,
+        progress: Callable[[dict], None] | bool | None = None, tls: bool | None = None,
         cluster_options=None) -> RunResult:
     """Run a workflow: fit every (param, split) not yet done and write it into the store.
 
@@ -157,9 +157,13 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
         Replace a store made by another workflow instead of refusing.
     client : distributed.Client, optional
         Use this client instead of connecting.
-    progress : callable, optional
-        Called with event dicts: ``{"event": "start", "total", "todo", "dashboard", "live",
-        "execution"}`` and ``{"event": "block", "done", "todo", "elapsed"}``.
+    progress : bool or callable, optional
+        Default (None or True): the execution choice, a progress bar (tqdm's notebook-aware
+        bar when tqdm is installed, else plain lines) and a closing summary on stderr, as
+        ``cvflow run`` shows them (:class:`cvflow.progress.Progress`); False: silent. A
+        callable is called with the event dicts instead: ``{"event": "start", "total",
+        "todo", "dashboard", "live", "execution"}`` and ``{"event": "block", "done", "todo",
+        "elapsed"}``.
     tls : bool, optional
         Dask TLS with temporary certificates (default: the cluster profile's ``tls``).
     cluster_options : list of "key=value" or dict, optional
@@ -180,7 +184,9 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
     """
     from .lock import run_lock
     from .preflight import check_run
+    from .progress import Progress, reporter
 
+    notify = reporter(progress)
     if not isinstance(workflow, Workflow):
         workflow = load_workflow(os.fspath(workflow))
     # bad arguments, profiles and unwritable stores fail before the store is created, grown or locked
@@ -191,10 +197,20 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
     # One run per store at a time; a lock left by a crashed run is taken over.
     # The pool creates a new store beside the run; leaving it waits for the creation, so the
     # lock is never released with a store half created.
-    with run_lock(path) as lock, ThreadPoolExecutor(1, thread_name_prefix="cvflow-create") as pool:
-        return _run_locked(workflow, path, cluster=cluster, workers=workers, overwrite=overwrite,
-                           dashboard_port=dashboard_port, client=client, progress=progress,
-                           tls=tls, cluster_options=cluster_options, pool=pool, lock=lock)
+    try:
+        with run_lock(path) as lock, \
+                ThreadPoolExecutor(1, thread_name_prefix="cvflow-create") as pool:
+            result = _run_locked(workflow, path, cluster=cluster, workers=workers,
+                                 overwrite=overwrite, dashboard_port=dashboard_port,
+                                 client=client, progress=notify, tls=tls,
+                                 cluster_options=cluster_options, pool=pool, lock=lock)
+    except BaseException:
+        if isinstance(notify, Progress) and notify.bar is not None:
+            notify.bar.close()                  # the error is the next thing the user reads
+        raise
+    if isinstance(notify, Progress):
+        notify.finish(result)
+    return result
 
 
 def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, dashboard_port,
@@ -314,7 +330,8 @@ class _Run:
         if not todo:
             if creating is not None:           # an empty grid or design: the store all the same
                 creating.result()
-            notify({"event": "start", "total": n_total, "todo": 0, "dashboard": None})
+            notify({"event": "start", "total": n_total, "todo": 0, "dashboard": None,
+                    "execution": result.execution})
             result.wall_seconds = time.perf_counter() - self.t_start
             return result
         # a block sharing its chunk with stored fits (extended study) fits only the rest

@@ -189,7 +189,9 @@ class Study:
 
         Goes through :func:`cvflow.engine.run` exactly as ``cvflow run`` does (the same
         validation first, the same resume and extension rules). ``store`` defaults to
-        ``<name>.zarr``; ``cluster``, ``workers``, ``client`` and ``progress`` as there.
+        ``<name>.zarr``; ``cluster``, ``workers``, ``client`` and ``progress`` as there: by
+        default the execution choice, a progress bar (notebook-aware with tqdm) and a summary
+        on stderr; ``progress=False`` runs silently.
         """
         from .engine import run
         from .preflight import check_run
