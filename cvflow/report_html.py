@@ -649,9 +649,12 @@ def _header_html(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> Markup:
                                    cube.sizes["split"], cube.sizes["sample"], n_test,
                                    ", ".join(results))
     classes = json.loads(cube.attrs.get("classes") or "null")
-    if classes:
+    if classes and len(classes) == 2:
         out += Markup("<p>classes: {} (positive class: <b>{}</b>)</p>").format(
             ", ".join(map(str, classes)), classes[-1])
+    elif classes:                    # multiclass: every class is scored, none is "positive"
+        out += Markup("<p>classes: {} ({} classes)</p>").format(", ".join(map(str, classes)),
+                                                                len(classes))
     return out
 
 

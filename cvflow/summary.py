@@ -103,10 +103,12 @@ def rows(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> list[dict]:
                 test = float(shared_test.values[h])
             row = _row(f"{name}: {what}" if what else name, name, cube, h, estimate, test,
                        _warnings(result) if tag == selections[0][0] else [])
+            if estimate is None and not tag:      # one answer for the choice (bbc_cv)
+                row["estimate"] = _finite(_scalar(result, "estimate"))
             if not tag:
-                row.update(lower=_finite(_at(result, "lower", h)),
-                           upper=_finite(_at(result, "upper", h)),
-                           se=_finite(_at(result, "se", h)))
+                lower, upper = _interval(result, h)
+                row.update(lower=lower, upper=upper, se=_finite(_per_param_or_scalar(
+                    result, "se", h)))
             first_choice = h if first_choice is None and h >= 0 else first_choice
             out.append(row)
         if selections:
@@ -120,7 +122,7 @@ def rows(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> list[dict]:
                        upper=_finite(_scalar(result, "upper")),
                        p_value=_finite(_scalar(result, "p_value")))
             out.append(row)
-        elif {"lower", "upper"} <= set(result.data_vars) and result["estimate"].dims == ("param",):
+        elif _interval_names(result) and result["estimate"].dims == ("param",):
             out.append({"pending_choice": True, "estimator": name, "result": result})
         elif _warnings(result):
             out.append(_row(name, name, cube, None, None, None, _warnings(result)))
@@ -141,8 +143,36 @@ def _at_choice(cube: xr.Dataset, pending: dict, h: int | None) -> dict:
         return _row(name, name, cube, None, None, None, _warnings(result))
     row = _row(f"{name}: interval at the first choice", name, cube, h, _at(result, "estimate", h),
                _at(result, "test_risk", h), _warnings(result))
-    row.update(lower=_finite(_at(result, "lower", h)), upper=_finite(_at(result, "upper", h)))
+    lower, upper = _interval(result, h)
+    row.update(lower=lower, upper=upper)
     return row
+
+
+def _interval_names(result: xr.Dataset) -> tuple[str, str] | None:
+    """The result's interval: ``lower`` / ``upper``, else the first ``lower_<kind>`` /
+    ``upper_<kind>`` pair in result order (wald_cv: the within-fold variance's)."""
+    names = set(result.data_vars)
+    if {"lower", "upper"} <= names:
+        return "lower", "upper"
+    for name in result.data_vars:
+        kind = str(name).removeprefix("lower_")
+        if str(name).startswith("lower_") and f"upper_{kind}" in names:
+            return str(name), f"upper_{kind}"
+    return None
+
+
+def _per_param_or_scalar(result: xr.Dataset, name: str, h: int) -> float | None:
+    value = _at(result, name, h)
+    return value if value is not None else _scalar(result, name)
+
+
+def _interval(result: xr.Dataset, h: int) -> tuple[float | None, float | None]:
+    """(lower, upper) of the result at param ``h`` (or its scalar interval), None if none."""
+    names = _interval_names(result)
+    if names is None:
+        return None, None
+    return (_finite(_per_param_or_scalar(result, names[0], h)),
+            _finite(_per_param_or_scalar(result, names[1], h)))
 
 
 def _compared(cube: xr.Dataset, result: xr.Dataset) -> str:

@@ -178,3 +178,150 @@ def test_validate_warns_when_bates_ncv_would_be_clamped(design, needed, tmp_path
     # a workflow without bates_ncv: no warning
     wf.write_text(QUICK)
     assert run_cli("validate", wf).stderr == ""
+
+
+# --- item 3: progress in Python, the CLI's event stream and renderer ---------------------------
+
+# a fake Jupyter kernel: tqdm.auto and cvflow.progress see IPKernelApp in get_ipython().config
+FAKE_KERNEL = """
+import sys, types
+class _Shell:
+    config = {"IPKernelApp": {}}
+fake = types.ModuleType("IPython")
+fake.get_ipython = lambda: _Shell()
+fake.version_info = (8, 0, 0)
+sys.modules["IPython"] = fake
+"""
+
+PY_STUDY = """
+{prelude}
+import numpy as np, cvflow
+from sklearn.datasets import load_diabetes
+from sklearn.linear_model import Ridge
+X, y = load_diabetes(return_X_y=True)
+study = cvflow.Study({{"ridge": (Ridge(), {{"alpha": [0.1, 1.0, 10.0]}})}}, cv=5,
+                     execution={{"fits_per_task": 2}})
+result = study.run(X, y, store={store!r}, cluster="threads", workers=1{extra})
+print("SELECTED", result.selected["kfold"]["index"])
+"""
+
+
+def test_study_run_reports_execution_progress_and_summary(tmp_path):
+    res = python(PY_STUDY.format(prelude="", store=str(tmp_path / "s.zarr"), extra=""))
+    assert res.returncode == 0, res.stderr
+    err = res.stderr
+    assert "execution: threads" in err, err
+    assert "18 of 18 fits to do" in err
+    assert "18/18 fits" in err                       # the bar's last line (no terminal: plain)
+    assert f"{tmp_path / 's.zarr'}: 18 fits performed" in err
+    assert "SELECTED" in res.stdout and "fits" not in res.stdout
+
+
+def test_progress_false_is_silent(tmp_path):
+    res = python(PY_STUDY.format(prelude="", store=str(tmp_path / "s.zarr"),
+                                 extra=", progress=False"))
+    assert res.returncode == 0, res.stderr
+    assert "execution" not in res.stderr and "fits" not in res.stderr, res.stderr
+
+
+def test_cvflow_run_reports_progress_like_the_cli(tmp_path):
+    wf = tmp_path / "q.yaml"
+    wf.write_text(QUICK + "execution: {cluster: threads, workers: 1, fits_per_task: 4}\n")
+    script = (f"import cvflow\nr = cvflow.run({str(wf)!r}, store={str(tmp_path / 'py.zarr')!r})\n"
+              "print('DONE', r.fits_executed)\n")
+    py = python(script)
+    assert py.returncode == 0, py.stderr
+    cli = run_cli("run", wf, "--store", tmp_path / "cli.zarr")
+    assert cli.returncode == 0, cli.stderr
+    for err in (py.stderr, cli.stderr):
+        assert "execution: threads" in err and "24 of 24 fits to do" in err and "24/24 fits" in err
+    assert "24 fits performed" in py.stderr             # Python: the summary on stderr
+    assert "24 fits performed" in cli.stdout            # the CLI: on stdout, as before
+    # a second run: nothing to do, said so
+    again = python(script)
+    assert "0 of 24 fits to do" in again.stderr and "already complete" in again.stderr
+
+
+def test_notebook_gets_tqdm_bar_and_plain_lines_without_tqdm(tmp_path):
+    pytest.importorskip("tqdm")
+    nb = python(PY_STUDY.format(prelude=FAKE_KERNEL, store=str(tmp_path / "a.zarr"), extra=""))
+    assert nb.returncode == 0, nb.stderr
+    assert re.search(r"fits: 100%\|.*\| 18/18", nb.stderr), nb.stderr       # tqdm's bar
+    without = python(PY_STUDY.format(prelude=FAKE_KERNEL + "sys.modules['tqdm'] = None\n",
+                                     store=str(tmp_path / "b.zarr"), extra=""))
+    assert without.returncode == 0, without.stderr
+    assert "18/18 fits" in without.stderr and "fits: 100%" not in without.stderr
+
+
+# --- items 1 and 2: labels and the answer table, on a 3-class study with a Pipeline ------------
+
+WINE = """\
+name: wine
+data: {source: sklearn, name: wine}
+task: classification
+learners:
+  - name: logreg
+    class: sklearn.pipeline.Pipeline
+    params:
+      steps:
+        - [scale, {class: sklearn.preprocessing.StandardScaler}]
+        - [m, {class: sklearn.linear_model.LogisticRegression, max_iter: 1000}]
+    grid: {m__C: [0.01, 0.1, 1.0]}
+  - name: tree
+    class: sklearn.tree.DecisionTreeClassifier
+    params: {criterion: entropy, random_state: 0}
+    grid: {max_depth: [1, 2, 3]}
+design: {folds: 3, repeats: 2, seed: 0}
+estimators: [kfold, bbc_cv, bates_ncv, wald_cv, cv_confidence]
+execution: {cluster: threads, workers: 1}
+"""
+
+
+@pytest.fixture(scope="module")
+def wine_store(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("wine")
+    wf = tmp / "wine.yaml"
+    wf.write_text(WINE)
+    res = run_cli("run", wf, "--store", tmp / "wine.zarr")
+    assert res.returncode == 0, res.stderr
+    return tmp / "wine.zarr"
+
+
+def _summary_rows(html: str) -> dict[str, list[str]]:
+    """The answer table's rows: criterion -> its cells (text, tags dropped); the page holds
+    it escaped once, as the text of a bokeh Div."""
+    import html as html_lib
+
+    table = html_lib.unescape(html).split("<table class='summary'>", 1)[1].split("</table>")[0]
+    rows = {}
+    for tr in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)[1:]:
+        cells = [re.sub(r"<[^>]+>", "", c).strip()
+                 for c in re.findall(r"<td[^>]*>(.*?)</td>", tr, flags=re.S)]
+        rows[cells[0]] = cells
+    return rows
+
+
+def test_answer_table_fills_every_estimate_and_interval(wine_store, tmp_path):
+    import json
+
+    html = tmp_path / "w.html"
+    assert run_cli("report", wine_store, "--html", html).returncode == 0
+    rows = _summary_rows(html.read_text())
+    res = json.loads(run_cli("report", wine_store, "--json").stdout)
+    bbc = rows["bbc_cv"]
+    assert bbc[2] == f"{res['bbc_cv']['estimate']:.4g}", bbc
+    assert bbc[3] == (f"[{res['bbc_cv']['lower']:.4g}, "
+                      f"{res['bbc_cv']['upper']:.4g}]"), bbc
+    for criterion, cells in rows.items():
+        assert cells[2], (criterion, cells)                 # every row has its estimate
+    for name in ("bates_ncv", "wald_cv"):                    # and the intervals they compute
+        (cells,) = [c for k, c in rows.items() if k.startswith(name)]
+        assert re.fullmatch(r"\[\S+, \S+\]", cells[3]), cells
+
+
+def test_multiclass_report_says_no_positive_class(wine_store, tmp_path):
+    html = tmp_path / "w.html"
+    assert run_cli("report", wine_store, "--html", html).returncode == 0
+    text = run_cli("report", wine_store).stdout
+    assert "positive class" not in html.read_text() and "positive class" not in text
+    assert "classes: 0, 1, 2" in text
