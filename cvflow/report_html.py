@@ -63,13 +63,10 @@ def _finite(values) -> np.ndarray:
 
 
 def _labels(cube: xr.Dataset) -> list[str]:
-    out = []
-    for h, text in enumerate(np.asarray(cube["param_json"].values)):
-        setting = json.loads(str(text))
-        hyper = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                          for k, v in setting["params"].items())
-        out.append(f"#{h} {setting['learner']}({hyper})")
-    return out
+    """Each param's short label, ``learner(tuned=value)`` (hover text and axes)."""
+    from .estimators._cube import param_labels
+
+    return param_labels(cube)
 
 
 def _overview(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> dict[str, xr.Dataset]:
@@ -497,13 +494,16 @@ def generic_html(name: str, result: xr.Dataset, page: Page) -> None:
 
 
 def _short_labels(cube: xr.Dataset) -> list[str]:
-    """Each param's hyperparameters only (its learner is the figure's), e.g. ``alpha=0.1``."""
+    """Each param's tuned values only (its learner is the figure's), e.g. ``alpha=0.1``; the
+    learner's name when its grid has one point."""
+    from .describe import short
+    from .estimators._cube import param_label
+
     out = []
-    for text in np.asarray(cube["param_json"].values):
-        setting = json.loads(str(text))
-        out.append(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                             for k, v in setting["params"].items()
-                             if k not in ("random_state",)) or setting["learner"])
+    for h in range(cube.sizes["param"]):
+        label = param_label(cube, h)
+        out.append(", ".join(f"{k}={short(v)}" for k, v in label["params"].items())
+                   or label["learner"])
     return out
 
 

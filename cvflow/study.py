@@ -370,14 +370,10 @@ class StudyResult:
     def param(self, index: int) -> dict:
         """Param ``index`` as {"index", "learner", "params"}: its grid point, i.e. the settings
         that differ from the learner's fixed params (plain data, see :mod:`cvflow.describe`)."""
-        setting = json.loads(str(self.cube["param_json"].values[index]))
-        fixed = {}
-        for entry in json.loads(self.cube.attrs["workflow"])["learners"]:
-            name = str(entry.get("name") or str(entry["estimator"]).rpartition(".")[2])
-            if name == setting["learner"]:
-                fixed = entry.get("params") or {}
-        params = {k: v for k, v in setting["params"].items() if k not in fixed or fixed[k] != v}
-        return {"index": int(index), "learner": setting["learner"], "params": params}
+        from .estimators._cube import param_label
+
+        # one definition for every face: the estimators' attrs["selected_params"] are the same
+        return param_label(self.cube, index)
 
     @property
     def selected(self) -> dict[str, dict]:

@@ -27,13 +27,20 @@ TAG_NAMES = {"": "", "kfold": "plain K-fold"}
 
 
 def param_text(cube: xr.Dataset, h: int | None) -> str:
-    """``learner(key=value, ...)`` of param ``h``; "(none)" when no param could be chosen."""
+    """The short label of param ``h`` (its learner and tuned values,
+    :func:`cvflow.estimators._cube.param_text`); "(none)" when no param could be chosen."""
+    from .estimators._cube import param_label
+    from .estimators._cube import param_text as label_text
+
     if h is None or h < 0:
         return "(none: every param failed)"
-    setting = json.loads(str(cube["param_json"].values[h]))
-    hyper = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                      for k, v in setting["params"].items())
-    return f"{setting['learner']}({hyper})"
+    return label_text(param_label(cube, h))
+
+
+def _description(cube: xr.Dataset, h: int | None) -> str:
+    from .estimators._cube import param_description
+
+    return param_description(cube, h) if h is not None and h >= 0 else ""
 
 
 def _scalar(result: xr.Dataset, name: str) -> float | None:
@@ -131,7 +138,8 @@ def rows(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> list[dict]:
 
 def _row(criterion, estimator, cube, h, estimate, test, warnings) -> dict:
     return {"criterion": criterion, "estimator": estimator, "param": h,
-            "chosen": param_text(cube, h) if h is not None else "", "estimate": _finite(estimate),
+            "chosen": param_text(cube, h) if h is not None else "",
+            "description": _description(cube, h), "estimate": _finite(estimate),
             "lower": None, "upper": None, "se": None, "test_risk": _finite(test), "p_value": None,
             "warnings": list(warnings)}
 
@@ -199,8 +207,10 @@ def to_html(rows_: list[dict], *, loss: str | None) -> Markup:
     head = Markup("<tr><th>criterion</th><th>chosen</th><th>estimate{}</th><th>interval</th>"
                   "<th>test risk (full fit)</th><th>warnings</th></tr>").format(
                       f" ({loss})" if loss else "")
-    row = Markup("<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td>"
-                 "<td>{}</td></tr>")
+    # the chosen param by its short label; its full setting (fixed params, a Pipeline's steps)
+    # on hover
+    row = Markup("<tr><td>{}</td><td><code title='{}'>{}</code></td><td>{}</td><td>{}</td>"
+                 "<td>{}</td><td>{}</td></tr>")
     body = []
     for r in rows_:
         estimate = Markup(_number(r["estimate"]))
@@ -213,6 +223,7 @@ def to_html(rows_: list[dict], *, loss: str | None) -> Markup:
         warnings = Markup(", ").join(Markup("<span title='{}'>{}</span>").format(w["message"],
                                                                                 w["code"])
                                      for w in r["warnings"])
-        body.append(row.format(r["criterion"], r["chosen"], estimate, interval,
+        body.append(row.format(r["criterion"], r.get("description", ""), r["chosen"], estimate,
+                               interval,
                                _number(r["test_risk"]), warnings))
     return Markup("<table class='summary'>{}{}</table>").format(head, Markup("").join(body))

@@ -77,8 +77,8 @@ def test_hand_computed_squared_loss_n6_k3():
     assert float(res["test_risk"]) == pytest.approx(5, rel=1e-14)
     assert float(res["kfold_test_risk"]) == pytest.approx(2, rel=1e-14)
     assert res.attrs["estimator"] == "corrected_kfold" and res.attrs["loss"] == "squared"
-    assert res.attrs["selected_params"] == {"index": 0, "learner": "hand", "h": 0}
-    assert res.attrs["kfold_selected_params"] == {"index": 1, "learner": "hand", "h": 1}
+    assert res.attrs["selected_params"] == {"index": 0, "learner": "hand", "params": {"h": 0}}
+    assert res.attrs["kfold_selected_params"] == {"index": 1, "learner": "hand", "params": {"h": 1}}
 
 
 def test_hand_computed_absolute_loss_chosen_at_reduction_time():

@@ -80,7 +80,7 @@ def test_simplest_member():
     cube = cube_from_predictions(pred, np.zeros(12), design, loss="absolute")
     out = cv_confidence(cube, B=50, simplest={"h": "max"})
     np.testing.assert_array_equal(out["in_set"].values, [True, True, False])
-    assert int(out["simplest"]) == 1 and out.attrs["simplest_params"]["h"] == 1
+    assert int(out["simplest"]) == 1 and out.attrs["simplest_params"]["params"]["h"] == 1
     assert int(cv_confidence(cube, B=50, simplest={"h": "min"})["simplest"]) == 0
     with pytest.raises(InputError, match=r"cv_confidence.simplest: no hyperparameter 'C' in "
                                          r"the grid; it has h"):

@@ -325,3 +325,81 @@ def test_multiclass_report_says_no_positive_class(wine_store, tmp_path):
     text = run_cli("report", wine_store).stdout
     assert "positive class" not in html.read_text() and "positive class" not in text
     assert "classes: 0, 1, 2" in text
+
+
+def test_labels_name_learner_and_tuned_values_only(wine_store, tmp_path):
+    import json
+
+    text = run_cli("report", wine_store)
+    assert text.returncode == 0, text.stderr
+    out = text.stdout
+    for label in ("logreg(m__C=1)", "logreg(m__C=0.01)", "tree(max_depth=3)"):
+        assert label in out, out
+    # fixed params and a Pipeline's steps are the learner's, never in a label
+    for fixed in ("steps", "random_state", "criterion", "max_iter", "StandardScaler"):
+        assert fixed not in out, (fixed, out)
+    # bates_ncv, wald_cv and cv_confidence list params by their labels, not "param 0:"
+    assert not re.search(r"param \d+:", out), out
+    bates = out.split("bates_ncv:", 1)[1].split("wald_cv:", 1)[0]
+    assert sum(label in bates for label in ("logreg(m__C=0.01)", "logreg(m__C=0.1)",
+                                            "logreg(m__C=1)", "tree(max_depth=1)",
+                                            "tree(max_depth=2)", "tree(max_depth=3)")) == 6
+    res = json.loads(run_cli("report", wine_store, "--json").stdout)
+    for name in ("kfold", "bbc_cv"):
+        assert res[name]["selected_params"] == {"index": 2, "learner": "logreg",
+                                                "params": {"m__C": 1.0}}, res[name]
+    html = tmp_path / "w.html"
+    assert run_cli("report", wine_store, "--html", html).returncode == 0
+    page = html.read_text()
+    assert "steps=" not in page and "random_state=" not in page     # no long label anywhere
+    rows = _summary_rows(page)
+    assert rows["kfold"][1] == "logreg(m__C=1)", rows["kfold"]
+    # the full description is on hover (the chosen cell's title)
+    import html as html_lib
+
+    assert re.search(r"<code title='#2 logreg: \{[^']*StandardScaler[^']*'>logreg\(m__C=1\)</code>",
+                     html_lib.unescape(page))
+
+
+def test_long_grids_say_how_many_more(tmp_path):
+    wf = tmp_path / "long.yaml"
+    wf.write_text(QUICK.replace("grid: {alpha: [0.01, 0.1, 1.0, 10.0]}",
+                                "grid: {alpha: {logspace: [-3, 3, 13]}}")
+                  .replace("design: {folds: 5, seed: 0}", "design: {folds: 3, seed: 0}")
+                  .replace("estimators: [kfold]", "estimators: [kfold, bates_ncv, wald_cv]")
+                  + "execution: {cluster: threads, workers: 1}\n")
+    res = run_cli("run", wf, "--store", tmp_path / "long.zarr")
+    assert res.returncode == 0, res.stderr
+    bates = res.stdout.split("bates_ncv:", 1)[1].split("wald_cv:", 1)[0]
+    assert bates.count("ridge(alpha=") == 10 and "... and 3 more" in bates, bates
+    assert "K-fold (squared), the 12 best of 13 params:" in res.stdout
+
+
+PY_PIPELINE = """
+import warnings; warnings.simplefilter("ignore")
+import numpy as np, cvflow
+from sklearn.base import clone
+from sklearn.datasets import load_diabetes
+from sklearn.linear_model import Ridge
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+X, y = load_diabetes(return_X_y=True)
+pipe = make_pipeline(StandardScaler(), Ridge())
+study = cvflow.Study({"ridge": (pipe, {"ridge__alpha": [0.1, 10.0, 100.0]})}, cv=5,
+                     estimators=["kfold", "corrected_kfold"])
+result = study.run(X, y, store=%r, cluster="threads", workers=1, progress=False)
+for name in ("kfold", "corrected_kfold"):
+    selected = result[name].attrs["selected_params"]
+    assert selected == result.selected[name], (selected, result.selected[name])
+    model = clone(pipe).set_params(**selected["params"]).fit(X, y)
+    ref = result.refit(name)
+    assert np.array_equal(model.predict(X), ref.predict(X))
+    print("OK", name, selected["params"])
+"""
+
+
+def test_selected_params_rebuild_a_pipeline_with_set_params(tmp_path):
+    res = python(PY_PIPELINE % str(tmp_path / "p.zarr"))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("OK ") == 2, res.stdout
+    assert "steps" not in res.stdout

@@ -82,7 +82,8 @@ def test_equals_gridsearchcv_in_every_outer_training_set(store):
         assert float(got[key]) == pytest.approx(ref[key], rel=1e-10, abs=1e-10), key
     np.testing.assert_allclose(got["difference"].values, ref["difference"], rtol=1e-10)
     for name, key in (("ridge", "chosen_params_a"), ("knn", "chosen_params_b")):
-        picks = [[{k: v for k, v in p.items() if k in ref["chosen"][name][0, 0]} for p in row]
+        picks = [[{k: v for k, v in p["params"].items() if k in ref["chosen"][name][0, 0]}
+                  for p in row]
                  for row in got.attrs[key]]
         assert picks == ref["chosen"][name].tolist()
     # the comparison is not degenerate: the learners' choices vary and the test has signal

@@ -171,7 +171,7 @@ def test_issue_27_bad_compare_never_reaches_a_store(tmp_path):
     bad.write_text(base + "estimators: [kfold, {corrected_t: {compare: "
                           "[ridge(alpha=1.0), lasso(alpha=0.1)]}}]\n")
     fragment = (f"{bad}: estimators[1].corrected_t.compare: no param of 'ridge' matches "
-                "'ridge(alpha=1.0)'; its params are 0: ridge(alpha=0.5); 1: ridge(alpha=2.0)")
+                "'ridge(alpha=1.0)'; its params are 0: ridge(alpha=0.5); 1: ridge(alpha=2)")
     proc = run_cli("validate", bad)
     assert proc.returncode == 2 and proc.stderr == f"cvflow: error: {fragment}\n"
     store = tmp_path / "s.zarr"

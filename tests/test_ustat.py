@@ -314,7 +314,7 @@ def test_compare_options_are_checked():
     same = ustat(cube, a=2, b=0)
     other = ustat(cube, compare=["hand(h=2)", {"learner": "hand", "h": 0}])
     assert float(same["estimate"]) == float(other["estimate"])
-    assert same.attrs["a"]["h"] == 2
+    assert same.attrs["a"]["params"]["h"] == 2
 
 
 def test_registered_and_json_friendly():

@@ -5,6 +5,7 @@ selections are by split index, reductions over ``sample`` are weighted sums.
 """
 from __future__ import annotations
 
+import functools
 import json
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -476,23 +477,86 @@ def argmin_first(values: xr.DataArray, dim: str = "param") -> xr.DataArray:
     return xr.DataArray(idx, dims=dims, coords=coords)
 
 
+@functools.lru_cache(maxsize=32)
+def _fixed_params(workflow: str) -> dict[str, dict]:
+    """Each learner's fixed params (its ``params:``) from a store's workflow JSON."""
+    out = {}
+    for entry in json.loads(workflow or "{}").get("learners") or []:
+        path = str(entry.get("class") or entry.get("estimator") or "")
+        out[str(entry.get("name") or path.rpartition(".")[2])] = dict(entry.get("params") or {})
+    return out
+
+
+def tuned_settings(cube: xr.Dataset, index: int) -> dict:
+    """The settings of param ``index`` that its grid sets: those with a hyperparameter
+    coordinate on ``param`` (the cube has one per grid name), less a learner's fixed params
+    (the store's workflow, when the cube carries it). Plain data (:mod:`cvflow.describe`), so
+    ``clone(estimator).set_params(**tuned_settings(cube, h))`` rebuilds the param from its
+    learner's estimator."""
+    from ..coords import hyperparameter_coord
+
+    setting = json.loads(str(cube["param_json"].values[int(index)]))
+    fixed = _fixed_params(str(cube.attrs.get("workflow") or "")).get(setting["learner"], {})
+    return {k: v for k, v in setting["params"].items()
+            if hyperparameter_coord(k) in cube.coords
+            and cube.coords[hyperparameter_coord(k)].dims == ("param",)
+            and not (k in fixed and fixed[k] == v)}
+
+
 def param_label(cube: xr.Dataset, index: int) -> dict:
-    """The learner and hyperparameters of param ``index`` as a plain dict (JSON-ready)."""
+    """Param ``index`` as ``{"index", "learner", "params"}``, ``params`` its tuned settings
+    only (:func:`tuned_settings`): the vocabulary of ``StudyResult.selected``. ``{}`` for no
+    param (index -1: every param failed)."""
     if index is None or int(index) < 0:
         return {}
     setting = json.loads(str(cube["param_json"].values[int(index)]))
-    return {"index": int(index), "learner": setting["learner"], **setting["params"]}
+    return {"index": int(index), "learner": setting["learner"],
+            "params": tuned_settings(cube, int(index))}
 
 
 def param_text(label: dict) -> str:
-    """``#index learner(key=value, ...)`` of a :func:`param_label` dict; "(none)" when empty."""
+    """The short label of a :func:`param_label` dict: ``learner(key=value, ...)`` with the tuned
+    values only (``hgb(max_depth=2)``), the learner alone when its grid has one point;
+    "(none)" when empty."""
     if not label:
         return "(none: every param failed)"
     from ..describe import short
 
-    # nested estimators (a Pipeline's steps) are long: shown as [...] / Class(params)
-    inner = ", ".join(f"{k}={short(v)}" for k, v in label.items() if k not in ("index", "learner"))
-    return f"#{label['index']} {label['learner']}({inner})"
+    settings = label.get("params")
+    if not isinstance(settings, dict):          # a label of the older flat form
+        settings = {k: v for k, v in label.items() if k not in ("index", "learner")}
+    # DESIGN CHOICE: a label is short everywhere (text, JSON keys, plot axes): fixed params and
+    # a Pipeline's steps are the learner's, not the param's; param_description has them all
+    inner = ", ".join(f"{k}={short(v)}" for k, v in settings.items())
+    return f"{label['learner']}({inner})" if inner else str(label["learner"])
+
+
+def param_description(cube: xr.Dataset, index: int) -> str:
+    """The full setting of param ``index`` (fixed params and nested estimators included), for a
+    page's hover text: ``#index learner`` then its settings as JSON."""
+    setting = json.loads(str(cube["param_json"].values[int(index)]))
+    return (f"#{int(index)} {setting['learner']}: "
+            f"{json.dumps(setting['params'], sort_keys=True, default=str)}")
+
+
+def result_labels(result: xr.Dataset) -> list[str]:
+    """Short labels of a result's params: its ``param`` coordinates when it has a ``param``
+    dimension, else the one param its attrs name (``param``, e.g. ``bates_ncv(param=3)``)."""
+    if "param_json" in result.coords and result["param_json"].dims == ("param",):
+        return param_labels(result)
+    label = result.attrs.get("param")
+    return [param_text(label)] if isinstance(label, dict) and label else ["param"]
+
+
+def more_rows(total: int, shown: int) -> list[str]:
+    """The line a text report ends a cut table with: "... and N more", or nothing."""
+    return [] if total <= shown else [f"  ... and {total - shown} more "
+                                      "(cvflow report --json lists every param)"]
+
+
+def param_labels(cube: xr.Dataset) -> list[str]:
+    """The short label (:func:`param_text`) of every param, in grid order."""
+    return [param_text(param_label(cube, h)) for h in range(cube.sizes["param"])]
 
 
 def param_coords(cube: xr.Dataset) -> dict:
@@ -567,6 +631,8 @@ def resolve_param(cube: xr.Dataset, spec, *, where: str = "param") -> int:
         learner, wanted = _parse_param_string(stripped, where)
     elif isinstance(spec, dict):
         wanted = dict(spec)
+        if isinstance(wanted.get("params"), dict):      # a param_label: {index, learner, params}
+            wanted = {"learner": wanted.get("learner"), **wanted["params"]}
         learner = wanted.pop("learner", None)
         if learner is None:
             raise InputError(f"{where}: {spec!r} has no 'learner' key; "
@@ -585,8 +651,7 @@ def resolve_param(cube: xr.Dataset, spec, *, where: str = "param") -> int:
                       for k, v in wanted.items())]
 
     def show(h):
-        hyper = ", ".join(f"{k}={v}" for k, v in sorted(settings[h][1].items()))
-        return f"{h}: {learner}({hyper})"
+        return f"{h}: {param_text(param_label(cube, h))}"
 
     if len(matches) == 1:
         return matches[0]

@@ -19,8 +19,8 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from ._cube import (analysis_groups, analysis_weights, fold_membership, loss_name,
-                    param_coords, param_label, role_terms, weighted_sum)
+from ._cube import (analysis_groups, analysis_weights, fold_membership, loss_name, more_rows,
+                    param_coords, param_label, result_labels, role_terms, weighted_sum)
 from . import guardrails
 from .kfold import fold_sizes
 from .nested import inner_score
@@ -349,18 +349,21 @@ def _fmt(result: xr.Dataset, var: str) -> list[float]:
 
 
 def describe(result: xr.Dataset) -> list[str]:
-    """Text-report lines for :func:`bates_ncv` (one line per param, at most 10)."""
+    """Text-report lines for :func:`bates_ncv` (one line per param by its label, at most 10
+    and then how many more)."""
     level = 100 * (1 - float(result.attrs.get("alpha", 0.1)))
     lines = [f"Bates nested-CV {level:.0f}% intervals ({result.attrs.get('loss')}; "
              "naive CV interval in brackets):"]
     cols = {v: _fmt(result, v) for v in ("estimate", "lower", "upper", "err_cv", "naive_lower",
                                         "naive_upper", "width_ratio")}
+    labels = result_labels(result)
+    width = max(map(len, labels[:10]))
     for h in range(min(10, len(cols["estimate"]))):
-        lines.append(f"  param {h}: {cols['estimate'][h]:.5g} [{cols['lower'][h]:.5g}, "
+        lines.append(f"  {labels[h]:<{width}}  {cols['estimate'][h]:.5g} [{cols['lower'][h]:.5g}, "
                      f"{cols['upper'][h]:.5g}]   naive {cols['err_cv'][h]:.5g} "
                      f"[{cols['naive_lower'][h]:.5g}, {cols['naive_upper'][h]:.5g}]   "
                      f"width ratio {cols['width_ratio'][h]:.3g}")
-    return lines
+    return lines + more_rows(len(cols["estimate"]), 10)
 
 
 def describe_wald(result: xr.Dataset) -> list[str]:
@@ -378,17 +381,19 @@ def describe_wald(result: xr.Dataset) -> list[str]:
     names = {"cluster": "cluster-robust", "within": "within-fold", "all": "all-pairs"}
     cols = {v: _fmt(result, v) for v in ["estimate"] + [f"{e}_{k}" for k in kinds
                                                          for e in ("lower", "upper")]}
+    labels = (["e_a − e_b"] if at.get("mode") == "difference" else result_labels(result))
+    width = max(map(len, labels[:10]))
     for h in range(min(10, len(cols["estimate"]))):
         parts = [f"{names[k]} [{cols[f'lower_{k}'][h]:.5g}, {cols[f'upper_{k}'][h]:.5g}]"
                  for k in kinds]
-        lines.append(f"  param {h}: {cols['estimate'][h]:.5g}  " + "  ".join(parts))
+        lines.append(f"  {labels[h]:<{width}}  {cols['estimate'][h]:.5g}  " + "  ".join(parts))
+    lines += more_rows(len(cols["estimate"]), 10)
     if clustered:
         effect = _fmt(result, "design_effect")
         lines.append(f"  within-fold and all-pairs assume independent samples; the groups "
                      f"inflate the variance by {', '.join(f'{x:.3g}' for x in effect[:10])}x "
                      "(design effect)")
     if at.get("mode") == "difference":
-        lines[1] = lines[1].replace("param 0", "e_a − e_b")
         test = f"  paired test: p = {float(result['p_value_within']):.4g} (within-fold), " \
                f"{float(result['p_value_all']):.4g} (all-pairs)"
         if clustered:

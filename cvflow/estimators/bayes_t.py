@@ -135,7 +135,8 @@ def describe(result: xr.Dataset) -> list[str]:
 def render(result: xr.Dataset, page) -> None:
     """HTML: the three probabilities and the posterior's parameters as a table."""
     at = result.attrs
-    page.table(f"bayes_t: a = {at.get('a')}, b = {at.get('b')}, rope {at.get('rope')}",
+    page.table(f"bayes_t: a = {param_text(at.get('a') or {})}, "
+               f"b = {param_text(at.get('b') or {})}, rope {at.get('rope')}",
                {"P(a better)": float(result["p_a_better"]), "P(rope)": float(result["p_rope"]),
                 "P(b better)": float(result["p_b_better"]), "posterior df": int(result["df"]),
                 "posterior location (e_a − e_b)": float(result["location"]),

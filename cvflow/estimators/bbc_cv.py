@@ -34,7 +34,7 @@ import numpy as np
 import xarray as xr
 
 from . import guardrails, np_roles
-from ._cube import analysis_groups, loss_name
+from ._cube import analysis_groups, loss_name, param_text
 from .paired import out_of_fold
 from .registry import Option, choice as one_of, declare, fmt, integer, probability
 from .selection import selection
@@ -158,7 +158,7 @@ def describe(result: xr.Dataset) -> list[str]:
     grouped = f", bootstrap of G = {at['groups']} groups" if "groups" in at else ""
     return [f"BBC-CV (B = {at.get('B')}, seed {at.get('seed')}, {at.get('repeats')} repeat(s), "
             f"loss {at.get('loss')}{grouped})",
-            f"  selected by K-fold: {at.get('selected_params')}",
+            f"  selected by K-fold: {param_text(at.get('selected_params') or {})}",
             f"  K-fold estimate {fmt(float(result['kfold_min']))}  BBC-CV estimate "
             f"{fmt(float(result['estimate']))} ({level:g}% [{fmt(float(result['lower']))}, "
             f"{fmt(float(result['upper']))}])  bias {fmt(float(result['bias']))}"]

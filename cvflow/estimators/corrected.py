@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 from . import guardrails, np_roles
-from ._cube import loss_name, param_coords, role_terms
+from ._cube import loss_name, param_coords, param_text, role_terms
 from .kfold import fold_sizes, kfold_scores
 from .registry import declare
 from .selection import selection
@@ -106,17 +106,6 @@ def corrected_kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     return guardrails.attach(out, guardrails.missing(int(terms["missing"].sum()),
                                                      "corrected_kfold"), "corrected_kfold")
 
-def _setting(setting: dict, varied=None) -> str:
-    """``learner(name=value, ...)``, showing only the hyperparameters of the grid (``varied``)."""
-    if not setting:
-        return "(none: every param failed)"
-    shown = {k: v for k, v in setting.items() if k not in ("index", "learner")
-             and (varied is None or k in varied)}
-    values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                       for k, v in shown.items())
-    return f"{setting['learner']}({values})" if values else str(setting["learner"])
-
-
 def _at(values: xr.DataArray, index: int) -> str:
     return f"{float(values.values[index]):.6g}" if index >= 0 else "nan"
 
@@ -124,11 +113,9 @@ def _at(values: xr.DataArray, index: int) -> str:
 def describe(result: xr.Dataset) -> list[str]:
     """Text-report lines: the K-fold and the corrected K-fold selections side by side."""
     a = result.attrs
-    varied = {k for k, c in result.coords.items() if c.dims == ("param",)} - {
-        "learner", "output", "param_json"}
     plain, corrected = int(result["kfold_selected"]), int(result["selected"])
-    rows = [("chosen param", _setting(a["kfold_selected_params"], varied),
-             _setting(a["selected_params"], varied)),
+    rows = [("chosen param", param_text(a["kfold_selected_params"]),
+             param_text(a["selected_params"])),
             ("grid index", str(plain), str(corrected)),
             ("CV estimate", _at(result["kfold"], plain), _at(result["estimate"], corrected))]
     if "test_risk" in result:

@@ -22,7 +22,7 @@ import numpy as np
 import xarray as xr
 
 from . import guardrails
-from ._cube import fold_level_groups, loss_name
+from ._cube import fold_level_groups, loss_name, param_text
 from .paired import compare_attrs, compare_check, compare_params, fold_scores
 from .registry import Option, declare, fmt, param_refs, probability
 from .ustat import nadeau_bengio_stats
@@ -113,10 +113,11 @@ def describe(result: xr.Dataset) -> list[str]:
     head = (f"corrected repeated K-fold t (K = {at.get('folds')}, R = {at.get('repeats')}, "
             f"df {int(result['df'])}, loss {at.get('loss')})")
     if at.get("mode") == "difference":
-        return [head, f"  a = {at.get('a')}", f"  b = {at.get('b')}",
+        return [head, f"  a = {param_text(at.get('a') or {})}",
+                f"  b = {param_text(at.get('b') or {})}",
                 f"  e_a − e_b: {fmt(v['estimate'])}  se {fmt(v['se'])}  t = {fmt(v['t'])}  "
                 f"p = {fmt(v['p_value'])}  {level:g}% CI [{fmt(v['lower'])}, {fmt(v['upper'])}]"]
-    return [head, f"  param = {at.get('a')}",
+    return [head, f"  param = {param_text(at.get('a') or {})}",
             f"  error: {fmt(v['estimate'])}  se {fmt(v['se'])}  {level:g}% CI "
             f"[{fmt(v['lower'])}, {fmt(v['upper'])}]"]
 

@@ -41,7 +41,8 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails, np_roles
-from ._cube import analysis_groups, loss_name, param_coords, param_label
+from ._cube import (analysis_groups, loss_name, more_rows, param_coords, param_label,
+                    param_text, result_labels)
 from .paired import out_of_fold
 from .registry import Option, choice, declare, integer, probability
 
@@ -205,11 +206,14 @@ def describe(result: xr.Dataset) -> list[str]:
              f"{at.get('repeat')}, loss {at.get('loss')}{grouped}): {len(members)} of "
              f"{result.sizes['param']} params"]
     order = members[np.argsort(result["estimate"].values[members], kind="stable")][:10]
+    labels = result_labels(result)
+    width = max((len(labels[h]) for h in order), default=0)
     for h in order:
-        lines.append(f"  param {int(h)}: CV {float(result['estimate'][h]):.5g}  "
+        lines.append(f"  {labels[h]:<{width}}  CV {float(result['estimate'][h]):.5g}  "
                      f"p = {float(result['p_value'][h]):.3g}")
+    lines += more_rows(len(members), len(order))
     if "simplest" in result:
-        lines.append(f"  most regularised member: {at.get('simplest_params')}")
+        lines.append(f"  most regularised member: {param_text(at.get('simplest_params') or {})}")
     return lines
 
 

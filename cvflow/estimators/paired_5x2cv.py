@@ -21,7 +21,7 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import fold_level_groups, loss_name
+from ._cube import fold_level_groups, loss_name, param_text
 from .paired import compare_attrs, compare_check, compare_params, fold_scores
 from .registry import Option, declare, fmt, param_refs, probability
 
@@ -134,7 +134,8 @@ def describe(result: xr.Dataset) -> list[str]:
     """Text-report lines for :func:`paired_5x2cv`."""
     at = result.attrs
     v = {key: float(result[key]) for key in SCALARS}
-    return [f"5×2cv tests (loss {at.get('loss')})", f"  a = {at.get('a')}", f"  b = {at.get('b')}",
+    return [f"5×2cv tests (loss {at.get('loss')})", f"  a = {param_text(at.get('a') or {})}",
+            f"  b = {param_text(at.get('b') or {})}",
             f"  mean e_a − e_b: {fmt(v['estimate'])}  Dietterich t = {fmt(v['t'])} (5 df, "
             f"p = {fmt(v['p_value'])})  Alpaydın F = {fmt(v['f'])} (10, 5 df, "
             f"p = {fmt(v['f_p_value'])})"]

@@ -41,7 +41,7 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import param_label, pointwise, pointwise_loss, resolve_param
+from ._cube import param_label, param_text, pointwise, pointwise_loss, resolve_param
 from .np_roles import normal_quantile
 from .registry import Option, declare, fmt, integer, param_refs, probability
 
@@ -526,8 +526,8 @@ def describe(result: xr.Dataset) -> list[str]:
             f"n = {int(result['n'])}, {int(result['fits'])} learning sets, loss {at.get('loss')})")
     lines = [head]
     if at.get("mode") == "difference":
-        lines.append(f"  a = {at.get('a')}")
-        lines.append(f"  b = {at.get('b')}")
+        lines.append(f"  a = {param_text(at.get('a') or {})}")
+        lines.append(f"  b = {param_text(at.get('b') or {})}")
         lines.append(f"  Δ = e_a - e_b: {fmt(float(result['estimate']))}  "
                      f"v̂ = {fmt(float(result['variance']))} (design se "
                      f"{fmt(float(result['variance_se']))})  design var of Δ = "
@@ -538,7 +538,7 @@ def describe(result: xr.Dataset) -> list[str]:
         err = result["error"].values
         lines.append(f"  e_a = {fmt(err[0])}  e_b = {fmt(err[1])}")
     else:
-        lines.append(f"  param = {at.get('a')}")
+        lines.append(f"  param = {param_text(at.get('a') or {})}")
         lines.append(f"  error: {fmt(float(result['estimate']))}  v̂ = "
                      f"{fmt(float(result['variance']))}  {level:g}% CI "
                      f"[{fmt(float(result['lower']))}, {fmt(float(result['upper']))}]")
@@ -563,11 +563,7 @@ def describe_nadeau_bengio(result: xr.Dataset) -> list[str]:
 
 
 def _short(label: dict | None) -> str:
-    if not label:
-        return "-"
-    rest = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                     for k, v in label.items() if k not in ("index", "learner"))
-    return f"{label.get('learner')}({rest})"
+    return param_text(label) if label else "-"
 
 
 def _render(label: str):
