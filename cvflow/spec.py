@@ -724,6 +724,7 @@ def _estimators(where: str, raw: Any, base: Path) -> list[tuple[str, dict]]:
         _fail(where, "estimators", "give a list of estimator names or {name: {options}}")
     out = []
     options: dict
+    seen: dict[str, int] = {}
     for i, item in enumerate(raw):
         if isinstance(item, str):
             name, options = item, {}
@@ -737,6 +738,13 @@ def _estimators(where: str, raw: Any, base: Path) -> list[tuple[str, dict]]:
             options = spec.check_options(options, f"estimators[{i}].{name}")
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
+        # DESIGN CHOICE: a report holds one result per estimator name, so a second entry of
+        # the same estimator (other options) is refused instead of silently replacing the first.
+        if str(name) in seen:
+            _fail(where, f"estimators[{i}]", f"{name} is listed twice (also estimators"
+                  f"[{seen[str(name)]}]); keep one entry, and ask other options later with "
+                  f"cvflow report --set {name}.OPTION=VALUE")
+        seen[str(name)] = i
         out.append((str(name), options))
     return out
 

@@ -62,6 +62,9 @@ BAD = [
     ("folds-too-many", QUICK.replace("folds: 5", "folds: 500"),
      "design.folds: 500 folds but only 442 samples; use at most 442"),
     ("unknown-estimator", QUICK.replace("[kfold]", "[kfolds]"), "unknown estimator 'kfolds'"),
+    # listed twice with other options, the report used to keep the last one silently
+    ("duplicate-estimator", QUICK.replace("[kfold]", "[kfold, {kfold: {average: folds}}]"),
+     "estimators[1]: kfold is listed twice (also estimators[0])"),
     ("bad-loss", QUICK + "loss: hinge\n", "loss: 'hinge' is not a regression loss"),
     # raw exceptions (exit 1) or silently taken before
     ("range-step-0", QUICK.replace("[0.01, 0.1, 1.0, 10.0]", "{range: [0, 1, 0]}"),
