@@ -54,6 +54,8 @@ class Damage:
     problem: str
 
     def __str__(self) -> str:
+        if self.chunk == ():                 # the variable's own metadata object
+            return f"{self.variable}/zarr.json is {self.problem}"
         return f"{self.variable} chunk {self.chunk} is {self.problem}"
 
 
@@ -91,8 +93,29 @@ def problem(exc: BaseException) -> str | None:
 
 
 def open_array(location: str, name: str, mode: str = "r"):
-    return zarr.open_array(location, path=name, mode=mode,
-                           storage_options=storage_options(location))
+    """Variable ``name`` of the store as a zarr array, from its own ``zarr.json``; metadata that
+    does not decode (it carries no checksum) raises StoreError naming that object."""
+    try:
+        return zarr.open_array(location, path=name, mode=mode,
+                               storage_options=storage_options(location))
+    except Exception as exc:
+        what = problem(exc)
+        if what is None:
+            raise
+        raise DamagedMetadata(location, Damage(name, (), what)) from None
+
+
+class DamagedMetadata(StoreError):
+    """A variable's ``zarr.json`` does not decode (:attr:`damage`, its ``chunk`` is ``()``);
+    never refitted."""
+
+    def __init__(self, location: str, damage: Damage):
+        super().__init__(f"store: {location}: {damage}; the store is damaged: restore it from a "
+                         f"copy, or rerun with --overwrite to refit everything")
+        self.location, self.damage = location, damage
+
+    def __reduce__(self):
+        return type(self), (self.location, self.damage)
 
 
 def checksummed(array) -> bool:
@@ -289,7 +312,7 @@ class Report:
 
     def text(self) -> str:
         lines = [f"{self.store}: {d}" for d in self.damaged]
-        refit = [d for d in self.damaged if d.variable == REFITTED]
+        refit = [d for d in self.damaged if d.variable == REFITTED and d.chunk != ()]
         lines.append(f"{self.store}: {self.chunks} chunks of {self.variables} variables read, "
                      f"{len(self.damaged)} damaged"
                      + ("" if self.checksums else

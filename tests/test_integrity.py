@@ -255,6 +255,31 @@ def test_a_corrupt_done_is_named_by_status_and_run(finished, copy, tmp_path):
     assert tree_digest(copy) == before
 
 
+def test_verify_lists_a_corrupt_variable_metadata_object(finished, copy, tmp_path):
+    """pred/zarr.json carries no checksum. Damaged, report and status said `cvflow: error:
+    UnicodeDecodeError: ...` (exit 1, no file named) and verify said "0 damaged" (exit 0, it
+    reads the consolidated metadata); now report, status and run name the object (exit 2,
+    store unchanged) and verify lists it (exit 1) as damage that cannot be refitted."""
+    wf = finished[0]
+    data = bytearray((copy / "pred" / "zarr.json").read_bytes())
+    data[40] = 0x90                                   # not UTF-8: the JSON cannot be decoded
+    (copy / "pred" / "zarr.json").write_bytes(bytes(data))
+    before = tree_digest(copy)
+    for args in (("report", copy), ("status", copy), ("run", wf, "--store", copy)):
+        result = run_cli(*args, cwd=tmp_path)
+        assert result.returncode == 2 and "fits performed" not in result.stdout, result.stderr
+        _one_line(result, r"pred/zarr\.json is corrupt \(cannot be decoded: .*\); the store is "
+                          r"damaged: restore it from a copy, or rerun with --overwrite")
+    assert tree_digest(copy) == before
+    verify = run_cli("verify", copy, "--json", cwd=tmp_path)
+    assert verify.returncode == 1, verify.stderr
+    found = json.loads(verify.stdout)
+    assert [(d["variable"], d["chunk"]) for d in found["damaged"]] == [("pred", [])]
+    text = run_cli("verify", copy, cwd=tmp_path).stdout
+    assert "pred/zarr.json is corrupt" in text and "cannot be refitted" in text
+    assert "`cvflow run` refits" not in text
+
+
 def test_verify_refuses_what_is_not_a_store(tmp_path):
     (tmp_path / "x").mkdir()
     result = run_cli("verify", tmp_path / "x")
