@@ -252,12 +252,12 @@ def test_workers_whose_nanny_closed_for_good_are_replaced():
 
     with connect("local", workers=2, tls=False, options={"dashboard_port": None}) as client:
         client.wait_for_workers(2, timeout=120)
-        name, nanny = next(iter(client.cluster.workers.items()))
+        nanny = next(iter(client.cluster.workers.values()))
         client.cluster.sync(nanny.close)                   # as after a failed restart
         assert nanny.status in (Status.closed, Status.failed)
         assert replace_lost_workers(client) == 1
         client.wait_for_workers(2, timeout=120)
-        assert client.cluster.workers[name] is not nanny       # a new nanny (the name reused)
+        assert nanny not in client.cluster.workers.values()    # a new nanny (its name may be reused)
         assert len(client.scheduler_info()["workers"]) == 2
         assert client.submit(_double, 3).result() == 6
         assert replace_lost_workers(client) == 0
