@@ -79,20 +79,12 @@ def prepare_store(workflow: Workflow, study: Study, store: str | os.PathLike, *,
     if fpt == "auto" and seconds is None:
         seconds = seconds_per_fit(workflow, study)
     auto_path = fpt == "auto" and bool(workflow.execution.get("path_aware", True))
-    # DESIGN CHOICE: a raced study (cvflow.racing) is fitted stage by stage, the first stages
-    # one fold (one split) each: its blocks are one split wide and its params cut as for a
-    # study of one split, so that one stage alone gives every worker a task. Cut as a whole
-    # study, a stage of a 40-param grid of millisecond fits was one block on one worker.
-    raced = bool(workflow.racing)
-    chunks = choose_chunks(len(study.params), 1 if raced else study.design.n_splits,
-                           seconds_per_fit=seconds or 0.0,
+    chunks = choose_chunks(len(study.params), study.design.n_splits, seconds_per_fit=seconds or 0.0,
                            n_workers=n_workers, fits_per_task=None if fpt == "auto" else int(fpt),
                            n_samples=d.X.shape[0] * (len(d.positive) if isinstance(d.positive, tuple)
                                                      else 1),      # values a fit stores
                            itemsize=np.dtype(dtype).itemsize,
                            path_length=path_length(study.params) if auto_path else 1)
-    if raced:
-        chunks = (chunks[0], 1)
     template = cube_store.cube_template(study.data, study.design, study.params, attrs=study.attrs,
                                         chunks=chunks,
                                         dtype=workflow.execution.get("dtype", "float64"))

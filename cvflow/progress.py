@@ -108,7 +108,8 @@ class Progress:
         bar = "#" * int(frac * self.width)
         line = (f"[{bar:<{self.width}}] {done}/{todo} fits"
                 + (f" ({skipped} skipped by racing)" if skipped else "")
-                + f"  {elapsed:6.1f}s  ETA {eta:5.1f}s")
+                + f"  {elapsed:6.1f}s  ETA "
+                + (f"{eta:5.1f}s" if eta == eta else "    ?"))      # NaN: nothing done yet
         self._print(line, end="\r" if self.tty and done < todo else "\n")
 
     def finish(self, result) -> None:

@@ -203,36 +203,6 @@ def test_study_racing_in_python(tmp_path):
     assert "racing: " in text and "beaten by ridge(alpha=" in text.replace("Ridge", "ridge")
 
 
-def test_raced_store_blocks_are_one_split_wide_and_a_fold_stage_feeds_every_worker(tmp_path):
-    """A raced study's layout (generic fits of 5 ms): blocks one split wide, its params cut so
-    that the first stage (one fold) alone is several blocks; the same grid unraced keeps whole
-    param rows (one block per fold: one worker busy)."""
-    import cvflow
-    from cvflow.plan import prepare_store
-    from cvflow.racing import Race
-
-    generic = "execution: {cluster: threads, path_aware: false}"
-    raced = _write(tmp_path, "racing: {alpha: 0.05}")
-    raced.write_text(raced.read_text().replace("execution: {cluster: threads}", generic)
-                     .replace("repeats: 2", "repeats: 3"))          # 16 splits
-    wf = cvflow.load_workflow(raced)
-    study = wf.build()
-    layout = prepare_store(wf, study, tmp_path / "r.zarr", n_workers=2, seconds=0.005,
-                           create=False)
-    assert layout.chunks[1] == 1
-    race = Race.start(wf.racing, study.design, len(study.params))
-    from cvflow.racing import stage_blocks
-
-    done = np.zeros((len(study.params), study.design.n_splits), bool)
-    assert len(stage_blocks(race, 0, done, layout.chunks)) >= 2
-    plain = _write(tmp_path, "", name="plain.yaml")
-    plain.write_text(plain.read_text().replace("execution: {cluster: threads}", generic)
-                     .replace("repeats: 2", "repeats: 3"))
-    plain = cvflow.load_workflow(plain)
-    assert prepare_store(plain, plain.build(), tmp_path / "p.zarr", n_workers=2, seconds=0.005,
-                         create=False).chunks[0] == len(study.params)
-
-
 def test_stage_reader_reads_each_stage_s_out_of_fold_losses(tmp_path):
     """StageReader, stage by stage on a stored study, gives the out-of-fold squared losses of
     the folds seen so far (by hand from pred, y and the fold labels), NaN for the rest and for
