@@ -113,7 +113,7 @@ def main(argv=None) -> dict:
         nested = last["out"]["nested_cv"]
         sk_choice = [(e.best_params_["max_depth"], e.best_params_["min_samples_leaf"])
                      for e in sk_res["estimator"]]
-        cv_choice = [(c["max_depth"], c["min_samples_leaf"])
+        cv_choice = [(c["params"]["max_depth"], c["params"]["min_samples_leaf"])
                      for c in nested.attrs["chosen_params"][0]]
         sk_score = -float(np.average(sk_res["test_score"],
                                      weights=np.bincount(fold[fold >= 0])))

@@ -39,7 +39,7 @@ curves = {loss: kfold(cube, loss=loss) for loss in losses}
 assert int(cvflow.open(store)["done"].sum()) == fits_before   # no new fit
 for loss, res in curves.items():
     chosen = res.attrs["selected_params"]
-    print(f"{loss:12s} chooses alpha = {chosen['alpha']:.4g}")
+    print(f"{loss:12s} chooses alpha = {chosen['params']['alpha']:.4g}")
 
 # %%
 # Each loss has its own scale, so each curve is shown relative to its minimum; the marker is
