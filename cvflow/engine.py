@@ -102,9 +102,10 @@ class _Recorder:
         self.notify({"event": "block", "done": r.fits_executed, "todo": self.n_todo - self.skipped,
                      "skipped": self.skipped, "elapsed": time.perf_counter() - self.t0})
 
-    def raced(self, dropped: list[int], params: int, skipped: int) -> None:
-        """A look of the race: the ``dropped`` params (indices) of ``params`` are out, and
-        ``skipped`` fits this run was to do will not be run. The progress total shrinks."""
+    def raced(self, dropped: list[dict], params: int, skipped: int) -> None:
+        """A look of the race: the ``dropped`` params (the race's records, :mod:`cvflow.racing`)
+        of ``params`` are out, and ``skipped`` fits this run was to do will not be run. The
+        progress total shrinks."""
         # DESIGN CHOICE: the fits of dropped params leave the "to do" count (the bar reaches
         # its end, the ETA is of the fits that will run) and are shown beside it as skipped
         self.skipped = skipped
@@ -406,8 +407,9 @@ class _Run:
         def looked(race) -> None:
             # the dropped params' fits not done now were not done when the run started
             # either: they were in its "to do"
-            dropped = list(race.dropped)
-            recorder.raced(dropped, race.n_params, int((~done[dropped]).sum()))
+            rows = sorted(race.dropped.values(), key=lambda d: (d["stage"], d["param"]))
+            dropped = [d["param"] for d in rows]
+            recorder.raced(rows, race.n_params, int((~done[dropped]).sum()))
 
         recorder.flush()
         mark_done(done, first)

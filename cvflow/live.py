@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 ROUTES_KEY = "distributed.scheduler.http.routes"
 METADATA = "cvflow-live"
+# the columns of the page's racing table (who was dropped when; cvflow.racing)
+RACE_COLUMNS = ("stage", "dropped", "learner", "leader", "difference", "z", "p")
 # the client publishes its summary at most this often (seconds); the page polls at this period
 PUBLISH_SECONDS = 0.5
 POLL_MS = 1000
@@ -115,6 +117,11 @@ def _plain(values) -> list:
             for v in np.asarray(values, dtype=object).tolist()]
 
 
+def _finite(values) -> list:
+    """Floats for JSON: NaN and infinity (a z of identical differences) -> None."""
+    return [float(v) if v is not None and math.isfinite(float(v)) else None for v in values]
+
+
 class Monitor:
     """The client's view of a running study, published to the scheduler for the live page.
 
@@ -149,10 +156,12 @@ class Monitor:
         self.done = np.zeros((n_params, n_splits), dtype=bool)
         self.failed = np.zeros((n_params, n_splits), dtype=bool)
         self.dropped = np.zeros(n_params, dtype=bool)       # by racing
+        self.race: dict[str, list] = {k: [] for k in RACE_COLUMNS}
         self.oof_sum = np.full((n_params, n_splits), np.nan)
         self.risk = np.full((n_params, n_splits), np.nan)
         self.errors: list[tuple[str, str]] = []          # (learner, message) of failed fits
         self.meta = {"run": self.run, "name": workflow.name, "store": store, "loss": self.loss,
+                     "raced": bool(workflow.racing),
                      "started": time.time(), "learners": list(dict.fromkeys(self.learner)),
                      "corrected": self.full_split >= 0 and self.has_folds}
         self.layouts = {name: grid_layout([params[h].hyper
@@ -186,10 +195,18 @@ class Monitor:
         if time.monotonic() - self.published > PUBLISH_SECONDS:
             self.publish()
 
-    def raced(self, dropped) -> None:
-        """Racing (:mod:`cvflow.racing`) dropped these params: their fits not done are
-        skipped, not to do."""
-        self.dropped[list(dropped)] = True
+    def raced(self, rows: list[dict]) -> None:
+        """Racing (:mod:`cvflow.racing`) dropped these params (the race's records, each with
+        ``param``, ``stage``, ``leader``, ``mean_difference``, ``z``, ``p_value``): their fits
+        not done are skipped, not to do, and the page lists who was dropped when."""
+        self.dropped[[int(d["param"]) for d in rows]] = True
+        self.race = {"stage": [int(d["stage"]) for d in rows],
+                     "dropped": [self.labels[int(d["param"])] for d in rows],
+                     "learner": [str(self.learner[int(d["param"])]) for d in rows],
+                     "leader": [self.labels[int(d["leader"])] for d in rows],
+                     "difference": _finite([d["mean_difference"] for d in rows]),
+                     "z": _finite([d["z"] for d in rows]),
+                     "p": _finite([d["p_value"] for d in rows])}
         self.behind = True
 
     def catch_up(self) -> None:
@@ -267,7 +284,7 @@ class Monitor:
         return {**self.meta, "updated": time.time(), "done": int(self.done.sum()),
                 "total": int(self.done.size - skipped), "skipped": skipped,
                 "failed": int((self.failed & self.done).sum()),
-                "learners": learners, "failures": failures}
+                "learners": learners, "failures": failures, "racing": self.race}
 
 
 def _layout_meta(layout) -> dict:
@@ -319,6 +336,8 @@ def columns(state: dict, source: str) -> dict:
     """The columns of data source ``source`` (``progress``, ``failures``, or ``learner-<i>``)."""
     if source == "failures":
         return state["failures"]
+    if source == "racing":
+        return state.get("racing") or {k: [] for k in RACE_COLUMNS}
     if source == "progress":
         names = list(state["learners"])
         rows = [state["learners"][n] for n in names]
@@ -422,12 +441,31 @@ def page_html(state: dict, *, base: str) -> str:
             TableColumn(field="learners", title="learner", width=120),
             TableColumn(field="variants", title="wordings", width=70),
             TableColumn(field="example", title="failure (one example message)", width=990)])
-    for table in (summary, failures):
+    tables = [summary, failures]
+    race = []
+    if state.get("raced"):
+        racing = DataTable(
+            source=source("racing", columns(state, "racing")), width=1240, height=160,
+            index_position=None, name="racing", columns=[
+                TableColumn(field="stage", title="stage", width=50),
+                TableColumn(field="learner", title="learner", width=120),
+                TableColumn(field="dropped", title="dropped", width=330),
+                TableColumn(field="leader", title="beaten by", width=330),
+                TableColumn(field="difference", title="loss difference", width=140,
+                            formatter=NumberFormatter(format="0.[0000]")),
+                TableColumn(field="z", title="z", width=80,
+                            formatter=NumberFormatter(format="0.00")),
+                TableColumn(field="p", title="p", width=100,
+                            formatter=NumberFormatter(format="0.[00]e+0"))])
+        tables.append(racing)
+        race = [Div(text="<h3 style='margin:4px 0'>Racing: who was dropped when (their fits "
+                         "not run are skipped, not to do)</h3>"), racing]
+    for table in tables:
         # a DataTable redraws when its view's rows change; new values in as many rows do not
         # change them, so say so on every poll
         table.source.js_on_change("data", CustomJS(args={"view": table.view},
                                                    code="view.change.emit()"))
-    layout = column(header, summary, *rows,
+    layout = column(header, summary, *rows, *race,
                     Div(text="<h3 style='margin:4px 0'>Failed fits, grouped by message "
                              "(numbers masked)</h3>"), failures)
     return file_html(layout, INLINE, title=html_title)

@@ -270,6 +270,30 @@ class TaggedRidge(Ridge):
         return super().fit(X, y, sample_weight=sample_weight)
 
 
+class FullFitGatedRidge(Ridge):
+    """Ridge whose first fit on at least ``min_rows`` rows (the full fit of a study whose folds
+    train on fewer: a raced study's last stage, after every look) waits until the file
+    ``gate`` exists, at most ``limit`` seconds; the other fits run at once."""
+
+    def __init__(self, alpha=1.0, gate=None, claim=None, min_rows=0, limit=120.0):
+        super().__init__(alpha=alpha)
+        self.gate, self.claim, self.min_rows, self.limit = gate, claim, min_rows, limit
+
+    def fit(self, X, y, sample_weight=None):
+        from cvflow.checks import in_trial
+
+        if self.gate and len(X) >= self.min_rows and not in_trial():
+            try:
+                os.close(os.open(self.claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                pass
+            else:
+                deadline = time.monotonic() + self.limit
+                while not os.path.exists(self.gate) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
 class GatedRidge(Ridge):
     """Ridge whose first fit in the study (the one that creates the file ``claim``) waits until
     the file ``gate`` exists, at most ``limit`` seconds: a run that keeps running until its test

@@ -247,7 +247,7 @@ def test_live_page_state_counts_skipped_fits_not_to_do(raced):
                 monitor.block({"status": BlockResult(ps, ss, None, np.zeros(shape, bool),
                                                      np.full(shape, "", object), np.ones(shape),
                                                      fitted=want[ps, ss])})
-        monitor.raced([d["param"] for d in race["dropped"] if d["stage"] <= s])
+        monitor.raced([d for d in race["dropped"] if d["stage"] <= s])
     state = monitor.state()
     assert state["done"] == state["total"] == int(done.sum())
     assert state["skipped"] == int((~done).sum())
@@ -256,6 +256,12 @@ def test_live_page_state_counts_skipped_fits_not_to_do(raced):
     assert rows["skipped"] == (~done).sum(axis=1).tolist() and sum(rows["pending"]) == 0
     progress = live.columns(state, "progress")
     assert progress["skipped"] == [int((~done).sum())] and progress["total"] == [int(done.sum())]
+    # the racing table: who was dropped when, beaten by whom
+    table = live.columns(state, "racing")
+    assert table["stage"] == [d["stage"] for d in race["dropped"]]
+    assert table["dropped"] == [monitor.labels[d["param"]] for d in race["dropped"]]
+    assert table["leader"] == [monitor.labels[d["leader"]] for d in race["dropped"]]
+    assert table["p"] == pytest.approx([d["p_value"] for d in race["dropped"]])
 
 
 # --- which estimators a raced cube serves ----------------------------------------------------------
@@ -332,3 +338,90 @@ def test_report_skips_what_a_raced_cube_does_not_serve_until_it_is_filled(tmp_pa
     assert out.returncode == 0, out.stderr
     got = json.loads(run_cli("report", store, "--estimators", "kfold,bbc_cv", "--json").stdout)
     assert "skipped" not in got["bbc_cv"] and got["racing"]["saved_fits"] == 0
+
+
+@pytest.mark.browser
+def test_live_page_lists_who_racing_dropped_while_the_run_goes_on(tmp_path):
+    """``cvflow run`` of a raced study on a local cluster: while its last stage runs (a full
+    fit waits for a file), the live page's racing table lists every dropped param with its
+    stage and z as the store records them, the progress table counts the skipped fits apart,
+    and the hostile learner name is text."""
+    import re
+    import time
+    import urllib.request
+
+    import fault_helpers as fh
+    from browser import Page, chromium
+
+    if chromium() is None:
+        pytest.skip("needs chromium (apt-get install -y chromium)")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(WORKFLOW.format(name="live-race", learner=json.dumps(payload("learner")))
+                  .replace("class: sklearn.linear_model.Ridge",
+                           "class: fault_helpers.FullFitGatedRidge\n"
+                           f"    params: {{gate: {json.dumps(str(tmp_path / 'gate'))}, "
+                           f"claim: {json.dumps(str(tmp_path / 'claim'))}, min_rows: 400}}")
+                  .replace("execution: {cluster: threads}", "execution: {fits_per_task: 12}"))
+    store = tmp_path / "s.zarr"
+    proc = fh.start_run(wf, store, "--cluster", "local", "--workers", "2")
+    try:
+        url, deadline = None, time.monotonic() + 180
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                raise AssertionError(f"run ended (rc {proc.returncode}): {proc.stderr.read()}")
+            m = re.match(r"live study page: (http://\S+)", line)
+            url = m and m.group(1)
+        assert url, "no live page URL printed"
+        while not (tmp_path / "claim").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)                   # the last stage has begun: every look is done
+        assert (tmp_path / "claim").exists()
+        base, run = url.split("?run=")
+        data = f"{base.rsplit('/', 1)[0]}/cvflow/data/{run}"
+        racing, progress, deadline = {}, {}, time.monotonic() + 60
+        while time.monotonic() < deadline:     # the monitor publishes at most every second
+            with urllib.request.urlopen(f"{data}/racing.json", timeout=30) as r:
+                racing = json.loads(r.read())          # strict JSON (no Infinity)
+            with urllib.request.urlopen(f"{data}/progress.json", timeout=30) as r:
+                progress = json.loads(r.read())
+            if racing["stage"] and progress["skipped"][0]:
+                break
+            time.sleep(0.5)
+        with Page(width=1400, height=2400) as page:
+            page.send("Page.navigate", {"url": url})
+            page.wait_event("Page.loadEventFired", timeout=60)
+            seen, deadline = {}, time.monotonic() + 60
+            while time.monotonic() < deadline:
+                seen = page.evaluate("""(() => {
+                  const text = [], images = [];
+                  const walk = (root) => {
+                    for (const n of root.querySelectorAll('*')) {
+                      if (n.nodeName === 'IMG' && n.getAttribute('src') === 'x') images.push(n.outerHTML);
+                      if (n.shadowRoot) walk(n.shadowRoot);
+                    }
+                    text.push(root.textContent || '');
+                  };
+                  walk(document);
+                  return {text: text.join('\\n'), images,
+                          pwned: Object.keys(window).filter((k) => k.startsWith('pwned'))};
+                })()""")
+                if "Racing: who was dropped when" in seen["text"] \
+                        and payload("learner") in seen["text"]:
+                    break
+                time.sleep(0.5)
+        running = proc.poll() is None
+    finally:
+        (tmp_path / "gate").touch()
+        rc, out, err = fh.finish(proc)
+    assert running, "the run had finished: the page was not seen while fits were running"
+    assert rc == 0, err[-3000:]
+    assert seen["images"] == [] and seen["pwned"] == [], seen
+    assert "Racing: who was dropped when" in seen["text"]
+    import cvflow
+
+    cube = cvflow.open(store)
+    race = json.loads(cube.attrs["racing"])
+    assert racing["stage"] == [d["stage"] for d in race["dropped"]]
+    assert racing["z"] == pytest.approx([d["z"] for d in race["dropped"]])
+    assert set(racing["learner"]) == {payload("learner")}
+    assert progress["skipped"] == [int((~cube["done"].values).sum())]
