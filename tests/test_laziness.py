@@ -18,10 +18,18 @@ from cvtest import ridge_cube
 
 OPTIONS = {"ustat": {"compare": [0, 1]}, "nadeau_bengio": {"compare": [0, 1]},
            "corrected_t": {"compare": [0, 1]}, "paired_5x2cv": {"compare": [0, 1]},
-           "stability": {"lambdas": [0, 1]}, "bbc_cv": {"B": 20}, "cv_confidence": {"B": 20}}
+           "stability": {"lambdas": [0, 1]}, "bbc_cv": {"B": 20}, "cv_confidence": {"B": 20},
+           "bayes_t": {"compare": [0, 1]}, "compare_all": {"params": [0, 1, 2]},
+           "nested_compare": {"learners": ["ridge", "other"]}}
 # DESIGN CHOICE: bbc_cv reads the out-of-fold losses, then the test risk of the K-fold choice
 # (a second, one-param reading of the full split).
 ALLOWED = {"bbc_cv": 2}
+# compare_all runs the registered pairwise test once per pair (its numbers are exactly that
+# test's): a lazy cube is read once per pair, so it is left out of the read-once tests.
+READS_PER_PAIR = {"compare_all"}
+# nested_compare's Wald interval reads the per-sample losses of the params each outer fold
+# chose: one more reading, after the shared sums have chosen them
+AFTER_SHARED = {"nested_compare"}
 
 
 class CountingScheduler:
@@ -50,13 +58,16 @@ def _cube(folds: int, repeats: int):
 
 @pytest.fixture(scope="module")
 def cubes():
-    return {"kfold": _cube(4, 1), "5x2": _cube(2, 5)}
+    kfold = _cube(4, 1)
+    # nested_compare compares two learners: the last param is another learner's
+    two = kfold.assign_coords(learner=("param", ["ridge"] * (kfold.sizes["param"] - 1) + ["other"]))
+    return {"kfold": kfold, "5x2": _cube(2, 5), "two": two}
 
 
 @pytest.mark.parametrize("budget", ["in-memory", "chunked"])
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", sorted(set(REGISTRY) - READS_PER_PAIR))
 def test_every_estimator_reads_a_lazy_cube_once(cubes, name, budget):
-    cube = cubes["5x2" if name == "paired_5x2cv" else "kfold"]
+    cube = cubes[{"paired_5x2cv": "5x2", "nested_compare": "two"}.get(name, "kfold")]
     spec = REGISTRY[name]
     eager = spec(cube.assign(pred=cube["pred"].compute()), **OPTIONS.get(name, {}))
     config = {"cvflow.reduce.in-memory-bytes": 0} if budget == "chunked" else {}
@@ -86,7 +97,8 @@ def test_per_fold_metrics_read_each_role_once_within_the_budget(cubes, name):
 
 
 # every estimator whose declared loss sums (`terms`) come from the whole cube, with its options
-SHARED = {name: OPTIONS.get(name, {}) for name in sorted(REGISTRY) if REGISTRY[name].terms}
+SHARED = {name: OPTIONS.get(name, {}) for name in sorted(REGISTRY)
+          if REGISTRY[name].terms and name not in READS_PER_PAIR | AFTER_SHARED}
 
 
 @pytest.mark.parametrize("budget", ["in-memory", "chunked"])
@@ -96,7 +108,7 @@ def test_a_report_reads_a_lazy_cube_once_for_all_its_estimators(cubes, budget):
     estimator; each result equals the estimator's alone on the cube in memory."""
     from cvflow.report import compute
 
-    cube = cubes["kfold"]
+    cube = cubes["two"]                  # two learners, for nested_compare
     assert {"kfold", "corrected_kfold", "stability", "nested_cv", "bates_ncv"} <= set(SHARED)
     eager = {name: REGISTRY[name](cube.assign(pred=cube["pred"].compute()), **options)
              for name, options in SHARED.items()}

@@ -14,7 +14,8 @@ BAD = 1          # the param whose fold fit (repeat 0, fold 0) and one subset fi
 OPTIONS = {"ustat": {"compare": [0, BAD]}, "nadeau_bengio": {"compare": [0, BAD]},
            "corrected_t": {"compare": [0, BAD]}, "paired_5x2cv": {"compare": [0, BAD]},
            "wald_cv": {}, "stability": {"lambdas": [0, 1]}, "bbc_cv": {"B": 50},
-           "cv_confidence": {"B": 50}}
+           "cv_confidence": {"B": 50}, "bayes_t": {"compare": [0, BAD]},
+           "compare_all": {"params": [0, BAD, 2]}, "nested_compare": {"learners": ["ridge", "other"]}}
 
 
 def _cube(folds: int, repeats: int):
@@ -29,7 +30,10 @@ def _cube(folds: int, repeats: int):
 
 @pytest.fixture(scope="module")
 def cubes():
-    return {"kfold": _cube(4, 2), "5x2": _cube(2, 5)}
+    kfold = _cube(4, 2)
+    # nested_compare compares two learners: the last param is another learner's
+    two = kfold.assign_coords(learner=("param", ["ridge", "ridge", "other"]))
+    return {"kfold": kfold, "5x2": _cube(2, 5), "two": two}
 
 
 def _per_param(result):
@@ -41,7 +45,7 @@ def _per_param(result):
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_failed_fit_gives_nan_for_that_param_and_is_counted(cubes, name):
-    cube = cubes["5x2" if name == "paired_5x2cv" else "kfold"]
+    cube = cubes[{"paired_5x2cv": "5x2", "nested_compare": "two"}.get(name, "kfold")]
     result = REGISTRY[name](cube, **OPTIONS.get(name, {}))
     missing = [w for w in guardrails.read(result) if w["code"] == "missing_fits"]
     assert len(missing) == 1 and missing[0]["params"] == 1, f"{name}: {guardrails.read(result)}"
@@ -52,7 +56,16 @@ def test_failed_fit_gives_nan_for_that_param_and_is_counted(cubes, name):
     if "estimate" in per_param:
         assert np.isfinite(np.delete(result["estimate"].values, BAD, axis=0)).all()
     elif BAD in OPTIONS.get(name, {}).get("compare", ()):
-        assert np.isnan(result["estimate"].values).all(), f"{name}: a partial average"
+        answers = [v for v in ("estimate", "p_a_better", "p_rope", "p_b_better") if v in result]
+        assert answers and all(np.isnan(result[v].values).all() for v in answers), \
+            f"{name}: a partial average"
+    elif "params" in OPTIONS.get(name, {}):     # compare_all: NaN for the param and its pairs
+        assert np.isnan(result["estimate"].values[list(result["param"].values).index(BAD)])
+        with_bad = (result["a"].values == BAD) | (result["b"].values == BAD)
+        assert np.isnan(result["p_value"].values[with_bad]).all()
+        assert np.isfinite(result["p_value"].values[~with_bad]).all()
+    elif "chosen_a" in result:                  # nested_compare: the inner CV never chooses it
+        assert (result["chosen_a"].values != BAD).all() and np.isfinite(float(result["estimate"]))
     elif "chosen_share" in result:          # BBC-CV: the param never wins a bootstrap sample
         assert float(result["chosen_share"][BAD]) == 0.0
         assert np.isfinite(result["estimate"].values).all()

@@ -70,7 +70,7 @@ def test_loss_lambdas_and_pair_equal_a_fresh_run(stores):
     assert_same(got, fresh)
     assert got["kfold"]["loss"] == "absolute" and got["stability_nested"]["coords"]["lambda"][
         "values"] == [0.0, 0.5, 2.0]
-    assert got["ustat"]["b"]["alpha"] == 10.0
+    assert got["ustat"]["b"]["params"]["alpha"] == 10.0
     assert tree_digest(old) == before                       # reanalysis writes nothing
 
 
