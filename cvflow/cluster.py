@@ -390,11 +390,17 @@ def replace_lost_workers(client) -> int:
     spec = getattr(cluster, "worker_spec", None)
     if cluster is None or not isinstance(spec, dict):
         return 0
+    connected = {w.get("name") for w in client.scheduler_info().get("workers", {}).values()}
+    # a nanny that closed, or one whose worker is not connected (a worker that died while its
+    # nanny was still starting it is never restarted: the nanny waits on it for ever)
     lost = [name for name, w in list(cluster.workers.items())
-            if getattr(w, "status", None) in (Status.closed, Status.failed)]
+            if getattr(w, "status", None) in (Status.closed, Status.failed)
+            or name not in connected]
     for name in lost:                  # forgotten: SpecCluster opens new ones (names reused)
         spec.pop(name, None)
-        cluster.workers.pop(name, None)
+        old = cluster.workers.pop(name, None)
+        if old is not None and getattr(old, "status", None) not in (Status.closed, Status.failed):
+            cluster.loop.add_callback(old.close)       # in the background: it may be stuck
     if lost:
         cluster.scale(len(spec) + len(lost))
     return len(lost)

@@ -313,7 +313,7 @@ class Watchdog:
             self.last_revived = now
             if replaced := replace_lost_workers(self.client):
                 log.warning("%d workers of this run's cluster were lost for good (their nanny "
-                            "closed); starting new ones", replaced)
+                            "closed or never brought them back); starting new ones", replaced)
         if quiet > 30 and now - self.last_said > 30:
             log.warning("waiting for %s: no progress for %.0f s (the run stops after %.0f s)",
                         waiting, quiet, limit)
