@@ -204,8 +204,11 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
     cube_store.write_pred(ctx.store, result)
     result.fitted = attempted
     summary = summarize(result, attempted)
-    if scorer is not None:
-        summary["terms"] = scorer(result.pred, y, train, params, positive)
+    if scorer is not None:              # the live page's numbers: never a reason to fail a block
+        try:
+            summary["terms"] = scorer(result.pred, y, train, params, positive)
+        except Exception as exc:  # noqa: BLE001 - the block is written; the page shows no curve
+            log.warning("live page: could not score the block: %s: %s", type(exc).__name__, exc)
     summary["task_seconds"] = time.perf_counter() - t0
     return summary
 
