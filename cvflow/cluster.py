@@ -377,7 +377,7 @@ def quiet_options(options, seconds: float, workers: int | None) -> dict:
     return out
 
 
-def replace_lost_workers(client) -> int:
+def replace_lost_workers(client, connected: dict | None = None) -> int:
     """Start new workers in place of those of a cluster this process started (a
     ``SpecCluster``: local, SLURM) whose nanny or job closed for good; their number.
 
@@ -390,12 +390,14 @@ def replace_lost_workers(client) -> int:
     spec = getattr(cluster, "worker_spec", None)
     if cluster is None or not isinstance(spec, dict):
         return 0
-    connected = {w.get("name") for w in client.scheduler_info().get("workers", {}).values()}
+    if connected is None:             # the scheduler's workers, unless the caller just read them
+        connected = client.scheduler_info().get("workers", {})
+    names = {w.get("name") for w in connected.values()}
     # a nanny that closed, or one whose worker is not connected (a worker that died while its
     # nanny was still starting it is never restarted: the nanny waits on it for ever)
     lost = [name for name, w in list(cluster.workers.items())
             if getattr(w, "status", None) in (Status.closed, Status.failed)
-            or name not in connected]
+            or name not in names]
     for name in lost:                  # forgotten: SpecCluster opens new ones (names reused)
         spec.pop(name, None)
         old = cluster.workers.pop(name, None)

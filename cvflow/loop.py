@@ -70,32 +70,41 @@ class Block:
 FALLBACK_SECONDS_PER_FIT = 0.05
 
 
-def time_on_workers(client, ctx: TaskContext, study, path_aware: bool) -> float:
-    """The timed estimate of one fit's seconds, from a task on the workers
-    (:func:`cvflow.tasks.time_fits`); ``FALLBACK_SECONDS_PER_FIT`` when the timing killed its
-    workers or ran out of time. StallError when the workers make no progress (:class:`Watchdog`)."""
+def _one_task_result(client, future):
+    """The result of a one-off task (the timing, the check), released once read; None when it
+    killed its workers (KilledWorker: cancelled). StallError when the workers make no
+    progress (:class:`Watchdog`)."""
     from distributed import KilledWorker
 
-    from .tasks import time_fits
-
-    d = study.data
-    future = submit_data(client, time_fits, ctx, study.params, d.fit_X, d.y,
-                         study.design.train[0], d.positive, path_aware,
-                         key=f"cvflow-timing-{ctx.run_id}")
     watchdog = Watchdog(client)
     try:
         while True:
             try:
-                seconds = float(future.result(timeout=WAKE_SECONDS))
+                result = future.result(timeout=WAKE_SECONDS)
                 future.release()       # nothing to recompute if the worker holding it dies
-                return seconds
+                return result
             except TimeoutError:
                 watchdog.check([future])
-    except KilledWorker as exc:
-        log.warning("timing the fits on the workers failed (%s); blocks are sized for %g s a fit",
-                    type(exc).__name__, FALLBACK_SECONDS_PER_FIT)
+    except KilledWorker:
         future.cancel()
+        return None
+
+
+def time_on_workers(client, ctx: TaskContext, study, path_aware: bool) -> float:
+    """The timed estimate of one fit's seconds, from a task on the workers
+    (:func:`cvflow.tasks.time_fits`); ``FALLBACK_SECONDS_PER_FIT`` when the timing killed its
+    workers. StallError when the workers make no progress (:class:`Watchdog`)."""
+    from .tasks import time_fits
+
+    d = study.data
+    seconds = _one_task_result(client, submit_data(
+        client, time_fits, ctx, study.params, d.fit_X, d.y, study.design.train[0], d.positive,
+        path_aware, key=f"cvflow-timing-{ctx.run_id}"))
+    if seconds is None:
+        log.warning("timing the fits on the workers failed (KilledWorker); blocks are sized for "
+                    "%g s a fit", FALLBACK_SECONDS_PER_FIT)
         return FALLBACK_SECONDS_PER_FIT
+    return float(seconds)
 
 
 def check_on_workers(client, ctx: TaskContext, workflow, data, where: str) -> None:
@@ -105,25 +114,13 @@ def check_on_workers(client, ctx: TaskContext, workflow, data, where: str) -> No
     with how its process ended). StallError when the workers make no progress."""
     import warnings
 
-    from distributed import KilledWorker
-
     from .tasks import trial_fits
 
-    future = submit_data(client, trial_fits, workflow, data, where,
-                         key=f"cvflow-check-{ctx.run_id}")
-    watchdog = Watchdog(client)
-    try:
-        while True:
-            try:
-                said = future.result(timeout=WAKE_SECONDS)
-                future.release()       # nothing to recompute if the worker holding it dies
-                break
-            except TimeoutError:
-                watchdog.check([future])
-    except KilledWorker:
+    said = _one_task_result(client, submit_data(client, trial_fits, workflow, data, where,
+                                                key=f"cvflow-check-{ctx.run_id}"))
+    if said is None:
         log.warning("%s: the trial fit before the run ended its worker process; the study runs "
                     "and records each fit that ends its process as failed", where)
-        future.cancel()
         return
     given, logged = said
     for category, message in given:
@@ -311,7 +308,7 @@ class Watchdog:
             from .cluster import replace_lost_workers
 
             self.last_revived = now
-            if replaced := replace_lost_workers(self.client):
+            if replaced := replace_lost_workers(self.client, connected=workers):
                 log.warning("%d workers of this run's cluster were lost for good (their nanny "
                             "closed or never brought them back); starting new ones", replaced)
         if quiet > 30 and now - self.last_said > 30:

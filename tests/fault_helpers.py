@@ -270,10 +270,11 @@ class TaggedRidge(Ridge):
         return super().fit(X, y, sample_weight=sample_weight)
 
 
-class FullFitGatedRidge(Ridge):
-    """Ridge whose first fit on at least ``min_rows`` rows (the full fit of a study whose folds
-    train on fewer: a raced study's last stage, after every look) waits until the file
-    ``gate`` exists, at most ``limit`` seconds; the other fits run at once."""
+class GatedRidge(Ridge):
+    """Ridge whose first fit in the study on at least ``min_rows`` rows (the one that creates
+    the file ``claim``) waits until the file ``gate`` exists, at most ``limit`` seconds: a run
+    that keeps running until its test lets it end, in whatever order its fits run (one worker
+    thread waits, the others fit)."""
 
     def __init__(self, alpha=1.0, gate=None, claim=None, min_rows=0, limit=120.0):
         super().__init__(alpha=alpha)
@@ -294,25 +295,8 @@ class FullFitGatedRidge(Ridge):
         return super().fit(X, y, sample_weight=sample_weight)
 
 
-class GatedRidge(Ridge):
-    """Ridge whose first fit in the study (the one that creates the file ``claim``) waits until
-    the file ``gate`` exists, at most ``limit`` seconds: a run that keeps running until its test
-    lets it end, in whatever order its fits run (one worker thread waits, the others fit)."""
+class FullFitGatedRidge(GatedRidge):
+    """GatedRidge for a raced study held open at its full fit: ``min_rows`` above the folds'
+    training size, so only the full fit (the last stage, after every look) waits."""
 
-    def __init__(self, alpha=1.0, gate=None, claim=None, limit=120.0):
-        super().__init__(alpha=alpha)
-        self.gate, self.claim, self.limit = gate, claim, limit
 
-    def fit(self, X, y, sample_weight=None):
-        from cvflow.checks import in_trial
-
-        if self.gate and not in_trial():
-            try:
-                os.close(os.open(self.claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
-            except FileExistsError:
-                pass
-            else:
-                deadline = time.monotonic() + self.limit
-                while not os.path.exists(self.gate) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-        return super().fit(X, y, sample_weight=sample_weight)
