@@ -528,7 +528,8 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
         declared = get_loss(c["loss"], search=path.parent)
     except InputError:
         declared = None                  # check_loss below says why
-    given = {i for i, e in enumerate(c["learners"]) if isinstance(e, dict) and e.get("output")}
+    given = {i for i, e in enumerate(c["learners"]) if isinstance(e, dict) and e.get("output")} \
+        if isinstance(c["learners"], list) else set()   # not a list: _learners says why
     params = _learners(where, c["learners"], task, fit_seed, loss=declared, python=python)
     try:
         c["loss"] = check_loss(c["loss"], task, {p.output for p in params}, search=path.parent,

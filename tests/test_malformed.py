@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from cvflow.cli import main
@@ -251,6 +251,7 @@ def test_the_base_workflow_is_valid(existing, capsys):
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(corruptions=st.lists(corruption, min_size=1, max_size=3),
        damage=st.integers(0, 4).flatmap(lambda i: YAML_DAMAGE if i == 0 else st.none()))
+@example(corruptions=[("set", ("learners",), 0)], damage=None)   # found by CI: was exit 1
 def test_malformed_workflows_exit_2_and_touch_no_store(existing, tmp_path_factory, capsys,
                                                       corruptions, damage):
     store, digest = existing
