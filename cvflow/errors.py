@@ -25,3 +25,8 @@ class LockLostError(RuntimeError):
 
 class StallError(RuntimeError):
     """A run made no progress within its deadline; the message says what it waited on (exit 1)."""
+
+
+# the options a fix names, for users of the CLI and of Python alike
+OVERWRITE = "--overwrite (overwrite=True in Python)"
+OTHER_STORE = "another --store (another store= in Python)"

@@ -48,7 +48,7 @@ import xarray as xr
 
 from . import store as cube_store
 from .designs import Design
-from .errors import StoreError
+from .errors import OTHER_STORE, OVERWRITE, StoreError
 from .learners import Param
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def _stored_learners(attrs) -> dict:
 def _refuse(path: str, what: str, diff: str) -> None:
     raise StoreError(
         f"store: {path} holds fits of another workflow ({what} differ: {diff}); its fits "
-        "would be invalid; use another --store, or pass --overwrite to refit everything")
+        f"would be invalid; use {OTHER_STORE}, or pass {OVERWRITE} to refit everything")
 
 
 def check_compatible(path: str, workflow, study, cube: xr.Dataset) -> dict:
@@ -204,7 +204,7 @@ def store_params(cube: xr.Dataset, params: list[Param], specs: dict) -> tuple[li
     stored = stored[:n_old]
     if "" in stored:
         raise StoreError("store: param_json has blank entries before the last param; the "
-                         "store is damaged, pass --overwrite to refit")
+                         f"store is damaged, pass {OVERWRITE} to refit")
     by_key = {param_key(p.to_json()): p for p in params}
     ordered = [_as_stored(by_key[param_key(j)], j) if param_key(j) in by_key
                else _param_from_json(j, specs) for j in stored]
@@ -240,7 +240,7 @@ def check_kept_code(path: str, cube: xr.Dataset, stored: list[Param], workflow) 
                 f"store: {path} holds fits not done of learner {param.learner!r}, which this "
                 f"workflow does not list; fitting them would import code the store names "
                 f"({listed(refused)}), and a store is data: add the learner to the workflow "
-                "(a workflow file is code) or use another --store")
+                f"(a workflow file is code) or use {OTHER_STORE}")
 
 
 def check_param_coords(path: str, cube: xr.Dataset, params: list[Param]) -> None:
@@ -253,7 +253,7 @@ def check_param_coords(path: str, cube: xr.Dataset, params: list[Param]) -> None
                 raise StoreError(
                     f"store: {path}: hyperparameter {name!r} holds "
                     f"{'numbers' if old_kind == 'f' else 'strings'} in the store but the new grid "
-                    f"gives {'numbers' if new_kind == 'f' else 'strings'}; use another --store")
+                    f"gives {'numbers' if new_kind == 'f' else 'strings'}; use {OTHER_STORE}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,7 +301,7 @@ def store_design(cube: xr.Dataset, design: Design) -> tuple[Design, int]:
             return old
         if old.shape != new.shape:
             raise StoreError(f"store: {name} has shape {old.shape} in the store but "
-                             f"{new.shape} in the workflow's design; pass --overwrite to refit")
+                             f"{new.shape} in the workflow's design; pass {OVERWRITE} to refit")
         return np.where(old >= 0, old, new)
 
     full_old = int(cube.attrs.get("full_split", -1))

@@ -29,7 +29,7 @@ import numpy as np
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
-from .errors import StoreError
+from .errors import OVERWRITE, StoreError
 from .location import listing, storage_options
 
 # DESIGN CHOICE: zarr's default compressor (zstd, level 0) followed by crc32c over the
@@ -65,7 +65,7 @@ def damage_message(location: str, damage: Damage) -> str:
         return (f"store: {location}: {damage}; run `cvflow run` to refit it, or "
                 f"`cvflow verify {location}` to list every damaged chunk")
     return (f"store: {location}: {damage}; the store is damaged ({damage.variable} cannot be "
-            f"refitted): restore it from a copy, or rerun with --overwrite to refit everything "
+            f"refitted): restore it from a copy, or rerun with {OVERWRITE} to refit everything "
             f"(`cvflow verify {location}` lists every damaged chunk)")
 
 
@@ -111,7 +111,7 @@ class DamagedMetadata(StoreError):
 
     def __init__(self, location: str, damage: Damage):
         super().__init__(f"store: {location}: {damage}; the store is damaged: restore it from a "
-                         f"copy, or rerun with --overwrite to refit everything")
+                         f"copy, or rerun with {OVERWRITE} to refit everything")
         self.location, self.damage = location, damage
 
     def __reduce__(self):
@@ -322,5 +322,5 @@ class Report:
             lines.append(f"  `cvflow run` refits the {len(refit)} damaged pred chunk(s)")
         if len(refit) < len(self.damaged):
             lines.append("  the other damage cannot be refitted: restore the store from a copy, "
-                         "or rerun with --overwrite")
+                         f"or rerun with {OVERWRITE}")
         return "\n".join(lines)

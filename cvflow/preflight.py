@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from .errors import InputError
+from .errors import OTHER_STORE, InputError
 
 
 def check_workers(workers, where: str = "--workers") -> None:
@@ -112,7 +112,7 @@ def check_store_writable(location: str) -> None:
         ancestor = os.path.dirname(ancestor)
     if not os.path.isdir(ancestor):
         raise InputError(f"store: {location}: {ancestor} is a file, not a directory; choose "
-                         "another --store")
+                         f"{OTHER_STORE}")
     _writable(ancestor, location, "the store's lock and directory go there")
     if not os.path.isdir(location):
         return
@@ -124,7 +124,7 @@ def check_store_writable(location: str) -> None:
 def _writable(directory: str, location: str, why: str) -> None:
     if not os.access(directory, os.W_OK | os.X_OK, effective_ids=True):
         raise InputError(f"store: {location} cannot be written by this user ({directory} is "
-                         f"read-only; {why}); fix its permissions or choose another --store "
+                         f"read-only; {why}); fix its permissions or choose {OTHER_STORE} "
                          "(cvflow report reads a store without writing it)")
 
 

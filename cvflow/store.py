@@ -55,7 +55,7 @@ from zarr.dtype import parse_dtype
 
 from . import integrity
 from .coords import RESERVED, hyperparameter_coord, param_coords  # noqa: F401 - the schema
-from .errors import StoreError
+from .errors import OTHER_STORE, StoreError
 from .integrity import COMPRESSORS, WHOLE, Damage, DamagedStore
 from .location import (exists, get, is_file, is_url, listing, put, put_all, remove, resolve,
                        sibling, storage_options)
@@ -388,7 +388,7 @@ def clear_interrupted(store: str | os.PathLike) -> bool:
     if not named:
         raise StoreError(f"store: {location}: {marker} is not a creation marker cvflow wrote for "
                          "this store; nothing was removed: remove or rename it yourself")
-    fix = f"remove {marker} if the directory is yours, or choose another --store"
+    fix = f"remove {marker} if the directory is yours, or choose {OTHER_STORE}"
     beside = f"is beside a creation marker ({marker}) but "
     if root is False:
         raise StoreError(f"store: {location} {beside}is not a cvflow store; refusing to replace "
@@ -404,7 +404,7 @@ def remove_store(store: str | os.PathLike) -> None:
     """Delete a complete cvflow store (``--overwrite``); StoreError, and nothing removed, unless
     it provably is one: a cvflow store (:func:`is_store`) holding nothing else."""
     location = resolve(store)
-    fix = "move your files elsewhere, or choose another --store"
+    fix = f"move your files elsewhere, or choose {OTHER_STORE}"
     if not is_store(location):
         raise StoreError(f"store: {location} exists but is not a cvflow store; refusing to "
                          f"overwrite it (nothing was removed): {fix}")

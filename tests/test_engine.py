@@ -96,8 +96,11 @@ def test_changed_workflow_is_refused_unless_overwrite(quick_store, write_workflo
     _, result = quick_store
     before = tree_digest(result.store)
     other = write_workflow(QUICK.replace("seed: 0", "seed: 1"), name="other.yaml")
-    with pytest.raises(StoreError, match="another workflow"):
+    with pytest.raises(StoreError, match="another workflow") as refused:
         run(other, store=result.store, client=client)
+    # the fix is named for Python callers too, not only as the CLI's flags
+    assert "overwrite=True in Python" in str(refused.value)
+    assert "store= in Python" in str(refused.value)
     # (a grid change is an extension, not a refusal: tests/test_extend.py)
     assert tree_digest(result.store) == before
     redo = run(load_workflow(other), store=result.store, client=client, overwrite=True)
