@@ -72,11 +72,20 @@ class Study:
         Fit in stages and stop fitting the params a sequential test has beaten, e.g.
         ``{"alpha": 0.05}`` (the workflow's ``racing`` key, see :mod:`cvflow.racing`);
         ``False`` on a raced store fits what racing skipped.
+    learner_options : dict name -> dict, optional
+        Per-learner workflow keys beside class, params and grid, spelled as a workflow file
+        spells them: ``preprocess`` (transformers fitted on each training set before the
+        learner, e.g. ``["sklearn.preprocessing.StandardScaler"]``) and ``output`` (this
+        learner's stored prediction, over ``output``). :meth:`from_store` fills it from the
+        store's workflow, so the rebuilt study fits the same models as the run did.
     """
+    # DESIGN CHOICE: the learner keys of a workflow file that have no spelling in an estimator
+    # object; kept as plain data so a Study round-trips every key spec.LEARNER_KEYS allows
+    LEARNER_OPTIONS = ("preprocess", "output")
 
     def __init__(self, learners, *, param_grid=None, cv=5, estimators=("kfold",), loss=None,
                  task=None, fit_seed=None, output=None, name="study", execution=None,
-                 fit_timeout=None, racing=None):
+                 fit_timeout=None, racing=None, learner_options=None):
         self.learners_arg = learners
         self.param_grid = param_grid
         self.cv = cv
@@ -89,6 +98,7 @@ class Study:
         self.execution = execution
         self.fit_timeout = fit_timeout
         self.racing = racing
+        self.learner_options = learner_options
 
     # -- the learners as (estimator, grid) ----------------------------------------------------
 
@@ -118,6 +128,7 @@ class Study:
     def config(self, task: str) -> dict:
         """The plain-data workflow (what :meth:`to_yaml` writes), data aside."""
         learners = []
+        options = self._learner_options()
         for name, (est, grid) in self.learners.items():
             desc = describe(est, f"learners[{name!r}]")
             if describe(build(desc), f"learners[{name!r}]") != desc:
@@ -129,6 +140,7 @@ class Study:
             # the loss decides an output left unset, as in a workflow file (infer_output)
             if self.output and task == "classification":
                 entry["output"] = self.output
+            entry.update(options.get(name, {}))
             learners.append(entry)
         config = {"name": self.name, "data": {"source": "arrays"}, "task": task,
                   "learners": learners, "design": self._design(),
@@ -145,6 +157,27 @@ class Study:
         if self.racing is not None:
             config["racing"] = self.racing
         return config
+
+    def _learner_options(self) -> dict[str, dict]:
+        """``learner_options`` checked: known learner names, known keys (values: parse_workflow)."""
+        raw = self.learner_options or {}
+        if not isinstance(raw, dict):
+            raise InputError("Study: learner_options: give a dict learner name -> {key: value}")
+        names = set(self.learners)
+        out = {}
+        for name, options in raw.items():
+            if name not in names:
+                raise InputError(f"Study: learner_options[{name!r}]: no learner of that name; "
+                                 f"the learners are {sorted(names)}")
+            if not isinstance(options, dict):
+                raise InputError(f"Study: learner_options[{name!r}]: give a dict, e.g. "
+                                 "{'preprocess': ['sklearn.preprocessing.StandardScaler']}")
+            unknown = sorted(set(options) - set(self.LEARNER_OPTIONS))
+            if unknown:
+                raise InputError(f"Study: learner_options[{name!r}]: unknown key(s) {unknown}; "
+                                 f"use {', '.join(self.LEARNER_OPTIONS)}")
+            out[str(name)] = {k: v for k, v in options.items() if v is not None}
+        return out
 
     def _design(self) -> dict:
         cv = self.cv
@@ -253,7 +286,7 @@ class Study:
         """A Study from a parsed workflow mapping (a workflow file or a store's ``workflow``)."""
         from .learners import Param
 
-        learners = {}
+        learners, options = {}, {}
         for i, entry in enumerate(config["learners"]):
             path = str(entry["class"] if "class" in entry else entry["estimator"])
             name = str(entry.get("name") or path.rpartition(".")[2])
@@ -263,17 +296,20 @@ class Study:
             grids = [{p: [build(v, f"{key}.{p}") for v in grid_values(str(WHERE), f"{key}.{p}", vals)]
                       for p, vals in g.items()} for g in (grid if isinstance(grid, list) else [grid])]
             learners[name] = (est, grids if isinstance(grid, list) else grids[0])
+            kept = {k: entry[k] for k in cls.LEARNER_OPTIONS if entry.get(k) is not None}
+            if kept:
+                options[name] = kept
         design = dict(config.get("design") or {})
         splitter = design.get("splitter")
         cv = build(splitter, "design.splitter") if isinstance(splitter, dict) else design
         estimators = [e if isinstance(e, str) else dict(e) for e in config.get("estimators") or []]
         execution = dict(config.get("execution") or {})
-        outputs = {e.get("output") for e in config["learners"]} - {None}
+        # each learner keeps its own output and preprocess (learner_options), as the run had them
         return cls(learners, cv=cv, estimators=estimators or ["kfold"], loss=config.get("loss"),
                    task=config.get("task"), fit_seed=execution.pop("fit_seed", None),
                    fit_timeout=execution.pop("fit_timeout", None),
-                   output=outputs.pop() if len(outputs) == 1 else None,
-                   name=config.get("name", "study"), execution=execution or None)
+                   name=config.get("name", "study"), execution=execution or None,
+                   racing=config.get("racing"), learner_options=options or None)
 
     def __repr__(self) -> str:
         names = ", ".join(f"{n}: {type(e).__name__}" for n, (e, _) in self.learners.items())

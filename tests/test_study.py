@@ -125,6 +125,91 @@ def test_from_store_rebuilds_equal_estimators(frame_study):
     assert isinstance(again.cv, KFold) and again.cv.random_state == 0
 
 
+PREPROCESS_WF = """
+name: pp
+data: {source: sklearn, name: diabetes}
+task: regression
+learners:
+  - name: ridge
+    class: sklearn.linear_model.Ridge
+    preprocess: [sklearn.preprocessing.StandardScaler]
+    grid: {alpha: [0.01, 1.0, 100.0]}
+design: {folds: 4, seed: 0}
+estimators: [kfold]
+execution: {cluster: threads}
+"""
+
+
+def test_from_store_keeps_preprocess_and_refits_the_runs_model(tmp_path, client):
+    from sklearn.datasets import load_diabetes
+
+    (tmp_path / "wf.yaml").write_text(PREPROCESS_WF)
+    out = run_cli("run", tmp_path / "wf.yaml", "--store", tmp_path / "s.zarr")
+    assert out.returncode == 0, out.stderr
+    X, y = load_diabetes(return_X_y=True)
+    study = cvflow.Study.from_store(tmp_path / "s.zarr")
+    assert study.learner_options == {"ridge": {"preprocess": ["sklearn.preprocessing.StandardScaler"]}}
+    result = study.run(X, y, store=tmp_path / "again.zarr", client=client, progress=False)
+    # the rebuilt study's folds, estimates, choice and refit: scikit-learn's scaled ridge
+    fold = result.cube["fold"].values[0]
+    alphas = [0.01, 1.0, 100.0]
+    want = [np.mean((y - cross_val_predict(make_pipeline(StandardScaler(), Ridge(alpha=a)), X, y,
+                                           cv=PredefinedSplit(fold))) ** 2) for a in alphas]
+    np.testing.assert_allclose(result["kfold"]["estimate"].values, want, rtol=1e-10)
+    chosen = result.selected["kfold"]
+    assert chosen["params"] == {"alpha": alphas[int(np.argmin(want))]}
+    hand = make_pipeline(StandardScaler(), Ridge(alpha=chosen["params"]["alpha"])).fit(X, y)
+    np.testing.assert_allclose(result.refit("kfold").predict(X), hand.predict(X), rtol=1e-12)
+    # and it is the run's own study: run on the store it came from, it fits nothing
+    assert study.run(X, y, store=tmp_path / "again.zarr", client=client,
+                     progress=False).run.fits_executed == 0
+
+
+def test_from_store_keeps_each_learners_output(tmp_path, client):
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.svm import LinearSVC
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X, y = StandardScaler().fit_transform(X[:150]), y[:150]
+    np.savez(tmp_path / "d.npz", X=X, y=y)
+    (tmp_path / "wf.yaml").write_text(textwrap.dedent("""
+        data: {source: npz, path: d.npz}
+        task: classification
+        loss: zero_one
+        learners:
+          - {name: logit, class: sklearn.linear_model.LogisticRegression, output: predict_proba}
+          - {name: svc, class: sklearn.svm.LinearSVC}
+        design: {folds: 3, seed: 0}
+        execution: {cluster: threads}
+    """))
+    out = run_cli("run", tmp_path / "wf.yaml", "--store", tmp_path / "s.zarr")
+    assert out.returncode == 0, out.stderr
+    study = cvflow.Study.from_store(tmp_path / "s.zarr")
+    result = study.run(X, y, store=tmp_path / "again.zarr", client=client, progress=False)
+    cube = result.cube
+    fold = cube["fold"].values[0]
+    full = int(cube.attrs["full_split"])
+    cv = PredefinedSplit(fold)
+    pred = cube["pred"].values
+    logit = cross_val_predict(LogisticRegression(), X, y, cv=cv, method="predict_proba")[:, 1]
+    svc = cross_val_predict(LinearSVC(), X, y, cv=cv, method="decision_function")
+    for h, want in enumerate((logit, svc)):
+        oof = np.array([pred[h, int(cube["fold_split"].values[0, fold[i]]), i]
+                        for i in range(len(y))])
+        np.testing.assert_allclose(oof, want, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(pred[1, full], LinearSVC().fit(X, y).decision_function(X),
+                               rtol=1e-6, atol=1e-9)
+
+
+def test_learner_options_are_checked():
+    study = cvflow.Study({"r": Ridge()}, learner_options={"ridge": {"preprocess": []}})
+    with pytest.raises(InputError, match=r"learner_options\['ridge'\]: no learner of that name"):
+        study.config("regression")
+    study = cvflow.Study({"r": Ridge()}, learner_options={"r": {"scale": True}})
+    with pytest.raises(InputError, match=r"unknown key\(s\) \['scale'\]; use preprocess, output"):
+        study.config("regression")
+
+
 def test_to_yaml_then_cli_run_is_bit_identical(frame_study, tmp_path):
     study, df, y, result = frame_study
     wf = study.to_yaml(tmp_path / "study.yaml", df, y)
