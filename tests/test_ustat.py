@@ -17,7 +17,7 @@ from scipy import stats
 
 from cvflow.designs import make_design, subset_splits
 from cvflow.errors import InputError
-from cvflow.estimators import REGISTRY
+from cvflow.estimators import REGISTRY, guardrails
 from cvflow.estimators._cube import resolve_param
 from cvflow.estimators.ustat import describe, nadeau_bengio, ustat
 from cvflow.learners import Param
@@ -260,8 +260,10 @@ def test_non_positive_variance_is_reported_not_raised():
     assert float(res["variance"]) == pytest.approx(0.0, abs=1e-12)
     for key in ("z", "p_value", "lower", "upper", "se"):
         assert np.isnan(float(res[key]))
-    assert "not positive" in res.attrs["message"]
-    assert any("not positive" in line for line in describe(res))
+    # said once: one variance_not_positive warning, not also a note
+    (warned,) = [w for w in guardrails.read(res) if w["code"] == "variance_not_positive"]
+    assert warned["code"] == "variance_not_positive" and "not positive (0)" in warned["message"]
+    assert res.attrs["message"] == "" and not any("note" in line for line in describe(res))
 
 
 def test_failed_fits_give_nan_and_a_message():
@@ -269,10 +271,12 @@ def test_failed_fits_give_nan_and_a_message():
     cube["pred"][1, int(design.subset_split[2, 1]), :] = np.nan
     res = ustat(cube, compare=[0, 1])
     assert np.isnan(float(res["estimate"])) and np.isnan(float(res["variance"]))
-    assert "1 subset fit(s)" in res.attrs["message"]
+    assert [w for w in guardrails.read(res) if w["code"] == "missing_fits"]
+    assert res.attrs["message"] == ""
     # the other learner alone is fine
     alone = ustat(cube, compare=[0])
     assert np.isfinite(float(alone["estimate"])) and alone.attrs["message"] == ""
+    assert not [w for w in guardrails.read(alone) if w["code"] == "missing_fits"]
 
 
 def test_one_group_is_reported():
@@ -605,6 +609,63 @@ def test_small_workflow_runs_and_reports_the_exact_ustat(tmp_path, client):
     assert out["ustat"]["estimate"] == pytest.approx(delta, abs=1e-12)
     assert out["ustat"]["variance"] == pytest.approx(delta ** 2 - total / count, abs=1e-12)
     assert json.loads(json.dumps(out))  # JSON-clean
+
+
+SMALL_SUBSETS = """
+name: fuchs_pairs
+data: {source: synthetic, name: logistic, params: {n: 12, p: 3, signal: 1.5}, seed: 0}
+task: classification
+loss: zero_one
+learners:
+  - {name: knn, class: sklearn.neighbors.KNeighborsClassifier, params: {n_neighbors: 1}, output: predict}
+  - {name: stump, class: sklearn.tree.DecisionTreeClassifier, params: {max_depth: 1, random_state: 0}, output: predict}
+design: {seed: 0, subset: {size: 4, pairs: PAIRS}}
+estimators: [{ustat: {compare: [knn, stump]}}]
+execution: {cluster: threads}
+"""
+
+
+def _v_hat(store) -> float:
+    """v̂ = Q − T of DESIGN.md 6.5 by explicit loops over the groups (zero_one loss)."""
+    import cvflow
+
+    cube = cvflow.open(store)
+    table, y = cube["subset_split"].values, cube["y"].values
+    wrong = (cube["pred"].values != y[None, None, :]).astype(float)
+    phi = wrong[0] - wrong[1]                                  # (split, sample)
+    train = cube["train"].values
+    phibar = {(p, m): phi[table[p, m]][~train[table[p, m]]].mean()
+              for p in range(table.shape[0]) for m in (0, 1)}
+    q = [phibar[f1] * phibar[f2] for f1 in phibar for f2 in phibar if f1[0] != f2[0]]
+    ts = []
+    for p in range(table.shape[0]):
+        rest = ~train[table[p, 0]] & ~train[table[p, 1]]
+        a, b = phi[table[p, 0]][rest], phi[table[p, 1]][rest]
+        ts.append((a.sum() * b.sum() - (a * b).sum()) / (rest.sum() * (rest.sum() - 1)))
+    return float(np.mean(q) - np.mean(ts))
+
+
+def test_each_ustat_warning_is_printed_once(tmp_path):
+    # two groups of this design give v̂ < 0 and v̂ + design variance = 0; one group gives the
+    # one-group note. Each is said once by `cvflow run` and once by `cvflow report` (it was said
+    # as a WARNING log on stderr, a note and two variance_not_positive warnings)
+    from cvtest import run_cli
+
+    for pairs, fact in ((2, "negative"), (1, "one group")):
+        wf = tmp_path / f"p{pairs}.yaml"
+        wf.write_text(SMALL_SUBSETS.replace("PAIRS", str(pairs)))
+        store = tmp_path / f"p{pairs}.zarr"
+        outs = [run_cli("run", wf, "--store", store), run_cli("report", store)]
+        if pairs == 2:
+            assert _v_hat(store) < 0
+        for out in outs:
+            assert out.returncode == 0, out.stderr
+            said = [line for line in (out.stdout + out.stderr).splitlines() if fact in line]
+            assert len(said) == 1, out.stdout + out.stderr
+            assert "WARNING" not in out.stderr, out.stderr
+            if pairs == 2:
+                assert said[0].lstrip().startswith("warning [variance_not_positive]: ")
+                assert (out.stdout + out.stderr).count("variance_not_positive") == 1
 
 
 def test_workflow_with_n_below_2g_plus_2_is_refused_before_any_fit(tmp_path, write_workflow):

@@ -124,17 +124,20 @@ def missing(count: int, what: str) -> list[dict]:
 
 
 def variance_sign(variance: float, total: float | None = None) -> list[dict]:
-    """``variance_not_positive`` when the variance used by a test is ≤ 0 (or, for an unbiased
-    estimate like ustat's v̂, when the estimate itself is negative)."""
-    out = []
-    if np.isfinite(variance) and variance < 0:
-        out.append(warning("variance_not_positive", f"the variance estimate is negative "
-                           f"({variance:.3g}); it is unbiased but noisy: use more groups or a "
-                           "larger n − 2g", variance=float(variance)))
-    if total is not None and np.isfinite(total) and total <= 0:
-        out.append(warning("variance_not_positive", f"the total variance is not positive "
-                           f"({total:.3g}); z, p and the interval are NaN", total=float(total)))
-    return out
+    """``variance_not_positive`` (one warning) when the variance used by a test is ≤ 0, or,
+    for an unbiased estimate like ustat's v̂, when the estimate itself is negative."""
+    negative = bool(np.isfinite(variance) and variance < 0)
+    flat = total is not None and bool(np.isfinite(total) and total <= 0)
+    if not (negative or flat):
+        return []
+    parts = [f"the variance estimate v̂ is negative ({variance:.3g})"] if negative else []
+    if flat:
+        parts.append(f"the total variance (v̂ + design variance) is not positive ({total:.3g}), "
+                     "so z, p and the interval are NaN")
+    fix = ("v̂ is unbiased but noisy, negative more often for small n − 2g or few groups: use "
+           "more groups (pairs) or a larger n − 2g")
+    extra = {"variance": float(variance)} | ({"total": float(total)} if flat else {})
+    return [warning("variance_not_positive", f"{' and '.join(parts)}; {fix}", **extra)]
 
 
 def flat(variance: float, scale: float) -> bool:
