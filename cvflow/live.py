@@ -69,19 +69,24 @@ def enable_routes() -> None:
 class Scorer:
     """Per-fit loss sums a block task returns with its summary (picklable, small).
 
-    ``analysis`` (n,) bool marks D (not held out). For fit (h, s): ``oof_sum`` =
-    Σ_{i∈D, i∉train_s} ℓ_i(h, s) (for fold j's split: the sum over N_j) and ``risk`` =
-    mean_{i∈D} ℓ_i(h, s). NaN for a failed fit.
+    ``analysis`` (n,) bool marks D (not held out); ``classes`` are the cube's class labels
+    (the study's ``Data.classes``, sorted, numbers or strings; None for regression). For fit
+    (h, s): ``oof_sum`` = Σ_{i∈D, i∉train_s} ℓ_i(h, s) (for fold j's split: the sum over N_j)
+    and ``risk`` = mean_{i∈D} ℓ_i(h, s). NaN for a failed fit.
     """
 
     loss: str
     analysis: np.ndarray
+    # DESIGN CHOICE: the scorer carries the cube's classes, what the losses read. The block's
+    # ``positive`` is what predict_output reads (a binary task's one positive label), not the
+    # class list: taken for it, every binary study's page had no K-fold
+    classes: tuple | None = None
 
-    def __call__(self, pred: np.ndarray, y, train: np.ndarray, params, positive) -> dict:
+    def __call__(self, pred: np.ndarray, y, train: np.ndarray, params) -> dict:
         from .estimators.np_roles import masked_sum
         from .losses import apply_loss
 
-        losses = apply_loss(self.loss, np.asarray(y), pred, positive,
+        losses = apply_loss(self.loss, np.asarray(y), pred, self.classes,
                             [p.output for p in params])
         held_out = self.analysis[None, :] & ~np.asarray(train, dtype=bool)
         return {"oof_sum": masked_sum(losses, held_out[None]),
@@ -152,7 +157,8 @@ class Monitor:
         declared = DECLARED.get(str(self.loss).partition(":")[0])
         if declared is not None and not declared.pointwise:
             self.loss = "squared" if workflow.task == "regression" else "zero_one"
-        self.scorer = Scorer(self.loss, ~np.asarray(data.is_test, dtype=bool))
+        self.scorer = Scorer(self.loss, ~np.asarray(data.is_test, dtype=bool),
+                             None if data.classes is None else tuple(data.classes))
         self.done = np.zeros((n_params, n_splits), dtype=bool)
         self.failed = np.zeros((n_params, n_splits), dtype=bool)
         self.dropped = np.zeros(n_params, dtype=bool)       # by racing
@@ -160,9 +166,11 @@ class Monitor:
         self.oof_sum = np.full((n_params, n_splits), np.nan)
         self.risk = np.full((n_params, n_splits), np.nan)
         self.errors: list[tuple[str, str]] = []          # (learner, message) of failed fits
+        self.scoring_error: str | None = None          # the scorer's first error
         self.meta = {"run": self.run, "name": workflow.name, "store": store, "loss": self.loss,
                      "raced": bool(workflow.racing),
                      "started": time.time(), "learners": list(dict.fromkeys(self.learner)),
+                     "scoring_error": None,
                      "corrected": self.full_split >= 0 and self.has_folds}
         self.layouts = {name: grid_layout([params[h].hyper
                                            for h in np.flatnonzero(self.learner == name)])
@@ -184,6 +192,11 @@ class Monitor:
         self.done[ps, ss] |= fitted
         self.failed[ps, ss] = np.where(fitted, status.failed, self.failed[ps, ss])
         terms = summary.get("terms")
+        if summary.get("terms_error") and self.scoring_error is None:
+            # said once (every block would raise it again): the page shows no K-fold from now
+            self.scoring_error = self.meta["scoring_error"] = summary["terms_error"]
+            log.warning("live page: the K-fold curve is not shown: scoring the fits (loss %s) "
+                        "failed: %s", self.loss, self.scoring_error)
         if terms is not None:
             self.oof_sum[ps, ss] = np.where(fitted, terms["oof_sum"], self.oof_sum[ps, ss])
             self.risk[ps, ss] = np.where(fitted, terms["risk"], self.risk[ps, ss])
@@ -392,7 +405,10 @@ def page_html(state: dict, *, base: str) -> str:
     html_title = f"cvflow: {state['name']}"           # file_html escapes the <title>
     header = Div(text=str(Markup("<h2 style='margin:4px 0'>{}</h2><p style='margin:0'>store "
                              "<code>{}</code>, loss <b>{}</b>; updates every second as blocks "
-                             "land</p>").format(html_title, state["store"], state["loss"])),
+                             "land</p>").format(html_title, state["store"], state["loss"])
+                     + (Markup("<p style='margin:0;color:#d62728'>no K-fold: scoring the fits "
+                               "failed: <code>{}</code></p>").format(state["scoring_error"])
+                        if state.get("scoring_error") else "")),
                  sizing_mode="stretch_width")
     progress = source("progress", columns(state, "progress"))
     summary = DataTable(source=progress, height=28 + 25 * len(state["learners"]), width=900,

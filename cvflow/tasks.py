@@ -171,8 +171,9 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
 
     ``todo`` (params, splits) marks the cells to fit in a block shared with stored fits of an
     extended study; None fits the whole block. ``scorer`` adds two loss sums per fit
-    (``terms``) for the live page. Cells recorded as timed out by an earlier attempt of this
-    task are recorded failed, not fitted again. ``isolated``: every fit in a child process
+    (``terms``) for the live page, or the error it raised (``terms_error``: the block is
+    recorded all the same). Cells recorded as timed out by an earlier attempt of this task are
+    recorded failed, not fitted again. ``isolated``: every fit in a child process
     (:mod:`cvflow.isolated`), for a block that killed its workers.
     """
     t0 = time.perf_counter()
@@ -206,9 +207,9 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
     summary = summarize(result, attempted)
     if scorer is not None:              # the live page's numbers: never a reason to fail a block
         try:
-            summary["terms"] = scorer(result.pred, y, train, params, positive)
-        except Exception as exc:  # noqa: BLE001 - the block is written; the page shows no curve
-            log.warning("live page: could not score the block: %s: %s", type(exc).__name__, exc)
+            summary["terms"] = scorer(result.pred, y, train, params)
+        except Exception as exc:  # noqa: BLE001 - the block is written; the client warns once
+            summary["terms_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
     summary["task_seconds"] = time.perf_counter() - t0
     return summary
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sklearn.linear_model import Ridge
+from sklearn.linear_model import LogisticRegression, Ridge
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -281,17 +281,34 @@ class GatedRidge(Ridge):
         self.gate, self.claim, self.min_rows, self.limit = gate, claim, min_rows, limit
 
     def fit(self, X, y, sample_weight=None):
-        from cvflow.checks import in_trial
+        _wait_at_gate(self, X)
+        return super().fit(X, y, sample_weight=sample_weight)
 
-        if self.gate and len(X) >= self.min_rows and not in_trial():
-            try:
-                os.close(os.open(self.claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
-            except FileExistsError:
-                pass
-            else:
-                deadline = time.monotonic() + self.limit
-                while not os.path.exists(self.gate) and time.monotonic() < deadline:
-                    time.sleep(0.05)
+
+def _wait_at_gate(model, X) -> None:
+    """A gated learner's wait (see GatedRidge): only in the fit that creates ``claim``."""
+    from cvflow.checks import in_trial
+
+    if model.gate and len(X) >= model.min_rows and not in_trial():
+        try:
+            os.close(os.open(model.claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return
+        deadline = time.monotonic() + model.limit
+        while not os.path.exists(model.gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+class GatedLogistic(LogisticRegression):
+    """LogisticRegression held open like GatedRidge: a classification run (string labels
+    too) that lasts until its test lets it end."""
+
+    def __init__(self, C=1.0, max_iter=2000, gate=None, claim=None, min_rows=0, limit=120.0):
+        super().__init__(C=C, max_iter=max_iter)
+        self.gate, self.claim, self.min_rows, self.limit = gate, claim, min_rows, limit
+
+    def fit(self, X, y, sample_weight=None):
+        _wait_at_gate(self, X)
         return super().fit(X, y, sample_weight=sample_weight)
 
 

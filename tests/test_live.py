@@ -2,9 +2,11 @@
 landed so far, and the URL `cvflow run` prints renders in headless Chromium while fits run."""
 from __future__ import annotations
 
+import html
 import json
 import re
 import time
+import urllib.parse
 import urllib.request
 
 import numpy as np
@@ -66,7 +68,7 @@ def test_monitor_curves_equal_the_estimators_on_the_fits_landed_so_far(tmp_path,
         ps, ss = all_blocks[b]
         status = BlockResult(ps, ss, None, cube["failed"].values[ps, ss],
                              cube["error"].values[ps, ss], cube["fit_seconds"].values[ps, ss])
-        terms = monitor.scorer(pred[ps, ss], y, train[ss], study.params[ps], study.data.positive)
+        terms = monitor.scorer(pred[ps, ss], y, train[ss], study.params[ps])
         monitor.block({"status": status, "terms": terms})
         landed[ps, ss] = True
         if step % 7 and step != len(order) - 1:
@@ -260,8 +262,7 @@ def test_live_page_plots_against_grid_values_and_a_heatmap_for_two_d_grids(tmp_p
         status = BlockResult(ps, ss, None, cube["failed"].values[ps, ss],
                              cube["error"].values[ps, ss], cube["fit_seconds"].values[ps, ss])
         monitor.block({"status": status,
-                       "terms": monitor.scorer(pred[ps, ss], y, train[ss], study.params[ps],
-                                               study.data.positive)})
+                       "terms": monitor.scorer(pred[ps, ss], y, train[ss], study.params[ps])})
     state = json.loads(json.dumps(monitor.state()))
     kinds = {name: meta["kind"] for name, meta in state["layouts"].items()}
     assert kinds == {"ridge": "log", "knn": "categorical", "tree": "heatmap"}
@@ -295,3 +296,198 @@ def test_live_page_plots_against_grid_values_and_a_heatmap_for_two_d_grids(tmp_p
     assert drawn["kfold-ridge"]["x"] == "LogScale"
     assert drawn["kfold-knn"]["factors"] == ["uniform", "distance"]
     assert drawn["kfold-tree"]["factors"] == ["1", "3", "6"] and "Rect" in drawn["kfold-tree"]["glyphs"]
+
+
+# --- string class labels: the page's K-fold against scikit-learn's losses -------------------------
+
+def _labelled_csv(path, dataset: str):
+    """``dataset`` as a CSV whose target column holds class names: iris's species (three
+    classes) or, for breast cancer, "no"/"yes" (150 rows, 4 standardised features;
+    ``breast_cancer_01``: its 0/1 labels); the features and labels."""
+    import pandas as pd
+    from sklearn.datasets import load_breast_cancer, load_iris
+
+    if dataset == "iris":
+        X, y = load_iris(return_X_y=True)
+        labels = np.asarray(load_iris().target_names, dtype=object)[y]
+    else:
+        X, y = load_breast_cancer(return_X_y=True)
+        rows = np.random.default_rng(0).choice(len(y), 150, replace=False)
+        X, y = X[rows][:, :4], y[rows]
+        X = (X - X.mean(0)) / X.std(0)
+        labels = y if dataset == "breast_cancer_01" else np.where(y == 1, "yes", "no").astype(object)
+    frame = pd.DataFrame(X, columns=[f"x{j}" for j in range(X.shape[1])])
+    frame["label"] = labels
+    frame.to_csv(path, index=False)
+    return X, labels
+
+
+LABELLED = """\
+name: labels
+data: {{source: csv, path: {csv}, target: label}}
+task: classification
+loss: {loss}
+learners:
+  - name: logreg
+    class: sklearn.linear_model.LogisticRegression
+    params: {{max_iter: 2000}}
+    output: predict_proba
+    grid: {{C: [0.05, 1.0, 20.0]}}
+design: {{folds: 3, seed: 0}}
+estimators: [kfold]
+execution: {{fits_per_task: 2}}
+"""
+
+
+def _sklearn_kfold(cube, labels, design, loss: str) -> np.ndarray:
+    """Per param, scikit-learn's ``zero_one_loss`` / ``log_loss`` of the out-of-fold
+    predictions read from the store: each sample's stored probabilities from the fold fit that
+    did not train on it (one repeat: the K-fold estimate), its predicted label the most
+    probable class."""
+    from sklearn.metrics import log_loss, zero_one_loss
+
+    classes = np.unique(labels)                                  # scikit-learn's classes_
+    train = np.asarray(design.train)
+    pred = cube["pred"].values
+    out = []
+    for h in range(pred.shape[0]):
+        proba = np.full((len(labels), len(classes)), np.nan)
+        for s in np.asarray(design.fold_split)[0]:
+            held = ~train[s]
+            p = pred[h, s, held]
+            proba[held] = p if p.ndim == 2 else np.column_stack([1 - p, p])   # binary: P(yes)
+        assert not np.isnan(proba).any()
+        if loss == "zero_one":
+            out.append(zero_one_loss(labels, classes[proba.argmax(axis=1)]))
+        else:
+            out.append(log_loss(labels, proba, labels=list(classes)))
+    return np.asarray(out)
+
+
+@pytest.fixture(scope="module")
+def page_client():
+    """A scheduler serving the live page (the route enabled before it starts), two worker
+    processes: the run's scorer is pickled to them as in ``cvflow run``."""
+    from distributed import Client, LocalCluster
+
+    live.enable_routes()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        yield c
+
+
+@pytest.mark.parametrize("dataset", ["breast_cancer", "iris", "breast_cancer_01"])
+@pytest.mark.parametrize("loss", ["zero_one", "log_loss"])
+def test_live_kfold_of_a_string_labelled_study_equals_sklearn_losses(tmp_path, page_client,
+                                                                     dataset, loss, caplog):
+    """The page's K-fold per param (its JSON, from the scores the block tasks computed on the
+    workers) after the run is scikit-learn's zero_one_loss / log_loss of the
+    out-of-fold predictions in the store, for "no"/"yes", iris's species names and 0/1 labels
+    (a binary study's page had no K-fold, whatever its labels); no scoring failure is reported."""
+    _, labels = _labelled_csv(tmp_path / "data.csv", dataset)
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(LABELLED.format(csv="data.csv", loss=loss))
+    with caplog.at_level("WARNING", logger="cvflow.live"):
+        result = run(wf, store=tmp_path / "s.zarr", client=page_client)
+    assert result.live, "the scheduler did not serve the live page"
+    run_id = urllib.parse.parse_qs(urllib.parse.urlsplit(result.live).query)["run"][0]
+    base = result.live.split("?")[0]
+    with urllib.request.urlopen(f"{base}/data/{run_id}/learner-0.json", timeout=60) as response:
+        columns = json.loads(response.read())
+    study = cvflow.load_workflow(wf).build()
+    expected = _sklearn_kfold(cvflow.open(result.store), labels, study.design, loss)
+    assert columns["folds_done"] == [3, 3, 3]
+    assert None not in columns["kfold"], columns
+    np.testing.assert_allclose(columns["kfold"], expected, rtol=1e-12)
+    assert [r.getMessage() for r in caplog.records if "live page" in r.getMessage()] == []
+    with urllib.request.urlopen(result.live, timeout=60) as response:
+        assert "scoring the fits failed" not in response.read().decode()
+
+
+def test_a_failing_live_scorer_is_said_once_and_shown_on_the_page(tmp_path, write_workflow,
+                                                                  caplog):
+    """A block whose scoring raised (the task recorded it all the same) leaves the page
+    without a K-fold: the client logs the error once, however many blocks carry it, and the
+    page says so (as text)."""
+    wf_path = write_workflow(STUDY)
+    wf = cvflow.load_workflow(wf_path)
+    study = wf.build()
+    monitor = live.Monitor(Published(), wf, study.params, study.design, study.data,
+                           store="s.zarr", url="http://x/cvflow")
+    n_params, n_splits = monitor.done.shape
+    error = "KeyError: '<b>no</b>'"
+    with caplog.at_level("WARNING", logger="cvflow.live"):
+        for s in range(2):
+            ps, ss = slice(0, n_params), slice(s, s + 1)
+            status = BlockResult(ps, ss, None, np.zeros((n_params, 1), bool),
+                                 np.full((n_params, 1), "", dtype=object), np.zeros((n_params, 1)))
+            monitor.block({"status": status, "terms_error": error})
+    said = [r.getMessage() for r in caplog.records if "live page" in r.getMessage()]
+    assert said == ["live page: the K-fold curve is not shown: scoring the fits (loss absolute) "
+                    f"failed: {error}"]
+    state = json.loads(json.dumps(monitor.state()))
+    assert state["scoring_error"] == error and state["done"] == 2 * n_params
+    # the header Div's markup, as the page's document JSON holds it (escaped once in its
+    # <script>): the message is escaped text in it
+    page = html.unescape(live.page_html(state, base="http://127.0.0.1:9/cvflow"))
+    assert ("no K-fold: scoring the fits failed: <code>KeyError: &#39;&lt;b&gt;no&lt;/b&gt;"
+            "&#39;</code>") in page
+
+
+def _json(url: str):
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def test_cvflow_run_of_a_string_labelled_study_shows_the_kfold_on_the_page(tmp_path):
+    """``cvflow run`` of a "no"/"yes" study (log_loss on predict_proba) on worker processes:
+    while it runs (one fit held open), the page's data carry the K-fold of every param whose
+    folds are done, equal to scikit-learn's log_loss of the finished store's out-of-fold
+    predictions; the page renders, says no scoring failed, and the run warns of none."""
+    _, labels = _labelled_csv(tmp_path / "data.csv", "breast_cancer")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(json.dumps({
+        "name": "yesno", "task": "classification", "loss": "log_loss",
+        "data": {"source": "csv", "path": "data.csv", "target": "label"},
+        "learners": [{"name": "logreg", "class": "fault_helpers.GatedLogistic",
+                      "params": {"gate": str(tmp_path / "gate"), "claim": str(tmp_path / "claim")},
+                      "output": "predict_proba", "grid": {"C": [0.05, 1.0, 20.0]}}],
+        "design": {"folds": 3, "seed": 0}, "estimators": ["kfold"],
+        "execution": {"fits_per_task": 1}}))
+    store = tmp_path / "s.zarr"
+    proc = fh.start_run(wf, store, "--cluster", "local", "--workers", "2")
+    try:
+        url, deadline = None, time.monotonic() + 180
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                raise AssertionError(f"run ended (rc {proc.returncode}) before the page URL: "
+                                     f"{proc.stderr.read()[-2000:]}")
+            m = re.match(r"live study page: (http://\S+)", line)
+            url = m and m.group(1)
+        assert url, "no live page URL printed"
+        run_id = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["run"][0]
+        data = f"{url.split('?')[0]}/data/{run_id}"
+        # every fit but the one held at the gate lands (12 fits: 3 params x (3 folds + full))
+        deadline = time.monotonic() + 150
+        while _json(f"{data}/progress.json")["done"] != [11] and time.monotonic() < deadline:
+            time.sleep(0.3)
+        columns = _json(f"{data}/learner-0.json")
+        with urllib.request.urlopen(url, timeout=60) as response:
+            page = response.read().decode()
+        (tmp_path / "gate").touch()
+        rc, _, err = fh.finish(proc)
+    finally:
+        fh.reap(proc)
+    assert rc == 0, err[-3000:]
+    assert sum(columns["ok"]) == 11, columns
+    complete = np.asarray(columns["folds_done"]) == 3
+    assert complete.sum() >= 2, columns
+    shown = np.asarray([np.nan if v is None else v for v in columns["kfold"]], dtype=float)
+    assert np.isfinite(shown[complete]).all(), columns
+    study = cvflow.load_workflow(wf).build()
+    expected = _sklearn_kfold(cvflow.open(store), labels, study.design, "log_loss")
+    np.testing.assert_allclose(shown[complete], expected[complete], rtol=1e-12)
+    assert "cvflow-learner-0" in page and "scoring the fits failed" not in page
+    assert "live page:" not in err, err[-3000:]
