@@ -14,6 +14,7 @@ import sys
 import warnings
 
 from .errors import InputError
+from .terminal import visible
 
 
 def cmd_validate(args) -> int:
@@ -25,10 +26,11 @@ def cmd_validate(args) -> int:
         check_cluster(wf)         # the profile the workflow names (reads Dask's config)
     study = wf.build()
     n_fits = len(study.params) * study.design.n_splits
-    print(f"{args.workflow}: valid; {len(study.params)} params x {study.design.n_splits} splits "
-          f"= {n_fits} fits; estimators: {', '.join(n for n, _ in wf.estimators)}")
+    print(visible(f"{args.workflow}: valid; {len(study.params)} params x "
+                  f"{study.design.n_splits} splits = {n_fits} fits; estimators: "
+                  f"{', '.join(n for n, _ in wf.estimators)}"))
     for message in wf.design_warnings(study):
-        print(f"cvflow: warning: {args.workflow}: {message}", file=sys.stderr)
+        print(visible(f"cvflow: warning: {args.workflow}: {message}"), file=sys.stderr)
     return 0
 
 
@@ -60,7 +62,8 @@ def cmd_run(args) -> int:
     cube = open_cube(result.store)
     info = report.status_from_cube(cube)
     if info["failed"] == info["total"]:
-        print(f"cvflow: error: every fit failed: {next(iter(info['failures']))}", file=sys.stderr)
+        print(visible(f"cvflow: error: every fit failed: {next(iter(info['failures']))}"),
+              file=sys.stderr)
         return 1
     # the workflow file is code: what it names is trusted, with its loss; anything else the
     # store names (user estimators of an earlier workflow, another author's) is data
@@ -181,7 +184,7 @@ def cmd_report(args) -> int:
         if args.json:
             print(json.dumps({label: report.to_json(r, cube) for label, r in several.items()}))
         else:
-            print("\n\n".join(f"== loss {label} ==\n{report.text(cube, r)}"
+            print("\n\n".join(f"== loss {visible(label)} ==\n{report.text(cube, r)}"
                               for label, r in several.items()))
         return 0
     results = report.compute(cube, estimators, loss=losses[0], overrides=overrides,
@@ -194,7 +197,7 @@ def cmd_report(args) -> int:
         print(json.dumps(report.to_json(results, cube)))
     elif args.html:
         # the page holds the report: one line says where (the text report is the command without --html)
-        print(f"{args.store}: HTML report written to {written}")
+        print(visible(f"{args.store}: HTML report written to {written}"))
     else:
         print(report.text(cube, results))
     return 0
@@ -275,8 +278,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _VisibleFormatter(logging.Formatter):
+    """Log records for a terminal: a store's strings in a message cannot control it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record), multiline=True)     # a traceback keeps its lines
+
+
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # DESIGN CHOICE: every line the CLI writes that may quote a store (errors, warnings, log
+    # records, the texts of report, status, verify and run) is shown by cvflow.terminal.visible:
+    # a store is data, and its strings must not control the reader's terminal (DESIGN.md 9).
+    # JSON output needs nothing: json.dumps escapes every control character.
+    handler = logging.StreamHandler()
+    handler.setFormatter(_VisibleFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     # cvflow's deprecations (e.g. a learner's `estimator:` key) reach the user as one line
     for noisy in ("distributed", "bokeh", "tornado"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
@@ -288,20 +304,20 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.filterwarnings("default", category=DeprecationWarning, module=r"cvflow\.")
             warnings.formatwarning = lambda message, category, *_, **__: \
-                f"cvflow: {category.__name__}: {message}\n"
+                f"cvflow: {category.__name__}: {visible(message)}\n"
             return args.func(args)
     except BrokenPipeError:              # `cvflow report ... | head`: the reader left, not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except InputError as exc:
-        print(f"cvflow: error: {exc}", file=sys.stderr)
+        print(f"cvflow: error: {visible(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("cvflow: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - run-time failures: one line, exit 1
         logging.getLogger(__name__).debug("run-time failure", exc_info=True)
-        print(f"cvflow: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"cvflow: error: {type(exc).__name__}: {visible(exc)}", file=sys.stderr)
         return 1
     finally:
         warnings.formatwarning = formatwarning

@@ -29,6 +29,7 @@ import numpy as np
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
+from . import terminal
 from .errors import OVERWRITE, StoreError
 from .location import listing, storage_options
 
@@ -311,6 +312,8 @@ class Report:
                             for d in self.damaged]}
 
     def text(self) -> str:
+        """The report for a terminal (:func:`cvflow.terminal.lines`: a variable name the store
+        holds cannot control the terminal)."""
         lines = [f"{self.store}: {d}" for d in self.damaged]
         refit = [d for d in self.damaged if d.variable == REFITTED and d.chunk != ()]
         lines.append(f"{self.store}: {self.chunks} chunks of {self.variables} variables read, "
@@ -323,4 +326,4 @@ class Report:
         if len(refit) < len(self.damaged):
             lines.append("  the other damage cannot be refitted: restore the store from a copy, "
                          f"or rerun with {OVERWRITE}")
-        return "\n".join(lines)
+        return terminal.lines(lines)

@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Callable
 
+from .terminal import visible
+
 # seconds between plain progress lines (no terminal: a log file, a notebook without tqdm)
 PLAIN_EVERY = 2.0
 
@@ -137,7 +139,7 @@ def summary_lines(result) -> list[str]:
     if getattr(result, "raced_params", 0):
         lines.append(f"racing: {result.dropped_params} of {result.raced_params} params dropped, "
                      f"{result.saved_fits} fits saved ({result.fits_executed} run)")
-    return lines
+    return [visible(line) for line in lines]   # the store's path may hold anything
 
 
 def reporter(progress) -> Callable[[dict], None] | None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import xarray as xr
 
+from . import terminal
 from .errors import InputError, UntrustedCodeWarning
 
 if TYPE_CHECKING:
@@ -339,6 +340,9 @@ def summarize_fits(done: np.ndarray, failed: np.ndarray, errors: np.ndarray,
 
 
 def format_status(info: dict) -> str:
+    """The text of :func:`status` for a terminal: each line as :func:`cvflow.terminal.lines`
+    shows it (a learner name or an error message the store holds cannot control the terminal
+    nor start a line of its own)."""
     lines = [f"{info['store']}: {info['done']}/{info['total']} fits done, {info['failed']} failed"
              + (" (complete)" if info["complete"] else "")]
     if len(info["learners"]) > 1 or info["failed"]:
@@ -355,7 +359,7 @@ def format_status(info: dict) -> str:
     lines += [f"  damaged: {d}" for d in info.get("damaged", [])]
     if info.get("damaged"):
         lines.append("  `cvflow run` refits the damaged chunks; `cvflow verify` reads every chunk")
-    return "\n".join(lines)
+    return terminal.lines(lines)
 
 
 def _variants(info: dict, message: str) -> str:
@@ -365,7 +369,9 @@ def _variants(info: dict, message: str) -> str:
 
 def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
     """The text report: a section per estimator (its declared ``text`` renderer, or a generic
-    one listing the scalar results and the per-param ``estimate``)."""
+    one listing the scalar results and the per-param ``estimate``), its lines as
+    :func:`cvflow.terminal.lines` shows them: a name, a param value or an error message the
+    store holds cannot control the terminal nor start a line of its own."""
     from .estimators import guardrails, lookup
 
     lines = []
@@ -387,7 +393,7 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
         lines.append(f"{info['failed']} of {info['total']} fits failed:")
         lines += [f"  {count} x {message}{_variants(info, message)}"
                   for message, count in info["failures"].items()]
-    return "\n".join(lines)
+    return terminal.lines(lines)
 
 
 def generic_text(result: xr.Dataset, max_rows: int = 12) -> list[str]:
