@@ -15,14 +15,18 @@ from __future__ import annotations
 # harmless and kept; a newline is kept only in a multi-line block, so a one-line field (a
 # name, an error message, one line of a report) cannot start a forged line of its own.
 # A backslash is kept as is, so the function is idempotent and Windows paths stay readable.
-_CONTROLS = [*range(0x00, 0x20), *range(0x7F, 0xA0)]
+# The bidirectional embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069) are
+# escaped too: they reorder what follows on the line ("Trojan source"), so a stored name could
+# make a line read otherwise than it is; letters of right-to-left scripts are not touched.
+_BIDI = [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_CONTROLS = [*range(0x00, 0x20), *range(0x7F, 0xA0), *_BIDI]
 _LINE = {c: repr(chr(c))[1:-1] for c in _CONTROLS if c != 0x09}
 _BLOCK = {c: escape for c, escape in _LINE.items() if c != 0x0A}
 
 
 def visible(text: object, *, multiline: bool = False) -> str:
     """``text`` (``str()`` of it) for a terminal: each C0/C1 control character but a tab (and
-    a newline when ``multiline``) written out as its escape.
+    a newline when ``multiline``), and each bidirectional override, written out as its escape.
 
     Parameters
     ----------

@@ -59,6 +59,8 @@ WORKFLOW = textwrap.dedent("""\
     ("a\u00a0b", "a\u00a0b", "a\u00a0b"),
     ("انحدار", "انحدار", "انحدار"),
     ("C:\\temp\\x1b", "C:\\temp\\x1b", "C:\\temp\\x1b"),         # a backslash is kept
+    # bidirectional overrides and isolates reorder the rest of a line ("Trojan source")
+    ("a\u202eb\u2066c\u2069", "a\\u202eb\\u2066c\\u2069", "a\\u202eb\\u2066c\\u2069"),
 ])
 def test_visible_against_a_table(text, line, block):
     assert visible(text) == line
@@ -67,9 +69,10 @@ def test_visible_against_a_table(text, line, block):
 
 
 def test_visible_escapes_exactly_the_c0_and_c1_controls_as_repr_does():
-    for code in range(0x250):
+    for code in [*range(0x250), *range(0x2000, 0x2070)]:
         char = chr(code)
-        control = code < 0x20 or 0x7F <= code < 0xA0
+        control = code < 0x20 or 0x7F <= code < 0xA0 or 0x202A <= code <= 0x202E \
+            or 0x2066 <= code <= 0x2069
         expected = repr(char)[1:-1] if control and char != "\t" else char
         assert visible(char) == expected, hex(code)
 
