@@ -375,6 +375,32 @@ def saved_fits(race: dict | None, done: np.ndarray) -> int:
     return int((~done[rows]).sum()) if rows else 0
 
 
+def unfilled(race: dict | None, done: np.ndarray) -> int:
+    """Dropped params that still lack a fit racing skipped (0 once a run without racing, or a
+    race continued to the end, has fitted them)."""
+    if not race:
+        return 0
+    rows = [int(d["param"]) for d in race.get("dropped", []) if int(d["param"]) < done.shape[0]]
+    return int((~done[rows].all(axis=1)).sum()) if rows else 0
+
+
+def state_text(dropped: int, params, lacking: int, saved: int) -> str:
+    """What racing means for the store now, in one phrase (status and report).
+
+    DESIGN CHOICE: the race is history kept in the store (who was dropped, when, by which
+    test); what it leaves missing is the store's present. Once a run without racing has fitted
+    the skipped fits, the dropped params have every result, and saying "dropped" alone read as
+    if they still lacked them (tests/test_racing_report.py::test_status_after_filling_says_so).
+    """
+    if not dropped:
+        return f"no param dropped of {params}"
+    if not saved:
+        return (f"{dropped} of {params} params were dropped, and their skipped fits have been "
+                "fitted since (a run without racing): every param has its results")
+    return (f"{dropped} of {params} params dropped; {lacking} of them still lack {saved} fits "
+            "racing skipped (their results are NaN; `cvflow run` with racing: false fits them)")
+
+
 # --- the stages of a run (called by cvflow.engine around its one loop) -------------------------
 
 def stage_blocks(race: Race, s: int, done: np.ndarray, chunks: tuple[int, int]
@@ -455,7 +481,9 @@ def summary(cube) -> dict | None:
         ``alpha``, ``test``, ``correction``, ``threshold`` (the p-value at or below which a
         param was dropped at a look), ``params`` (that started the race), ``looks``,
         ``stages`` (each its ``stage``, (repeat, fold) ``folds`` and ``splits``),
-        ``saved_fits`` (not run), ``survivors``, and ``dropped``: one row per dropped param,
+        ``saved_fits`` (not run and still not done), ``unfilled`` (dropped params still lacking
+        a fit: 0 once a run without racing filled them), ``survivors``, and ``dropped``: one
+        row per dropped param,
         in the order they were dropped: ``param`` (its index in the store), ``label``,
         ``stage``, ``folds`` (that stage's (repeat, fold) roles as text, ``r0f1``), ``leader`` (the
         label of the param it lost to) and ``leader_param``, ``mean_difference`` (its mean
@@ -487,6 +515,7 @@ def summary(cube) -> dict | None:
     return {"alpha": race["alpha"], "test": race["test"], "correction": race["correction"],
             "threshold": race["threshold"], "params": race["params"], "looks": race["looks"],
             "stages": stages, "saved_fits": saved_fits(race, done),
+            "unfilled": unfilled(race, done),
             "survivors": int(race["params"]) - len(rows), "dropped": rows}
 
 
@@ -495,15 +524,12 @@ def text(cube) -> list[str]:
     race = summary(cube)
     if not race:
         return []
-    lines = [f"racing: {len(race['dropped'])} of {race['params']} params dropped, "
-             f"{race['saved_fits']} fits saved (alpha {race['alpha']}: {race['test']}, "
+    state = state_text(len(race["dropped"]), race["params"], race["unfilled"], race["saved_fits"])
+    lines = [f"racing: {state} (alpha {race['alpha']}: {race['test']}, "
              f"{race['correction']}; drop at p <= {race['threshold']:.3g})"]
     for d in race["dropped"]:
         z = "inf" if d["z"] is None else f"{d['z']:.2f}"
         lines.append(f"  stage {d['stage']} ({d['folds']}): {d['label']} beaten by "
                      f"{d['leader']}: loss +{d['mean_difference']:.4g} "
                      f"(z {z}, p {d['p_value']:.2g})")
-    if race["saved_fits"]:
-        lines.append("  the dropped params' results are NaN; `cvflow run` with racing: false "
-                     "fits what racing skipped")
     return lines

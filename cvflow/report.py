@@ -140,8 +140,37 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
         raise InputError(next(iter(skipped.values())))
     cube = _pred_in_memory_if_small(cube)
     with shared_terms(cube, {role for spec, _ in todo for role in spec.terms}):
-        return Results({spec.name: spec(cube, loss=loss, **options) for spec, options in todo},
-                       skipped=skipped)
+        out = Results({spec.name: spec(cube, loss=loss, **options) for spec, options in todo},
+                      skipped=skipped)
+    if raced:
+        for result in out.values():
+            _racing_cause(result, cube)
+    return out
+
+
+def _racing_cause(result: xr.Dataset, cube: xr.Dataset) -> None:
+    """On a raced store with skipped fits, a ``missing_fits`` warning names racing as a cause:
+    "failed or not written yet" alone sent users looking for failures that never happened.
+
+    DESIGN CHOICE: said here, where the race is known; the estimators count missing fits
+    without knowing why they are missing.
+    """
+    from . import racing
+    from .estimators import guardrails
+
+    warned = guardrails.read(result)
+    if not any(w["code"] == "missing_fits" for w in warned):
+        return
+    race = racing.record(cube)
+    dropped = racing.unfilled(race, np.asarray(cube["done"].values))
+    for w in warned:
+        if w["code"] == "missing_fits":
+            w["message"] = w["message"].replace(
+                "(failed or not written yet)",
+                f"(racing dropped {dropped} param(s) before their later fits, see racing; or "
+                "failed or not written yet)")
+            w["racing_dropped"] = dropped
+    result.attrs["warnings"] = json.dumps(warned)
 
 
 def _raced_unfilled(cube: xr.Dataset) -> bool:
@@ -300,13 +329,14 @@ def status(path: str | Path) -> dict:
 
 def _racing_counts(stored, done: np.ndarray) -> dict:
     """A raced store's counts for status: params dropped, fits racing saved (not run)."""
-    from .racing import saved_fits
+    from .racing import saved_fits, unfilled
 
     if not stored:
         return {}
     race = json.loads(stored)
     return {"racing": {"dropped": len(race.get("dropped", [])), "params": race.get("params"),
-                       "saved_fits": saved_fits(race, done), "alpha": race.get("alpha")}}
+                       "saved_fits": saved_fits(race, done), "unfilled": unfilled(race, done),
+                       "alpha": race.get("alpha")}}
 
 
 def summarize_fits(done: np.ndarray, failed: np.ndarray, errors: np.ndarray,
@@ -352,10 +382,10 @@ def format_status(info: dict) -> str:
               for message, count in info["failures"].items()]
     race = info.get("racing")
     if race:
-        lines.append(f"  racing (alpha {race['alpha']}): {race['dropped']} of {race['params']} "
-                     f"params dropped, {race['saved_fits']} fits saved"
-                     + ("; `cvflow run` with racing: false fits them" if race["saved_fits"]
-                        else ""))
+        from .racing import state_text
+
+        lines.append(f"  racing (alpha {race['alpha']}): " + state_text(
+            race["dropped"], race["params"], race.get("unfilled", 0), race["saved_fits"]))
     lines += [f"  damaged: {d}" for d in info.get("damaged", [])]
     if info.get("damaged"):
         lines.append("  `cvflow run` refits the damaged chunks; `cvflow verify` reads every chunk")

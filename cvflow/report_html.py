@@ -703,14 +703,14 @@ def _racing_html(cube: xr.Dataset) -> Markup:
                       "</table>").format(body) if race["dropped"]
                else Markup("<p>No param was dropped.</p>"))
     return _section("Racing: who was dropped when") + Markup(
-        "<p class='note'>{} of {} params dropped, {} fits saved. After each stage (the (repeat, "
+        "<p class='note'>Racing: {}. After each stage (the (repeat, "
         "fold) fits named: r0f1 is repeat 0, fold 1) every surviving param was compared with the "
         "leader (lowest mean out-of-fold loss so far) by a {} and dropped at p &le; {:.3g} "
-        "(alpha {}, {}). The dropped params' results are NaN; <code>cvflow run</code> with "
-        "<code>racing: false</code> fits what racing skipped.</p>"
+        "(alpha {}, {}).</p>"
         "<table class='racing'><tr><th>after the fits of</th>{}</tr><tr><th>params left</th>{}"
         "</tr></table>{}").format(
-            len(race["dropped"]), race["params"], race["saved_fits"], race["test"],
+            racing.state_text(len(race["dropped"]), race["params"], race["unfilled"],
+                       race["saved_fits"]), race["test"],
             race["threshold"], race["alpha"], race["correction"], heads,
             Markup("").join(left), dropped)
 

@@ -425,3 +425,56 @@ def test_live_page_lists_who_racing_dropped_while_the_run_goes_on(tmp_path):
     assert racing["z"] == pytest.approx([d["z"] for d in race["dropped"]])
     assert set(racing["learner"]) == {payload("learner")}
     assert progress["skipped"] == [int((~cube["done"].values).sum())]
+
+
+def test_status_after_filling_says_so(tmp_path):
+    """``cvflow status`` and ``report`` say what racing leaves missing now: before the fill,
+    how many dropped params still lack how many fits (counted by hand from ``done``) and a
+    missing-fits warning that names racing; after ``racing: false`` filled them, that every
+    param has its results (not "dropped" as if they still lacked them), and no warning."""
+    import cvflow
+
+    store = tmp_path / "s.zarr"
+    out = run_cli("run", _plain_workflow(tmp_path, "[kfold]"), "--store", store)
+    assert out.returncode == 0, out.stderr
+    cube = cvflow.open(store)
+    done = cube["done"].values
+    lacking = [h for h in range(done.shape[0]) if not done[h].all()]
+    saved = int((~done).sum())
+    dropped = len(json.loads(cube.attrs["racing"])["dropped"])
+    assert lacking and saved and dropped == len(lacking)
+    status = run_cli("status", store).stdout
+    assert (f"racing (alpha 0.05): {dropped} of 12 params dropped; {len(lacking)} of them still "
+            f"lack {saved} fits racing skipped (their results are NaN; `cvflow run` with racing: "
+            "false fits them)") in status, status
+    assert json.loads(run_cli("status", store, "--json").stdout)["racing"]["unfilled"] \
+        == len(lacking)
+    report = run_cli("report", store)
+    assert report.returncode == 0, report.stderr
+    assert (f"warning [missing_fits]: {len(lacking)} param(s) lack a fit kfold needs (racing "
+            f"dropped {len(lacking)} param(s) before their later fits, see racing; or failed or "
+            "not written yet); their results are NaN") in report.stdout, report.stdout
+    got = json.loads(run_cli("report", store, "--json").stdout)
+    estimate = np.array([np.nan if v is None else v for v in got["kfold"]["estimate"]["values"]])
+    assert np.isnan(estimate[lacking]).all() and np.isfinite(np.delete(estimate, lacking)).all()
+
+    out = run_cli("run", _plain_workflow(tmp_path, "[kfold]", racing="racing: false"),
+                  "--store", store)
+    assert out.returncode == 0, out.stderr
+    assert cvflow.open(store)["done"].values.all()
+    status = run_cli("status", store).stdout
+    assert (f"racing (alpha 0.05): {dropped} of 12 params were dropped, and their skipped fits "
+            "have been fitted since (a run without racing): every param has its results") \
+        in status, status
+    assert "still lack" not in status
+    info = json.loads(run_cli("status", store, "--json").stdout)["racing"]
+    assert info["unfilled"] == 0 and info["saved_fits"] == 0
+    report = run_cli("report", store).stdout
+    assert "missing_fits" not in report and "still lack" not in report
+    assert f"racing: {dropped} of 12 params were dropped, and their skipped fits" in report
+    # the filled results are the out-of-fold means, by hand
+    filled = cvflow.open(store)
+    got = json.loads(run_cli("report", store, "--json").stdout)
+    np.testing.assert_allclose(got["kfold"]["estimate"]["values"],
+                               _oof_losses(filled).mean(axis=(1, 2)),
+                               rtol=1e-10)
