@@ -12,7 +12,11 @@ dtype and each stored learner's estimator, fixed params and output are the same;
   ``fold_split``, ``pair_split`` and ``subset_split`` are rewritten with the store's indices;
 - a workflow param equal to a stored one (1 and 1.0 alike, :func:`param_key`) is the stored
   one: matched, not refitted, not listed twice;
-- params or splits the store has but the workflow no longer asks for are **kept**.
+- params or splits the store has but the workflow no longer asks for are **kept**;
+- the loss and the estimators (and their options) are the last workflow's: a rerun that only
+  changes them fits nothing and rewrites the store's ``workflow``, ``loss`` and ``estimators``
+  attributes (estimators it no longer names stay listed after its own, as for an extension),
+  so a later ``cvflow report STORE`` reduces as that run's closing report did.
 
 DESIGN CHOICE: removed params are kept, not refused and not dropped. Their fits are valid
 (same data, folds and fixed params), dropping them would destroy work, and refusing would
@@ -57,6 +61,9 @@ LEARNERS_ATTR = "learners"   # {name: {estimator, params, output}} of every lear
 # the store indices of the params the last workflow lists (absent: every param); the others
 # are kept, and reports leave them out unless asked (cvflow.report.workflow_view)
 WORKFLOW_PARAMS_ATTR = "workflow_params"
+# what a rerun may change without a fit (the reduction: loss, estimators and their options);
+# the store takes the last workflow's, so `cvflow report STORE` reduces as that run did
+REDUCTION_ATTRS = ("workflow", "loss", "estimators")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,6 +387,15 @@ def reconcile(path: str, workflow, study) -> tuple[list[Param], Design]:
                                             chunks=chunks, dtype=dtype)
         cube_store.grow(path, template, n_params=ext.n_stored_params,
                         n_splits=ext.n_stored_splits)
+    else:
+        # DESIGN CHOICE: a rerun that changes only the reduction (loss, estimators) updates the
+        # store's record of it: the store then answers `cvflow report` as the last run's closing
+        # report did (before, the attributes were rewritten only when params or splits were
+        # appended, so a new loss stuck or not depending on the estimators' splits;
+        # tests/test_extend.py::test_rerun_with_another_loss_and_estimators_updates_the_report)
+        new = {k: ext.attrs[k] for k in REDUCTION_ATTRS}
+        if any(cube_store.read_attr(path, k) != v for k, v in new.items()):
+            cube_store.write_attrs(path, new)
     return ext.params, ext.design
 
 

@@ -304,3 +304,59 @@ def test_removed_params_leave_selection_and_nested_cv_unless_asked(tmp_path, wri
                         estimators=estimators), store=store, client=client).fits_executed == 0
     again = json.loads(run_cli("report", store, "--json").stdout)
     assert again["kfold"]["coords"]["alpha"]["values"] == [0.001, 1.0, 30.0]
+
+
+RELOSS = """\
+name: reloss
+data: {{source: sklearn, name: diabetes}}
+task: regression
+loss: {loss}
+learners:
+  - name: ridge
+    class: sklearn.linear_model.Ridge
+    preprocess: [sklearn.preprocessing.StandardScaler]
+    grid: {{alpha: [0.1, 10.0, 1000.0]}}
+design: {{folds: 4, seed: 0}}
+estimators: {estimators}
+execution: {{cluster: threads}}
+"""
+
+
+def test_rerun_with_another_loss_and_estimators_updates_the_report(tmp_path):
+    """`cvflow run WF2 --store S` where WF2 changes only the loss and the estimators fits
+    nothing, and a later `cvflow report S` reduces as WF2 asks (it kept the first workflow's
+    loss and estimators): the absolute loss by hand, from scikit-learn's fits on the folds."""
+    from sklearn.datasets import load_diabetes
+    from sklearn.linear_model import Ridge
+    from sklearn.model_selection import PredefinedSplit, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from cvtest import run_cli
+
+    store = tmp_path / "s.zarr"
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text(RELOSS.format(loss="squared", estimators="[kfold]"))
+    second.write_text(RELOSS.format(loss="absolute", estimators="[kfold, bbc_cv]"))
+    out = run_cli("run", first, "--store", store)
+    assert out.returncode == 0, out.stderr
+    pred = stored(store).copy()
+    out = run_cli("run", second, "--store", store)
+    assert out.returncode == 0, out.stderr
+    assert "0 fits performed" in out.stdout, out.stdout
+    np.testing.assert_array_equal(stored(store), pred)          # no fit, no byte changed
+    got = json.loads(run_cli("report", store, "--json").stdout)
+    assert list(got) == ["kfold", "bbc_cv"]
+    X, y = load_diabetes(return_X_y=True)
+    fold = cvflow.open(store)["fold"].values[0]
+    want = [np.mean(np.abs(y - cross_val_predict(make_pipeline(StandardScaler(), Ridge(alpha=a)),
+                                                 X, y, cv=PredefinedSplit(fold))))
+            for a in (0.1, 10.0, 1000.0)]
+    np.testing.assert_allclose(got["kfold"]["estimate"]["values"], want, rtol=1e-10)
+    text = run_cli("report", store).stdout
+    assert "K-fold (absolute)" in text and "bbc_cv:" in text
+    # and back: the first workflow again makes the squared loss the store's default
+    assert run_cli("run", first, "--store", store).returncode == 0
+    got = json.loads(run_cli("report", store, "--json").stdout)
+    assert list(got) == ["kfold", "bbc_cv"]          # kept: the store still serves bbc_cv
+    assert got["kfold"]["estimate"]["values"][0] > 1000        # squared (absolute is ~45)
