@@ -204,7 +204,12 @@ def cmd_report(args) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with the CLI's one-line errors (exit 2), its subcommands alike."""
+    """argparse with the CLI's one-line errors (exit 2), its subcommands alike; options are
+    spelled out (no abbreviations: `--ov` was taken as `--overwrite` and refitted a store)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"cvflow: error: {self.prog.removeprefix('cvflow ')}: {message} "

@@ -137,6 +137,12 @@ def test_bad_run_never_touches_an_existing_store(tmp_path, write_workflow):
     again = run_cli("run", good, "--store", store, cwd=tmp_path)
     assert again.returncode == 0 and "0 fits performed" in again.stdout
     assert tree_digest(store) == before
+    # an abbreviated option is not a guess at --overwrite: refused, the store kept
+    for abbreviated in ("--ov", "--overw"):
+        res = run_cli("run", good, "--store", store, abbreviated, cwd=tmp_path)
+        assert res.returncode == 2 and f"unrecognized arguments: {abbreviated}" in res.stderr
+    assert run_cli("status", "--js", store, cwd=tmp_path).returncode == 2
+    assert tree_digest(store) == before
 
     status = run_cli("status", store, "--json")
     info = json.loads(status.stdout)
