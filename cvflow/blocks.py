@@ -173,7 +173,7 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
 # these are round upper figures measured on this 2-core VM: ~1e-8 s per value is what a
 # 20-alpha ridge path costs per alpha (one SVD shared by fewer alphas; 1.2e-9 for 100); a
 # lasso / elastic-net path on the Gram matrix costs ~3e-5 s plus ~5e-10 per value and alpha
-# (100 alphas, n 500-5000, p 50-200: 0.04-0.31 ms a fit, quiet); a warm-started lbfgs logistic fit pays ~2 ms of
+# (100 alphas, n 500-5000, p 50-200: 0.04-0.31 ms a fit, quiet); an lbfgs logistic fit (from scratch) pays ~2 ms of
 # scikit-learn's per-fit checks plus ~1e-7 s per value (its iterations vary with C and the
 # data, hence the margin).
 PATH_COST = {"ridge": (0.0, 1e-8), "ridge_classifier": (0.0, 1e-8), "lasso": (3e-5, 6e-10),

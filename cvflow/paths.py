@@ -307,12 +307,15 @@ def _enet(params, X, y, train, positive):
         positive=s["positive"], selection=s["selection"], random_state=s["random_state"],
         return_n_iter=True)
     # DESIGN CHOICE: a converged alpha is the estimator's optimum within its tolerance (the
-    # duality gap bounds the predictions' distance to it, wherever the solver started); one
-    # stopped by max_iter is wherever the iterations left it, which depends on the start: it
-    # is refitted cold, exactly as the generic route fits it (the path's next alphas still
-    # start from the path's own solution: they converge or are refitted too).
-    for h in np.flatnonzero(n_iter >= s["max_iter"]):
-        pred[h] = _cold(params[h], X, y, train, positive)
+    # duality gap bounds the predictions' distance to it, wherever the solver started). A fit
+    # stopped by max_iter is wherever the iterations left it, which depends on the start, and
+    # warm starts converge in fewer iterations than the estimator's own cold fit: a path
+    # alpha can converge where Lasso(alpha, max_iter) does not. So once any alpha of the
+    # path stops at max_iter (max_iter binds on this training set), every alpha is refitted
+    # cold, exactly as the generic route fits it. Not detected: a path whose warm-started
+    # alphas all converge while a cold fit would not (docs/guide/execution.md says so).
+    if (n_iter >= s["max_iter"]).any():
+        return np.stack([_cold(p, X, y, train, positive) for p in params])
     return pred
 
 
