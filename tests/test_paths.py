@@ -1,9 +1,12 @@
 """Path-aware fitting against scikit-learn's own estimators, fitted one by one."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_diabetes, make_classification
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import (
     ElasticNet,
     ElasticNetCV,
@@ -331,6 +334,30 @@ def test_lasso_path_alpha_stopped_by_max_iter_is_the_lassos_own_fit():
     for h, a in enumerate(alphas):
         cvp = cross_val_predict(Lasso(alpha=a, **fixed), X, y, cv=PredefinedSplit(fold))
         assert np.mean((oof[h] - y) ** 2) == pytest.approx(np.mean((cvp - y) ** 2), rel=1e-12)
+
+
+@pytest.mark.parametrize("cls", [Lasso, ElasticNet])
+def test_wide_training_sets_store_the_estimators_own_fits(cls):
+    """100 x 300 regression, the default max_iter: some alphas' own cold fits stop at max_iter
+    while a warm-started path converges (the path cannot see it); wide training sets are
+    therefore fitted cold: every stored prediction is the estimator's own fit (1e-10)."""
+    from sklearn.datasets import make_regression
+
+    X, y = make_regression(100, 300, n_informative=20, noise=5.0, random_state=0)
+    amax = np.abs((X - X.mean(0)).T @ (y - y.mean())).max() / len(y)
+    alphas = list(np.geomspace(amax, amax * 1e-3, 8))
+    fold = five_folds(len(y))
+    train = np.stack([fold != k for k in range(2)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        stuck = [cls(alpha=a).fit(X[train[0]], y[train[0]]).n_iter_ >= 1000 for a in alphas]
+        params = params_of(f"sklearn.linear_model.{cls.__name__}", "alpha", alphas, {})
+        res = fit_block(params, X, y, train, params_slice=slice(0, 8), splits_slice=slice(0, 2))
+        for s in range(2):
+            want = reference(cls, [{"alpha": a} for a in alphas], X, y, train[s])
+            np.testing.assert_allclose(res.pred[:, s], want, rtol=0, atol=1e-10 * np.abs(y).max())
+    if cls is Lasso:       # the case is real: a cold fit stops where a warm path converges
+        assert any(stuck)
 
 
 def test_enet_path_n_iter_says_which_alphas_stopped_at_max_iter(diabetes):
