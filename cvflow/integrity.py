@@ -121,11 +121,59 @@ class DamagedMetadata(StoreError):
 
 def checksummed(array) -> bool:
     """The array's chunks carry a crc32c checksum (a store written since cvflow had them)."""
+    if isinstance(array, Layout):
+        return array.checksummed
     return any(isinstance(codec, Crc32cCodec) for codec in array.compressors)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a listing of an array is checked against: its ``shape``, the shape of one stored
+    object (``objects``: a shard when sharded, else a chunk), its ``chunk_key_encoding`` and
+    whether its chunks carry a checksum. Every function here taking an ``array`` for its
+    layout (:func:`grid`, :func:`stored`, :func:`required`, :func:`listed_damage`) takes a
+    zarr array or a Layout."""
+
+    shape: tuple[int, ...]
+    objects: tuple[int, ...]
+    key_encoding: dict
+    checksummed: bool
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @classmethod
+    def from_json(cls, metadata: dict) -> Layout:
+        """From an array's Zarr v3 metadata as JSON (its ``zarr.json``, or its entry in the
+        consolidated metadata): no array is opened.
+
+        The chunk grid's shape is the stored object's (a shard when sharded); the checksum is
+        a ``crc32c`` among the codecs of the chunks (a shard's index is checksummed apart)."""
+        def names(codecs) -> list[str]:
+            out = []
+            for codec in codecs or ():
+                out.append(codec.get("name"))
+                out += names((codec.get("configuration") or {}).get("codecs"))
+            return out
+
+        return cls(tuple(metadata["shape"]),
+                   tuple(metadata["chunk_grid"]["configuration"]["chunk_shape"]),
+                   metadata["chunk_key_encoding"], "crc32c" in names(metadata.get("codecs")))
+
+
+def layout(array) -> Layout:
+    """The :class:`Layout` of a zarr array (or the Layout given)."""
+    if isinstance(array, Layout):
+        return array
+    return Layout(tuple(array.shape), tuple(array.shards or array.chunks),
+                  array.metadata.to_dict()["chunk_key_encoding"], checksummed(array))
 
 
 def object_shape(array) -> tuple[int, ...]:
     """The shape of one stored object: a shard when the array is sharded, else a chunk."""
+    if isinstance(array, Layout):
+        return array.objects
     return tuple(array.shards or array.chunks)
 
 
@@ -144,7 +192,7 @@ def stored(array, objects: dict[str, int]) -> dict[tuple[int, ...], int]:
     """The array's stored objects (chunk -> size in bytes), from ``objects``, the listing of the
     array's directory (:func:`cvflow.location.listing`). The chunk keys are decoded as the
     array's ``chunk_key_encoding`` (Zarr v3 spec: "default", "c/0/1", or "v2", "0.1") says."""
-    encoding = array.metadata.to_dict()["chunk_key_encoding"]
+    encoding = layout(array).key_encoding
     default = encoding["name"] == "default"
     sep = (encoding.get("configuration") or {}).get("separator", "/" if default else ".")
     out = {}

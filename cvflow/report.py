@@ -12,7 +12,7 @@ import numpy as np
 import xarray as xr
 
 from . import terminal
-from .errors import InputError, UntrustedCodeWarning
+from .errors import OVERWRITE, InputError, UntrustedCodeWarning
 
 if TYPE_CHECKING:
     from .trust import Trust
@@ -303,15 +303,16 @@ def status(path: str | Path) -> dict:
     Reads only the small (param, split) variables, so it works while a run is writing.
     """
     from .racing import RACING_ATTR
-    from .store import pred_damage, read_attr, read_mask
+    from .store import read_attr, read_mask, status_damage
 
     try:
         done, failed, errors, learners = (read_mask(path, name)
                                           for name in ("done", "failed", "error", "learner"))
         learners = np.asarray([str(v) for v in learners])
-        # the pred chunks of done fits that are missing or empty (a listing; `cvflow verify`
-        # reads every chunk): their fits are not in the store though `done` says so
-        damaged = [str(d) for d in pred_damage(path, done, failed, read=False)]
+        # what is damaged, seen cheaply (one listing, the small variables, the attributes;
+        # `cvflow verify` reads every chunk): the pred chunks of done fits missing (their fits
+        # are not in the store though `done` says so), and any damage report and run refuse
+        damaged = status_damage(path, done, failed, read=("learner",))
     except (KeyError, FileNotFoundError):  # the run is still creating the store: nothing done yet
         return {"store": str(path), "total": 0, "done": 0, "failed": 0, "complete": False,
                 "learners": {}, "failures": {}, "damaged": []}
@@ -387,8 +388,12 @@ def format_status(info: dict) -> str:
         lines.append(f"  racing (alpha {race['alpha']}): " + state_text(
             race["dropped"], race["params"], race.get("unfilled", 0), race["saved_fits"]))
     lines += [f"  damaged: {d}" for d in info.get("damaged", [])]
-    if info.get("damaged"):
+    damaged = info.get("damaged") or []
+    if damaged and all(d.startswith("pred chunk ") for d in damaged):
         lines.append("  `cvflow run` refits the damaged chunks; `cvflow verify` reads every chunk")
+    elif damaged:
+        lines.append(f"  the store is damaged (not only pred chunks `cvflow run` refits): restore "
+                     f"it from a copy, or rerun with {OVERWRITE}; `cvflow verify` reads every chunk")
     return terminal.lines(lines)
 
 

@@ -7,13 +7,14 @@ The CLI tests run the real entry point in a subprocess on copies of one finished
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
 import pytest
 import zarr
 
-from cvflow import integrity, store
+from cvflow import attributes, integrity, store
 from cvflow.errors import StoreError
 from cvflow.fit import BlockResult
 
@@ -353,3 +354,168 @@ def test_an_all_failed_block_is_not_missing(tmp_path):
     assert (path / "pred" / "c" / "0" / "0" / "0").exists()
     (path / "pred" / "c" / "0" / "0" / "0").unlink()
     assert store.verify(path).ok and store.damaged_blocks(path, (2, 4)) == []
+
+
+# --------------------------------------------------------------------------------------------
+# the variables written when a store is created, and the root attributes, checked at every
+# open: a store with any of them damaged is refused by report and run, listed by status
+
+STUDY = """\
+name: small
+data: {source: sklearn, name: diabetes}
+task: regression
+learners:
+  - name: rf
+    class: sklearn.ensemble.RandomForestRegressor
+    params: {n_estimators: 10, random_state: 0}
+    grid: {max_depth: [2, 3, 4, 5, 6, 7]}
+design: {folds: 5, seed: 0}
+estimators: [kfold, corrected_kfold, nested_cv]
+execution: {cluster: threads}
+"""
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """(workflow path, a finished store of the tester's study: random forests of depth 2-7,
+    5 folds, kfold + corrected_kfold + nested_cv)."""
+    root = tmp_path_factory.mktemp("study")
+    wf = root / "wf.yaml"
+    wf.write_text(STUDY)
+    done = run_cli("run", wf, "--store", root / "s.zarr", cwd=root)
+    assert done.returncode == 0, done.stderr
+    return wf, root / "s.zarr"
+
+
+@pytest.fixture
+def study_copy(study, tmp_path):
+    path = tmp_path / "s.zarr"
+    shutil.copytree(study[1], path)
+    return path
+
+
+def _set_attribute(path, name, value):
+    """Change one root attribute in the store's zarr.json (the only place zarr keeps them)."""
+    meta = json.loads((path / "zarr.json").read_text())
+    meta["attributes"][name] = value
+    (path / "zarr.json").write_text(json.dumps(meta))
+
+
+def _refused(path, wf, tmp_path, pattern, *report_args):
+    """report and run exit 2 with one line matching ``pattern``; status exits 1 listing the
+    damage, without "(complete)"; nothing in the store changes."""
+    before = tree_digest(path)
+    for args in (("report", path, *report_args), ("run", wf, "--store", path)):
+        result = run_cli(*args, cwd=tmp_path)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert "already complete" not in result.stdout and "fits to do" not in result.stdout
+        _one_line(result, pattern)
+    status = run_cli("status", path, cwd=tmp_path)
+    assert status.returncode == 1, status.stdout + status.stderr
+    assert "(complete)" not in status.stdout and "  damaged: " in status.stdout
+    assert "restore it from a copy" in status.stdout
+    info = json.loads(run_cli("status", path, "--json", cwd=tmp_path).stdout)
+    assert info["damaged"] and not info["complete"]
+    assert tree_digest(path) == before
+    return status.stdout
+
+
+@pytest.mark.parametrize("variable, chunk", [
+    ("fold", "(0, 0)"), ("fold_split", "(0, 0)"), ("y", "(0,)"), ("train", "(0, 0)"),
+    ("X", "(0, 0)"), ("split_kind", "(0,)")])
+def test_a_deleted_chunk_of_a_created_variable_is_refused(study, study_copy, tmp_path,
+                                                          variable, chunk):
+    """Issue (tester, C2/M1/M2/M3): a deleted `fold` or `fold_split` chunk read as fill values
+    (report: exit 0, the deepest forest selected, se nan); a deleted `y` made every estimate
+    nan, blamed on fits; a deleted `train` made run append a duplicate set of splits; a
+    deleted `X` was "already complete". All are refused, named, and the store is untouched."""
+    shutil.rmtree(study_copy / variable / "c")
+    escaped = chunk.replace("(", r"\(").replace(")", r"\)")
+    text = _refused(study_copy, study[0], tmp_path,
+                    rf"store: .*s\.zarr: {variable} chunk {escaped} is missing; the store is "
+                    rf"damaged \({variable} cannot be refitted\): restore it from a copy, or "
+                    rf"rerun with --overwrite .*`cvflow verify .*s\.zarr` lists every damaged")
+    assert f"damaged: {variable} chunk {chunk} is missing" in text
+
+
+def test_status_lists_a_corrupt_fold_chunk(study, study_copy, tmp_path):
+    """Issue (tester, M4): status said "(complete)", exit 0, with a flipped bit in `fold`
+    (report and run refused it already): it reads the small variables and lists it."""
+    _flip(study_copy / "fold" / "c" / "0" / "0")
+    text = _refused(study_copy, study[0], tmp_path,
+                    r"fold chunk \(0, 0\) is corrupt \(checksum mismatch\); the store is damaged")
+    assert "damaged: fold chunk (0, 0) is corrupt (checksum mismatch)" in text
+
+
+def test_a_full_split_pointing_elsewhere_is_refused(study, study_copy, tmp_path):
+    """Issue (tester, C3): `full_split` set to 3 (a fold split) made `report --estimators
+    corrected_kfold` silently choose another model, and verify said 0 damaged. The attribute
+    is checked against the split it names: kind "full", trained on every sample."""
+    _set_attribute(study_copy, "full_split", 3)
+    text = _refused(study_copy, study[0], tmp_path,
+                    r"store: .*s\.zarr: attribute full_split is 3, a split of kind 'fold', not "
+                    r"the full split; the store is damaged: restore it from a copy, or rerun "
+                    r"with --overwrite", "--estimators", "corrected_kfold")
+    assert "damaged: attribute full_split is 3" in text
+
+
+def test_an_attribute_of_the_wrong_type_is_refused(study, study_copy, tmp_path):
+    """Issue (tester, M5): `estimators` stored as a JSON list (not the JSON text of one) made
+    report exit 1 with `TypeError: the JSON object must be str ...`, and status say
+    "(complete)" (M4)."""
+    listed = json.loads(json.loads((study_copy / "zarr.json").read_text())
+                        ["attributes"]["estimators"])
+    _set_attribute(study_copy, "estimators", listed)
+    text = _refused(study_copy, study[0], tmp_path,
+                    r"store: .*s\.zarr: attribute estimators is a list \(.*\), not the JSON "
+                    r"text cvflow writes; the store is damaged")
+    assert "damaged: attribute estimators is a list" in text
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("full_split", -1, r"full_split is -1 but split 0 is the full split"),
+    ("full_split", 99, r"full_split is a int \(99\), not -1 or a split index \(0 to 15\)"),
+    ("full_split", "0", r"full_split is a str \(\"0\"\), not -1 or a split index"),
+    ("full_split", True, r"full_split is a bool"),
+    ("chunks", None, r"chunks is '\[\d+, \d+\]', but pred is stored in blocks of \[\d+, \d+\]"),
+    ("chunks", "[0]", r"chunks is '\[0\]', not \[params, splits\]"),
+    ("workflow_params", "[0, 9]", r"workflow_params is not a list of distinct param indices "
+                                  r"\(0 to 5\)"),
+    ("workflow", "{not json", r"attribute workflow is not valid JSON"),
+    ("classes", "{}", r"classes is JSON of a dict \(\{\}\), not a JSON list or null"),
+    ("estimators", '["kfold"]', r"estimators is not a JSON list of \[name, options\] pairs"),
+    ("task", 3, r"attribute task is a int \(3\), not text"),
+])
+def test_the_root_attributes_are_checked_at_open(study, study_copy, name, value, message):
+    """Each attribute of the wrong type, and each index not consistent with what it points at,
+    is refused at open (one line naming it) and listed by status."""
+    if value is None:                      # another block shape than pred's
+        bp, bs = json.loads(store.read_attr(study_copy, "chunks"))
+        value = json.dumps([bp, bs + 1])
+    done, failed = store.read_mask(study_copy, "done"), store.read_mask(study_copy, "failed")
+    _set_attribute(study_copy, name, value)
+    with pytest.raises(attributes.DamagedAttribute, match=message):
+        store.open_cube(study_copy)
+    assert any(re.search(message, d) for d in store.status_damage(study_copy, done, failed))
+
+
+def test_the_full_split_must_train_on_every_sample(study, study_copy):
+    """A full split of kind "full" whose training row is not all of D is no full split."""
+    array = zarr.open_array(study_copy, path="train", mode="r+")
+    row = array[0]
+    row[5] = False
+    array[0] = row
+    with pytest.raises(attributes.DamagedAttribute,
+                       match=r"full_split is 0, a split that does not train on every sample"):
+        store.open_cube(study_copy)
+
+
+def test_a_listing_check_costs_no_array_open(study, monkeypatch):
+    """listed_damage takes the arrays' layouts from the consolidated metadata: it opens no
+    zarr array (on an object store each open is a request)."""
+    def fail(*args, **kwargs):
+        raise AssertionError("opened a zarr array")
+
+    monkeypatch.setattr(zarr, "open_array", fail)
+    monkeypatch.setattr(zarr, "open_group", fail)
+    assert store.listed_damage(study[1]) == []
