@@ -86,7 +86,8 @@ def problems(attrs: dict, sizes: dict[str, int], read: Callable[[str], np.ndarra
     """What is wrong with a store's root attributes (empty if nothing).
 
     ``sizes``: the store's dimension sizes (``param``, ``split``); ``read(name)``: a small
-    variable's values (``split_kind``, ``train``, ``is_test``); ``block``: the (param, split)
+    variable's values (``split_kind``, whose "full" split ``full_split`` must name: the
+    only split of that kind, which cvflow.designs trains on all of D); ``block``: the (param, split)
     shape of one stored ``pred`` object (its shard, or chunk), None if unknown.
     """
     out, decoded = _type_problems(attrs)
@@ -104,10 +105,6 @@ def problems(attrs: dict, sizes: dict[str, int], read: Callable[[str], np.ndarra
             elif full >= 0 and full not in fulls:
                 out.append(f"attribute full_split is {full}, a split of kind "
                            f"{str(kinds[full])!r}, not the full split")
-            elif full >= 0 and not np.array_equal(np.asarray(read("train")[full], bool),
-                                                  ~np.asarray(read("is_test"), bool)):
-                out.append(f"attribute full_split is {full}, a split that does not train on "
-                           "every sample outside the test set")
     chunks = decoded.get("chunks")
     if chunks is not None:
         if not (len(chunks) == 2 and all(_is_int(c) and c >= min(n, 1) for c, n in

@@ -499,17 +499,6 @@ def test_the_root_attributes_are_checked_at_open(study, study_copy, name, value,
     assert any(re.search(message, d) for d in store.status_damage(study_copy, done, failed))
 
 
-def test_the_full_split_must_train_on_every_sample(study, study_copy):
-    """A full split of kind "full" whose training row is not all of D is no full split."""
-    array = zarr.open_array(study_copy, path="train", mode="r+")
-    row = array[0]
-    row[5] = False
-    array[0] = row
-    with pytest.raises(attributes.DamagedAttribute,
-                       match=r"full_split is 0, a split that does not train on every sample"):
-        store.open_cube(study_copy)
-
-
 def test_a_listing_check_costs_no_array_open(study, monkeypatch):
     """listed_damage takes the arrays' layouts from the consolidated metadata: it opens no
     zarr array (on an object store each open is a request)."""
