@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import zarr
@@ -341,37 +341,42 @@ class Checked:
 class Report:
     """What :func:`cvflow.store.verify` found: ``damaged`` (every damaged chunk), the counts
     of ``variables`` and ``chunks`` read, and ``checksums`` (whether the store's arrays carry
-    them; without, a flipped bit that still decodes goes unseen)."""
+    them; without, a flipped bit that still decodes goes unseen) and ``attributes``: the
+    root attributes not as cvflow writes them (:func:`cvflow.attributes.problems`)."""
 
     store: str
     damaged: list[Damage]
     variables: int
     chunks: int
     checksums: bool
+    attributes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.damaged
+        return not self.damaged and not self.attributes
 
     def to_json(self) -> dict:
         return {"store": self.store, "ok": self.ok, "variables": self.variables,
                 "chunks": self.chunks, "checksums": self.checksums,
                 "damaged": [{"variable": d.variable, "chunk": list(d.chunk), "problem": d.problem}
-                            for d in self.damaged]}
+                            for d in self.damaged],
+                "attributes": list(self.attributes)}
 
     def text(self) -> str:
         """The report for a terminal (:func:`cvflow.terminal.lines`: a variable name the store
         holds cannot control the terminal)."""
         lines = [f"{self.store}: {d}" for d in self.damaged]
+        lines += [f"{self.store}: {problem}" for problem in self.attributes]
         refit = [d for d in self.damaged if d.variable == REFITTED and d.chunk != ()]
         lines.append(f"{self.store}: {self.chunks} chunks of {self.variables} variables read, "
                      f"{len(self.damaged)} damaged"
+                     + (f", {len(self.attributes)} attribute(s) damaged" if self.attributes else "")
                      + ("" if self.checksums else
                         " (this store has no checksums: a changed chunk that still decodes "
                         "is not seen)"))
         if refit:
             lines.append(f"  `cvflow run` refits the {len(refit)} damaged pred chunk(s)")
-        if len(refit) < len(self.damaged):
+        if len(refit) < len(self.damaged) or self.attributes:
             lines.append("  the other damage cannot be refitted: restore the store from a copy, "
                          f"or rerun with {OVERWRITE}")
         return terminal.lines(lines)

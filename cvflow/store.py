@@ -911,9 +911,15 @@ def verify(store: str | os.PathLike) -> integrity.Report:
         must = integrity.required("pred", arrays["pred"], done, failed)
         damage += [d for d in integrity.listed_damage("pred", arrays["pred"], objects["pred"], must)
                    if d.problem == "missing"]
+    problems: list[str] = []
+    if done is not None and not damage:        # attributes are checked against intact data
+        problems = attributes.problems(
+            group.attrs.asdict(), {"param": int(done.shape[0]), "split": int(done.shape[1])},
+            lambda name: arrays[name][...], integrity.object_shape(arrays["pred"])[:2])
     return integrity.Report(location, sorted(damage, key=lambda d: (d.variable, d.chunk)),
                             variables=len(arrays), chunks=len(reads),
-                            checksums=all(integrity.checksummed(a) for a in arrays.values()))
+                            checksums=all(integrity.checksummed(a) for a in arrays.values()),
+                            attributes=problems)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -457,6 +457,11 @@ def test_a_full_split_pointing_elsewhere_is_refused(study, study_copy, tmp_path)
                     r"the full split; the store is damaged: restore it from a copy, or rerun "
                     r"with --overwrite", "--estimators", "corrected_kfold")
     assert "damaged: attribute full_split is 3" in text
+    verify = run_cli("verify", study_copy, cwd=tmp_path)
+    assert verify.returncode == 1
+    assert "s.zarr: attribute full_split is 3, a split of kind 'fold'" in verify.stdout
+    assert json.loads(run_cli("verify", study_copy, "--json").stdout)["attributes"] == [
+        "attribute full_split is 3, a split of kind 'fold', not the full split"]
 
 
 def test_an_attribute_of_the_wrong_type_is_refused(study, study_copy, tmp_path):
