@@ -6,6 +6,7 @@ process that runs a study with it needs this directory on ``PYTHONPATH`` (see :f
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -75,6 +76,21 @@ def start_run(workflow: Path, store: Path, *args: str, env: dict | None = None,
          *dashboard, *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or cli_env(),
         start_new_session=True)
+
+
+def live_page_url(proc: subprocess.Popen, timeout: float = 180) -> str:
+    """The live study page URL a started ``cvflow run`` prints on stderr (AssertionError if the
+    run ends first or prints none within ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            raise AssertionError(f"run ended (rc {proc.returncode}) before the page URL: "
+                                 f"{proc.stderr.read()[-2000:]}")
+        m = re.match(r"live study page: (http://\S+)", line)
+        if m:
+            return m.group(1)
+    raise AssertionError("no live page URL printed")
 
 
 def finish(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]:

@@ -207,14 +207,7 @@ def test_in_process_threads_cluster_serves_the_page_too(tmp_path):
     wf = fh.slow_workflow(tmp_path / "wf.yaml", alphas=[0.01, 0.1], delay=0.3)
     proc = fh.start_run(wf, tmp_path / "s.zarr", "--cluster", "threads")
     try:
-        url, deadline = None, time.monotonic() + 120
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line and proc.poll() is not None:
-                break
-            m = re.match(r"live study page: (http://\S+)", line)
-            url = m and m.group(1)
-        assert url, "no live page URL printed"
+        url = fh.live_page_url(proc, timeout=120)
         with urllib.request.urlopen(url, timeout=60) as response:
             assert response.status == 200 and b"cvflow-learner-0" in response.read()
         rc, _, err = fh.finish(proc)
@@ -458,15 +451,7 @@ def test_cvflow_run_of_a_string_labelled_study_shows_the_kfold_on_the_page(tmp_p
     store = tmp_path / "s.zarr"
     proc = fh.start_run(wf, store, "--cluster", "local", "--workers", "2")
     try:
-        url, deadline = None, time.monotonic() + 180
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line and proc.poll() is not None:
-                raise AssertionError(f"run ended (rc {proc.returncode}) before the page URL: "
-                                     f"{proc.stderr.read()[-2000:]}")
-            m = re.match(r"live study page: (http://\S+)", line)
-            url = m and m.group(1)
-        assert url, "no live page URL printed"
+        url = fh.live_page_url(proc, timeout=180)
         run_id = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["run"][0]
         data = f"{url.split('?')[0]}/data/{run_id}"
         # every fit but the one held at the gate lands (12 fits: 3 params x (3 folds + full))

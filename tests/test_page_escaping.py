@@ -134,15 +134,7 @@ def hostile_run(tmp_path_factory):
     wf, store = _workflow(tmp)
     proc = fh.start_run(wf, store, "--cluster", "local", "--workers", "2", env=_env(tmp))
     try:
-        url, deadline = None, time.monotonic() + 180
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line and proc.poll() is not None:
-                raise AssertionError(f"run ended (rc {proc.returncode}) before the page URL: "
-                                     f"{proc.stderr.read()[-2000:]}")
-            m = re.match(r"live study page: (http://\S+)", line)
-            url = m and m.group(1)
-        assert url, "no live page URL printed"
+        url = fh.live_page_url(proc, timeout=180)
         yield proc, url, store
     finally:
         fh.reap(proc)

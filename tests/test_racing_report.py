@@ -346,7 +346,6 @@ def test_live_page_lists_who_racing_dropped_while_the_run_goes_on(tmp_path):
     fit waits for a file), the live page's racing table lists every dropped param with its
     stage and z as the store records them, the progress table counts the skipped fits apart,
     and the hostile learner name is text."""
-    import re
     import time
     import urllib.request
 
@@ -365,14 +364,7 @@ def test_live_page_lists_who_racing_dropped_while_the_run_goes_on(tmp_path):
     store = tmp_path / "s.zarr"
     proc = fh.start_run(wf, store, "--cluster", "local", "--workers", "2")
     try:
-        url, deadline = None, time.monotonic() + 180
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line and proc.poll() is not None:
-                raise AssertionError(f"run ended (rc {proc.returncode}): {proc.stderr.read()}")
-            m = re.match(r"live study page: (http://\S+)", line)
-            url = m and m.group(1)
-        assert url, "no live page URL printed"
+        url, deadline = fh.live_page_url(proc, timeout=180), time.monotonic() + 180
         while not (tmp_path / "claim").exists() and time.monotonic() < deadline:
             time.sleep(0.2)                   # the last stage has begun: every look is done
         assert (tmp_path / "claim").exists()
