@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .errors import OVERWRITE, StoreError
+from .errors import RESTORE, StoreError
 
 # DESIGN CHOICE: each attribute's type as cvflow writes it (cvflow.spec, cvflow.store,
 # cvflow.extend, cvflow.racing): plain text, or JSON text of a list or an object. Absent is
@@ -32,8 +32,7 @@ class DamagedAttribute(StoreError):
     """A root attribute of a store is not what cvflow wrote (its type, or what it indexes)."""
 
     def __init__(self, location: str, problem: str):
-        super().__init__(f"store: {location}: {problem}; the store is damaged: restore it from "
-                         f"a copy, or rerun with {OVERWRITE} to refit everything")
+        super().__init__(f"store: {location}: {problem}; the store is damaged: {RESTORE}")
         self.location, self.problem = location, problem
 
     def __reduce__(self):

@@ -30,3 +30,5 @@ class StallError(RuntimeError):
 # the options a fix names, for users of the CLI and of Python alike
 OVERWRITE = "--overwrite (overwrite=True in Python)"
 OTHER_STORE = "another --store (another store= in Python)"
+# what to do about damage cvflow cannot refit (every such message ends with it)
+RESTORE = f"restore it from a copy, or rerun with {OVERWRITE} to refit everything"

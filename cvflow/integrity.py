@@ -30,7 +30,7 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from . import terminal
-from .errors import OVERWRITE, StoreError
+from .errors import OVERWRITE, RESTORE, StoreError
 from .location import listing, storage_options
 
 # DESIGN CHOICE: zarr's default compressor (zstd, level 0) followed by crc32c over the
@@ -66,8 +66,7 @@ def damage_message(location: str, damage: Damage) -> str:
         return (f"store: {location}: {damage}; run `cvflow run` to refit it, or "
                 f"`cvflow verify {location}` to list every damaged chunk")
     return (f"store: {location}: {damage}; the store is damaged ({damage.variable} cannot be "
-            f"refitted): restore it from a copy, or rerun with {OVERWRITE} to refit everything "
-            f"(`cvflow verify {location}` lists every damaged chunk)")
+            f"refitted): {RESTORE} (`cvflow verify {location}` lists every damaged chunk)")
 
 
 class DamagedStore(StoreError):
@@ -111,8 +110,7 @@ class DamagedMetadata(StoreError):
     never refitted."""
 
     def __init__(self, location: str, damage: Damage):
-        super().__init__(f"store: {location}: {damage}; the store is damaged: restore it from a "
-                         f"copy, or rerun with {OVERWRITE} to refit everything")
+        super().__init__(f"store: {location}: {damage}; the store is damaged: {RESTORE}")
         self.location, self.damage = location, damage
 
     def __reduce__(self):

@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from .learners import Param, import_estimator, predict_output
+from .learners import Param, fit_model, import_estimator, predict_output
 
 log = logging.getLogger(__name__)
 
@@ -329,10 +329,9 @@ def _enet(params, X, y, train, positive):
 
 
 def _cold(param: Param, X, y, train, positive) -> np.ndarray:
-    """``param``'s estimator fitted from scratch on the training rows, as the generic route
-    (:func:`cvflow.learners.fit_model`) fits it; its predictions on every row."""
-    model = param.build().fit(X[train], np.asarray(y)[train])
-    return predict_output(model, X, param.output, positive)
+    """``param``'s estimator fitted from scratch on the training rows by the generic route's
+    :func:`cvflow.learners.fit_model`; its predictions on every row."""
+    return predict_output(fit_model(param, X, np.asarray(y), train), X, param.output, positive)
 
 
 def _logistic(params, X, y, train, positive):
