@@ -1,4 +1,4 @@
-"""The cost of crc32c on every chunk (cvflow.integrity.COMPRESSORS) against zstd alone.
+"""The cost of crc32c on every chunk (cvflow.store.integrity.COMPRESSORS) against zstd alone.
 
 A pred cube of 1e5 fits x 100 samples (100 params x 1000 splits, float64, 80 MB; random
 predictions: zstd barely compresses them, as with real ones), written block by block as the
@@ -22,7 +22,7 @@ import numpy as np
 import zarr
 from zarr.codecs import ZstdCodec
 
-from cvflow import integrity
+from cvflow.store import integrity
 
 SHAPE, BLOCK = (100, 1000, 100), (10, 100, 100)
 

@@ -45,7 +45,7 @@ def cvflow_once(wf, store, client):
     import time
 
     import cvflow
-    from cvflow.engine import run
+    from cvflow.execution.run import run
     from cvflow.report import compute
 
     shutil.rmtree(store, ignore_errors=True)

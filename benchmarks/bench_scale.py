@@ -8,9 +8,9 @@ Measured (not assumed), on this machine:
 - per-task scheduler cost: the CPU seconds of a scheduler process of its own over 4,000 no-op
   tasks (2 workers), per task;
 - status-write cost: the client's write of the (param, split) status of a 1000 x 1000 cube
-  (cvflow.store.StatusWriter, what the run does every flush), per cell;
+  (cvflow.store.cube.StatusWriter, what the run does every flush), per cell;
 - store-write cost: one block of predictions (1000 params x 6 splits x 442 samples, float32,
-  a shard) written by cvflow.store.write_pred, per byte.
+  a shard) written by cvflow.store.cube.write_pred, per byte.
 Status and block writes are timed in CPU seconds of this process (zarr's threads included), so
 the machine's load does not inflate them; the disk's own time is not in them.
 The 10^6-fit study (ridge path, 1000 alphas x 1001 splits, float32) runs as a user would,
@@ -91,10 +91,10 @@ def scheduler_seconds_per_task(n_tasks: int = 4000) -> float:
 
 def store_costs(tmp: Path) -> tuple[float, float]:
     """(seconds per status cell written, seconds per prediction byte written)."""
-    from cvflow.data import Data
-    from cvflow.fit import BlockResult
-    from cvflow.learners import Param
-    from cvflow.store import StatusWriter, create, cube_template, write_pred
+    from cvflow.workflow.data import Data
+    from cvflow.fitting.block import BlockResult
+    from cvflow.fitting.learners import Param
+    from cvflow.store.cube import StatusWriter, create, cube_template, write_pred
     from cvflow.testing import simple_design
 
     n_params, n = 1000, 442
@@ -150,7 +150,7 @@ def main() -> None:
         # the model: 10^8 fits of 442 float32 predictions on 1,000 workers, tasks of 0.3 s
         fits, workers, task_s, n = 1e8, 1000, 0.3, 442
         tasks_per_s = workers / task_s
-        print("\n10^8 fits, 1,000 workers, 0.3 s tasks (cvflow.blocks.TARGET_TASK_SECONDS):")
+        print("\n10^8 fits, 1,000 workers, 0.3 s tasks (cvflow.execution.sizing.TARGET_TASK_SECONDS):")
         print(f"  scheduler busy {tasks_per_s * per_task:6.2f} s per second "
               f"({tasks_per_s:.0f} tasks/s; > 1 means the scheduler is the bottleneck)")
         cells = fits

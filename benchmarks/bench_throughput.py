@@ -39,7 +39,7 @@ def config(name: str, alphas: int, *, path_aware: bool, repeats: int = 1,
 
 
 def cvflow_run(wf, store, client):
-    from cvflow.engine import run
+    from cvflow.execution.run import run
 
     shutil.rmtree(store, ignore_errors=True)
     return run(wf, store=store, client=client)

@@ -102,8 +102,8 @@ def scratch():
 
 
 def workflow(config: dict, where: Path):
-    """A validated :class:`cvflow.spec.Workflow` from a dict (as a YAML file would give)."""
-    from cvflow.spec import parse_workflow
+    """A validated :class:`cvflow.workflow.spec.Workflow` from a dict (as a YAML file would give)."""
+    from cvflow.workflow.spec import parse_workflow
 
     return parse_workflow(config, where / f"{config['name']}.yaml")
 

@@ -15,17 +15,62 @@ Python route (DESIGN.md section 8)::
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.util
+import sys
+import warnings
 
 __version__ = "0.1.0"
 
 # DESIGN CHOICE: the public names are imported on first use (PEP 562), so that `cvflow status`
 # or `import cvflow.report` does not pay for the engine, the estimators and scikit-learn.
-_LAZY = {"estimators": (".estimators", None), "run": (".engine", "run"),
-         "load_workflow": (".spec", "load_workflow"), "open": (".store", "open_cube"),
+_LAZY = {"estimators": (".estimators", None), "run": (".execution.run", "run"),
+         "load_workflow": (".workflow.spec", "load_workflow"), "open": (".store.cube", "open_cube"),
          "Study": (".study", "Study"), "StudyResult": (".study", "StudyResult"),
          "trust": (".trust", None),
-         "cv_results": (".tables", "cv_results"), "SearchCV": (".search", "SearchCV")}
+         "cv_results": (".report.tables", "cv_results"), "SearchCV": (".search", "SearchCV")}
+
+# The modules that moved when the package was split into folders by role (issue 30,
+# docs/developer/architecture.md): their old names still import, with a DeprecationWarning,
+# for one release. Removed in 0.3.
+MOVED = {
+    "attributes": "store.attributes", "blocks": "execution.sizing", "checks": "fitting.trial",
+    "cluster": "execution.schedulers", "coords": "store.coords", "data": "workflow.data",
+    "describe": "objects", "designs": "workflow.designs", "engine": "execution.run",
+    "extend": "execution.extend", "failures": "report.failures", "fit": "fitting.block",
+    "integrity": "store.integrity", "isolated": "fitting.isolated", "learners": "fitting.learners",
+    "limits": "workflow.limits", "live": "report.live", "location": "store.location",
+    "lock": "store.lock", "loop": "execution.loop", "losses": "estimators.losses",
+    "paths": "fitting.paths", "plan": "execution.plan", "preflight": "execution.preflight",
+    "progress": "execution.progress", "racing": "execution.racing", "report_html": "report.html",
+    "spec": "workflow.spec", "summary": "report.summary", "tables": "report.tables",
+    "tasks": "execution.tasks", "plots": "report.plots", "plots.grid": "report.plots.grid",
+    "plots.oof": "report.plots.oof", "plots.style": "report.plots.style",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import cvflow.engine`` -> the module now at ``cvflow.execution.run``, with a DeprecationWarning."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        old = fullname[len(__name__) + 1:] if fullname.startswith(__name__ + ".") else None
+        if old not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        old = spec.name[len(__name__) + 1:]
+        new = f"{__name__}.{MOVED[old]}"
+        warnings.warn(f"{spec.name} moved to {new}; the old name goes in cvflow 0.3",
+                      DeprecationWarning, stacklevel=2)
+        return importlib.import_module(new)
+
+    def exec_module(self, module):
+        pass
+
+
+if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
+    sys.meta_path.insert(0, _MovedModules())
 
 __all__ = ["__version__", "SearchCV", "Study", "StudyResult", "cv_results", "estimators",
            "load_workflow", "open", "run", "trust"]
@@ -33,9 +78,9 @@ __all__ = ["__version__", "SearchCV", "Study", "StudyResult", "cv_results", "est
 
 def __getattr__(name: str):
     if name not in _LAZY:
-        # DESIGN CHOICE: a submodule the docs call through the package (`cvflow.racing.summary`,
-        # `cvflow.summary.rows`, `cvflow.report.compute`, `cvflow.live.enable_routes`) is
-        # imported on first use too, as `import cvflow.racing` would (scipy does the same);
+        # DESIGN CHOICE: a submodule the docs call through the package (`cvflow.execution.racing.summary`,
+        # `cvflow.report.summary.rows`, `cvflow.report.compute`, `cvflow.report.live.enable_routes`) is
+        # imported on first use too, as `import cvflow.execution.racing` would (scipy does the same);
         # before, it was an AttributeError unless something had imported it already
         # (tests/test_startup.py::test_submodules_resolve_through_the_package).
         if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}"):

@@ -18,8 +18,8 @@ from .terminal import visible
 
 
 def cmd_validate(args) -> int:
-    from .preflight import check_cluster
-    from .spec import load_workflow
+    from .execution.preflight import check_cluster
+    from .workflow.spec import load_workflow
 
     wf = load_workflow(args.workflow)
     if wf.execution.get("cluster") is not None:
@@ -42,11 +42,12 @@ def cmd_run(args) -> int:
     # may start one: the other commands do not import Dask's config for it.
     if "DASK_LOGGING__DISTRIBUTED" not in os.environ:
         dask.config.set({"logging.distributed": "error"})
-    from . import engine, report
-    from .preflight import check_run
-    from .progress import Progress, summary_lines
-    from .spec import load_workflow
-    from .store import open_cube
+    from .execution import run as engine
+    from .report import results as report
+    from .execution.preflight import check_run
+    from .execution.progress import Progress, summary_lines
+    from .workflow.spec import load_workflow
+    from .store.cube import open_cube
     from .trust import workflow_code
 
     wf = load_workflow(args.workflow)
@@ -73,9 +74,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from . import report
-    from .location import exists, resolve
-    from .store import is_store
+    from .report import results as report
+    from .store.location import exists, resolve
+    from .store.cube import is_store
 
     if not exists(resolve(args.store)):
         raise InputError(f"store: {args.store} does not exist")
@@ -87,7 +88,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .store import verify
+    from .store.cube import verify
 
     found = verify(args.store)
     print(json.dumps(found.to_json()) if args.json else found.text())
@@ -151,11 +152,11 @@ def _parse_set(items: list[str] | None) -> dict[str, dict]:
 
 
 def cmd_report(args) -> int:
-    from . import report
-    from .store import open_cube
+    from .report import results as report
+    from .store.cube import open_cube
 
     if args.html:
-        from .preflight import check_output_file
+        from .execution.preflight import check_output_file
 
         check_output_file(args.html, "--html")
     losses = args.loss or [None]
@@ -190,7 +191,7 @@ def cmd_report(args) -> int:
     results = report.compute(cube, estimators, loss=losses[0], overrides=overrides,
                              trust_code=args.trust)
     if args.html:
-        from .report_html import write_html
+        from .report.html import write_html
 
         written = write_html(cube, results, args.html)
     if args.json:

@@ -1,7 +1,7 @@
 """``cvflow.SearchCV``: cvflow's selection as a scikit-learn estimator (DESIGN.md section 8).
 
 A drop-in for ``GridSearchCV``: ``fit`` runs the grid as a cvflow study (:class:`cvflow.Study`,
-so :func:`cvflow.engine.run` fits it, writing a prediction cube), the chosen param is any
+so :func:`cvflow.execution.run.run` fits it, writing a prediction cube), the chosen param is any
 selecting estimator's (``select``), and ``cv_results_`` is :func:`cvflow.cv_results` of the
 cube in GridSearchCV's layout and sign. With ``select="kfold"`` (and the default
 ``average="folds"``) it equals ``GridSearchCV`` on the same folds and scoring::
@@ -31,7 +31,7 @@ from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from .losses import Loss, from_scoring
+from .estimators.losses import Loss, from_scoring
 
 
 def _has(method: str):
@@ -105,7 +105,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         ``{"alpha": 0.05}``: the chance that the truly best candidate is ever dropped is at
         most ``alpha`` (:class:`cvflow.Study`'s ``racing``, docs/guide/racing.md). The
         dropped candidates' test scores are NaN in ``cv_results_`` (ranked last) and the
-        race is in ``result_.cube.attrs["racing"]`` (``cvflow.racing.summary``). Needs a
+        race is in ``result_.cube.attrs["racing"]`` (``cvflow.execution.racing.summary``). Needs a
         pointwise scoring (``neg_mean_squared_error``, ``neg_log_loss``, ``accuracy``, ...)
         and a ``select`` that a raced cube serves (``kfold``, ``corrected_kfold``, ...).
 
@@ -306,7 +306,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             owner()
 
     def _results(self, result, scorings: list[str], key: str, candidates: list[dict]) -> None:
-        from .tables import cv_results
+        from .report.tables import cv_results
 
         table = cv_results(result, scorings if self.multimetric_ else scorings[0],
                            average=self.average, train=self.return_train_score, sign="score")
@@ -410,7 +410,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             return float(get_scorer(names[0])(model, X, y, **weights))
         if decl.name == "zero_one":
             return -(1.0 - float(accuracy_score(y, model.predict(X), **weights)))
-        from .losses import apply_loss
+        from .estimators.losses import apply_loss
 
         output = "decision_function" if decl.name == "hinge" else "predict"
         pred = np.asarray(getattr(model, output)(X), dtype=np.float64)

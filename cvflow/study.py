@@ -1,8 +1,8 @@
 """The Python face of a workflow: ``cvflow.Study`` over scikit-learn objects and arrays.
 
 A Study is a workflow written with Python objects; :meth:`Study.config` turns it into the
-same plain-data workflow a YAML file holds (:mod:`cvflow.describe` spells the estimators),
-so both faces go through :func:`cvflow.spec.parse_workflow`, :func:`cvflow.engine.run` and
+same plain-data workflow a YAML file holds (:mod:`cvflow.objects` spells the estimators),
+so both faces go through :func:`cvflow.workflow.spec.parse_workflow`, :func:`cvflow.execution.run.run` and
 one store format::
 
     study = cvflow.Study(
@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from .data import decode_frame, from_arrays, save_npz
-from .describe import CLASS, build, describe, describe_splitter, is_estimator
+from .workflow.data import decode_frame, from_arrays, save_npz
+from .objects import CLASS, build, describe, describe_splitter, is_estimator
 from .errors import InputError
-from .spec import Workflow, grid_values, parse_workflow
+from .workflow.spec import Workflow, grid_values, parse_workflow
 from .trust import Trust, workflow_code
 
 WHERE = Path("Study")
@@ -70,7 +70,7 @@ class Study:
         The workflow's ``execution`` section (fits_per_task, path_aware, dtype, ...).
     racing : dict or bool, optional
         Fit in stages and stop fitting the params a sequential test has beaten, e.g.
-        ``{"alpha": 0.05}`` (the workflow's ``racing`` key, see :mod:`cvflow.racing`);
+        ``{"alpha": 0.05}`` (the workflow's ``racing`` key, see :mod:`cvflow.execution.racing`);
         ``False`` on a raced store fits what racing skipped.
     learner_options : dict name -> dict, optional
         Per-learner workflow keys beside class, params and grid, spelled as a workflow file
@@ -209,7 +209,7 @@ class Study:
 
     def validate(self, X, y, groups=None, *, sample_weight=None) -> str:
         """Check the study on these data without a store: learners, grids, estimator options,
-        splitter, and one trial fit per learner (see :mod:`cvflow.checks`). Returns a summary
+        splitter, and one trial fit per learner (see :mod:`cvflow.fitting.trial`). Returns a summary
         line; raises :class:`~cvflow.errors.InputError`."""
         wf = self.workflow(X, y, groups, sample_weight=sample_weight)
         built = wf.build()
@@ -220,14 +220,14 @@ class Study:
             workers=None, overwrite=False, client=None, progress=None) -> "StudyResult":
         """Fit every (param, split) not yet in ``store`` and return the results over it.
 
-        Goes through :func:`cvflow.engine.run` exactly as ``cvflow run`` does (the same
+        Goes through :func:`cvflow.execution.run.run` exactly as ``cvflow run`` does (the same
         validation first, the same resume and extension rules). ``store`` defaults to
         ``<name>.zarr``; ``cluster``, ``workers``, ``client`` and ``progress`` as there: by
         default the execution choice, a progress bar (notebook-aware with tqdm) and a summary
         on stderr; ``progress=False`` runs silently.
         """
-        from .engine import run
-        from .preflight import check_run
+        from .execution.run import run
+        from .execution.preflight import check_run
 
         wf = self.workflow(X, y, groups, sample_weight=sample_weight)
         path = Path(store) if store is not None else Path(f"{self.name}.zarr")
@@ -270,7 +270,7 @@ class Study:
         ``trust_code`` is True or lists its dotted name (``trust_code=["mymod.MyModel"]``);
         :func:`cvflow.trust.untrusted_code` lists it beforehand.
         """
-        from .store import open_cube
+        from .store.cube import open_cube
         from .trust import how, listed, untrusted
 
         config = json.loads(open_cube(path).attrs["workflow"])
@@ -284,7 +284,7 @@ class Study:
     @classmethod
     def from_config(cls, config: dict) -> "Study":
         """A Study from a parsed workflow mapping (a workflow file or a store's ``workflow``)."""
-        from .learners import Param
+        from .fitting.learners import Param
 
         learners, options = {}, {}
         for i, entry in enumerate(config["learners"]):
@@ -343,7 +343,7 @@ class StudyResult:
         Each requested estimator's result (computed on first use).
     selected : dict criterion -> {"index", "learner", "params"}
         The param each selecting estimator chose (its ``selected``), settings as plain data.
-    run : cvflow.engine.RunResult or None
+    run : cvflow.execution.run.RunResult or None
         What the run that returned this did (fits executed, failed, seconds).
 
     ``loss`` is the results' loss (default: the store's); ``trust_code`` what code the store
@@ -353,8 +353,8 @@ class StudyResult:
 
     def __init__(self, store, *, run=None, loss: str | None = None, trust_code: Trust = False,
                  all_params: bool = False):
-        from .report import workflow_view
-        from .store import open_cube
+        from .report.results import workflow_view
+        from .store.cube import open_cube
 
         self.store = Path(store)
         # an extended store's params the workflow no longer lists are left out unless asked
@@ -395,7 +395,7 @@ class StudyResult:
     @property
     def results(self) -> dict:
         if self._results is None:
-            from .report import compute
+            from .report.results import compute
 
             self._results = compute(self.cube, loss=self.loss, trust_code=self.trust_code)
         return self._results
@@ -405,7 +405,7 @@ class StudyResult:
 
     def param(self, index: int) -> dict:
         """Param ``index`` as {"index", "learner", "params"}: its grid point, i.e. the settings
-        that differ from the learner's fixed params (plain data, see :mod:`cvflow.describe`)."""
+        that differ from the learner's fixed params (plain data, see :mod:`cvflow.objects`)."""
         from .estimators._cube import param_label
 
         # one definition for every face: the estimators' attrs["selected_params"] are the same
@@ -425,7 +425,7 @@ class StudyResult:
     def _user_data(self, X, y) -> tuple[Any, np.ndarray]:
         """The user's (X, y) for :meth:`refit`, checked to be the store's data: encoded as
         :meth:`Study.run` encodes them, they equal the stored ``X`` and ``y``."""
-        from .data import encode_frame
+        from .workflow.data import encode_frame
 
         if X is None or y is None:
             raise InputError("refit: give both X and y (the data the study was run on), or neither")
@@ -463,7 +463,7 @@ class StudyResult:
         (``kfold``, ``corrected_kfold``, ``stability_nested``, ...), whether the workflow
         asked for it or not (it needs its split roles in the store); default: the first of
         :attr:`selected`."""
-        from .report import compute, requested_estimators
+        from .report.results import compute, requested_estimators
 
         if loss is None or loss == self.loss:
             chosen = self.selected
@@ -505,7 +505,7 @@ class StudyResult:
         -------
         The fitted scikit-learn estimator.
         """
-        from .learners import Param, fit_model
+        from .fitting.learners import Param, fit_model
         from .trust import how, listed, param_code, untrusted
 
         h = self.chosen(criterion, loss=loss)["index"]
@@ -527,16 +527,16 @@ class StudyResult:
                          weight)
 
     def __repr__(self) -> str:
-        from .report import text
+        from .report.results import text
 
         return f"cvflow study {self.store}\n" + text(self.cube, self.results)
 
     def _repr_html_(self) -> str:
         from markupsafe import Markup
 
-        from .report import status_from_cube
+        from .report.results import status_from_cube
 
-        # every value escaped (markupsafe templates, as cvflow.report_html._div explains)
+        # every value escaped (markupsafe templates, as cvflow.report.html._div explains)
         info = status_from_cube(self.cube)
         row = Markup("<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>")
         rows = Markup("").join(row.format(c, s["index"], s["learner"], json.dumps(s["params"]))

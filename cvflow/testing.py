@@ -10,11 +10,11 @@ import json
 import numpy as np
 import xarray as xr
 
-from .data import Data
-from .designs import Design, fold_labels, make_design, subset_splits
-from .fit import fit_block
-from .learners import Param
-from .store import cube_template
+from .workflow.data import Data
+from .workflow.designs import Design, fold_labels, make_design, subset_splits
+from .fitting.block import fit_block
+from .fitting.learners import Param
+from .store.cube import cube_template
 
 
 def simple_design(n: int, folds: int, *, repeats: int = 1, pairs: bool = False, seed: int = 0,

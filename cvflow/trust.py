@@ -30,9 +30,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
 
-from .describe import CLASS, FUNCTION
+from .objects import CLASS, FUNCTION
 from .errors import InputError
-from .losses import names_code
+from .estimators.losses import names_code
 
 # True: everything; False / None: the defaults only; names: these exact dotted paths too
 Trust = Union[bool, None, Iterable[str]]
@@ -97,7 +97,7 @@ def is_user_estimator(name: Any) -> bool:
 
 def described(value: Any, out: dict[str, str]) -> dict[str, str]:
     """Every ``{class: ...}`` / ``{function: ...}`` inside a description (see
-    :mod:`cvflow.describe`) added to ``out`` as name -> kind; returns ``out``."""
+    :mod:`cvflow.objects`) added to ``out`` as name -> kind; returns ``out``."""
     if isinstance(value, dict):
         if set(value) == {FUNCTION}:
             out.setdefault(str(value[FUNCTION]), FUNCTION_KIND)
@@ -190,7 +190,7 @@ def untrusted_code(store, trust: Trust = False) -> dict[str, str]:
     >>> cvflow.trust.untrusted_code("study.zarr")        # doctest: +SKIP
     {'my_reducers.pair_gap': 'user estimator', 'mylosses.cubic': 'user loss'}
     """
-    from .store import open_cube
+    from .store.cube import open_cube
 
     cube = store if hasattr(store, "attrs") else open_cube(store)
     return untrusted(store_code(cube), trust)

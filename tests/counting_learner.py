@@ -8,14 +8,14 @@ from sklearn.linear_model import Ridge
 
 class CountingRidge(Ridge):
     """Ridge whose ``fit`` appends ``alpha`` and the training size to the file ``log``
-    (the study's fits; the trial fit before a run, :mod:`cvflow.checks`, is left out)."""
+    (the study's fits; the trial fit before a run, :mod:`cvflow.fitting.trial`, is left out)."""
 
     def __init__(self, alpha=1.0, fit_intercept=True, log=None):
         super().__init__(alpha=alpha, fit_intercept=fit_intercept)
         self.log = log
 
     def fit(self, X, y, sample_weight=None):
-        from cvflow.checks import in_trial
+        from cvflow.fitting.trial import in_trial
 
         if self.log and not in_trial():
             fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -187,7 +187,7 @@ def assert_same_cube(store: Path, reference: Path) -> None:
 
 
 def read_lock_pid(store: Path):
-    from cvflow.lock import read_lock
+    from cvflow.store.lock import read_lock
 
     record = read_lock(store)
     return None if record is None else record.get("pid")
@@ -303,7 +303,7 @@ class GatedRidge(Ridge):
 
 def _wait_at_gate(model, X) -> None:
     """A gated learner's wait (see GatedRidge): only in the fit that creates ``claim``."""
-    from cvflow.checks import in_trial
+    from cvflow.fitting.trial import in_trial
 
     if model.gate and len(X) >= model.min_rows and not in_trial():
         try:

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cvflow import blocks
-from cvflow.blocks import choose_chunks, estimate_seconds_per_fit
-from cvflow.learners import Param
-from cvflow.store import block_slices
+from cvflow.execution import sizing as blocks
+from cvflow.execution.sizing import choose_chunks, estimate_seconds_per_fit
+from cvflow.fitting.learners import Param
+from cvflow.store.cube import block_slices
 
 
 def n_tasks(n_params, n_splits, chunks):
@@ -97,7 +97,8 @@ def clock(monkeypatch):
 
 def test_estimate_charges_path_aware_ridge_per_alpha(clock, monkeypatch):
     """One unit of work per path fit (one SVD, every alpha) or per single fit."""
-    from cvflow import fit, paths
+    from cvflow.fitting import block as fit
+    from cvflow.fitting import paths
 
     real_path, real_one = paths.fit_path, fit.fit_one
 
@@ -176,12 +177,12 @@ def test_paths_are_not_cut_when_they_fit_in_memory():
 
 
 def test_path_learners_are_charged_by_size_without_a_probe(monkeypatch):
-    import cvflow.fit
+    import cvflow.fitting.block
 
     def no_fit(*args, **kwargs):
         raise AssertionError("a path learner was fitted to time it")
 
-    monkeypatch.setattr(cvflow.fit, "fit_block", no_fit)
+    monkeypatch.setattr(cvflow.fitting.block, "fit_block", no_fit)
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(300, 10)), rng.normal(size=300)
     train = np.arange(300) < 240

@@ -10,7 +10,7 @@ import dask.config
 import pytest
 import yaml
 
-from cvflow.cluster import (connect, env_options, load_profile, parse_options, slurm_kwargs,
+from cvflow.execution.schedulers import (connect, env_options, load_profile, parse_options, slurm_kwargs,
                             store_warning, walltime_seconds)
 from cvflow.errors import InputError
 
@@ -248,7 +248,7 @@ def test_workers_whose_nanny_closed_for_good_are_replaced():
     """A nanny that gave up (its worker failed to restart) is replaced by a new worker."""
     from distributed.core import Status
 
-    from cvflow.cluster import replace_lost_workers
+    from cvflow.execution.schedulers import replace_lost_workers
 
     with connect("local", workers=2, tls=False, options={"dashboard_port": None}) as client:
         client.wait_for_workers(2, timeout=120)

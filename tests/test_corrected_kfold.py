@@ -9,11 +9,11 @@ import pytest
 import xarray as xr
 from sklearn.linear_model import Ridge
 
-from cvflow.designs import make_design
+from cvflow.workflow.designs import make_design
 from cvflow.errors import InputError
 from cvflow.estimators import REGISTRY, corrected_kfold
 from cvflow.estimators.selection import full_fit_risk, heldout_risk, selection
-from cvflow.learners import Param
+from cvflow.fitting.learners import Param
 from cvflow.testing import cube_from_predictions, fit_cube, simple_design
 
 # ---------------------------------------------------------------------------------------------
@@ -261,7 +261,7 @@ def test_reproduction_workflows_are_valid_with_gamma_one_over_d(name):
     """The workflows validate, hold out a third, ask for corrected_kfold and use gamma = 1/d."""
     from pathlib import Path
 
-    from cvflow.spec import load_workflow
+    from cvflow.workflow.spec import load_workflow
 
     path = Path(__file__).resolve().parents[1] / "workflows" / f"aghbalou_{name}.yaml"
     workflow = load_workflow(path)

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cvflow.data import load_data, logistic, sparse_linear
+from cvflow.workflow.data import load_data, logistic, sparse_linear
 from cvflow.errors import InputError
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cvflow.designs import fold_labels, make_design
+from cvflow.workflow.designs import fold_labels, make_design
 from cvflow.errors import InputError
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from cvflow.designs import MAX_COMPLETE_SUBSETS, check_subset_size, make_design, subset_splits
+from cvflow.workflow.designs import MAX_COMPLETE_SUBSETS, check_subset_size, make_design, subset_splits
 from cvflow.errors import InputError
 
 

@@ -11,11 +11,11 @@ from sklearn.linear_model import Ridge
 from sklearn.model_selection import PredefinedSplit, cross_val_score
 
 import cvflow
-from cvflow.engine import run
+from cvflow.execution.run import run
 from cvflow.errors import StoreError
 from cvflow.estimators import kfold
 from cvflow.report import status
-from cvflow.spec import load_workflow
+from cvflow.workflow.spec import load_workflow
 
 from cvtest import QUICK
 
@@ -118,7 +118,7 @@ def test_failed_store_creation_cancels_the_run_and_a_rerun_completes(tmp_path, w
                                                                      client, monkeypatch, cluster):
     """The store is created while the blocks fit; when creating it fails the run raises that
     error (no block waits forever), leaves no half store behind, and the same run then works."""
-    from cvflow import store as cube_store
+    from cvflow.store import cube as cube_store
 
     wf, path = write_workflow(QUICK), tmp_path / "s.zarr"
     real = cube_store.create
@@ -143,7 +143,7 @@ def test_a_block_waiting_for_a_store_whose_creation_failed_raises(tmp_path, clie
     then finds no store and raises instead of writing (or waiting forever)."""
     from distributed import Event
 
-    from cvflow.tasks import TaskContext, _wait_ready
+    from cvflow.execution.tasks import TaskContext, _wait_ready
 
     ready = Event(f"cvflow-store-test-{tmp_path.name}", client=client)
     ready.set()                      # the client woke the blocks without creating the store

@@ -18,7 +18,7 @@ from sklearn.linear_model import Ridge
 from sklearn.tree import DecisionTreeRegressor
 
 import cvflow
-from cvflow.cluster import choose
+from cvflow.execution.schedulers import choose
 
 import fault_helpers as fh
 
@@ -88,7 +88,7 @@ execution: {{path_aware: false}}
 
 def test_timing_fits_are_trials_not_the_studys_fits(tmp_path, write_workflow):
     """The fits that time a learner on a worker (block sizes) are marked as trials
-    (cvflow.checks.in_trial), like the pre-run check: a learner that counts or gates its fits
+    (cvflow.fitting.trial.in_trial), like the pre-run check: a learner that counts or gates its fits
     sees the study's fits only, 3 params x (full + 4 folds)."""
     log = tmp_path / "fits.log"
     result = cvflow.run(write_workflow(COUNTED.format(log=log)), store=tmp_path / "s.zarr",
@@ -98,7 +98,7 @@ def test_timing_fits_are_trials_not_the_studys_fits(tmp_path, write_workflow):
 
 
 def test_forked_is_read_as_local_with_a_warning(tmp_path, write_workflow, caplog):
-    with caplog.at_level("WARNING", logger="cvflow.cluster"):
+    with caplog.at_level("WARNING", logger="cvflow.execution.schedulers"):
         result = cvflow.run(write_workflow(RIDGE), store=tmp_path / "s.zarr", cluster="forked")
     assert result.execution == "local (as asked)"
     assert "--cluster forked was removed (forking a process that runs threads can hang)" in caplog.text
@@ -167,7 +167,7 @@ def test_a_run_that_lost_its_lock_stops_and_writes_no_more(tmp_path):
     import threading
 
     from cvflow.errors import LockLostError
-    from cvflow.lock import lock_path
+    from cvflow.store.lock import lock_path
 
     wf = fh.slow_workflow(tmp_path / "s.yaml", delay=0.3)
     store = tmp_path / "s.zarr"
@@ -205,8 +205,8 @@ def test_auto_choice(seconds, workers, safe, timeout, chosen):
 
 
 def test_ridge_paths_release_the_gil_lasso_and_trees_hold_it():
-    from cvflow.blocks import gil_share
-    from cvflow.learners import Param
+    from cvflow.execution.sizing import gil_share
+    from cvflow.fitting.learners import Param
 
     ridge = [Param("r", "sklearn.linear_model.Ridge", hyper={"alpha": a}) for a in (0.1, 1.0, 10.0)]
     lasso = [Param("l", "sklearn.linear_model.Lasso", hyper={"alpha": a}) for a in (0.1, 1.0)]
@@ -309,7 +309,7 @@ def test_a_run_never_forks_its_threaded_process(tmp_path, cluster):
 
 
 def test_the_python_entry_refuses_bad_arguments_before_any_store_work(tmp_path, write_workflow):
-    """`cvflow.run` checks what `cvflow run` checks (cvflow.preflight) before the lock and store."""
+    """`cvflow.run` checks what `cvflow run` checks (cvflow.execution.preflight) before the lock and store."""
     from cvflow.errors import InputError
 
     for kwargs, match in (({"workers": 0}, "workers"), ({"dashboard_port": 99999}, "dashboard")):

@@ -1,4 +1,4 @@
-"""Extending a finished study (cvflow.extend): new grid values, hyperparameters, learners and
+"""Extending a finished study (cvflow.execution.extend): new grid values, hyperparameters, learners and
 splits are appended and fitted alone; stored predictions stay byte-identical; changes that
 would invalidate stored fits are refused before the store is touched."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import zarr
 
 import cvflow
 from cvflow import report
-from cvflow.engine import run
+from cvflow.execution.run import run
 from cvflow.errors import StoreError
 from cvflow.estimators import kfold
 
@@ -216,14 +216,14 @@ def test_sharded_store_runs_reduces_and_extends_like_plain_chunks(tmp_path, writ
     """A block of many params is one Zarr v3 shard of inner chunks (forced here with one param
     per inner chunk): its tasks write it, readers open it, an extension grows it, and every
     byte equals the same study stored in plain chunks."""
-    import cvflow.store
+    import cvflow.store.cube
 
     log = tmp_path / "fits.log"
     first = workflow(write_workflow, log, "[0.1, 1.0, 10.0, 100.0]", name="a.yaml", fpt=20)
     second = workflow(write_workflow, log, "[0.1, 1.0, 10.0, 100.0, 0.01, 1000.0]",
                       name="b.yaml", fpt=20)
     plain = run(second, store=tmp_path / "plain.zarr", client=client).store
-    monkeypatch.setattr(cvflow.store, "SHARD_INNER_BYTES", 1)
+    monkeypatch.setattr(cvflow.store.cube, "SHARD_INNER_BYTES", 1)
     sharded = tmp_path / "sharded.zarr"
     run(first, store=sharded, client=client)
     array = zarr.open_group(str(sharded))["pred"]
@@ -257,7 +257,7 @@ def test_repeated_values_match_stored_params(tmp_path, write_workflow, client):
 
 
 def test_param_key_keeps_counts_apart_from_fractions():
-    from cvflow.extend import param_key
+    from cvflow.execution.extend import param_key
 
     def key(**params):
         return param_key(json.dumps({"learner": "m", "estimator": "e", "output": "predict",

@@ -1,10 +1,10 @@
-"""Failures grouped up to their numbers (cvflow.failures), and `cvflow status` showing it."""
+"""Failures grouped up to their numbers (cvflow.report.failures), and `cvflow status` showing it."""
 from __future__ import annotations
 
 import pytest
 
-from cvflow.failures import group, normalise
-from cvflow.engine import run
+from cvflow.report.failures import group, normalise
+from cvflow.execution.run import run
 from cvflow.report import format_status, status
 
 

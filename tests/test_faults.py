@@ -32,10 +32,10 @@ def workflow(tmp_path_factory):
 @pytest.fixture(scope="module")
 def clean(workflow, client):
     """The reference: the same workflow run without interruption (shared LocalCluster)."""
-    import cvflow.engine
+    import cvflow.execution.run
 
     store = workflow.parent / "clean.zarr"
-    result = cvflow.engine.run(workflow, store=store, client=client)
+    result = cvflow.execution.run.run(workflow, store=store, client=client)
     assert result.fits_executed == N_FITS and result.failed == 0
     return store
 
@@ -75,8 +75,8 @@ def test_sigkill_client_then_resume_fits_only_missing(workflow, clean, tmp_path)
         # A second run on the same store while the first one goes on: refused, nothing touched.
         with pytest.raises(StoreError, match=r"s\.zarr is being written by another cvflow run "
                                              rf"\(pid {proc.pid} on "):
-            import cvflow.engine
-            cvflow.engine.run(workflow, store=store)
+            import cvflow.execution.run
+            cvflow.execution.run.run(workflow, store=store)
         os.kill(proc.pid, signal.SIGKILL)  # the client only; its workers die with it
         proc.wait()
     finally:
@@ -213,9 +213,9 @@ def test_random_cuts_six_times_then_complete(workflow, clean, tmp_path):
 
 def test_store_creation_cut_midway_leaves_no_half_store(tmp_path, monkeypatch):
     """A run killed while creating the store leaves no store at its path; the rerun creates it."""
-    import cvflow.engine
-    from cvflow import store as cube_store
-    from cvflow.spec import load_workflow
+    import cvflow.execution.run
+    from cvflow.store import cube as cube_store
+    from cvflow.workflow.spec import load_workflow
 
     wf = load_workflow(fh.slow_workflow(tmp_path / "wf.yaml"))
     study = wf.build()
@@ -229,12 +229,12 @@ def test_store_creation_cut_midway_leaves_no_half_store(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cube_store, "put_all", cut)
     with pytest.raises(KeyboardInterrupt):
-        cvflow.engine.prepare_store(wf, study, path)
+        cvflow.execution.run.prepare_store(wf, study, path)
     monkeypatch.undo()
     assert (path / "zarr.json").exists() and not cube_store.is_store(path)
     with pytest.raises(StoreError, match="not a cvflow store"):
         cube_store.open_cube(path)
-    layout = cvflow.engine.prepare_store(wf, study, path)  # the rerun
+    layout = cvflow.execution.run.prepare_store(wf, study, path)  # the rerun
     assert cube_store.is_store(path) and not (tmp_path / "s.zarr.creating").exists()
     assert cube_store.read_mask(path, "done").shape == (4, study.design.n_splits)
     assert layout.chunks == (1, 1)

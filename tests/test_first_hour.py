@@ -182,7 +182,7 @@ def test_validate_warns_when_bates_ncv_would_be_clamped(design, needed, tmp_path
 
 # --- item 3: progress in Python, the CLI's event stream and renderer ---------------------------
 
-# a fake Jupyter kernel: tqdm.auto and cvflow.progress see IPKernelApp in get_ipython().config
+# a fake Jupyter kernel: tqdm.auto and cvflow.execution.progress see IPKernelApp in get_ipython().config
 FAKE_KERNEL = """
 import sys, types
 class _Shell:

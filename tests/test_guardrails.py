@@ -10,7 +10,7 @@ import pytest
 from cvflow import report
 from cvflow.estimators import (bates_ncv, corrected_t, cv_confidence, guardrails, nadeau_bengio,
                                paired_5x2cv, ustat, wald_cv)
-from cvflow.report_html import write_html
+from cvflow.report.html import write_html
 from cvflow.testing import cube_from_predictions, simple_design
 
 from cvtest import run_cli

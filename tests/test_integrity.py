@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 import zarr
 
-from cvflow import attributes, integrity, store
+from cvflow.store import attributes
+from cvflow.store import integrity
+from cvflow.store import cube as store
 from cvflow.errors import StoreError
-from cvflow.fit import BlockResult
+from cvflow.fitting.block import BlockResult
 
 from cvtest import QUICK, REPO, run_cli, tree_digest
 

@@ -9,8 +9,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import PolynomialFeatures, StandardScaler
 
 from cvflow.errors import InputError
-from cvflow.fit import fit_block
-from cvflow.spec import parse_workflow
+from cvflow.fitting.block import fit_block
+from cvflow.workflow.spec import parse_workflow
 
 
 def _workflow(learner: dict, tmp_path):

@@ -1,4 +1,4 @@
-"""Size limits (cvflow.limits): absurd grids, designs and YAML alias bombs are refused from
+"""Size limits (cvflow.workflow.limits): absurd grids, designs and YAML alias bombs are refused from
 their sizes, with the number and how to raise the limit, before anything is allocated."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from cvflow.cli import main
 from cvflow.errors import InputError
-from cvflow.limits import load_yaml
-from cvflow.spec import load_workflow
+from cvflow.workflow.limits import load_yaml
+from cvflow.workflow.spec import load_workflow
 
 from cvtest import QUICK
 
@@ -81,7 +81,7 @@ def test_the_params_limit_is_configurable(tmp_path, capsys):
 def test_limits_have_a_floor(tmp_path):
     """Limits guard against absurd sizes, they are not quotas: one set below its floor counts
     as the floor, so small workflows are checked without reading Dask's config."""
-    from cvflow.limits import FLOORS
+    from cvflow.workflow.limits import FLOORS
 
     with dask.config.set({"cvflow.limits.params": 3, "cvflow.limits.fits": 3}):
         assert len(load_workflow(_write(tmp_path, QUICK)).params) == 4
@@ -99,7 +99,7 @@ def test_the_limit_named_in_the_message_lets_the_run_pass(tmp_path):
     text = _grid("{alpha: {logspace: [-3, 3, 100]}}").replace("folds: 5", "folds: 5, repeats: 1000")
     wf = _write(tmp_path, text)
     env = {**os.environ, "DASK_CVFLOW__LIMITS__FITS": "200000"}
-    code = "import sys; from cvflow.spec import load_workflow; load_workflow(sys.argv[1])"
+    code = "import sys; from cvflow.workflow.spec import load_workflow; load_workflow(sys.argv[1])"
     proc = subprocess.run([sys.executable, "-m", "cvflow", "validate", str(wf)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1

@@ -1,4 +1,4 @@
-"""The live study page (cvflow.live): the K-fold it plots equals the estimators' on the fits
+"""The live study page (cvflow.report.live): the K-fold it plots equals the estimators' on the fits
 landed so far, and the URL `cvflow run` prints renders in headless Chromium while fits run."""
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pytest
 import cvflow
 import fault_helpers as fh
 from browser import chromium
-from cvflow import live
-from cvflow.engine import run
+from cvflow.report import live
+from cvflow.execution.run import run
 from cvflow.estimators import corrected_kfold, kfold
-from cvflow.fit import BlockResult
-from cvflow.store import block_chunks, block_slices
+from cvflow.fitting.block import BlockResult
+from cvflow.store.cube import block_chunks, block_slices
 from cvtest import REPO
 
 STUDY = """\
@@ -381,7 +381,7 @@ def test_live_kfold_of_a_string_labelled_study_equals_sklearn_losses(tmp_path, p
     _, labels = _labelled_csv(tmp_path / "data.csv", dataset)
     wf = tmp_path / "wf.yaml"
     wf.write_text(LABELLED.format(csv="data.csv", loss=loss))
-    with caplog.at_level("WARNING", logger="cvflow.live"):
+    with caplog.at_level("WARNING", logger="cvflow.report.live"):
         result = run(wf, store=tmp_path / "s.zarr", client=page_client)
     assert result.live, "the scheduler did not serve the live page"
     run_id = urllib.parse.parse_qs(urllib.parse.urlsplit(result.live).query)["run"][0]
@@ -410,7 +410,7 @@ def test_a_failing_live_scorer_is_said_once_and_shown_on_the_page(tmp_path, writ
                            store="s.zarr", url="http://x/cvflow")
     n_params, n_splits = monitor.done.shape
     error = "KeyError: '<b>no</b>'"
-    with caplog.at_level("WARNING", logger="cvflow.live"):
+    with caplog.at_level("WARNING", logger="cvflow.report.live"):
         for s in range(2):
             ps, ss = slice(0, n_params), slice(s, s + 1)
             status = BlockResult(ps, ss, None, np.zeros((n_params, 1), bool),

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from cvflow.errors import StoreError
-from cvflow.lock import lock_path, read_lock, run_lock
+from cvflow.store.lock import lock_path, read_lock, run_lock
 
 
 def _dead_pid() -> int:
@@ -56,7 +56,7 @@ def test_second_holder_refused_with_owner_named(tmp_path):
 
 def test_live_process_in_another_interpreter_refuses(tmp_path):
     store = tmp_path / "s.zarr"
-    code = ("import sys, time; from cvflow.lock import run_lock\n"
+    code = ("import sys, time; from cvflow.store.lock import run_lock\n"
             f"with run_lock({str(store)!r}):\n    print('held', flush=True); time.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
@@ -78,7 +78,7 @@ def test_stale_lock_of_dead_pid_taken_over(tmp_path, caplog):
     store = tmp_path / "s.zarr"
     now = time.time()
     _write(store, host=socket.gethostname(), pid=_dead_pid(), started=now, heartbeat=now, token="x")
-    with caplog.at_level("WARNING", logger="cvflow.lock"), run_lock(store) as lock:
+    with caplog.at_level("WARNING", logger="cvflow.store.lock"), run_lock(store) as lock:
         assert read_lock(store)["token"] == lock.token
     assert "taking over the stale lock" in caplog.text and "is gone" in caplog.text
 
@@ -136,7 +136,7 @@ def test_lock_write_on_a_full_disk_leaves_no_lock(tmp_path, caplog):
     store = tmp_path / "s.zarr"
     code = ("import resource, sys\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))\n"
-            "from cvflow.lock import run_lock\n"
+            "from cvflow.store.lock import run_lock\n"
             "try:\n    run_lock(sys.argv[1]).__enter__()\n"
             "except OSError as exc:\n    print(exc)\n")
     proc = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True,

@@ -17,8 +17,8 @@ from sklearn.preprocessing import StandardScaler
 
 from cvflow.errors import InputError
 from cvflow.estimators import corrected_kfold, kfold, nested_cv
-from cvflow.learners import Param
-from cvflow.losses import DECLARED, get_loss
+from cvflow.fitting.learners import Param
+from cvflow.estimators.losses import DECLARED, get_loss
 from cvflow.testing import fit_cube, simple_design
 
 BINARY = ["accuracy", "balanced_accuracy", "f1", "precision", "recall", "matthews_corrcoef",

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import cvflow
-from cvflow.engine import run
-from cvflow.designs import make_design
+from cvflow.execution.run import run
+from cvflow.workflow.designs import make_design
 from cvflow.errors import InputError
 from cvflow.estimators import nested_cv, stability_nested
-from cvflow.learners import Param
+from cvflow.fitting.learners import Param
 from cvflow.testing import cube_from_predictions, fit_cube, simple_design
 
 from nested_cases import constant_cube, count_pairs, random_cube, ref_all

@@ -14,10 +14,10 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from cvflow.data import Data
+from cvflow.workflow.data import Data
 from cvflow.estimators import corrected_kfold, kfold
-from cvflow.learners import Param
-from cvflow.store import cube_template
+from cvflow.fitting.learners import Param
+from cvflow.store.cube import cube_template
 from cvflow.testing import simple_design
 
 
@@ -137,7 +137,7 @@ def test_lazy_reduction_under_a_default_client(scheduler, monkeypatch):
     picks P2P rechunking, which only the distributed scheduler runs: the reducers' param-block
     rechunk must work on threads, synchronously and on the client's cluster (None) alike."""
     import cvflow.estimators._cube as cube_module
-    from cvflow.cluster import connect
+    from cvflow.execution.schedulers import connect
 
     # param blocks of one row from chunks of 50: a rechunk dask would do by P2P under a Client
     monkeypatch.setattr(cube_module, "ROLE_BLOCK_BYTES", 1)

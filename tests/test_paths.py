@@ -19,9 +19,9 @@ from sklearn.linear_model import (
 )
 from sklearn.model_selection import KFold
 
-from cvflow import paths
-from cvflow.fit import fit_block
-from cvflow.learners import Param
+from cvflow.fitting import paths
+from cvflow.fitting.block import fit_block
+from cvflow.fitting.learners import Param
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import mean_squared_error
 
-from cvflow.plots.grid import grid_layout
+from cvflow.report.plots.grid import grid_layout
 from plot_studies import document, floats, reference_oof, source, study
 
 

@@ -1,5 +1,5 @@
 """A run's and a report's arguments and paths are checked before anything is written
-(cvflow.preflight): bad ones exit 2 with one line, and no store is created, grown or locked."""
+(cvflow.execution.preflight): bad ones exit 2 with one line, and no store is created, grown or locked."""
 from __future__ import annotations
 
 import os

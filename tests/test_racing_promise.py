@@ -3,7 +3,7 @@
 Simulated studies of real cross-validated fits with correlated folds and repeats: k one-feature
 least-squares learners on exchangeable features (so every param has exactly the same expected
 risk), each replicate fitted by K-fold x R repeats and raced stage by stage with the library's
-own stages (:func:`cvflow.racing.plan_stages`) and rule (:meth:`cvflow.racing.Race.look`).
+own stages (:func:`cvflow.execution.racing.plan_stages`) and rule (:meth:`cvflow.execution.racing.Race.look`).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from cvflow.racing import Race, check_options, look
+from cvflow.execution.racing import Race, check_options, look
 
 FOLDS, REPEATS = 5, 3
 

@@ -64,7 +64,7 @@ def test_report_json_has_the_race(raced):
     survivor of lowest mean out-of-fold loss over the folds seen by then, recomputed here), the
     loss difference, z = difference / se and p = the normal tail of z (scipy)."""
     import cvflow
-    from cvflow.summary import param_text
+    from cvflow.report.summary import param_text
 
     out = run_cli("report", raced, "--json")
     assert out.returncode == 0, out.stderr
@@ -222,9 +222,9 @@ def test_live_page_state_counts_skipped_fits_not_to_do(raced):
     """The live page's state fed a raced run's blocks (each marking only the cells it fitted)
     and its looks: done, to do and skipped by racing per param equal the store's."""
     import cvflow
-    from cvflow import live
-    from cvflow.fit import BlockResult
-    from cvflow.store import block_chunks, block_slices
+    from cvflow.report import live
+    from cvflow.fitting.block import BlockResult
+    from cvflow.store.cube import block_chunks, block_slices
 
     class Published:
         def set_metadata(self, keys, value):

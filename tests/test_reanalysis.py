@@ -8,7 +8,7 @@ import math
 import pytest
 
 import cvflow
-from cvflow.engine import run
+from cvflow.execution.run import run
 from cvflow.report import compute, to_json
 
 from cvtest import run_cli, tree_digest

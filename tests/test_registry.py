@@ -7,7 +7,7 @@ import pytest
 from cvflow.cli import main
 from cvflow.errors import InputError
 from cvflow.estimators import REGISTRY, lookup
-from cvflow.spec import load_workflow
+from cvflow.workflow.spec import load_workflow
 
 from cvtest import QUICK, ridge_cube, run_cli, tree_digest
 
@@ -212,7 +212,7 @@ def test_lookup_messages():
 
 def test_report_set_overrides_through_the_declared_checks(tmp_path, capsys, client):
     """--set is checked like the workflow's options: a bad value exits 2 and the store is kept."""
-    from cvflow.engine import run
+    from cvflow.execution.run import run
 
     wf = _workflow(tmp_path, "[kfold, {stability_nested: {lambdas: [0, 1]}}]")
     store = run(wf, store=tmp_path / "s.zarr", client=client).store

@@ -9,9 +9,9 @@ import time
 import pytest
 
 import cvflow
-from cvflow.engine import run
+from cvflow.execution.run import run
 from cvflow.report import compute
-from cvflow.report_html import write_html
+from cvflow.report.html import write_html
 
 from browser import RENDERED, Page, chromium
 from cvtest import REPO, run_cli

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from browser import RENDERED, Page, chromium
-from cvflow.engine import run
+from cvflow.execution.run import run
 from cvtest import REPO, run_cli
 
 NINE = """\

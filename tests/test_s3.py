@@ -77,7 +77,7 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def _objects(url: str) -> list[str]:
-    from cvflow.location import filesystem
+    from cvflow.store.location import filesystem
 
     fs, path = filesystem(url)
     return fs.find(path)
@@ -152,8 +152,8 @@ def test_create_on_s3_writes_what_xarray_writes(s3, monkeypatch, in_place):
 
     import xarray as xr
 
-    from cvflow import store
-    from cvflow.location import filesystem, storage_options
+    from cvflow.store import cube as store
+    from cvflow.store.location import filesystem, storage_options
     from test_store import _case, reference_encoding
 
     template = _case("multiclass", monkeypatch)
@@ -183,7 +183,7 @@ def test_create_on_s3_writes_what_xarray_writes(s3, monkeypatch, in_place):
 def test_damage_and_foreign_objects_on_s3(s3, tmp_path):
     """On an object store too: a deleted pred object is seen by status and verify and refitted
     by run; a stray marker beside a prefix holding a user's object removes nothing."""
-    from cvflow.location import filesystem
+    from cvflow.store.location import filesystem
 
     workflow = tmp_path / "wf.yaml"
     workflow.write_text(QUICK + "execution: {fits_per_task: 4, cluster: threads}\n")
@@ -208,7 +208,7 @@ def test_damage_and_foreign_objects_on_s3(s3, tmp_path):
 
 
 def test_second_run_on_a_held_url_is_refused(s3):
-    from cvflow.lock import read_lock, run_lock
+    from cvflow.store.lock import read_lock, run_lock
 
     url = _url()
     with run_lock(url) as lock:
@@ -223,7 +223,7 @@ def test_second_run_on_a_held_url_is_refused(s3):
 
 def test_lease_heartbeat_takeover_and_lost_lease(s3):
     """Conditional writes: a refresh needs our ETag; a takeover deletes only the stale record."""
-    from cvflow.lock import _slot, read_lock, run_lock
+    from cvflow.store.lock import _slot, read_lock, run_lock
 
     url = _url()
     slot = _slot(url)
@@ -251,7 +251,7 @@ def test_lease_heartbeat_takeover_and_lost_lease(s3):
 
 
 def test_urls_that_are_not_stores_are_refused(s3, tmp_path):
-    from cvflow.location import resolve
+    from cvflow.store.location import resolve
 
     for bad, match in (("nosuch://bucket/x.zarr", "unknown or unavailable URL scheme"),
                        ("s3:/bucket/x.zarr", "missing slash")):
@@ -280,10 +280,10 @@ def test_client_sigkill_then_rerun_completes_to_the_reference_cube(s3, tmp_path)
     proc = fh.start_run(workflow, url, "--workers", "2", "--cluster", "local")
     try:
         fh.wait_for_done(url, 6, proc, timeout=240)
-        import cvflow.engine
+        import cvflow.execution.run
 
         with pytest.raises(StoreError, match="being written by another cvflow run"):
-            cvflow.engine.run(workflow, store=url)       # in-process: no CLI start-up to wait
+            cvflow.execution.run.run(workflow, store=url)       # in-process: no CLI start-up to wait
         os.kill(proc.pid, signal.SIGKILL)              # the client only
         proc.wait()
     finally:

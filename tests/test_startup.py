@@ -13,7 +13,7 @@ import fault_helpers as fh
 from cvtest import QUICK
 
 HEAVY = ("numpy", "sklearn", "scipy", "dask", "dask.array", "distributed", "zarr", "xarray",
-         "bokeh", "tornado", "cvflow.engine", "cvflow.estimators")
+         "bokeh", "tornado", "cvflow.execution.run", "cvflow.estimators")
 # the program as `python -m cvflow ARGS` runs it (cvflow/__main__.py); what it imported and
 # whether the heap was frozen are printed by an atexit handler, after the command
 PROBE = """\
@@ -59,29 +59,29 @@ def test_report_needs_no_cluster_no_learner_library_and_no_plotting(store):
     got = _program("report", str(store / "s.zarr"))
     # xarray imports dask.array itself once it wraps a numpy array and dask is installed
     assert {"zarr", "xarray", "dask.array", "cvflow.estimators"} <= got
-    assert not got & {"sklearn", "distributed", "cvflow.engine", "bokeh", "tornado"}
+    assert not got & {"sklearn", "distributed", "cvflow.execution.run", "bokeh", "tornado"}
 
 
 def test_report_html_adds_bokeh_but_no_cluster(store, tmp_path):
     # its figures reduce the lazy cube on dask's synchronous scheduler, named so that dask does
     # not look for (import) a distributed Client; the fit-time note still imports the learner
-    # classes to tell path-fitted grids (cvflow.paths.kernel_of)
+    # classes to tell path-fitted grids (cvflow.fitting.paths.kernel_of)
     got = _program("report", str(store / "s.zarr"), "--html", str(tmp_path / "r.html"))
     assert "bokeh" in got
-    assert not got & {"distributed", "cvflow.engine"}
+    assert not got & {"distributed", "cvflow.execution.run"}
 
 
 def test_validate_imports_the_learners_but_no_dask_and_no_store(store):
     got = _program("validate", str(store / "wf.yaml"))
     assert "sklearn" in got     # the learners are checked by importing them
-    assert not got & {"dask", "dask.array", "distributed", "zarr", "cvflow.engine", "bokeh",
+    assert not got & {"dask", "dask.array", "distributed", "zarr", "cvflow.execution.run", "bokeh",
                       "tornado"}
 
 
 def test_a_small_run_in_this_process_runs_on_dask_and_starts_no_web_server(store, tmp_path):
     got = _program("run", str(store / "wf.yaml"), "--store", str(tmp_path / "s.zarr"),
                    "--cluster", "threads")
-    assert {"sklearn", "zarr", "cvflow.engine", "distributed"} <= got    # every route is Dask
+    assert {"sklearn", "zarr", "cvflow.execution.run", "distributed"} <= got    # every route is Dask
     assert "bokeh" not in got                # no dashboard unless a port is asked for
 
 
@@ -90,24 +90,24 @@ def test_a_refused_command_exits_2_through_the_same_ending(store):
 
 
 def test_public_names_resolve_lazily():
-    code = ("import sys, cvflow; assert 'cvflow.engine' not in sys.modules; "
+    code = ("import sys, cvflow; assert 'cvflow.execution.run' not in sys.modules; "
             "from cvflow import run, open, load_workflow, estimators; "
             "print(json.dumps([run.__module__, open.__name__, estimators.__name__]))")
     out = subprocess.run([sys.executable, "-c", "import json; " + code], env=fh.cli_env(),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == ["cvflow.engine", "open_cube", "cvflow.estimators"]
+    assert json.loads(out.stdout) == ["cvflow.execution.run", "open_cube", "cvflow.estimators"]
 
 
 def test_submodules_resolve_through_the_package(store):
-    """`import cvflow` then `cvflow.racing.summary(...)`, `cvflow.summary.rows`, ... as the docs
+    """`import cvflow` then `cvflow.execution.racing.summary(...)`, `cvflow.report.summary.rows`, ... as the docs
     write them, in a fresh interpreter where nothing imported those modules before; a name
     that is neither a public name nor a module is still an AttributeError naming it."""
-    code = ("import json, sys, cvflow; assert 'cvflow.racing' not in sys.modules; "
+    code = ("import json, sys, cvflow; assert 'cvflow.execution.racing' not in sys.modules; "
             "cube = cvflow.open(sys.argv[1]); "
-            "names = [cvflow.racing.summary(cube), cvflow.summary.rows.__name__, "
-            "cvflow.report.compute.__name__, cvflow.live.enable_routes.__name__, "
-            "cvflow.store.verify.__name__, cvflow.errors.ReproducibilityWarning.__name__]\n"
+            "names = [cvflow.execution.racing.summary(cube), cvflow.report.summary.rows.__name__, "
+            "cvflow.report.compute.__name__, cvflow.report.live.enable_routes.__name__, "
+            "cvflow.store.cube.verify.__name__, cvflow.errors.ReproducibilityWarning.__name__]\n"
             "try:\n    cvflow.no_such_thing\nexcept AttributeError as err:\n"
             "    names.append(str(err))\n"
             "print(json.dumps(names))")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 import time
 
-from cvflow.engine import run
+from cvflow.execution.run import run
 from cvflow.report import format_status, status
 
 STUDY = """\

@@ -10,11 +10,11 @@ import pytest
 import xarray as xr
 import zarr
 
-from cvflow import store
-from cvflow.data import Data
+from cvflow.store import cube as store
+from cvflow.workflow.data import Data
 from cvflow.errors import StoreError
-from cvflow.fit import BlockResult
-from cvflow.learners import Param
+from cvflow.fitting.block import BlockResult
+from cvflow.fitting.learners import Param
 from cvflow.testing import simple_design
 
 
@@ -103,7 +103,7 @@ def test_create_is_xarrays_to_zarr_with_consolidated_metadata(tmp_path):
 
 
 def _case(case: str, monkeypatch):
-    """A template of each kind the engine creates (see cvflow.store.cube_template)."""
+    """A template of each kind the engine creates (see cvflow.store.cube.cube_template)."""
     rng = np.random.default_rng(3)
     n = 12
     y = rng.normal(size=n)

@@ -275,7 +275,7 @@ def test_binary_classification_with_string_labels(tmp_path, client):
             got01 = cvflow.estimators.kfold(cube, loss="zero_one")["estimate"].values[h]
             np.testing.assert_allclose(got01, zero_one, rtol=1e-12)
         assert "positive class: malignant" in repr(result)
-        from cvflow.report_html import write_html
+        from cvflow.report.html import write_html
 
         page = write_html(cube, result.results, tmp_path / f"{loss}.html").read_text()
         assert "classes: benign, malignant (positive class: &lt;b&gt;malignant" in page
@@ -394,7 +394,7 @@ class LocalScaler(StandardScaler):
 
 
 def test_learners_must_be_importable_by_name():
-    from cvflow.describe import describe
+    from cvflow.objects import describe
 
     assert describe(LocalScaler())["class"] == "test_study.LocalScaler"
     main_cls = type("MainScaler", (StandardScaler,), {"__module__": "__main__"})

@@ -1,4 +1,4 @@
-"""The answer-first summary (cvflow.summary): each criterion's choice, estimate, interval and test
+"""The answer-first summary (cvflow.report.summary): each criterion's choice, estimate, interval and test
 risk, checked against scikit-learn's GridSearchCV on the same folds and a refit by hand."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from sklearn.metrics import mean_squared_error
 from sklearn.model_selection import GridSearchCV, PredefinedSplit
 
 import cvflow
-from cvflow import summary
-from cvflow.engine import run
+from cvflow.report import summary
+from cvflow.execution.run import run
 from cvflow.report import compute
 
 ALPHAS = [0.01, 1.0, 30.0, 1000.0]

@@ -8,9 +8,9 @@ import pytest
 from sklearn.linear_model import Ridge
 from sklearn.model_selection import TimeSeriesSplit, cross_val_score
 
-from cvflow.designs import make_design, timeseries_folds
+from cvflow.workflow.designs import make_design, timeseries_folds
 from cvflow.estimators import kfold
-from cvflow.learners import Param
+from cvflow.fitting.learners import Param
 from cvflow.testing import fit_cube
 from cvtest import run_cli
 
@@ -96,7 +96,7 @@ def test_timeseries_refusals_at_validate(tmp_path, extra, estimators, fragment):
 
 def test_gap_needs_timeseries(tmp_path):
     from cvflow.errors import InputError
-    from cvflow.spec import parse_workflow
+    from cvflow.workflow.spec import parse_workflow
 
     with pytest.raises(InputError, match="design.gap: applies to splitter: timeseries only"):
         parse_workflow({"data": {"source": "sklearn", "name": "diabetes"},
@@ -107,7 +107,7 @@ def test_gap_needs_timeseries(tmp_path):
 def test_timeseries_split_object_in_yaml(tmp_path):
     """A TimeSeriesSplit object (as cvflow.Study writes cv=TimeSeriesSplit(...)) builds the
     same time-ordered design."""
-    from cvflow.spec import load_workflow
+    from cvflow.workflow.spec import load_workflow
 
     X, y = _series()
     np.savez(tmp_path / "series.npz", X=X, y=y)

@@ -10,7 +10,7 @@ import pytest
 
 import cvflow
 from cvflow.cli import main
-from cvflow.engine import run
+from cvflow.execution.run import run
 from cvflow.errors import UntrustedCodeWarning
 
 MODULE = '''\

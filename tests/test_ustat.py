@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from cvflow.designs import make_design, subset_splits
+from cvflow.workflow.designs import make_design, subset_splits
 from cvflow.errors import InputError
 from cvflow.estimators import REGISTRY, guardrails
 from cvflow.estimators._cube import resolve_param
 from cvflow.estimators.ustat import describe, nadeau_bengio, ustat
-from cvflow.learners import Param
+from cvflow.fitting.learners import Param
 from cvflow.testing import cube_from_predictions, fit_cube, simple_design
 
 
@@ -583,7 +583,7 @@ def test_small_workflow_runs_and_reports_the_exact_ustat(tmp_path, client):
 
     import cvflow
     from cvflow import report
-    from cvflow.engine import run
+    from cvflow.execution.run import run
 
     path = Path(__file__).resolve().parents[1] / "workflows" / "fuchs_small.yaml"
     result = run(path, store=tmp_path / "small.zarr", client=client)
@@ -669,7 +669,7 @@ def test_each_ustat_warning_is_printed_once(tmp_path):
 
 
 def test_workflow_with_n_below_2g_plus_2_is_refused_before_any_fit(tmp_path, write_workflow):
-    from cvflow.engine import run
+    from cvflow.execution.run import run
 
     wf = write_workflow("""
         name: too_big_g

@@ -27,9 +27,9 @@ HERE = Path(__file__).resolve().parent
 
 def run_one(path: Path, folds: int, store_dir: Path, client, loss: str | None) -> dict:
     import cvflow
-    from cvflow.engine import run
+    from cvflow.execution.run import run
     from cvflow.estimators import corrected_kfold
-    from cvflow.spec import parse_workflow
+    from cvflow.workflow.spec import parse_workflow
 
     config = yaml.safe_load(path.read_text())
     config = copy.deepcopy(config)
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     args = parser.parse_args(argv)
 
-    from cvflow.cluster import connect
+    from cvflow.execution.schedulers import connect
 
     args.store_dir.mkdir(parents=True, exist_ok=True)
     rows = []

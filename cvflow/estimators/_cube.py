@@ -14,8 +14,9 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from ..losses import Loss, apply_loss, names_code, resolve
+from .losses import Loss, apply_loss, names_code, resolve
 from . import np_roles
+from .. import config
 
 
 def cube_classes(cube: xr.Dataset) -> list | None:
@@ -108,9 +109,8 @@ IN_MEMORY_BYTES = 256 * 2**20
 
 def fits_budget(nbytes: int) -> bool:
     """Whether ``nbytes`` of a lazy selection may be read into memory (see IN_MEMORY_BYTES)."""
-    import dask
 
-    return nbytes <= dask.config.get("cvflow.reduce.in-memory-bytes", default=IN_MEMORY_BYTES)
+    return nbytes <= config.get("cvflow.reduce.in-memory-bytes", default=IN_MEMORY_BYTES)
 
 
 def compute_here(array):
@@ -356,9 +356,8 @@ def _param_groups(data) -> list[slice]:
     over all params would hold the whole selection in memory at once (2.3 GiB for a 10^6-fit
     float32 cube). Per group, memory stays near the budget; each chunk is read once per group.
     """
-    import dask
 
-    budget = dask.config.get("cvflow.reduce.in-memory-bytes", default=IN_MEMORY_BYTES)
+    budget = config.get("cvflow.reduce.in-memory-bytes", default=IN_MEMORY_BYTES)
     n_params, chunk = data.shape[0], max(data.chunks[0])
     per_param = data.dtype.itemsize * int(np.prod(data.shape[1:]))
     size = max(1, budget // max(per_param, 1))
@@ -490,10 +489,10 @@ def _fixed_params(workflow: str) -> dict[str, dict]:
 def tuned_settings(cube: xr.Dataset, index: int) -> dict:
     """The settings of param ``index`` that its grid sets: those with a hyperparameter
     coordinate on ``param`` (the cube has one per grid name), less a learner's fixed params
-    (the store's workflow, when the cube carries it). Plain data (:mod:`cvflow.describe`), so
+    (the store's workflow, when the cube carries it). Plain data (:mod:`cvflow.objects`), so
     ``clone(estimator).set_params(**tuned_settings(cube, h))`` rebuilds the param from its
     learner's estimator."""
-    from ..coords import hyperparameter_coord
+    from ..store.coords import hyperparameter_coord
 
     setting = json.loads(str(cube["param_json"].values[int(index)]))
     fixed = _fixed_params(str(cube.attrs.get("workflow") or "")).get(setting["learner"], {})
@@ -520,7 +519,7 @@ def param_text(label: dict) -> str:
     "(none)" when empty."""
     if not label:
         return "(none: every param failed)"
-    from ..describe import short
+    from ..objects import short
 
     settings = label.get("params")
     if not isinstance(settings, dict):          # a label of the older flat form

@@ -19,8 +19,8 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from ._cube import (analysis_groups, analysis_weights, fold_membership, loss_name, more_rows,
-                    param_coords, param_label, result_labels, role_terms, weighted_sum)
+from ._cube import (analysis_groups, analysis_weights, fold_membership, loss_name, more_rows, param_coords,
+                    param_label, result_labels, role_terms, weighted_sum)
 from . import guardrails
 from .kfold import fold_sizes
 from .nested import inner_score

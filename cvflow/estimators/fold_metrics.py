@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from ..losses import Loss, stored_scores
+from .losses import Loss, stored_scores
 from . import np_roles
 from ._cube import IN_MEMORY_BYTES, at_splits, compute_here, cube_classes, is_lazy, require
 

@@ -21,12 +21,12 @@ Right below its definition, its module declares it::
                                             # if an option names a param the grid lacks
         metrics=False,                      # accepts per-fold metrics (roc_auc, r2, ...)
         time_ordered=False,                 # valid on time-ordered folds (splitter: timeseries)
-        raced=False,                        # a raced cube (cvflow.racing) serves it
+        raced=False,                        # a raced cube (cvflow.execution.racing) serves it
     )
 
 and ``cvflow/estimators/__init__.py`` imports the module. Nothing else is edited:
 
-- :mod:`cvflow.spec` derives the design from the union of ``needs``, checks every option
+- :mod:`cvflow.workflow.spec` derives the design from the union of ``needs``, checks every option
   with its ``check`` and the options together against the workflow's grid with
   ``check_grid`` (a Dataset holding the cube's ``param`` coordinates) before any fit, so a
   store never keeps a bad option, and refuses an
@@ -39,10 +39,10 @@ and ``cvflow/estimators/__init__.py`` imports the module. Nothing else is edited
   change) are computed once for all of them (:func:`~cvflow.estimators._cube.shared_terms`).
   The declaration only decides what is shared: an estimator asking for more computes its
   own, with the same result;
-- :mod:`cvflow.report_html` calls ``html(result, page)``, where ``page`` offers drawing
+- :mod:`cvflow.report.html` calls ``html(result, page)``, where ``page`` offers drawing
   primitives (``page.grid_curve``, ``page.grid_panel``, ``page.curve``,
   ``page.param_intervals``, ``page.scalar_intervals``, ``page.table``; see
-  :class:`cvflow.report_html.Page`); without ``html`` a generic renderer draws the shared
+  :class:`cvflow.report.html.Page`); without ``html`` a generic renderer draws the shared
   vocabulary (a per-param ``estimate`` along the grid, ``lower``/``upper`` intervals, scalars).
 
 An option's ``check(value, where) -> value`` raises :class:`~cvflow.errors.InputError` with a
@@ -73,7 +73,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..errors import InputError
-from ..types import SPLIT_KINDS
+from ..store.coords import SPLIT_KINDS
 from .np_roles import TERM_ROLE
 
 Check = Callable[[Any, str], Any]
@@ -124,7 +124,7 @@ class Estimator:
     time_ordered: bool = False
     # user functions taking **options accept any option name
     open_options: bool = False
-    # DESIGN CHOICE: whether a raced cube (cvflow.racing: the params a sequential rule beat
+    # DESIGN CHOICE: whether a raced cube (cvflow.execution.racing: the params a sequential rule beat
     # lack their later fits) serves the estimator, declared, default no: a per-param or
     # per-pair estimate is exact for the survivors (NaN for the dropped, by the NaN rule), and
     # a selection among survivors is the full study's with probability >= 1 - alpha; one that
@@ -152,7 +152,7 @@ class Estimator:
         return out
 
     def refusal(self, loss, ordered: bool) -> str:
-        """Why this estimator cannot reduce with ``loss`` (a :class:`cvflow.losses.Loss`) on
+        """Why this estimator cannot reduce with ``loss`` (a :class:`cvflow.estimators.losses.Loss`) on
         folds that are (``ordered``) or are not time-ordered; "" when it can."""
         if not loss.pointwise and not self.metrics:
             return (f"loss: {loss.label!r} is a per-fold metric, but {self.name} averages "

@@ -23,7 +23,7 @@ Designs (how ``subset_split (group, member)`` is read):
   given the data is the sample variance of the group means / P. Note
   ``v̂ + design variance = Δ̃² - T`` exactly.
 - complete (member 1 absent, all C(n, g) learning sets present, as
-  :func:`cvflow.designs.subset_splits` builds with ``complete=True``): Δ̂ and Θ̂² are
+  :func:`cvflow.workflow.designs.subset_splits` builds with ``complete=True``): Δ̂ and Θ̂² are
   computed exactly (every disjoint pair of learning sets, in row blocks of matrix
   products), v̂ = Δ̂² - Θ̂², design variance 0.
 

@@ -55,7 +55,7 @@ def test_quickstart_on_slurm_equals_local_bit_for_bit(tmp_path, no_jobs_left):
 
 
 def test_slurm_cluster_with_tls(no_jobs_left):
-    from cvflow.cluster import connect
+    from cvflow.execution.schedulers import connect
 
     with connect("slurm", tls=True, workers=1, dashboard_port=0) as client:
         client.wait_for_workers(1, timeout=120)
@@ -71,11 +71,11 @@ def _worker_jobs() -> list[str]:
 
 
 def test_scancel_worker_job_mid_run(tmp_path, client, no_jobs_left):
-    import cvflow.engine
+    import cvflow.execution.run
 
     wf = fh.slow_workflow(tmp_path / "slow.yaml", delay=0.3)
     clean = tmp_path / "clean.zarr"
-    cvflow.engine.run(wf, store=clean, client=client)
+    cvflow.execution.run.run(wf, store=clean, client=client)
     store = tmp_path / "s.zarr"
     proc = fh.start_run(wf, store, "--cluster", str(PROFILE))
     try:
@@ -98,12 +98,12 @@ def test_workers_retire_before_walltime_and_are_replaced(tmp_path, client, no_jo
     """Jobs with a 1-minute walltime, workers retiring at 30-40 s (lifetime + stagger): the
     adaptive cluster submits fresh jobs as they go, no job reaches its walltime, and the
     study outlives every job, ending with the cube of a run that never lost a worker."""
-    import cvflow.engine
+    import cvflow.execution.run
 
     wf = fh.slow_workflow(tmp_path / "slow.yaml", alphas=(0.01, 0.1, 1.0, 10.0, 100.0, 1000.0),
                           delay=2.5)
     clean = tmp_path / "clean.zarr"
-    cvflow.engine.run(wf, store=clean, client=client)
+    cvflow.execution.run.run(wf, store=clean, client=client)
     logs = tmp_path / "logs"
     store = tmp_path / "s.zarr"
     proc = fh.start_run(wf, store, "--cluster", str(PROFILE),

@@ -45,9 +45,9 @@ def one_dataset(args):
     seed, folds, repeats, alpha, c = args
     from sklearn.linear_model import LogisticRegression
 
-    from cvflow.data import logistic
+    from cvflow.workflow.data import logistic
     from cvflow.estimators import bates_ncv
-    from cvflow.learners import Param
+    from cvflow.fitting.learners import Param
     from cvflow.testing import fit_cube, simple_design
 
     X, y, beta = logistic(N, P, signal=c, k=K_SIGNAL, seed=seed)

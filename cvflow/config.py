@@ -1,0 +1,76 @@
+"""cvflow's configuration: every ``cvflow.*`` default beside its schema, loaded once into ``dask.config``.
+
+The defaults ship as YAML (``cvflow/config.yaml``) and are merged under Dask's own
+(``dask.config.update_defaults``), so a user overrides them like any Dask setting:
+``~/.config/dask/*.yaml``, ``DASK_CVFLOW__LOCK__STALE_AFTER=60`` variables, or
+``dask.config.set({"cvflow.limits.fits": 2 * 10**7})``. Every module reads them through
+:func:`get`, which loads the defaults on first use (importing this module is enough; nothing
+else needs to be imported for its side effect) and checks the value's type against
+:data:`SCHEMA`, so a mistyped override is one clear line instead of a ``TypeError`` deep in
+a run. See docs/developer/architecture.md.
+"""
+from __future__ import annotations
+
+from numbers import Real
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+DEFAULTS = Path(__file__).with_name("config.yaml")
+
+# DESIGN CHOICE: the schema names the type of every leaf a module reads with `get`, beside the
+# YAML that gives its default (dask keeps `dask-schema.yaml` beside `dask.yaml` the same way).
+# None in a type tuple: the key may be null.
+SCHEMA: dict[str, tuple] = {
+    "cvflow.lock.heartbeat": (Real,),
+    "cvflow.lock.stale-after": (Real,),
+    "cvflow.execution.stall-seconds": (Real,),
+    "cvflow.execution.no-worker-seconds": (Real,),
+    "cvflow.execution.allowed-failures": (int,),
+    "cvflow.storage-options": (dict, type(None)),
+    "cvflow.cluster.default": (str,),
+    "cvflow.cluster.auto": (dict,),
+    "cvflow.cluster.profiles": (dict,),
+    "cvflow.limits.params": (object,),          # checked by workflow.limits, with its message
+    "cvflow.limits.fits": (object,),
+    "cvflow.limits.yaml-alias-nodes": (object,),
+    "cvflow.limits.synthetic-values": (object,),
+    "cvflow.reduce.in-memory-bytes": (Real,),
+}
+
+_MISSING = object()
+_loaded = False
+
+
+def load() -> None:
+    """Merge the packaged defaults into ``dask.config`` (once; later calls do nothing)."""
+    # DESIGN CHOICE: loaded on first use, not at import: importing dask.config costs ~150 ms
+    # (230 modules), which `cvflow status` and `cvflow --help` do not pay (tests/test_startup.py).
+    global _loaded
+    if not _loaded:
+        import dask.config
+        import yaml
+
+        dask.config.update_defaults(yaml.safe_load(DEFAULTS.read_text()))
+        _loaded = True
+
+
+def get(key: str, default: Any = _MISSING) -> Any:
+    """The value of ``key`` (``"cvflow.lock.heartbeat"``) from ``dask.config``.
+
+    Raises
+    ------
+    InputError
+        When the value set by the user is not of the type :data:`SCHEMA` declares.
+    """
+    import dask.config
+
+    load()
+    value = dask.config.get(key) if default is _MISSING else dask.config.get(key, default=default)
+    types = SCHEMA.get(key)
+    if types is not None and value is not None and not isinstance(value, types):
+        if value is not default:
+            names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            raise InputError(f"config {key}: {value!r} ({type(value).__name__}); give a {names}")
+    return value

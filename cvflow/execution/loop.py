@@ -1,0 +1,330 @@
+"""The one loop: submit a run's blocks to a Dask scheduler, record what comes back.
+
+Whatever runs the tasks (a scheduler in this process with thread workers, local worker
+processes, SLURM jobs, a running scheduler), this loop owns the three policies:
+
+- **a dead worker**: Dask retries a task whose worker died (``allowed-failures``), then raises
+  ``KilledWorker``; the block is then fitted again with each fit in a child process
+  (:mod:`cvflow.fitting.isolated`), so that only the fits that end their process are recorded failed,
+  with the exit status; data lost with the workers is sent again;
+- **a fit over its time limit**: the worker's watch (:mod:`cvflow.execution.tasks`) ends the process
+  after recording the fit at the scheduler; the retried task skips it; in a child process the
+  fit alone is stopped;
+- **no progress**: when nothing comes back for ``stall_seconds`` while no worker uses CPU (or
+  no worker is connected for ``no_worker_seconds``), the run stops with a
+  :class:`~cvflow.errors.StallError` that names the blocks it waited on and their stacks;
+  and a run that lost its store's lock stops at once (:class:`~cvflow.errors.LockLostError`).
+
+Every wait here has a deadline: the loop wakes at least once a second.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import LockLostError, StallError
+from ..fitting.learners import Param
+from .tasks import TaskContext, _value, run_block
+from .. import config
+
+log = logging.getLogger(__name__)
+
+
+def submit_data(client, fn, *args, key: str):
+    """``client.submit(fn, *args)`` of a task that carries the study's data (X, y, weights)."""
+    # DESIGN CHOICE: the data travels once per run, in the task that holds it (see
+    # Loop.submit_inputs); distributed's "Sending large graph" advice (scatter, dask arrays)
+    # does not apply to it, and would print on every run of a large study.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+        return client.submit(fn, *args, pure=False, key=key)
+
+
+# DESIGN CHOICE: a worker whose process used less than this share of one core (Dask's
+# `metrics.cpu`, sampled every 0.5 s) is idle; a study whose running workers all stay idle for
+# `stall_seconds` while nothing comes back is stuck (a deadlock, a fit waiting on a lock).
+IDLE_CPU_PERCENT = 5.0
+WAKE_SECONDS = 1.0
+# times a block fitted in child processes is sent again after its workers died under it
+ISOLATED_RETRIES = 3
+
+
+@dataclass
+class Block:
+    """A chunk-aligned rectangle of fits: its slices and the cells still to fit (None: all)."""
+
+    params: slice
+    splits: slice
+    todo: np.ndarray | None = None
+    isolated: bool = False            # its fits in child processes: it killed its workers
+    deaths: int = 0                   # KilledWorker of its isolated task so far
+
+
+# seconds per fit assumed when the timing task fails: blocks of a few fits each
+FALLBACK_SECONDS_PER_FIT = 0.05
+
+
+def _one_task_result(client, future):
+    """The result of a one-off task (the timing, the check), released once read; None when it
+    killed its workers (KilledWorker: cancelled). StallError when the workers make no
+    progress (:class:`Watchdog`)."""
+    from distributed import KilledWorker
+
+    watchdog = Watchdog(client)
+    try:
+        while True:
+            try:
+                result = future.result(timeout=WAKE_SECONDS)
+                future.release()       # nothing to recompute if the worker holding it dies
+                return result
+            except TimeoutError:
+                watchdog.check([future])
+    except KilledWorker:
+        future.cancel()
+        return None
+
+
+def time_on_workers(client, ctx: TaskContext, study, path_aware: bool) -> float:
+    """The timed estimate of one fit's seconds, from a task on the workers
+    (:func:`cvflow.execution.tasks.time_fits`); ``FALLBACK_SECONDS_PER_FIT`` when the timing killed its
+    workers. StallError when the workers make no progress (:class:`Watchdog`)."""
+    from .tasks import time_fits
+
+    d = study.data
+    seconds = _one_task_result(client, submit_data(
+        client, time_fits, ctx, study.params, d.fit_X, d.y, study.design.train[0], d.positive,
+        path_aware, key=f"cvflow-timing-{ctx.run_id}"))
+    if seconds is None:
+        log.warning("timing the fits on the workers failed (KilledWorker); blocks are sized for "
+                    "%g s a fit", FALLBACK_SECONDS_PER_FIT)
+        return FALLBACK_SECONDS_PER_FIT
+    return float(seconds)
+
+
+def check_on_workers(client, ctx: TaskContext, workflow, data, where: str) -> None:
+    """The pre-run check of each learner (:func:`cvflow.execution.tasks.trial_fits`) in a task on the
+    workers; its warnings are given here. InputError when a learner cannot fit; a check that
+    kills its workers is logged and the study goes on (its fits are recorded failed, each
+    with how its process ended). StallError when the workers make no progress."""
+    import warnings
+
+    from .tasks import trial_fits
+
+    said = _one_task_result(client, submit_data(client, trial_fits, workflow, data, where,
+                                                key=f"cvflow-check-{ctx.run_id}"))
+    if said is None:
+        log.warning("%s: the trial fit before the run ended its worker process; the study runs "
+                    "and records each fit that ends its process as failed", where)
+        return
+    given, logged = said
+    for category, message in given:
+        warnings.warn(message, category, stacklevel=3)
+    for message in logged:
+        logging.getLogger("cvflow.fitting.trial").warning("%s", message)
+
+
+class Loop:
+    """Runs ``blocks`` on ``client``: :meth:`run` returns once every block is recorded.
+
+    ``record(summary)`` is called in this thread for every written block; ``idle()`` when
+    nothing came back for ``WAKE_SECONDS`` (what ``record`` held back is written then);
+    ``lock_lost()`` says whether the run lost its store's lock (checked at every wake-up).
+    """
+
+    def __init__(self, client, ctx: TaskContext, *, params: list[Param], train: np.ndarray,
+                 data, path_aware: bool, record: Callable[[dict], None],
+                 idle: Callable[[], None] = lambda: None,
+                 lock_lost: Callable[[], bool] = lambda: False, scorer=None):
+        self.client, self.ctx, self.params, self.train = client, ctx, params, train
+        self.data, self.path_aware, self.record, self.scorer = data, path_aware, record, scorer
+        self.idle, self.lock_lost = idle, lock_lost
+        self.watchdog = Watchdog(client)
+        self.finished: queue.SimpleQueue = queue.SimpleQueue()
+        self.futures: dict[str, object] = {}        # key -> future still running
+        self.blocks: dict[str, Block] = {}           # block task key -> its block
+        self.inputs: dict = {}
+
+    # --- submitting ---------------------------------------------------------------------------
+
+    def _watch(self, future) -> None:
+        self.futures[future.key] = future
+        future.add_done_callback(self.finished.put)
+
+    def submit_inputs(self) -> None:
+        # DESIGN CHOICE: X and y travel as two tasks holding them, not scattered: the scheduler
+        # keeps a task's inputs, so when every worker holding them dies (a SLURM job cancelled,
+        # an adaptive scale-down) it recomputes them; lost scattered data would cancel every block.
+        d, stamp = self.data, time.time_ns()
+        c = self.client
+        self.inputs = {
+            "X": submit_data(c, _value, d.fit_X, key=f"cvflow-X-{stamp}"),
+            "y": submit_data(c, _value, d.y, key=f"cvflow-y-{stamp}"),
+            "w": None if d.sample_weight is None else submit_data(c, _value, d.sample_weight,
+                                                                  key=f"cvflow-w-{stamp}")}
+
+    def submit(self, blocks: list[Block]) -> None:
+        if not self.inputs:
+            self.submit_inputs()
+        i, stamp = self.inputs, time.time_ns()
+        for b in blocks:
+            kind = "isolated" if b.isolated else "block"
+            key = f"cvflow-{kind}-{b.params.start}-{b.splits.start}-{stamp}"
+            self.blocks[key] = b
+            self._watch(self.client.submit(
+                run_block, self.ctx, self.params[b.params], i["X"], i["y"], self.train[b.splits],
+                b.params, b.splits, self.data.positive, self.path_aware, b.todo, i["w"],
+                self.scorer, b.isolated, pure=False, key=key))
+
+    def _lost_input(self, future, exc) -> bool:
+        """Whether ``future`` failed because an input task (X, y, weights) lost too many workers
+        (the dead workers held it, or ran it): then the inputs are submitted anew and the task
+        again, and True."""
+        if str(exc.task) == str(future.key):
+            return False
+        log.warning("the workers holding the data died (%s); sending it again", exc.task)
+        lost = [name for name, f in self.inputs.items() if f is not None and f.status == "error"]
+        stamp = time.time_ns()
+        for name in lost:
+            value = {"X": self.data.fit_X, "y": self.data.y, "w": self.data.sample_weight}[name]
+            self.inputs[name] = submit_data(self.client, _value, value,
+                                            key=f"cvflow-{name}-{stamp}")
+        self.submit([self.blocks.pop(future.key)])
+        return True
+
+    def cancel(self) -> None:
+        """Cancel every task not back yet (running ones end with their fit; fenced writes)."""
+        if self.futures:
+            try:
+                self.client.cancel(list(self.futures.values()))
+            except Exception as exc:  # noqa: BLE001 - the client may be closing
+                log.debug("cancelling the run's tasks: %s", exc)
+        self.futures.clear()
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            while self.futures:
+                try:
+                    future = self.finished.get(timeout=WAKE_SECONDS)
+                except queue.Empty:
+                    future = None
+                if self.lock_lost():
+                    raise LockLostError(f"store: {self.ctx.store}: another run took over the run "
+                                        "lock; this run stopped and cancelled its tasks")
+                if future is None:
+                    self.idle()
+                    self.watchdog.check(list(self.futures.values()))
+                    continue
+                if self.futures.pop(future.key, None) is None:
+                    continue                              # cancelled, or seen already
+                self.watchdog.progressed()
+                summary = self._take(future)
+                if summary is not None:
+                    self.record(summary)
+        finally:
+            self.cancel()
+
+    def _take(self, future) -> dict | None:
+        """A finished task's block summary, or None (the block was sent again)."""
+        from distributed import KilledWorker
+
+        try:
+            return future.result()
+        except KilledWorker as exc:
+            if self._lost_input(future, exc):
+                return None
+            block = self.blocks.pop(future.key)
+            if block.isolated and block.deaths < ISOLATED_RETRIES:
+                # a task queued on a worker dies with it, though its own fits are safe in child
+                # processes: another block killed that worker; send it again
+                self.submit([dataclasses.replace(block, deaths=block.deaths + 1)])
+                return None
+            if block.isolated:
+                raise RuntimeError(
+                    f"the workers running the block of params {block.params.start}-"
+                    f"{block.params.stop - 1} x splits {block.splits.start}-{block.splits.stop - 1} "
+                    f"died {ISOLATED_RETRIES + 1} times although its fits ran in child "
+                    "processes: something else ends the workers (memory, an external kill)") from None
+            # DESIGN CHOICE: a block whose task killed its workers (Dask retried it once,
+            # allowed-failures) is fitted again in child processes, one fit at a time
+            # (cvflow.fitting.isolated): only the fits that end their process are recorded failed,
+            # with the exit status, and the workers live.
+            log.warning("the block of params %d-%d x splits %d-%d killed %d workers; refitting its "
+                        "fits one at a time in child processes", block.params.start,
+                        block.params.stop - 1, block.splits.start, block.splits.stop - 1,
+                        exc.allowed_failures + 1)
+            self.submit([dataclasses.replace(block, isolated=True)])
+            return None
+
+
+class Watchdog:
+    """Says whether a run still makes progress; :meth:`check` raises StallError when not.
+
+    Progress is a task coming back (:meth:`progressed`) or a worker using CPU. The deadlines
+    are config ``cvflow.execution.stall-seconds`` (workers connected, all idle) and
+    ``cvflow.execution.no-worker-seconds`` (none connected).
+    """
+
+    def __init__(self, client):
+
+        self.client = client
+        self.stall_seconds = float(config.get("cvflow.execution.stall-seconds", default=300))
+        self.no_worker_seconds = float(config.get("cvflow.execution.no-worker-seconds",
+                                                       default=300))
+        self.last_progress = time.monotonic()
+        self.last_said = self.last_revived = 0.0
+
+    def progressed(self) -> None:
+        self.last_progress = time.monotonic()
+
+    def check(self, pending: list) -> None:
+        """Nothing came back for a while: are the workers working? StallError if not for long."""
+        now = time.monotonic()
+        try:
+            workers = self.client.scheduler_info().get("workers", {})
+        except Exception as exc:  # noqa: BLE001 - a scheduler that does not answer is no progress
+            workers, why = {}, f"the scheduler did not answer ({exc})"
+        else:
+            why = None
+        if any(w.get("metrics", {}).get("cpu", 0.0) > IDLE_CPU_PERCENT for w in workers.values()):
+            self.last_progress = now
+            return
+        quiet = now - self.last_progress
+        limit = self.no_worker_seconds if not workers else self.stall_seconds
+        waiting = why or ("no worker is connected" if not workers else
+                          f"{len(pending)} tasks not back, {len(workers)} workers idle")
+        if quiet > limit:
+            raise StallError(f"no progress for {quiet:.0f} s: {waiting}; {self._stacks(pending)}"
+                             .rstrip("; "))
+        if not workers and quiet > 30 and now - self.last_revived > 30:
+            from .schedulers import replace_lost_workers
+
+            self.last_revived = now
+            if replaced := replace_lost_workers(self.client, connected=workers):
+                log.warning("%d workers of this run's cluster were lost for good (their nanny "
+                            "closed or never brought them back); starting new ones", replaced)
+        if quiet > 30 and now - self.last_said > 30:
+            log.warning("waiting for %s: no progress for %.0f s (the run stops after %.0f s)",
+                        waiting, quiet, limit)
+            self.last_said = now
+
+    def _stacks(self, pending: list) -> str:
+        """Where the running tasks are (Dask's call stacks), in one line."""
+        try:
+            stacks = self.client.call_stack(pending)
+        except Exception:  # noqa: BLE001
+            return ""
+        parts = []
+        for worker, tasks in (stacks or {}).items():
+            for key, frames in tasks.items():
+                top = [" ".join(str(f).split()) for f in frames][-3:] if frames else []
+                parts.append(f"{key} on {worker}: " + " <- ".join(reversed(top)))
+        return ("running: " + " | ".join(parts[:4])) if parts else "no task is running"

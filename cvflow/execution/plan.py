@@ -1,0 +1,105 @@
+"""The plan of a run: the store's layout (created, or checked and extended), the block chunk
+shape from a timed estimate of the fits, and the blocks still to fit (not ``done``, or whose
+chunk of ``pred`` is missing or damaged)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..store import cube as cube_store
+from .sizing import choose_chunks, estimate_seconds_per_fit
+from ..workflow.designs import Design
+from ..errors import StoreError
+from ..fitting.learners import Param
+from ..store.location import exists, resolve
+from ..workflow.spec import Study, Workflow
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+
+def path_length(params: list[Param]) -> int:
+    """The longest run of consecutive params fitted as one path (:func:`cvflow.fitting.paths.plan`)."""
+    from ..fitting.paths import plan
+
+    return max((len(g.index) for g in plan(params)
+                if g.kernel is not None and g.index == tuple(range(g.index[0], g.index[-1] + 1))),
+               default=1)
+
+
+def seconds_per_fit(workflow: Workflow, study: Study) -> float:
+    """The timed estimate of one fit's seconds as blocks fit them (:mod:`cvflow.execution.sizing`)."""
+    # timed as blocks fit them: a path-aware ridge grid costs one SVD per split, not one per alpha
+    d = study.data
+    return estimate_seconds_per_fit(
+        study.params, d.fit_X, d.y, study.design.train[0], positive=d.positive,
+        path_aware=bool(workflow.execution.get("path_aware", True)))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The store's params and design (store order: an extended store keeps its indices), the
+    block chunk shape, and the template of a new store not created yet (``create=False``)."""
+
+    params: list[Param]
+    design: Design
+    chunks: tuple[int, int]
+    template: xr.Dataset | None = None
+
+
+def prepare_store(workflow: Workflow, study: Study, store: str | os.PathLike, *,
+                  overwrite: bool = False, n_workers: int = 2,
+                  seconds: float | None = None, create: bool = True) -> Layout:
+    """Create the store (or check and extend the existing one); the layout to run on.
+
+    ``study`` is left as built: an existing store's order comes back in the layout.
+    ``seconds`` per fit sizes the blocks of a new store (timed here when None and the
+    workflow's ``fits_per_task`` is ``auto``). With ``create=False`` a new store is not
+    created: its template comes back in the layout, for ``cvflow.store.cube.create`` (a replaced
+    store is removed here all the same).
+    """
+    from .extend import reconcile
+
+    location = resolve(store)
+    cube_store.clear_interrupted(location)
+    if exists(location) and not overwrite:
+        if not cube_store.is_store(location):
+            raise StoreError(f"store: {location} exists but is not a cvflow store; "
+                             "choose another path")
+        params, design = reconcile(location, workflow, study)
+        return Layout(params, design, cube_store.block_chunks(location))
+    if exists(location):
+        cube_store.remove_store(location)       # refuses anything not provably a cvflow store
+    fpt = workflow.execution.get("fits_per_task", "auto")
+    d = study.data
+    dtype = workflow.execution.get("dtype", "float64")
+    if fpt == "auto" and seconds is None:
+        seconds = seconds_per_fit(workflow, study)
+    auto_path = fpt == "auto" and bool(workflow.execution.get("path_aware", True))
+    chunks = choose_chunks(len(study.params), study.design.n_splits, seconds_per_fit=seconds or 0.0,
+                           n_workers=n_workers, fits_per_task=None if fpt == "auto" else int(fpt),
+                           n_samples=d.X.shape[0] * (len(d.positive) if isinstance(d.positive, tuple)
+                                                     else 1),      # values a fit stores
+                           itemsize=np.dtype(dtype).itemsize,
+                           path_length=path_length(study.params) if auto_path else 1)
+    template = cube_store.cube_template(study.data, study.design, study.params, attrs=study.attrs,
+                                        chunks=chunks,
+                                        dtype=workflow.execution.get("dtype", "float64"))
+    if not create:
+        return Layout(study.params, study.design, chunks, template)
+    cube_store.create(location, template)
+    return Layout(study.params, study.design, chunks)
+
+
+
+
+def pending_blocks(store: str, chunks: tuple[int, int],
+                   done: np.ndarray | None = None) -> list[tuple[slice, slice]]:
+    """The blocks with a fit not yet ``done`` (``done``: the store's mask, read if None)."""
+    done = cube_store.read_mask(store, "done") if done is None else done
+    n_params, n_splits = done.shape
+    return [(ps, ss) for ps, ss in cube_store.block_slices(n_params, n_splits, chunks)
+            if not done[ps, ss].all()]

@@ -1,0 +1,146 @@
+"""What a run or a report checks before it writes anything: its arguments and its paths.
+
+A bad argument used to surface where it was first used: ``--workers -1`` when the thread
+pool started, ``--dashboard-port 99999`` when the cluster started, a read-only store at its
+first chunk write — each after the store had been created or grown. These checks only read
+(the cluster profile, file modes), so they run first and refuse with one line naming the
+argument or the path (:class:`~cvflow.errors.InputError`, exit 2).
+
+The run's entry calls :func:`check_run` before it takes the store's lock; ``cvflow report
+--html FILE`` calls :func:`check_output_file` before it reduces anything.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from ..errors import OTHER_STORE, InputError
+
+
+def check_workers(workers, where: str = "--workers") -> None:
+    """None (the profile's default) or a whole number of at least 1."""
+    if workers is None:
+        return
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError(f"{where}: {workers!r}; give a number of workers >= 1 (or leave it out: "
+                         "one per CPU core)")
+
+
+def check_dashboard_port(port, where: str = "--dashboard-port") -> None:
+    """None (no dashboard asked) or a TCP port 0..65535 (0: any free port)."""
+    if port is None:
+        return
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise InputError(f"{where}: {port!r}; give a port in 0..65535 (0: any free port)")
+
+
+def check_run(workflow, store: str | os.PathLike | None, *, cluster=None, workers=None,
+              dashboard_port=None, tls=None, cluster_options: Sequence[str] | Mapping | None = None,
+              client=None) -> str:
+    """Refuse a run's bad arguments before its store is created, grown or locked.
+
+    :func:`check_cluster`, then that the store can be written (:func:`check_store_writable`;
+    ``store`` None: the run's default, ``<workflow name>.zarr``). Returns the store's location.
+
+    Raises
+    ------
+    cvflow.errors.InputError
+        One line naming the argument, the profile key or the path.
+    """
+    from ..store.location import resolve
+
+    check_cluster(workflow, cluster=cluster, workers=workers, dashboard_port=dashboard_port,
+                  tls=tls, cluster_options=cluster_options, client=client)
+    location = resolve(store if store is not None else f"{workflow.name}.zarr")
+    check_store_writable(location)
+    return location
+
+
+def check_cluster(workflow, *, cluster=None, workers=None, dashboard_port=None, tls=None,
+                  cluster_options: Sequence[str] | Mapping | None = None, client=None) -> None:
+    """``workers`` (>= 1), ``dashboard_port`` (0..65535) and the cluster profile with every
+    override merged as the run merges them (``cluster`` or the workflow's
+    ``execution.cluster``; profile files, ``--cluster-option``, ``CVFLOW_CLUSTER__*``).
+    ``cvflow validate`` checks the workflow's own choice this way."""
+    from .schedulers import ADDRESS, load_profile, parse_options
+
+    check_workers(workers)
+    check_dashboard_port(dashboard_port)
+    if client is not None:
+        return
+    if not cluster and workflow.execution.get("cluster") is not None:
+        cluster = workflow.execution["cluster"]
+        try:
+            if not ADDRESS.match(str(cluster)):
+                load_profile(cluster)
+        except InputError as exc:        # named as the workflow's key, not as --cluster
+            raise InputError(f"{workflow.path}: execution.cluster: "
+                             f"{str(exc).removeprefix('--cluster: ')}") from None
+    if not (cluster and ADDRESS.match(str(cluster))):
+        overrides = parse_options(cluster_options)
+        profile = load_profile(cluster, options=overrides)      # the profile as given
+        # the run merges its arguments over the profile last (cvflow.execution.schedulers.connect)
+        explicit = {"workers": workers, "dashboard_port": dashboard_port, "tls": tls}
+        load_profile(cluster, options={**overrides, **{k: v for k, v in explicit.items()
+                                                       if v is not None and k in _keys(profile)}})
+
+
+def _keys(profile: dict) -> set[str]:
+    from .schedulers import KEYS
+
+    return KEYS.get(profile["kind"], set())
+
+
+def check_store_writable(location: str) -> None:
+    """InputError unless this user may write the store at ``location`` and its lock beside it.
+
+    Local paths only: an existing store's directories (zarr writes a chunk as a new file
+    renamed into place, so a directory's mode decides) and the directory that holds it (the
+    run lock, ``<store>.lock``); for a new store, the nearest existing ancestor (the run
+    creates the directories in between). Permissions at a URL are the object store's and
+    show at the first write.
+    """
+    from ..store.location import is_url
+
+    if is_url(location):
+        return
+    if os.path.lexists(location) and not os.path.isdir(location):
+        return          # not a store at all: the run refuses it by name (store.is_store)
+    parent = os.path.dirname(location.rstrip(os.sep)) or os.sep
+    ancestor = parent
+    while not os.path.lexists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise InputError(f"store: {location}: {ancestor} is a file, not a directory; choose "
+                         f"{OTHER_STORE}")
+    _writable(ancestor, location, "the store's lock and directory go there")
+    if not os.path.isdir(location):
+        return
+    for root, dirs, _ in os.walk(location):
+        _writable(root, location, "the run writes its chunks there")
+        dirs.sort()
+
+
+def _writable(directory: str, location: str, why: str) -> None:
+    if not os.access(directory, os.W_OK | os.X_OK, effective_ids=True):
+        raise InputError(f"store: {location} cannot be written by this user ({directory} is "
+                         f"read-only; {why}); fix its permissions or choose {OTHER_STORE} "
+                         "(cvflow report reads a store without writing it)")
+
+
+def check_output_file(path: str | os.PathLike, where: str) -> None:
+    """InputError unless a file can be written at ``path``: its directory exists and is
+    writable, and ``path`` is no directory (``cvflow report --html FILE``)."""
+    text = os.fspath(path)
+    if not text:
+        raise InputError(f"{where}: give a file name, e.g. {where} report.html")
+    if os.path.isdir(text):
+        raise InputError(f"{where}: {text} is a directory; give a file name, e.g. "
+                         f"{os.path.join(text, 'report.html')}")
+    directory = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(directory):
+        raise InputError(f"{where}: the directory {directory} does not exist; create it or "
+                         "write the file elsewhere")
+    if not os.access(directory, os.W_OK | os.X_OK, effective_ids=True) or (
+            os.path.exists(text) and not os.access(text, os.W_OK, effective_ids=True)):
+        raise InputError(f"{where}: {text} cannot be written by this user (permission denied)")

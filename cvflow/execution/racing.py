@@ -1,0 +1,535 @@
+"""Racing: fit a study in stages and stop fitting the params a sequential rule has beaten.
+
+A raced study (workflow key ``racing: {alpha: 0.05}``) is fitted stage by stage: by default
+each fold of the first repeat is a stage, then each further repeat, and the splits no fold
+role needs (the full fit, nested pairs, subsets) come last. After every stage but the last
+(a *look*), each surviving param is compared with the current leader (the survivor of lowest
+mean out-of-fold loss so far) on the paired out-of-fold losses seen so far; a param whose
+loss is significantly larger is dropped, and its later blocks are never submitted.
+
+The rule (:func:`look`) is a one-sided paired z-test of the mean out-of-fold loss
+difference, Bonferroni-corrected over every ordered pair of the ``k`` params that started the
+race and over every look: a param is dropped at a look when its p-value against the leader is
+at most ``alpha / (looks * k * (k - 1))``. The store keeps the race (:func:`record`): per
+dropped param the stage, the leader, the test, the z statistic and p-value.
+
+This module holds the rule (numpy kernels: :func:`paired_z`, :func:`look`) and the client's
+bookkeeping of a race (:class:`Race`); the engine (:mod:`cvflow.execution.run`) runs the stages.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+
+log = logging.getLogger(__name__)
+
+RACING_ATTR = "racing"
+RACING_KEYS = {"alpha", "stages", "min_units"}
+STAGINGS = ("auto", "folds", "repeats")
+TEST = "one-sided paired z-test of the out-of-fold loss difference"
+CORRECTION = "Bonferroni over k(k-1) ordered pairs x looks"
+# DESIGN CHOICE: no param is dropped on fewer than this many independent units (samples, or
+# groups in a grouped design) seen: the test rests on a central limit theorem.
+MIN_UNITS = 30
+
+
+def check_options(value: Any, where: str = "racing") -> dict | None:
+    """The ``racing`` key checked: None (no racing) or ``{alpha, stages, min_units}``.
+
+    ``true`` means the defaults, ``false`` / null no racing. InputError (one line naming
+    ``where``) otherwise.
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: {value!r}; give a mapping such as {{alpha: 0.05}}, true "
+                         "or false")
+    unknown = sorted(set(value) - RACING_KEYS)
+    if unknown:
+        raise InputError(f"{where}.{unknown[0]}: unknown key; allowed keys are "
+                         f"{', '.join(sorted(RACING_KEYS))}")
+    alpha = value.get("alpha", 0.05)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise InputError(f"{where}.alpha: {alpha!r}; give the chance of dropping the best param, "
+                         "a number in (0, 1) such as 0.05")
+    stages = value.get("stages", "auto")
+    if stages not in STAGINGS:
+        raise InputError(f"{where}.stages: {stages!r}; use auto (each fold of the first repeat, "
+                         "then each repeat), folds or repeats")
+    units = value.get("min_units", MIN_UNITS)
+    if isinstance(units, bool) or not isinstance(units, int) or units < 2:
+        raise InputError(f"{where}.min_units: {units!r}; give an integer >= 2 (default "
+                         f"{MIN_UNITS})")
+    return {"alpha": float(alpha), "stages": stages, "min_units": units}
+
+
+# --- stages ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: the (repeat, fold) roles it completes and the split indices it fits."""
+
+    folds: tuple[tuple[int, int], ...]
+    splits: tuple[int, ...]
+
+
+def plan_stages(design, how: str = "auto") -> list[Stage]:
+    """The stages of a raced design, in order: fold stages, then the rest (if any).
+
+    ``how``: ``folds`` (every fold of every repeat a stage), ``repeats`` (every repeat a stage)
+    or ``auto`` (each fold of the first repeat, then each further repeat). A split playing
+    several roles belongs to the first stage needing it.
+    """
+    table = np.asarray(design.fold_split)
+    n_repeats, n_folds = table.shape if table.ndim == 2 else (0, 0)
+    if how == "repeats":
+        groups = [[(r, j) for j in range(n_folds)] for r in range(n_repeats)]
+    elif how == "folds":
+        groups = [[(r, j)] for r in range(n_repeats) for j in range(n_folds)]
+    else:
+        groups = ([[(0, j)] for j in range(n_folds)]
+                  + [[(r, j) for j in range(n_folds)] for r in range(1, n_repeats)])
+    seen: set[int] = set()
+    stages = []
+    for roles in groups:
+        roles = [(r, j) for r, j in roles if table[r, j] >= 0]
+        splits = [int(table[r, j]) for r, j in roles if int(table[r, j]) not in seen]
+        seen.update(splits)
+        if roles:
+            stages.append(Stage(tuple(roles), tuple(dict.fromkeys(splits))))
+    rest = tuple(s for s in range(design.n_splits) if s not in seen)
+    if rest:
+        stages.append(Stage((), rest))
+    return stages
+
+
+# --- the rule ----------------------------------------------------------------------------------
+
+def threshold(alpha: float, k: int, looks: int) -> float:
+    """The p-value at or below which a param is dropped at one look."""
+    return alpha / (max(looks, 1) * max(k * (k - 1), 1))
+
+
+def paired_z(diff: np.ndarray, units: np.ndarray | None = None) -> tuple[float, float, int]:
+    """Mean, standard error and unit count of paired loss differences seen so far.
+
+    Parameters
+    ----------
+    diff : array (repeat, sample)
+        ℓ_i(h) − ℓ_i(g) of the out-of-fold fits seen in each repeat; NaN where not seen.
+    units : array (sample,) of int, optional
+        The independent unit of each sample (its group in a grouped design); None: the samples.
+
+    Returns
+    -------
+    mean, se, n_units
+        ``mean`` pools every seen (repeat, sample); ``se`` is its conservative standard error
+        (see the DESIGN CHOICE below); ``n_units`` the fewest units seen in a repeat.
+    """
+    seen = np.isfinite(diff)
+    total = int(seen.sum())
+    if total == 0:
+        return float("nan"), float("nan"), 0
+    mean = float(diff[seen].sum() / total)
+    # DESIGN CHOICE: within one repeat, the K-fold mean of paired out-of-fold losses is
+    # asymptotically normal around its target with variance Var(d)/n (Bayle, Bayle, Janson &
+    # Mackey 2020, "Cross-validation confidence intervals for test error", Thm. 1 and 3, under
+    # loss stability): the fold models' correlation does not enter the first-order variance,
+    # so a repeat's standard error is the per-sample one (cluster-robust over groups when the
+    # samples come in groups). Repeats reuse the same samples and are strongly correlated:
+    # their pooled mean Σ_r w_r·mean_r gets the bound sd ≤ Σ_r w_r·sd_r (Minkowski), which
+    # needs no model of that correlation (it is the perfectly correlated case).
+    se = 0.0
+    fewest = None
+    for r in range(diff.shape[0]):
+        row = seen[r]
+        n_r = int(row.sum())
+        if n_r == 0:
+            continue
+        d = diff[r, row]
+        centred = d - d.mean()
+        if units is None:
+            sums = centred
+        else:
+            _, inverse = np.unique(units[row], return_inverse=True)
+            sums = np.bincount(inverse, weights=centred)
+        m = len(sums)
+        fewest = m if fewest is None else min(fewest, m)
+        var_r = float(np.sum(sums ** 2)) * m / max(m - 1, 1) / n_r ** 2
+        se += (n_r / total) * math.sqrt(var_r)
+    return mean, se, int(fewest or 0)
+
+
+def p_value(mean: float, se: float) -> float:
+    """One-sided p-value of H0: the param is not worse than the leader (mean difference ≤ 0)."""
+    from scipy.stats import norm
+
+    if not np.isfinite(mean) or not np.isfinite(se):
+        return float("nan")
+    if se <= 0:
+        return 0.0 if mean > 0 else 1.0
+    return float(norm.sf(mean / se))
+
+
+def look(losses: np.ndarray, alive: np.ndarray, *, alpha: float, k: int, looks: int,
+         units: np.ndarray | None = None, min_units: int = MIN_UNITS) -> list[dict]:
+    """One look of the race: the survivors beaten by the leader.
+
+    Parameters
+    ----------
+    losses : array (param, repeat, sample)
+        Out-of-fold losses seen so far (NaN where not seen or failed).
+    alive : array (param,) of bool
+        The params still in the race.
+    alpha, k, looks
+        The race's promise, the params that started it and its number of looks
+        (:func:`threshold`).
+    units, min_units
+        See :func:`paired_z`; no param is dropped on fewer than ``min_units`` units.
+
+    Returns
+    -------
+    list of dict
+        One per param dropped: ``param``, ``leader``, ``mean_difference``, ``se``, ``z``,
+        ``p_value``, ``p_adjusted``, ``units``.
+    """
+    alive = np.asarray(alive, bool)
+    seen = np.isfinite(losses)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(seen.any(axis=(1, 2)),
+                         np.nansum(losses, axis=(1, 2)) / seen.sum(axis=(1, 2)), np.nan)
+    candidates = np.flatnonzero(alive & np.isfinite(means))
+    if len(candidates) < 2:
+        return []
+    leader = int(candidates[np.argmin(means[candidates])])     # ties: the first in grid order
+    cut = threshold(alpha, k, looks)
+    dropped = []
+    for h in candidates:
+        if h == leader:
+            continue
+        mean, se, n_units = paired_z(losses[h] - losses[leader], units)
+        p = p_value(mean, se)
+        if n_units >= min_units and np.isfinite(p) and p <= cut:
+            dropped.append({"param": int(h), "leader": leader, "mean_difference": mean,
+                            "se": se, "z": mean / se if se > 0 else float("inf"),
+                            "p_value": p, "p_adjusted": min(1.0, p * alpha / cut),
+                            "units": n_units})
+    return dropped
+
+
+# --- the race of a run -------------------------------------------------------------------------
+
+def label(setting: dict) -> str:
+    """A param as text, ``learner(key=value, ...)``, from its setting (``Param.to_json``);
+    the text report's format (:func:`cvflow.report.summary.param_text`)."""
+    hyper = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in setting["params"].items())
+    return f"{setting['learner']}({hyper})"
+
+
+def labels(params) -> list[str]:
+    """:func:`label` of each :class:`cvflow.fitting.learners.Param`."""
+    return [label(json.loads(p.to_json())) for p in params]
+
+
+@dataclass
+class Race:
+    """The client's record of a race: its options, stages, who was dropped when.
+
+    Written to the store's attribute ``racing`` (JSON) after every look (:meth:`to_json`).
+    """
+
+    options: dict
+    stages: list[Stage]
+    n_params: int
+    dropped: dict[int, dict] = field(default_factory=dict)
+    looked: int = -1                 # the last stage whose look is recorded
+    # each param as text (:func:`label`): the record names the dropped and their leaders, so a
+    # report of a later, extended or re-listed store still says who was dropped
+    labels: list[str] | None = None
+
+    @property
+    def looks(self) -> int:
+        return max(len(self.stages) - 1, 0)
+
+    @property
+    def alive(self) -> np.ndarray:
+        out = np.ones(self.n_params, bool)
+        out[list(self.dropped)] = False
+        return out
+
+    @classmethod
+    def start(cls, options: dict, design, n_params: int, stored: dict | None = None,
+              labels: list[str] | None = None) -> Race:
+        """A new race, or the one ``stored`` in the store continued (same stages)."""
+        stages = plan_stages(design, options["stages"])
+        race = cls(options=options, stages=stages, n_params=n_params, labels=labels)
+        if stored:
+            race.dropped = {int(d["param"]): d for d in stored.get("dropped", [])
+                            if int(d["param"]) < n_params}
+            race.looked = int(stored.get("looked", -1))
+        return race
+
+    def cells(self, s: int) -> np.ndarray:
+        """(param, split) bool: the fits stage ``s`` asks for (survivors x its splits)."""
+        n_splits = 1 + max((max(st.splits) for st in self.stages if st.splits), default=-1)
+        out = np.zeros((self.n_params, n_splits), bool)
+        out[np.ix_(self.alive, list(self.stages[s].splits))] = True
+        return out
+
+    def look(self, s: int, losses: np.ndarray, units: np.ndarray | None) -> list[dict]:
+        """The look after stage ``s`` on ``losses`` (param, repeat, sample); records drops."""
+        new = look(losses, self.alive, alpha=self.options["alpha"], k=self.n_params,
+                   looks=self.looks, units=units, min_units=self.options["min_units"])
+        for d in new:
+            d["stage"] = s
+            if self.labels is not None:
+                d["label"] = self.labels[d["param"]]
+                d["leader_label"] = self.labels[d["leader"]]
+            self.dropped[d["param"]] = d
+        self.looked = max(self.looked, s)
+        return new
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "alpha": self.options["alpha"], "stages": self.options["stages"],
+            "min_units": self.options["min_units"], "test": TEST, "correction": CORRECTION,
+            "params": self.n_params, "looks": self.looks,
+            "threshold": threshold(self.options["alpha"], self.n_params, self.looks),
+            "stage_splits": [list(st.splits) for st in self.stages],
+            "stage_folds": [[list(f) for f in st.folds] for st in self.stages],
+            "looked": self.looked,
+            "dropped": sorted(self.dropped.values(), key=lambda d: (d["stage"], d["param"]))},
+            default=float)
+
+
+class StageReader:
+    """The out-of-fold losses of a race's stages, read from the store as they land.
+
+    DESIGN CHOICE: the cube is opened once per race (its role tables, ``y``, the loss's
+    declaration) and each look reads only the region of ``pred`` its stage wrote, straight
+    from the zarr array (:func:`cvflow.store.integrity.read`, so a damaged chunk is named): opening
+    the cube at every look cost ~30 ms of the ~80 ms a look took on a millisecond-fit grid
+    (benchmarks/bench_racing.py, docs/guide/racing.md). The stage's fits are read back rather
+    than sent back by the tasks: a task returns a small record, never per-sample arrays.
+    """
+
+    def __init__(self, path: str, race: Race, loss: str):
+        from ..store import integrity
+        from ..store.location import resolve
+        from ..store.cube import open_cube
+
+        self.cube = open_cube(path)
+        self.location = resolve(path)
+        self.pred = integrity.open_array(self.location, "pred")
+        self.race, self.loss = race, loss
+        self.table = self.cube["fold_split"].values
+        self.fold = self.cube["fold"].values
+        self.losses = np.full((race.n_params,) + self.fold.shape, np.nan)
+
+    def add(self, s: int) -> np.ndarray:
+        """The losses (param, repeat, sample) seen so far with stage ``s``'s added."""
+        from ..store import integrity
+        from ..estimators._cube import pointwise_loss
+
+        alive = np.flatnonzero(self.race.alive)
+        folds = self.race.stages[s].folds
+        if not folds or not len(alive):
+            return self.losses
+        splits = sorted({int(self.table[r, j]) for r, j in folds})
+        # one rectangular read (rows alive[0]..alive[-1], the stage's splits' span), then
+        # the survivors and the stage's splits picked in memory
+        region = (slice(int(alive[0]), int(alive[-1]) + 1), slice(splits[0], splits[-1] + 1))
+        values = np.asarray(integrity.read(self.location, "pred", region, array=self.pred))
+        values = values[np.ix_(alive - alive[0], np.asarray(splits) - splits[0])]
+        pred = self.cube["pred"].isel(param=alive, split=splits).copy(data=values)
+        lost = np.asarray(pointwise_loss(self.cube, self.loss, pred, what="racing").values)
+        at = {sp: i for i, sp in enumerate(splits)}
+        for r, j in folds:
+            members = np.flatnonzero(self.fold[r] == j)
+            self.losses[np.ix_(alive, np.array([r]), members)] = \
+                lost[:, at[int(self.table[r, j])], members][:, None, :]
+        return self.losses
+
+
+def record(cube) -> dict | None:
+    """The race stored in a cube (its ``racing`` attribute), or None for a study not raced."""
+    text = cube.attrs.get(RACING_ATTR) if hasattr(cube, "attrs") else None
+    return json.loads(text) if text else None
+
+
+def saved_fits(race: dict | None, done: np.ndarray) -> int:
+    """Fits racing did not run: the not-done cells of dropped params."""
+    if not race:
+        return 0
+    rows = [int(d["param"]) for d in race.get("dropped", []) if int(d["param"]) < done.shape[0]]
+    return int((~done[rows]).sum()) if rows else 0
+
+
+def unfilled(race: dict | None, done: np.ndarray) -> int:
+    """Dropped params that still lack a fit racing skipped (0 once a run without racing, or a
+    race continued to the end, has fitted them)."""
+    if not race:
+        return 0
+    rows = [int(d["param"]) for d in race.get("dropped", []) if int(d["param"]) < done.shape[0]]
+    return int((~done[rows].all(axis=1)).sum()) if rows else 0
+
+
+def state_text(dropped: int, params, lacking: int, saved: int) -> str:
+    """What racing means for the store now, in one phrase (status and report).
+
+    DESIGN CHOICE: the race is history kept in the store (who was dropped, when, by which
+    test); what it leaves missing is the store's present. Once a run without racing has fitted
+    the skipped fits, the dropped params have every result, and saying "dropped" alone read as
+    if they still lacked them (tests/test_racing_report.py::test_status_after_filling_says_so).
+    """
+    if not dropped:
+        return f"no param dropped of {params}"
+    if not saved:
+        return (f"{dropped} of {params} params were dropped, and their skipped fits have been "
+                "fitted since (a run without racing): every param has its results")
+    return (f"{dropped} of {params} params dropped; {lacking} of them still lack {saved} fits "
+            "racing skipped (their results are NaN; `cvflow run` with racing: false fits them)")
+
+
+# --- the stages of a run (called by cvflow.execution.run around its one loop) -------------------------
+
+def stage_blocks(race: Race, s: int, done: np.ndarray, chunks: tuple[int, int]
+                 ) -> list[tuple[slice, slice, np.ndarray | None]]:
+    """The blocks of stage ``s`` not yet ``done``: (params, splits, cells to fit or None: all)."""
+    from ..store.cube import block_slices
+
+    want = race.cells(s)[:, :done.shape[1]] & ~done
+    out = []
+    for ps, ss in block_slices(done.shape[0], done.shape[1], chunks):
+        cells = want[ps, ss]
+        if cells.any():
+            out.append((ps, ss, None if cells.all() else cells))
+    return out
+
+
+def mark_done(done: np.ndarray, blocks) -> None:
+    """Mark the cells of fitted ``blocks`` (params, splits, cells or None) in ``done``."""
+    for ps, ss, cells in blocks:
+        done[ps, ss] = True if cells is None else done[ps, ss] | cells
+
+
+def run_stages(race: Race, *, path: str, done: np.ndarray, chunks: tuple[int, int],
+               fit, flush, loss: str, units: np.ndarray | None, looked=None) -> None:
+    """Fit the race stage by stage: ``fit(blocks)`` runs one stage's blocks to the end (the
+    engine's loop), ``flush()`` writes their status; after each stage but the last, the look
+    (:meth:`Race.look`) drops the beaten params, the race is written to the store and
+    ``looked(race)`` is called (the engine's progress: the dropped params' fits leave the
+    count of fits to do).
+
+    ``done`` (param, split) is updated in place. A race continued on a store replays every
+    look on the stored fits (the same data give the same drops) and fits what is missing.
+    """
+    from ..store.cube import write_attrs
+
+    reader = None
+    for s in range(len(race.stages)):
+        blocks = stage_blocks(race, s, done, chunks)
+        if blocks:
+            fit(blocks)
+            flush()
+            mark_done(done, blocks)
+        if s == len(race.stages) - 1:
+            break
+        reader = reader or StageReader(path, race, loss)
+        new = race.look(s, reader.add(s), units)
+        # DESIGN CHOICE: the record is written when it changes what a reader learns (the
+        # first look: the study is raced; a look that drops params; the last look), not at
+        # every look: each write rewrites the consolidated metadata (~15 ms)
+        if new or s in (0, len(race.stages) - 2):
+            write_attrs(path, {RACING_ATTR: race.to_json()})
+        if looked is not None and new:
+            looked(race)
+        if new:
+            log.info("racing: stage %d dropped %d params (%d left)", s, len(new),
+                     int(race.alive.sum()))
+
+
+def _finite(value) -> float | None:
+    """A JSON-ready number: None for NaN and infinity (z is infinite when every paired
+    difference was equal; strict JSON has no Infinity)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def where(folds) -> str:
+    """A stage's (repeat, fold) roles as text: ``r0f1, r0f2``; the last stage: ``the rest``."""
+    return ", ".join(f"r{r}f{j}" for r, j in folds) or "the rest"
+
+
+def summary(cube) -> dict | None:
+    """The race of a raced cube as plain data (``cvflow report --json``'s ``racing`` entry, the
+    text and HTML reports); None for a study not raced.
+
+    Returns
+    -------
+    dict or None
+        ``alpha``, ``test``, ``correction``, ``threshold`` (the p-value at or below which a
+        param was dropped at a look), ``params`` (that started the race), ``looks``,
+        ``stages`` (each its ``stage``, (repeat, fold) ``folds`` and ``splits``),
+        ``saved_fits`` (not run and still not done), ``unfilled`` (dropped params still lacking
+        a fit: 0 once a run without racing filled them), ``survivors``, and ``dropped``: one
+        row per dropped param,
+        in the order they were dropped: ``param`` (its index in the store), ``label``,
+        ``stage``, ``folds`` (that stage's (repeat, fold) roles as text, ``r0f1``), ``leader`` (the
+        label of the param it lost to) and ``leader_param``, ``mean_difference`` (its mean
+        out-of-fold loss minus the leader's), ``se``, ``z``, ``p_value``, ``p_adjusted``,
+        ``units`` (samples, or groups, seen). Non-finite numbers are None.
+    """
+    from ..report.summary import param_text
+
+    race = record(cube)
+    if not race:
+        return None
+    done = np.asarray(cube["done"].values)
+    n_store = int(cube.sizes["param"])
+
+    def name(d: dict, key: str, index: str) -> str:
+        h = int(d[index])
+        return d.get(key) or (param_text(cube, h) if h < n_store else f"param {h}")
+
+    stages = [{"stage": s, "folds": [list(f) for f in folds], "splits": list(splits)}
+              for s, (splits, folds) in enumerate(zip(race["stage_splits"],
+                                                      race["stage_folds"]))]
+    rows = [{"param": int(d["param"]), "label": name(d, "label", "param"),
+             "stage": int(d["stage"]), "folds": where(stages[int(d["stage"])]["folds"]),
+             "leader": name(d, "leader_label", "leader"), "leader_param": int(d["leader"]),
+             "mean_difference": _finite(d["mean_difference"]), "se": _finite(d["se"]),
+             "z": _finite(d["z"]), "p_value": _finite(d["p_value"]),
+             "p_adjusted": _finite(d["p_adjusted"]), "units": int(d["units"])}
+            for d in race["dropped"]]
+    return {"alpha": race["alpha"], "test": race["test"], "correction": race["correction"],
+            "threshold": race["threshold"], "params": race["params"], "looks": race["looks"],
+            "stages": stages, "saved_fits": saved_fits(race, done),
+            "unfilled": unfilled(race, done),
+            "survivors": int(race["params"]) - len(rows), "dropped": rows}
+
+
+def text(cube) -> list[str]:
+    """The race of a raced cube as text lines (the report's ``racing`` section); [] if none."""
+    race = summary(cube)
+    if not race:
+        return []
+    state = state_text(len(race["dropped"]), race["params"], race["unfilled"], race["saved_fits"])
+    lines = [f"racing: {state} (alpha {race['alpha']}: {race['test']}, "
+             f"{race['correction']}; drop at p <= {race['threshold']:.3g})"]
+    for d in race["dropped"]:
+        z = "inf" if d["z"] is None else f"{d['z']:.2f}"
+        lines.append(f"  stage {d['stage']} ({d['folds']}): {d['label']} beaten by "
+                     f"{d['leader']}: loss +{d['mean_difference']:.4g} "
+                     f"(z {z}, p {d['p_value']:.2g})")
+    return lines

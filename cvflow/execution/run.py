@@ -1,0 +1,418 @@
+"""Running a study: the entry point (:func:`run`).
+
+The client takes the store's run lock, plans the run (:mod:`cvflow.execution.plan`: the store created
+or checked, the blocks still to fit), picks a Dask scheduler (:mod:`cvflow.execution.schedulers`), and hands
+the blocks to the one loop (:mod:`cvflow.execution.loop`), which submits them as tasks
+(:mod:`cvflow.execution.tasks`: fit a block, write its chunk of ``pred``, return a small record) and
+records what comes back: the client writes each block's status (failed, error, fit_seconds,
+then ``done``) in batches (:class:`_Recorder`). A fit that raises is recorded, not raised; a
+fit that kills its process or outlives ``execution.fit_timeout`` is recorded failed.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..store import cube as cube_store
+from ..errors import InputError
+from ..store.location import exists
+from .schedulers import quiet_options
+from .plan import pending_blocks, prepare_store, seconds_per_fit
+from ..workflow.spec import Workflow, load_workflow
+
+log = logging.getLogger(__name__)
+
+# the client writes finished blocks' status (done, failed, ...) in batches: at least this many
+# seconds apart, and at least STATUS_FLUSH_FACTOR times the last write's own duration apart
+STATUS_FLUSH_SECONDS = 0.25
+STATUS_FLUSH_FACTOR = 20
+
+
+@dataclass
+class RunResult:
+    """What a run did: counts, timings and where the cube is."""
+
+    store: str              # a local path or a URL (cvflow.store.location)
+    total_fits: int
+    fits_executed: int
+    failed: int
+    tasks: int
+    wall_seconds: float
+    fit_seconds: float
+    distinct_pairs: int
+    roles_requested: int = 0
+    dashboard: str | None = None
+    live: str | None = None          # the live study page (cvflow.report.live), when served
+    chunks: tuple[int, int] = (0, 0)
+    errors: dict = field(default_factory=dict)
+    execution: str = ""                 # where the fits ran and why (cvflow.execution.schedulers.choose)
+    saved_fits: int = 0                 # fits racing did not run (cvflow.execution.racing)
+    dropped_params: int = 0             # params racing dropped
+    raced_params: int = 0               # params that started the race (0: not raced)
+
+    @property
+    def fits_per_distinct(self) -> float:
+        """Fits executed / distinct (param, training set) pairs this run had to fit."""
+        return self.fits_executed / self.distinct_pairs if self.distinct_pairs else float("nan")
+
+
+class _Recorder:
+    """The client's side of finished blocks: their status written to the store in batches,
+    their counts added to the run's result, a progress event each (and the live page's
+    update, ``monitor``)."""
+
+    def __init__(self, path: str, fresh: bool, result: RunResult,
+                 notify: Callable[[dict], None], n_todo: int, monitor=None):
+        self.status = cube_store.StatusWriter(path, fresh=fresh)
+        self.result, self.notify, self.n_todo, self.monitor = result, notify, n_todo, monitor
+        self.pending: list = []
+        self.t0 = self.flushed = time.perf_counter()
+        self.gap = STATUS_FLUSH_SECONDS
+        self.skipped = 0                # fits racing dropped from the run (cvflow.execution.racing)
+
+    def block(self, summary: dict) -> None:
+        """A block's summary record (:func:`run_block`) is back."""
+        # DESIGN CHOICE: tasks write only `pred`; the finished blocks' status (failed, error,
+        # fit_seconds, then done) is written here in batches, spaced so that writing it costs
+        # the client < 5% of its time, and whatever finished is recorded even if a later task
+        # raises (the caller flushes in a `finally`).
+        if self.monitor:
+            self.monitor.block(summary)
+        self.pending.append(summary.pop("status"))
+        if time.perf_counter() - self.flushed > self.gap:
+            t_write = time.perf_counter()
+            self.flush()
+            self.gap = max(STATUS_FLUSH_SECONDS, STATUS_FLUSH_FACTOR * (self.flushed - t_write))
+        r = self.result
+        r.tasks += 1
+        r.fits_executed += summary["fits"]
+        r.failed += summary["failed"]
+        r.fit_seconds += summary["seconds"]
+        for message in summary["errors"]:
+            r.errors[message] = r.errors.get(message, 0) + 1
+        self.notify({"event": "block", "done": r.fits_executed, "todo": self.n_todo - self.skipped,
+                     "skipped": self.skipped, "elapsed": time.perf_counter() - self.t0})
+
+    def raced(self, dropped: list[dict], params: int, skipped: int) -> None:
+        """A look of the race: the ``dropped`` params (the race's records, :mod:`cvflow.execution.racing`)
+        of ``params`` are out, and ``skipped`` fits this run was to do will not be run. The
+        progress total shrinks."""
+        # DESIGN CHOICE: the fits of dropped params leave the "to do" count (the bar reaches
+        # its end, the ETA is of the fits that will run) and are shown beside it as skipped
+        self.skipped = skipped
+        if self.monitor:
+            self.monitor.raced(dropped)
+        r = self.result
+        self.notify({"event": "racing", "dropped": len(dropped), "params": params,
+                     "done": r.fits_executed, "todo": self.n_todo - skipped,
+                     "skipped": skipped, "elapsed": time.perf_counter() - self.t0})
+
+    def idle(self) -> None:
+        """Nothing came back for a while: write and publish what :meth:`block` held back."""
+        if self.pending:
+            self.flush()
+        if self.monitor:
+            self.monitor.catch_up()
+
+    def flush(self) -> None:
+        """Write the status of the blocks recorded since the last flush."""
+        self.status.write(self.pending)
+        self.pending = []
+        self.flushed = time.perf_counter()
+
+
+def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | None = None,
+        cluster: str | None = None, workers: int | None = None, overwrite: bool = False,
+        dashboard_port: int | None = None, client=None,
+        progress: Callable[[dict], None] | bool | None = None, tls: bool | None = None,
+        cluster_options=None) -> RunResult:
+    """Run a workflow: fit every (param, split) not yet done and write it into the store.
+
+    Every block of fits is a Dask task, whatever runs it.
+
+    Parameters
+    ----------
+    workflow : Workflow or path
+        A workflow from :func:`cvflow.load_workflow`, or the path of a workflow file.
+    store : path or URL, optional
+        The Zarr store: a local path or an fsspec URL such as ``s3://bucket/study.zarr``
+        (:mod:`cvflow.store.location`); defaults to ``<workflow name>.zarr`` in the working directory.
+    cluster : str, optional
+        ``"auto"`` (the default when neither this nor the workflow's ``execution.cluster`` names
+        one, see :func:`cvflow.execution.schedulers.choose`: Dask's scheduler in this process with thread
+        workers when only cvflow's own path kernels fit, else a ``LocalCluster`` of worker
+        processes), a profile name (``"threads"``, ``"local"``, ``"slurm"``) or YAML file, or
+        ``"tcp://host:port"`` / ``"tls://host:port"`` of a running scheduler.
+    workers : int, optional
+        Number of local workers or threads (default: the profile's, one per CPU core).
+    overwrite : bool
+        Replace a store made by another workflow instead of refusing.
+    client : distributed.Client, optional
+        Use this client instead of connecting.
+    progress : bool or callable, optional
+        Default (None or True): the execution choice, a progress bar (tqdm's notebook-aware
+        bar when tqdm is installed, else plain lines) and a closing summary on stderr, as
+        ``cvflow run`` shows them (:class:`cvflow.execution.progress.Progress`); False: silent. A
+        callable is called with the event dicts instead: ``{"event": "start", "total",
+        "todo", "dashboard", "live", "execution"}`` and ``{"event": "block", "done", "todo",
+        "elapsed"}``.
+    tls : bool, optional
+        Dask TLS with temporary certificates (default: the cluster profile's ``tls``).
+    cluster_options : list of "key=value" or dict, optional
+        Overrides of the cluster profile (see :func:`cvflow.execution.schedulers.load_profile`).
+
+    Returns
+    -------
+    RunResult
+
+    Raises
+    ------
+    cvflow.errors.StoreError
+        Another run holds the store's run lock (see :mod:`cvflow.store.lock`).
+    cvflow.errors.LockLostError
+        Another run took the lock over during this one (this run stops writing).
+    cvflow.errors.StallError
+        No progress within the deadline (``cvflow.execution.stall-seconds``).
+    """
+    from ..store.lock import run_lock
+    from .preflight import check_run
+    from .progress import Progress, reporter
+
+    notify = reporter(progress)
+    if not isinstance(workflow, Workflow):
+        workflow = load_workflow(os.fspath(workflow))
+    # bad arguments, profiles and unwritable stores fail before the store is created, grown or locked
+    path = check_run(workflow, store, cluster=cluster, workers=workers,
+                     dashboard_port=dashboard_port, tls=tls, cluster_options=cluster_options,
+                     client=client)
+    cluster = cluster or workflow.execution.get("cluster")
+    # One run per store at a time; a lock left by a crashed run is taken over.
+    # The pool creates a new store beside the run; leaving it waits for the creation, so the
+    # lock is never released with a store half created.
+    try:
+        with run_lock(path) as lock, \
+                ThreadPoolExecutor(1, thread_name_prefix="cvflow-create") as pool:
+            result = _run_locked(workflow, path, cluster=cluster, workers=workers,
+                                 overwrite=overwrite, dashboard_port=dashboard_port,
+                                 client=client, progress=notify, tls=tls,
+                                 cluster_options=cluster_options, pool=pool, lock=lock)
+    except BaseException:
+        if isinstance(notify, Progress) and notify.bar is not None:
+            notify.bar.close()                  # the error is the next thing the user reads
+        raise
+    if isinstance(notify, Progress):
+        notify.finish(result)
+    return result
+
+
+def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, dashboard_port,
+                client, progress, tls, cluster_options, pool: ThreadPoolExecutor,
+                lock) -> RunResult:
+    from .sizing import gil_share
+    from .schedulers import AUTO, choose, connect, serves_dashboard
+    from .schedulers import resolve as resolve_cluster
+    from ..fitting.trial import check_learners
+    from ..fitting.block import only_paths
+
+    t_start = time.perf_counter()
+    study = workflow.build(check_fits=False)
+    workers = workers or workflow.execution.get("workers")
+    fit_timeout = workflow.execution.get("fit_timeout")
+    path_aware = bool(workflow.execution.get("path_aware", True))
+    d = study.data
+    # DESIGN CHOICE: the client runs no learner's own fit code (it could end this process or
+    # never return): only cvflow's path kernels are timed here; other learners are timed by a
+    # task on the workers (tasks.time_fits).
+    in_process_safe = only_paths(study.params, d.fit_X, d.sample_weight, path_aware)
+    if in_process_safe:             # cvflow's kernels; else a task on the workers (_Run.on)
+        check_learners(workflow, d, str(workflow.path))
+    auto = client is None and resolve_cluster(cluster) == AUTO
+    if fit_timeout and client is None and not auto and resolve_cluster(cluster) == "threads":
+        raise InputError("execution.fit_timeout: a fit in this process's threads cannot be "
+                         "stopped; use --cluster local (worker processes) or auto")
+    fresh = overwrite or not exists(path)
+    wants_timing = fresh and workflow.execution.get("fits_per_task", "auto") == "auto"
+    per_fit = (seconds_per_fit(workflow, study)
+               if in_process_safe and (auto or wants_timing) else None)
+    if client is not None:
+        execution = "the given client"
+    else:
+        cluster, execution = choose(
+            cluster, seconds=(per_fit or 0.0) * len(study.params) * study.design.n_splits,
+            workers=workers, dashboard=dashboard_port is not None, in_process_safe=in_process_safe,
+            fit_timeout=fit_timeout, gil_share=gil_share(study.params, path_aware))
+        log.info("execution: %s", execution)
+        if auto and cluster == "local" and dashboard_port is None:
+            # the estimate of a learner's own fits comes from the workers, later: no dashboard
+            cluster_options = quiet_options(cluster_options, (per_fit or 0.0) * len(study.params)
+                                            * study.design.n_splits, workers)
+    run = _Run(workflow, study, path, lock=lock, pool=pool, fresh=fresh, per_fit=per_fit,
+               wants_timing=wants_timing, check_fits=not in_process_safe,
+               overwrite=overwrite, workers=workers,
+               fit_timeout=fit_timeout, path_aware=path_aware, progress=progress,
+               execution=execution, t_start=t_start)
+    if client is not None:
+        return run.on(client, dashboard=True)
+    from ..report import live
+
+    live.enable_routes()        # the scheduler started here serves <dashboard>/cvflow
+    with connect(cluster, workers=workers, dashboard_port=dashboard_port, tls=tls,
+                 options=cluster_options, store=path) as c:
+        return run.on(c, dashboard=serves_dashboard(cluster, dashboard_port, cluster_options))
+
+
+@dataclass
+class _Run:
+    """One run on a connected client: plan, create the store, loop, record."""
+
+    workflow: Workflow
+    study: object
+    path: str
+    lock: object
+    pool: ThreadPoolExecutor
+    fresh: bool
+    per_fit: float | None
+    wants_timing: bool
+    check_fits: bool                  # the pre-run check still to do, on the workers
+    overwrite: bool
+    workers: int | None
+    fit_timeout: float | None
+    path_aware: bool
+    progress: Callable[[dict], None] | None
+    execution: str
+    t_start: float
+
+    def on(self, c, *, dashboard: bool) -> RunResult:
+        from ..report import live
+        from .loop import Block, Loop, check_on_workers, time_on_workers
+        from .tasks import TaskContext
+
+        study, path, d = self.study, self.path, self.study.data
+        run_id = f"{time.time_ns()}-{os.getpid()}"
+        ctx = TaskContext(store=path, run_id=run_id, token=self.lock.token,
+                          fit_timeout=float(self.fit_timeout) if self.fit_timeout else None,
+                          client_pid=os.getpid())
+        if self.check_fits:               # before the store is created or changed
+            check_on_workers(c, ctx, self.workflow, d, str(self.workflow.path))
+        per_fit = self.per_fit
+        if per_fit is None and self.wants_timing:
+            per_fit = time_on_workers(c, ctx, study, self.path_aware)
+        # DESIGN CHOICE: a new store is created in a thread of the client while the first blocks
+        # fit (their tasks wait for it before writing, tasks._wait_ready): its ~25 arrays cost
+        # ~70-100 ms (store.create), about as much as a small study's fits. No process is ever
+        # forked meanwhile (workers are spawned by distributed's nannies).
+        layout = prepare_store(self.workflow, study, path, overwrite=self.overwrite,
+                               n_workers=self.workers or 2, seconds=per_fit or 0.0, create=False)
+        creating = (None if layout.template is None
+                    else self.pool.submit(cube_store.create, path, layout.template))
+        params, design, chunks = layout.params, layout.design, layout.chunks
+        fresh = layout.template is not None
+        n_total = len(params) * design.n_splits
+        # a store created just now has nothing done: no need to read it back; else the blocks
+        # whose pred chunk is missing or corrupt are not done (refitted)
+        done = (np.zeros((len(params), design.n_splits), dtype=bool) if fresh
+                else cube_store.intact_done(path, chunks))
+        todo = pending_blocks(path, chunks, done)
+        n_todo = int(n_total - done.sum())
+        result = RunResult(store=path, total_fits=n_total, fits_executed=0, failed=0, tasks=0,
+                           wall_seconds=0.0, fit_seconds=0.0, distinct_pairs=n_todo, chunks=chunks,
+                           roles_requested=len(params) * design.roles_requested,
+                           execution=self.execution)
+        notify = self.progress or (lambda event: None)
+        if not todo:
+            if creating is not None:           # an empty grid or design: the store all the same
+                creating.result()
+            notify({"event": "start", "total": n_total, "todo": 0, "dashboard": None,
+                    "execution": result.execution})
+            result.wall_seconds = time.perf_counter() - self.t_start
+            return result
+        # a block sharing its chunk with stored fits (extended study) fits only the rest
+        blocks = [Block(ps, ss, None if not done[ps, ss].any() else ~done[ps, ss])
+                  for ps, ss in todo]
+        race = None
+        if self.workflow.racing:            # racing: the first stage's blocks first
+            from . import racing
+
+            race = racing.Race.start(self.workflow.racing, design, len(params),
+                                     labels=racing.labels(params))
+            first = racing.stage_blocks(race, 0, done, chunks)
+            blocks = [Block(ps, ss, cells) for ps, ss, cells in first]
+        from distributed import Event
+
+        if dashboard:
+            result.dashboard = getattr(c, "dashboard_link", None) or None   # "" when none
+        monitor = (live.start(c, self.workflow, params, design, d, path) if result.dashboard
+                   else None)
+        result.live = monitor and monitor.url
+        notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": result.dashboard,
+                "live": result.live, "execution": result.execution})
+        recorder = _Recorder(path, fresh, result, notify, n_todo, monitor)
+        ready = None if creating is None else Event(f"cvflow-store-{run_id}", client=c)
+        ctx = dataclasses.replace(ctx, ready=ready and ready.name)
+        loop = Loop(c, ctx, params=params, train=design.train, data=d, path_aware=self.path_aware,
+                    record=recorder.block, idle=recorder.idle, lock_lost=lambda: self.lock.lost,
+                    scorer=monitor and monitor.scorer)
+        try:
+            loop.submit(blocks)
+            if creating is not None and ready is not None:
+                try:
+                    creating.result()
+                except BaseException:
+                    loop.cancel()
+                    raise
+                finally:       # waiting tasks wake: they write, or raise if creation failed
+                    ready.set()
+            loop.run()
+            if race is not None:          # the other stages, each after a look (cvflow.execution.racing)
+                self._race(race, loop, recorder, first, done, chunks)
+            if ready is not None:
+                # every block is back: the scheduler forgets the event (after a failure it
+                # stays set, so a cancelled block still running finds it and raises)
+                ready.clear()
+        finally:
+            recorder.flush()
+            if monitor:
+                monitor.publish()            # the final state, for a scheduler that outlives us
+            with contextlib.suppress(Exception):
+                c.set_metadata(["cvflow", run_id], None)   # the run's timeouts: forgotten
+        result.wall_seconds = time.perf_counter() - self.t_start
+        if race is not None:
+            from .racing import saved_fits
+
+            result.saved_fits = saved_fits(json.loads(race.to_json()), done)
+            result.dropped_params = len(race.dropped)
+            result.raced_params = race.n_params
+            # the pairs this run had to fit: the dropped params' skipped fits are not among them
+            result.distinct_pairs -= recorder.skipped
+        return result
+
+    def _race(self, race, loop, recorder, first, done, chunks) -> None:
+        """The stages after the first (:func:`cvflow.execution.racing.run_stages`) on the run's loop."""
+        from .loop import Block
+        from .racing import mark_done, run_stages
+
+        def fit(blocks) -> None:
+            loop.submit([Block(ps, ss, cells) for ps, ss, cells in blocks])
+            loop.run()
+
+        def looked(race) -> None:
+            # the dropped params' fits not done now were not done when the run started
+            # either: they were in its "to do"
+            rows = sorted(race.dropped.values(), key=lambda d: (d["stage"], d["param"]))
+            dropped = [d["param"] for d in rows]
+            recorder.raced(rows, race.n_params, int((~done[dropped]).sum()))
+
+        recorder.flush()
+        mark_done(done, first)
+        d = self.study.data
+        run_stages(race, path=self.path, done=done, chunks=chunks, fit=fit, flush=recorder.flush,
+                   loss=self.workflow.loss, units=d.groups, looked=looked)

@@ -1,0 +1,548 @@
+"""Connecting to a Dask cluster: the embedded LocalCluster, SLURM, a profile file, or an address.
+
+Every route is a Dask scheduler. By default (``cluster=None`` or ``"auto"``) a run chooses
+where to fit (:func:`choose`): Dask's scheduler in this process with thread workers (profile
+``threads``) when only cvflow's own path kernels fit and processes would not pay, else a
+``LocalCluster`` of worker processes started by distributed's nannies (profile ``local``), where
+a fit that kills its process or outlives ``execution.fit_timeout`` costs only itself.
+
+A *profile* is a small mapping that says which cluster to start and how (see
+``cvflow/config.yaml`` for the packaged defaults, and ``cluster/local.yaml``,
+``cluster/slurm.yaml`` for the same profiles as editable files)::
+
+    with connect("slurm", options=["jobqueue.queue=short", "adaptive.maximum=8"]) as client:
+        print(client.dashboard_link)
+
+Precedence, lowest first: the packaged profile of the same ``kind`` (through ``dask.config``,
+key ``cvflow.cluster.profiles``), the profile file, ``CVFLOW_CLUSTER__KEY__SUBKEY=value``
+environment variables, ``options`` (``key.subkey=value`` strings, values parsed as YAML), and
+finally the explicit ``workers``, ``dashboard_port`` and ``tls`` arguments.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import os
+import re
+import sys
+import types
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+
+import dask.config
+import yaml
+
+from ..errors import InputError
+from .. import config
+
+if TYPE_CHECKING:
+    import distributed
+
+log = logging.getLogger(__name__)
+
+config.load()    # the profiles below read dask.config directly (set, merge)
+
+ENV_PREFIX = "CVFLOW_CLUSTER__"
+KINDS = ("local", "slurm", "threads")
+AUTO = "auto"
+# `forked` (worker processes forked from the client) could hang: a fork copies the locks other
+# threads hold (zarr's event-loop lock, session 6); it is read as `local` with a warning
+REMOVED = {"forked": "local"}
+KEYS = {
+    "threads": {"kind", "workers", "host", "dashboard_port", "tls"},
+    "local": {"kind", "workers", "threads_per_worker", "memory_limit", "host", "dashboard_port",
+              "tls"},
+    "slurm": {"kind", "workers", "adaptive", "host", "interface", "dashboard_port", "tls",
+              "lifetime", "lifetime_stagger", "jobqueue"},
+}
+ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://")
+SHARED_WARNING_PREFIXES = ("/tmp", "/var/tmp", "/dev/shm", "/run")
+
+
+# --- profiles -----------------------------------------------------------------------------------
+
+def _merge(base: dict, top: Mapping) -> dict:
+    """Deep merge ``top`` into a copy of ``base`` (mappings merged, anything else replaced)."""
+    out = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _nest(path: Sequence[str], value) -> dict:
+    out: dict = value
+    for key in reversed(path):
+        out = {key: out}
+    return out
+
+
+def parse_options(options: Sequence[str] | Mapping | None, *, where: str = "--cluster-option") -> dict:
+    """``["jobqueue.queue=gpu", "adaptive=null"]`` -> nested dict; values are parsed as YAML."""
+    if not options:
+        return {}
+    if isinstance(options, Mapping):
+        return dict(options)
+    out: dict = {}
+    for item in options:
+        key, sep, text = str(item).partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"{where}: {item!r} is not KEY=VALUE (e.g. jobqueue.queue=debug)")
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError as err:
+            raise InputError(f"{where}: {item!r}: value is not valid YAML ({err})") from None
+        out = _merge(out, _nest(key.strip().replace("-", "_").split("."), value))
+    return out
+
+
+def env_options(env: Mapping[str, str] | None = None) -> dict:
+    """Overrides from ``CVFLOW_CLUSTER__A__B=value`` variables (keys lower-cased, YAML values)."""
+    env = os.environ if env is None else env
+    items = [f"{k[len(ENV_PREFIX):].lower().replace('__', '.')}={v}"
+             for k, v in sorted(env.items()) if k.startswith(ENV_PREFIX) and len(k) > len(ENV_PREFIX)]
+    return parse_options(items, where="environment CVFLOW_CLUSTER__*")
+
+
+def _packaged(name: str) -> dict | None:
+    profiles = config.get("cvflow.cluster.profiles", default={}) or {}
+    found = profiles.get(name)
+    return copy.deepcopy(dict(found)) if isinstance(found, Mapping) else None
+
+
+def resolve(cluster: str | os.PathLike | None) -> str:
+    """The cluster's name: ``cluster`` itself, or the configured default when None."""
+    if cluster is None:
+        cluster = config.get("cvflow.cluster.default", default=AUTO)
+    return os.fspath(cluster)
+
+
+def load_profile(cluster: str | os.PathLike | None = None, *,
+                 options: Sequence[str] | Mapping | None = None,
+                 env: Mapping[str, str] | None = None) -> dict:
+    """Resolve ``cluster`` (None, a profile name, a YAML file) into a complete profile dict.
+
+    The result has a ``name`` key (the profile name or file) besides the profile keys.
+
+    Raises
+    ------
+    cvflow.errors.InputError
+        Unknown profile, unreadable file, unknown key, or an invalid value.
+    """
+    name = resolve(cluster)
+    if name == AUTO:
+        name = "local"   # without a study to time, auto is the process cluster
+    if name in REMOVED:
+        log.warning("--cluster %s was removed (forking a process that runs threads can hang); "
+                    "using %s", name, REMOVED[name])
+        name = REMOVED[name]
+    where = "--cluster"
+    packaged = _packaged(name)
+    if packaged is not None:
+        prof = packaged
+    elif name.endswith((".yaml", ".yml")) or os.path.sep in name or os.path.exists(name):
+        where = name
+        try:
+            loaded = yaml.safe_load(Path(name).read_text())
+        except FileNotFoundError:
+            raise InputError(f"--cluster: profile file {name} does not exist") from None
+        except (OSError, yaml.YAMLError) as err:
+            raise InputError(f"{name}: cannot read the cluster profile ({err})") from None
+        if not isinstance(loaded, Mapping):
+            raise InputError(f"{name}: a cluster profile must be a mapping with a 'kind' key")
+        kind = loaded.get("kind")
+        if kind not in KINDS:
+            raise InputError(f"{name}: kind: {kind!r} is not one of {', '.join(KINDS)}")
+        prof = _merge(_packaged(kind) or {"kind": kind}, loaded)
+    else:
+        known = sorted((config.get("cvflow.cluster.profiles", default={}) or {}))
+        raise InputError(f"--cluster: {name!r} is not auto, a profile ({', '.join(known)}), "
+                         "a profile file (.yaml) or a scheduler address tcp://HOST:PORT")
+    prof = _merge(prof, env_options(env))
+    prof = _merge(prof, parse_options(options))
+    _check(prof, where)
+    prof["name"] = name
+    return prof
+
+
+def _seconds(value, what: str, where: str) -> float:
+    from dask.utils import parse_timedelta
+
+    try:
+        return float(parse_timedelta(value, default="s"))
+    except (ValueError, KeyError, TypeError):
+        raise InputError(f"{where}: {what}: {value!r} is not a duration (e.g. 55m, 3600)") from None
+
+
+def walltime_seconds(walltime: str) -> float:
+    """SLURM walltime (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``) in seconds."""
+    text = str(walltime).strip()
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        parts += [0] * (3 - len(parts))
+        h, m, s = parts
+    else:
+        h, m, s = {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)]
+    return ((int(days or 0) * 24 + h) * 60 + m) * 60 + s
+
+
+def _check(prof: dict, where: str) -> None:
+    kind = prof.get("kind")
+    if kind not in KINDS:
+        raise InputError(f"{where}: kind: {kind!r} is not one of {', '.join(KINDS)}")
+    unknown = sorted(set(prof) - KEYS[kind] - {"name"})
+    if unknown:
+        raise InputError(f"{where}: unknown key {unknown[0]!r} in a {kind} profile; "
+                         f"known: {', '.join(sorted(KEYS[kind]))}")
+    workers = prof.get("workers")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)
+                                or workers < 1):
+        raise InputError(f"{where}: workers: {workers!r} must be a positive integer or null")
+    port = prof.get("dashboard_port")
+    if port is not None and (not isinstance(port, int) or not 0 <= port < 65536):
+        raise InputError(f"{where}: dashboard_port: {port!r} must be 0..65535 (0: any free port)")
+    if kind == "slurm":
+        adaptive = prof.get("adaptive")
+        if adaptive is not None:
+            if not isinstance(adaptive, Mapping) or set(adaptive) - {"minimum", "maximum"}:
+                raise InputError(f"{where}: adaptive: expected {{minimum: N, maximum: M}} or null, "
+                                 f"got {adaptive!r}")
+            lo, hi = adaptive.get("minimum", 0), adaptive.get("maximum", 1)
+            if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi and hi >= 1):
+                raise InputError(f"{where}: adaptive: need 0 <= minimum <= maximum, maximum >= 1; "
+                                 f"got minimum={lo!r} maximum={hi!r}")
+        jq = prof.get("jobqueue") or {}
+        if not isinstance(jq, Mapping):
+            raise InputError(f"{where}: jobqueue: must be a mapping of SLURMCluster arguments")
+        if prof.get("lifetime"):
+            life = _seconds(prof["lifetime"], "lifetime", where)
+            stagger = _seconds(prof.get("lifetime_stagger") or 0, "lifetime_stagger", where)
+            if jq.get("walltime"):
+                try:
+                    wall = walltime_seconds(jq["walltime"])
+                except (ValueError, KeyError):
+                    raise InputError(f"{where}: jobqueue.walltime: {jq['walltime']!r} is not a "
+                                     "SLURM time (HH:MM:SS or D-HH:MM:SS)") from None
+                if life + stagger >= wall:
+                    raise InputError(
+                        f"{where}: lifetime {prof['lifetime']} + lifetime_stagger "
+                        f"{prof.get('lifetime_stagger')} must end before jobqueue.walltime "
+                        f"{jq['walltime']} so workers retire before SLURM kills them")
+
+
+def store_warning(store: str | os.PathLike | None, kind: str) -> str | None:
+    """A warning when a SLURM run's store may not be visible to the compute nodes, else None."""
+    if store is None or kind != "slurm":
+        return None
+    text = os.fspath(store)
+    if "://" in text:
+        return None
+    if not os.path.isabs(text):
+        return (f"store {text} is a relative path; SLURM workers resolve it from the submission "
+                f"directory, which must be on a file system every node sees ({os.path.abspath(text)})")
+    real = os.path.realpath(text)
+    top = next((p for p in SHARED_WARNING_PREFIXES if real == p or real.startswith(p + "/")), None)
+    if top:
+        return (f"store {text} is under {top}, usually local to each node; SLURM workers write "
+                "the store directly, so put it on "
+                "a shared file system (home, project or scratch)")
+    return None
+
+
+# --- connecting ---------------------------------------------------------------------------------
+
+def _security(tls: bool):
+    if not tls:
+        return None
+    from distributed.security import Security
+
+    # DESIGN CHOICE: temporary self-signed certificates live in memory for the scheduler and the
+    # client; dask-jobqueue writes the worker copies to `shared_temp_directory` for the jobs and
+    # deletes them when the cluster closes.
+    try:
+        return Security.temporary()
+    except ImportError:
+        raise InputError("TLS (the cluster profile's tls: true, or --tls) needs the cryptography "
+                         "package: pip install cryptography") from None
+
+
+def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | None = None,
+           dashboard: bool = False, in_process_safe: bool = False, fit_timeout=None,
+           gil_share: float = 1.0) -> tuple[str, str]:
+    """Where a run fits: ``(profile, reason)``; only ``None`` / ``"auto"`` is a choice.
+
+    DESIGN CHOICE: a learner's own ``fit`` may crash its process (a segfault, ``os._exit``, the
+    OOM killer) or never end, so ``auto`` fits learners only in worker processes (``local``,
+    distributed's nannies restart a dead worker; :mod:`cvflow.execution.loop` records the culprit
+    fits). Only a study that runs nothing but cvflow's own path kernels (``in_process_safe``,
+    :func:`cvflow.fitting.block.only_paths`) and sets no ``fit_timeout`` may stay in this process
+    (``threads``, no process to start): when processes would not save more than they cost to
+    start (config ``cvflow.cluster.auto.process_start_seconds``). ``seconds`` is the timed
+    estimate of the study's remaining fits on one thread, of which ``gil_share`` hold the GIL.
+    Anything the user named (``local``, ``threads``, ``slurm``, a file, an address) is used as given.
+
+    >>> choose("auto", seconds=0.01, workers=2, in_process_safe=True)[0]
+    'threads'
+    >>> choose("auto", seconds=0.01, workers=2)[0]
+    'local'
+    >>> choose("auto", seconds=600.0, workers=2, in_process_safe=True)[0]
+    'local'
+    """
+    name = resolve(cluster)
+    if name != AUTO:
+        name = REMOVED.get(name, name)
+        return name, f"{name} (as asked)"
+    auto = config.get("cvflow.cluster.auto", default={}) or {}
+    local_start = float(auto.get("process_start_seconds", 2.0))
+    n = workers or load_profile("local").get("workers") or os.cpu_count() or 1
+    saved = seconds * gil_share * (1 - 1 / n)
+    fit = f"~{seconds:.2g} s of fitting" + ("" if gil_share >= 1 else
+                                            f", {gil_share:.0%} of it holding the GIL")
+    if not in_process_safe:
+        return "local", (f"local: {n} worker processes ({fit}; the learners' own fit code runs "
+                         "there: a fit that crashes its process or runs past fit_timeout costs "
+                         "only itself; --cluster threads to stay in this process)")
+    if fit_timeout:
+        return "local", (f"local: {n} worker processes ({fit}; execution.fit_timeout needs "
+                         "processes: a fit in a thread cannot be stopped)")
+    if n > 1 and saved > local_start:
+        return "local", (f"local: {n} worker processes ({fit}; processes save up to "
+                         f"{saved:.2g} s, more than their {local_start:g} s start; "
+                         "--cluster threads to stay in this process)")
+    return "threads", (f"threads: Dask's scheduler in this process ({fit} in cvflow's own path "
+                       f"kernels; worker processes would save at most {saved:.2g} s; "
+                       "--cluster local forces them)")
+
+
+@contextlib.contextmanager
+def clean_main() -> Iterator[None]:
+    """While it is open, ``__main__`` is an empty module, so process workers started (or
+    restarted) meanwhile do not re-run the caller's script."""
+    # DESIGN CHOICE: multiprocessing's spawn, distributed's start method, re-runs the caller's
+    # __main__ in every new worker process: a script without an `if __name__ == "__main__":`
+    # guard would start a cluster inside each worker ("Nanny failed to start"), and `python -`
+    # fails on the file "<stdin>". Workers never need the script: task bodies are module-level
+    # cvflow functions, and distributed ships objects defined in __main__ by value
+    # (cloudpickle). So for the lifetime of cvflow's process cluster, __main__ is swapped for
+    # an empty module and restored afterwards. fork would avoid the re-run but is unsafe with
+    # the client's threads; forkserver re-runs __main__ as spawn does.
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+def _threads(prof: dict):
+    from distributed import LocalCluster
+
+    host = prof.get("host") or "127.0.0.1"
+    port = prof.get("dashboard_port")
+    # DESIGN CHOICE: a real scheduler in this process (threads, no worker processes), started in
+    # ~50 ms: the engine submits the same tasks and writes the same store as on process workers,
+    # and a dashboard is served when a port is asked for. Scheduler, worker and client talk
+    # in memory (inproc://), so `tls` has nothing to protect and is ignored.
+    # The scheduler's HTTP server (health, metrics) listens anyway: on loopback, any free port.
+    return LocalCluster(
+        n_workers=1, threads_per_worker=int(prof.get("workers") or os.cpu_count() or 1),
+        processes=False, dashboard_address=f"{host}:{0 if port is None else port}",
+        scheduler_kwargs={"dashboard": port is not None}, silence_logs=logging.CRITICAL,
+    )
+
+
+def serves_dashboard(cluster: str | os.PathLike | None, dashboard_port: int | None = None,
+                     options=None) -> bool:
+    """Whether connecting to ``cluster`` gives a dashboard (a port given or in its profile)."""
+    name = resolve(cluster)
+    if dashboard_port is not None or ADDRESS.match(name):
+        return True
+    return load_profile(name, options=options).get("dashboard_port") is not None
+
+
+def quiet_options(options, seconds: float, workers: int | None) -> dict:
+    """``options`` with the dashboard off for a short study ``auto`` sent to ``local``: its
+    web server and plotting library cost more than such a study takes (config
+    ``cvflow.cluster.auto.dashboard_after_seconds`` of fitting per worker)."""
+    auto = config.get("cvflow.cluster.auto", default={}) or {}
+    n = workers or load_profile("local").get("workers") or os.cpu_count() or 1
+    out = parse_options(options)
+    if seconds / n < float(auto.get("dashboard_after_seconds", 30.0)):
+        out.setdefault("dashboard_port", None)
+    return out
+
+
+def replace_lost_workers(client, connected: dict | None = None) -> int:
+    """Start new workers in place of those of a cluster this process started (a
+    ``SpecCluster``: local, SLURM) whose nanny or job closed for good; their number.
+
+    A nanny restarts a worker that died, but gives up when the new one fails to start (under
+    heavy load its start can time out): the run would then wait for workers that never come.
+    """
+    from distributed.core import Status
+
+    cluster = getattr(client, "cluster", None)
+    spec = getattr(cluster, "worker_spec", None)
+    if cluster is None or not isinstance(spec, dict):
+        return 0
+    if connected is None:             # the scheduler's workers, unless the caller just read them
+        connected = client.scheduler_info().get("workers", {})
+    names = {w.get("name") for w in connected.values()}
+    # a nanny that closed, or one whose worker is not connected (a worker that died while its
+    # nanny was still starting it is never restarted: the nanny waits on it for ever)
+    lost = [name for name, w in list(cluster.workers.items())
+            if getattr(w, "status", None) in (Status.closed, Status.failed)
+            or name not in names]
+    for name in lost:                  # forgotten: SpecCluster opens new ones (names reused)
+        spec.pop(name, None)
+        old = cluster.workers.pop(name, None)
+        if old is not None and getattr(old, "status", None) not in (Status.closed, Status.failed):
+            cluster.loop.add_callback(old.close)       # in the background: it may be stuck
+    if lost:
+        cluster.scale(len(spec) + len(lost))
+    return len(lost)
+
+
+def _local(prof: dict):
+    from distributed import LocalCluster
+
+    security = _security(bool(prof.get("tls")))
+    host = prof.get("host") or "127.0.0.1"
+    port = prof.get("dashboard_port")
+    n = prof.get("workers") or os.cpu_count() or 1
+    return LocalCluster(
+        n_workers=n, threads_per_worker=int(prof.get("threads_per_worker") or 1), processes=True,
+        host=host, dashboard_address=None if port is None else f"{host}:{port}",
+        # no dashboard: the scheduler's HTTP server (health, metrics) still starts, on 8787
+        # unless told; a free port, so that two runs never contend for it
+        scheduler_kwargs=None if port is not None else {"dashboard_address": f"{host}:0"},
+        memory_limit=prof.get("memory_limit", "auto"),
+        security=security, protocol="tls://" if security else None,
+        silence_logs=logging.CRITICAL,
+    )
+
+
+def slurm_kwargs(prof: dict) -> dict:
+    """Keyword arguments of ``dask_jobqueue.SLURMCluster`` for a resolved slurm profile."""
+    jq = {k: v for k, v in dict(prof.get("jobqueue") or {}).items()}
+    for key in ("log_directory", "local_directory", "shared_temp_directory"):
+        if jq.get(key):
+            jq[key] = os.path.expanduser(os.path.expandvars(str(jq[key])))
+    host, port = prof.get("host"), prof.get("dashboard_port")
+    worker_args = [str(a) for a in (jq.pop("worker_extra_args", None) or [])]
+    scheduler = dict(jq.pop("scheduler_options", None) or {})
+    if host:
+        scheduler.setdefault("host", host)
+        worker_args += ["--host", str(host)]
+    if port is not None:
+        scheduler.setdefault("dashboard_address", f"{host or ''}:{port}")
+    if prof.get("lifetime"):
+        worker_args += ["--lifetime", str(prof["lifetime"])]
+        if prof.get("lifetime_stagger"):
+            worker_args += ["--lifetime-stagger", str(prof["lifetime_stagger"])]
+    if prof.get("interface"):
+        jq["interface"] = prof["interface"]
+    jq["scheduler_options"] = scheduler
+    jq["worker_extra_args"] = worker_args
+    return jq
+
+
+def _slurm(prof: dict):
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError:
+        raise InputError("--cluster slurm needs dask-jobqueue: pip install 'cvflow[slurm]'") from None
+    kwargs = slurm_kwargs(prof)
+    for key in ("log_directory", "shared_temp_directory"):
+        if kwargs.get(key):
+            Path(kwargs[key]).mkdir(parents=True, exist_ok=True, mode=0o700)
+    security = _security(bool(prof.get("tls")))
+    try:
+        cluster = SLURMCluster(**kwargs, security=security, silence_logs=logging.CRITICAL)
+    except TypeError as err:
+        raise InputError(f"{prof.get('name')}: jobqueue: {err}") from None
+    adaptive = prof.get("adaptive")
+    if adaptive:
+        cluster.adapt(minimum_jobs=adaptive.get("minimum", 0), maximum_jobs=adaptive.get("maximum", 1))
+    else:
+        cluster.scale(jobs=prof.get("workers") or 1)
+    return cluster
+
+
+@contextlib.contextmanager
+def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = None,
+            dashboard_port: int | None = None, tls: bool | None = None,
+            options: Sequence[str] | Mapping | None = None,
+            store: str | os.PathLike | None = None) -> Iterator[distributed.Client]:
+    """Yield a ``distributed.Client``; closes (and cancels the jobs of) what it started on exit.
+
+    Parameters
+    ----------
+    cluster
+        ``None`` (config ``cvflow.cluster.default``; ``"auto"`` connects to ``"local"`` here,
+        a run decides between it and ``"threads"`` with :func:`choose`), a profile name
+        (``"local"``, ``"threads"``, ``"slurm"``), a profile YAML file, or a scheduler address
+        (``tcp://host:port``, ``tls://...``) to connect to a running scheduler.
+    workers
+        Number of workers (local) or SLURM jobs (slurm; turns adaptive scaling off).
+    dashboard_port
+        Dashboard port; 0 picks a free one. The URL is ``client.dashboard_link``.
+    tls
+        Dask TLS with temporary certificates between scheduler, workers and client.
+    options
+        Profile overrides, ``["jobqueue.queue=gpu", "adaptive.maximum=8"]`` or a dict.
+    store
+        The store path, only to warn when a SLURM run's store looks node-local.
+
+    The local profile binds the scheduler, workers and dashboard to 127.0.0.1 with process
+    workers of one thread each, started without re-running the caller's ``__main__``
+    (:func:`clean_main`); the threads profile runs a scheduler in this process.
+    """
+    from distributed import Client
+
+    from .sizing import one_blas_thread
+
+    if cluster is not None and ADDRESS.match(os.fspath(cluster)):
+        # TLS to a running scheduler uses the certificates of the Dask config
+        # (distributed.comm.tls); temporary ones could not match the scheduler's.
+        with Client(os.fspath(cluster)) as client:
+            yield client
+        return
+    overrides = parse_options(options)
+    for key, value in (("workers", workers), ("dashboard_port", dashboard_port), ("tls", tls)):
+        if value is not None:
+            overrides[key] = value
+    prof = load_profile(cluster, options=overrides)
+    if workers is not None and prof["kind"] == "slurm":
+        prof["adaptive"] = None  # an explicit number of jobs turns adaptive scaling off
+    warning = store_warning(store, prof["kind"])
+    if warning:
+        log.warning(warning)
+    kind = prof["kind"]
+    with contextlib.ExitStack() as stack:
+        # DESIGN CHOICE: a task whose worker died is retried once on another worker, then the
+        # loop splits its block into single fits (cvflow.execution.loop): a fit that kills its process
+        # costs two worker restarts, not Dask's default four. Read when the scheduler starts.
+        # A worker holds only the task it runs (worker-saturation 1): a worker that dies (a fit
+        # that ends its process, a time limit) takes no queued innocent task down with it.
+        stack.enter_context(dask.config.set({
+            "distributed.scheduler.allowed-failures":
+                config.get("cvflow.execution.allowed-failures", default=1),
+            "distributed.scheduler.worker-saturation": 1.0}))
+        if kind == "local":
+            stack.enter_context(clean_main())
+        elif kind == "threads":
+            stack.enter_context(one_blas_thread())
+            # an in-process scheduler's address names no host: link to where the dashboard listens
+            stack.enter_context(dask.config.set({"distributed.dashboard.link":
+                                                 f"http://{prof.get('host') or '127.0.0.1'}:{{port}}/status"}))
+        started = stack.enter_context({"local": _local, "threads": _threads, "slurm": _slurm}[kind](prof))
+        client = stack.enter_context(Client(started))
+        log.info("cluster %s (%s): dashboard %s", prof["name"], kind,
+                 client.dashboard_link or None)
+        yield client

@@ -1,0 +1,236 @@
+"""Block sizing: how many (param x split) fits one Dask task does.
+
+A Dask task costs ~1.5-2 ms on a small machine and a block also pays one store write, while a
+small linear fit takes well under a millisecond: one fit per task wastes most of the machine.
+:func:`estimate_seconds_per_fit` times a few real blocks on the client (path-aware learners
+included, so a ridge path is charged what it costs per alpha, not per SVD) and
+:func:`choose_chunks` turns that into the chunk shape of ``pred`` (one chunk = one task).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+# DESIGN CHOICE: aim for tasks of ~0.3 s: the ~2 ms task cost and the ~5-10 ms store write are
+# then a few percent, while a study still splits into enough tasks to keep every worker busy.
+TARGET_TASK_SECONDS = 0.3
+# COST: CPU seconds of Dask's scheduler per task (measured by benchmarks/bench_scale.py: ~1 ms
+# here). With many workers the tasks grow so that the scheduler stays at most half busy:
+# n_workers / task seconds * this <= 0.5. At 1,000 workers tasks of 0.3 s would ask it for 3.3
+# CPU seconds each second (the first bottleneck of the scaling model in README); they become 2 s.
+SCHEDULER_SECONDS_PER_TASK = 1e-3
+# DESIGN CHOICE: at least this many tasks per worker when the study is small, so that the last
+# task to finish (the tail) is a small part of the wall time; but never tasks under
+# MIN_TASK_SECONDS, where the per-task costs would dominate again.
+MIN_TASKS_PER_WORKER = 8
+MIN_TASK_SECONDS = 0.05
+# DESIGN CHOICE: a block's predictions travel once from the fit to the store inside the task;
+# cap them so a worker never holds more than this for one block.
+MAX_BLOCK_BYTES = 64 * 2**20
+
+
+def _even(total: int, at_most: int) -> int:
+    """The smallest chunk <= ``at_most`` giving the same number of chunks (balanced blocks)."""
+    at_most = max(1, min(total, at_most))
+    n_chunks = math.ceil(total / at_most)
+    return math.ceil(total / n_chunks)
+
+
+def choose_chunks(n_params: int, n_splits: int, *, seconds_per_fit: float, n_workers: int = 2,
+                  fits_per_task: int | None = None, n_samples: int | None = None,
+                  itemsize: int = 8, target_seconds: float | None = None,
+                  path_length: int = 1) -> tuple[int, int]:
+    """Chunk shape (params, splits) of a block.
+
+    Parameters
+    ----------
+    n_params, n_splits : int
+        The cube's sizes.
+    seconds_per_fit : float
+        Measured seconds per fit (see :func:`estimate_seconds_per_fit`).
+    n_workers : int
+        Worker threads of the cluster; small studies get at least ``MIN_TASKS_PER_WORKER``
+        tasks per worker.
+    fits_per_task : int, optional
+        Manual override of the timing-based size (``execution.fits_per_task``).
+    n_samples, itemsize : int, optional
+        Samples per prediction and bytes per value; cap a block at ``MAX_BLOCK_BYTES``.
+    target_seconds : float, optional
+        Work per task; default ``TARGET_TASK_SECONDS``.
+    path_length : int
+        Params fitted as one path per training set (:func:`cvflow.fitting.paths.plan`): blocks hold
+        whole multiples of it whenever that fits ``MAX_BLOCK_BYTES``, so no path is cut.
+
+    Blocks span whole param rows first (path-aware learners fit a grid per training set in
+    one go), then several splits; both sides are balanced so the last block is not a sliver.
+
+    >>> choose_chunks(20, 16, seconds_per_fit=0.0005, n_workers=2)
+    (20, 4)
+    >>> choose_chunks(100, 16, seconds_per_fit=1.0, fits_per_task=10)
+    (10, 1)
+    >>> choose_chunks(100, 6, seconds_per_fit=0.0006, n_workers=2, path_length=100)
+    (100, 1)
+    """
+    total = n_params * n_splits
+    target = TARGET_TASK_SECONDS if target_seconds is None else target_seconds
+    target = max(target, 2 * max(n_workers, 1) * SCHEDULER_SECONDS_PER_TASK)
+    if fits_per_task is None:
+        per_fit = max(seconds_per_fit, 1e-6)
+        fits_target = max(1, int(target / per_fit))
+        fits_balance = math.ceil(total / (MIN_TASKS_PER_WORKER * max(n_workers, 1)))
+        fits_floor = max(1, int(MIN_TASK_SECONDS / per_fit))
+        fits = min(fits_target, max(fits_balance, fits_floor))
+    else:
+        fits = max(1, int(fits_per_task))
+    cap = MAX_BLOCK_BYTES // (n_samples * itemsize) if n_samples else total
+    fits = max(1, min(fits, cap))
+    path_length = min(path_length, n_params)
+    if 1 < path_length <= cap:
+        # DESIGN CHOICE: a path costs little more than its first fit (one SVD, warm starts):
+        # cutting it would pay that first fit once per piece.
+        bp = path_length * max(1, min(fits, n_params) // path_length)
+        bs = _even(n_splits, max(1, fits // bp))
+        return bp, bs
+    bp = _even(n_params, fits)
+    bs = _even(n_splits, max(1, fits // bp))
+    return bp, bs
+
+
+def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=None,
+                             path_aware: bool = True, budget: float = 0.02) -> float:
+    """Seconds per fit as a block fits them, timed on the client with one BLAS thread.
+
+    For each learner, fits growing samples of its params (1, 2, 4, ... params spread evenly
+    over its grid) on one training set until the learner's share of ``budget`` is spent; the
+    per-fit time of the largest sample is that learner's estimate. A path-aware learner
+    (:mod:`cvflow.fitting.paths`) whose kernel has a ``PATH_COST`` is not timed at all: it is charged
+    that cost for the training set's size; another path-aware learner is timed on one whole
+    path group, fitted as blocks fit it, so each param is charged its share of one path.
+    Returns the param-count weighted mean over learners.
+    """
+    from ..fitting.trial import trial_running
+    from ..fitting.block import fit_block
+
+    # DESIGN CHOICE: the estimate only sizes blocks (a factor of ~2 changes little, see
+    # choose_chunks) while the workers wait for it: a small budget (20 ms), and samples spread
+    # over the grid, not its first params (often the cheapest: depth 1, the largest penalty).
+    def sample(group: list, k: int) -> list:
+        picks = np.unique(np.linspace(0, len(group) - 1, k).round().astype(int))
+        return [group[i] for i in picks]
+
+    by_learner: dict[str, list] = {}
+    for p in params:
+        by_learner.setdefault(p.learner, []).append(p)
+    share = budget / max(len(by_learner), 1)
+    total, count = 0.0, 0
+    train = np.asarray(train, dtype=bool)[None, :]
+    n_train = int(train.sum())
+    if path_aware:
+        for name, group in list(by_learner.items()):
+            cost = _path_cost(group, n_train * X.shape[1])
+            if cost is not None:
+                total += cost * len(group)
+                count += len(group)
+                del by_learner[name]
+    paths = {name: _first_path(group) if path_aware else [] for name, group in by_learner.items()}
+    with trial_running():                  # not the study's fits (see cvflow.fitting.trial.in_trial)
+        for group in by_learner.values():  # warm-up: imports (and their libraries), caches
+            fit_block(group[:1], X, y, train, params_slice=slice(0, 1),
+                      splits_slice=slice(0, 1), positive=positive, path_aware=path_aware)
+    with one_blas_thread() if by_learner else contextlib.nullcontext(), trial_running():
+        for name, group in by_learner.items():
+            path = paths[name]
+            spent, k = 0.0, 1
+            while True:
+                fits = path or sample(group, k)
+                t0 = time.perf_counter()
+                fit_block(fits, X, y, train, params_slice=slice(0, len(fits)),
+                          splits_slice=slice(0, 1), positive=positive, path_aware=path_aware)
+                elapsed = time.perf_counter() - t0
+                spent += elapsed
+                per_fit = elapsed / len(fits)
+                if path or k >= len(group) or spent + 2 * elapsed > share:
+                    break
+                k = min(2 * k, len(group))
+            total += per_fit * len(group)
+            count += len(group)
+    seconds = total / max(count, 1)
+    log.debug("estimated %.3g s per fit", seconds)
+    return seconds
+
+
+# DESIGN CHOICE: timing a path costs one of the study's own path fits on the client while the
+# workers wait (a sixth of a 5-fold study's work, before any task starts; 0.4-0.8 s of a 2 s
+# lasso study at n = 20000, p = 500). Path learners are charged by size instead, at any size:
+# (seconds per fit, seconds per training value per fit) of their kernel (at n 16000 x p 500 a
+# lasso fit is charged 4.8 ms, measured 3.5 ms). The estimate only sizes blocks and picks threads over processes, so
+# these are round upper figures measured on this 2-core VM: ~1e-8 s per value is what a
+# 20-alpha ridge path costs per alpha (one SVD shared by fewer alphas; 1.2e-9 for 100); a
+# lasso / elastic-net path on the Gram matrix costs ~3e-5 s plus ~5e-10 per value and alpha
+# (100 alphas, n 500-5000, p 50-200: 0.04-0.31 ms a fit, quiet); an lbfgs logistic fit (from scratch) pays ~2 ms of
+# scikit-learn's per-fit checks plus ~1e-7 s per value (its iterations vary with C and the
+# data, hence the margin).
+PATH_COST = {"ridge": (0.0, 1e-8), "ridge_classifier": (0.0, 1e-8), "lasso": (3e-5, 6e-10),
+             "enet": (3e-5, 6e-10), "logistic": (2e-3, 1e-7)}
+# Path kernels whose work is BLAS/LAPACK (an SVD, products), which releases the GIL: threads of
+# one process fit them in parallel, so worker processes save nothing on them (measured on 2
+# cores: a 100-alpha ridge study, 6 paths, 362 ms on threads, 468 ms on forked workers).
+THREAD_PARALLEL = {"ridge", "ridge_classifier"}
+
+
+def _path_cost(group: list, values: int) -> float | None:
+    """Charged seconds per fit when every param of the learner is fitted in a path kernel
+    (:func:`cvflow.fitting.paths.plan`) of ``PATH_COST``, for ``values`` training values; else None."""
+    from ..fitting.paths import plan
+
+    kernels = {g.kernel for g in plan(group)}
+    if not kernels or not kernels <= PATH_COST.keys():
+        return None
+    return max(PATH_COST[k][0] + PATH_COST[k][1] * values for k in kernels)   # type: ignore[index]
+
+
+def gil_share(params: list, path_aware: bool = True) -> float:
+    """The share of ``params`` whose fits hold the GIL: all but those fitted in a
+    ``THREAD_PARALLEL`` path kernel (:func:`cvflow.fitting.paths.plan`)."""
+    from ..fitting.paths import plan
+
+    if not params or not path_aware:
+        return 1.0
+    free = sum(len(g.index) for g in plan(params) if g.kernel in THREAD_PARALLEL)
+    return 1.0 - free / len(params)
+
+
+def _first_path(group: list) -> list:
+    """The params of the first path group (:func:`cvflow.fitting.paths.plan`) of a learner, or []."""
+    from ..fitting.paths import plan
+
+    found = next((g for g in plan(group) if g.kernel is not None), None)
+    return [] if found is None else [group[h] for h in found.index]
+
+
+_CONTROLLER = None
+
+
+@contextlib.contextmanager
+def one_blas_thread():
+    """One BLAS/OpenMP thread, as distributed gives process workers (OMP_NUM_THREADS=1 etc.);
+    used by the timing and by in-process (threads) runs."""
+    # DESIGN CHOICE: threadpoolctl scans the loaded libraries each time (~3 ms, a tenth of the
+    # timing budget): scan once per process and reuse the controller. A BLAS/OpenMP library
+    # first loaded later is not limited; the timing is a rough estimate anyway.
+    global _CONTROLLER
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        yield
+        return
+    if _CONTROLLER is None:
+        _CONTROLLER = ThreadpoolController()
+    with _CONTROLLER.limit(limits=1):
+        yield

@@ -1,0 +1,325 @@
+"""The task bodies that run on Dask workers: fit a block, write its region of ``pred``, return a
+small record; fit one cell of a block that killed its workers. Nothing here runs on the client.
+
+Every body gets a :class:`TaskContext`: the store, the run lock's token (a task writes only while
+its run still holds the lock: *fencing*), and the run's per-fit time limit. A fit past the limit
+stops its worker process (the only way to stop a fit in compiled code): the worker's watch
+records the fit at the scheduler first, so the retried task, or the client, records it failed
+("timed out after N s") instead of fitting it again.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..store import cube as cube_store
+from ..errors import LockLostError, StoreError
+from ..fitting.block import BlockResult, fit_block
+from ..fitting.isolated import fit_cells, timeout_message
+from ..fitting.learners import Param
+
+log = logging.getLogger(__name__)
+
+# a block task waits at most this long, once fitted, for the client to create a new store
+STORE_READY_TIMEOUT = 600
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What every task of one run shares (small: sent with each task)."""
+
+    store: str
+    run_id: str                      # names the run's scheduler metadata and store event
+    token: str | None = None         # the run lock's token; None: no fencing (no lock held)
+    fit_timeout: float | None = None  # seconds; None: no limit
+    client_pid: int = 0              # a fit in the client's own process is never killed
+    ready: str | None = None         # the distributed.Event set once the store is created
+
+    def timeouts_key(self, task: str) -> list[str]:
+        """The scheduler metadata key of the fits of ``task`` that ran out of time."""
+        return ["cvflow", self.run_id, "timed-out", task]
+
+
+
+
+def _value(value):
+    """Task body holding the data (recomputable, unlike scattered data)."""
+    return value
+
+
+# --- the time limit ------------------------------------------------------------------------------
+
+class _Watch:
+    """One thread per worker process that stops the process when a fit outlives its deadline.
+
+    DESIGN CHOICE: a Python thread cannot be interrupted inside compiled code (libsvm, a BLAS
+    call), so a fit over its limit ends its worker process; the nanny starts a new one and the
+    scheduler retries the task, which skips the cells recorded here. The record goes to the
+    scheduler (``Client.set_metadata``) before the process ends, so it survives it.
+    Tested by tests/test_fresh_process.py (a fit that sleeps forever).
+    """
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.current: dict[int, tuple] = {}   # thread -> (deadline, ctx, task, cells, client)
+        self.thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def fit(self, ctx: TaskContext, task: str, cells: list, client):
+        seconds = ctx.fit_timeout * len(cells)       # a path group: its cells' limits together
+        me = threading.get_ident()
+        with self.cond:
+            self.current[me] = (time.monotonic() + seconds, ctx, task, cells, client)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, daemon=True,
+                                               name="cvflow-fit-timeout")
+                self.thread.start()
+            self.cond.notify()
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.current.pop(me, None)
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                now = time.monotonic()
+                late = [self.current.pop(k) for k, v in list(self.current.items()) if v[0] <= now]
+                if not late:
+                    wait = min((v[0] for v in self.current.values()), default=now + 3600) - now
+                    self.cond.wait(max(wait, 0.01))
+                    continue
+            for _, ctx, task, cells, client in late:
+                _stop_late_fit(ctx, task, cells, client)
+
+
+def _stop_late_fit(ctx: TaskContext, task: str, cells: list, client) -> None:
+    """Record ``cells`` of ``task`` as timed out at the scheduler, then end this process."""
+    key = ctx.timeouts_key(task)
+    try:
+        known = client.get_metadata(key, default=[])
+        client.set_metadata(key, sorted({tuple(c) for c in known} | {tuple(c) for c in cells}))
+    except Exception as exc:  # noqa: BLE001 - the process ends all the same
+        log.error("could not record the timed-out fits %s of %s: %s", cells, task, exc)
+    log.error("fits %s of %s ran past execution.fit_timeout (%g s); stopping this worker process",
+              cells, task, ctx.fit_timeout)
+    if os.getpid() == ctx.client_pid:     # never the client (the threads route refuses limits)
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+_WATCH = _Watch()
+
+
+def _worker_task() -> tuple[object, str]:
+    """This worker's client (for the scheduler metadata) and the running task's key."""
+    from distributed import get_client, get_worker
+
+    return get_client(), str(get_worker().get_current_task())
+
+
+def _timed_out(ctx: TaskContext):
+    """(cells recorded as timed out for this task, a watch for its fits), or (set(), None)
+    without a time limit."""
+    if not ctx.fit_timeout:
+        return set(), None
+    client, task = _worker_task()
+    done = {tuple(c) for c in client.get_metadata(ctx.timeouts_key(task), default=[])}
+    return done, (lambda cells: _WATCH.fit(ctx, task, cells, client))
+
+
+# --- fencing -------------------------------------------------------------------------------------
+
+def check_fence(ctx: TaskContext) -> None:
+    """LockLostError unless the run that sent this task still holds the store's run lock."""
+    if ctx.token is None:
+        return
+    from ..store.lock import read_lock
+
+    record = read_lock(ctx.store)
+    if not record or record.get("token") != ctx.token:
+        raise LockLostError(f"store: {ctx.store}: this run no longer holds the run lock "
+                            f"({'another run took it' if record else 'the lock is gone'}); "
+                            "its blocks are not written")
+
+
+def _wait_ready(ctx: TaskContext) -> None:
+    """Wait for the client's word that it created the store; StoreError if that failed or took
+    more than ``STORE_READY_TIMEOUT`` seconds."""
+    from distributed import Event
+
+    if not (Event(ctx.ready).wait(timeout=STORE_READY_TIMEOUT) and cube_store.is_store(ctx.store)):
+        raise StoreError(f"store: {ctx.store} was not created (or not within "
+                         f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
+
+
+# --- the bodies ----------------------------------------------------------------------------------
+
+def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
+              params_slice: slice, splits_slice: slice, positive, path_aware: bool = True,
+              todo: np.ndarray | None = None, sample_weight=None, scorer=None,
+              isolated: bool = False) -> dict:
+    """Fit one block, write its region, return a small summary record.
+
+    ``todo`` (params, splits) marks the cells to fit in a block shared with stored fits of an
+    extended study; None fits the whole block. ``scorer`` adds two loss sums per fit
+    (``terms``) for the live page, or the error it raised (``terms_error``: the block is
+    recorded all the same). Cells recorded as timed out by an earlier attempt of this task are
+    recorded failed, not fitted again. ``isolated``: every fit in a child process
+    (:mod:`cvflow.fitting.isolated`), for a block that killed its workers.
+    """
+    t0 = time.perf_counter()
+    late, watch = _timed_out(ctx)
+    attempted = todo                 # the cells this run fits, the timed-out ones included
+    if late:
+        todo = np.ones((len(params), train.shape[0]), bool) if todo is None else todo.copy()
+        for h, s in late:
+            todo[h, s] = False
+    if isolated:
+        result = _fit_isolated(ctx, params, X, y, train, params_slice, splits_slice, positive,
+                               todo, sample_weight)
+    elif todo is None:
+        result = fit_block(params, X, y, train, params_slice=params_slice,
+                           splits_slice=splits_slice, positive=positive,
+                           path_aware=path_aware, sample_weight=sample_weight, watch=watch)
+    else:                 # the stored cells are read: the store must exist
+        if ctx.ready is not None:
+            _wait_ready(ctx)
+        result = fit_missing(ctx.store, params, X, y, train, params_slice, splits_slice, positive,
+                             path_aware, todo, sample_weight, watch)
+    for h, s in late:
+        result.pred[h, s] = np.nan
+        result.failed[h, s], result.error[h, s] = True, timeout_message(ctx.fit_timeout)
+        result.fit_seconds[h, s] = ctx.fit_timeout
+    if ctx.ready is not None:
+        _wait_ready(ctx)
+    check_fence(ctx)
+    cube_store.write_pred(ctx.store, result)
+    result.fitted = attempted
+    summary = summarize(result, attempted)
+    if scorer is not None:              # the live page's numbers: never a reason to fail a block
+        try:
+            summary["terms"] = scorer(result.pred, y, train, params)
+        except Exception as exc:  # noqa: BLE001 - the block is written; the client warns once
+            summary["terms_error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+    summary["task_seconds"] = time.perf_counter() - t0
+    return summary
+
+
+def _fit_isolated(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
+                  params_slice: slice, splits_slice: slice, positive, todo: np.ndarray | None,
+                  sample_weight) -> BlockResult:
+    """The block's cells ``todo`` fitted one by one in child processes; stored cells kept."""
+    from ..fitting.learners import pred_shape
+
+    shape = (len(params), train.shape[0])
+    if todo is None:
+        result = BlockResult(params_slice, splits_slice,
+                             np.full(shape + pred_shape(X, positive), np.nan),
+                             np.zeros(shape, bool), np.full(shape, "", dtype=object),
+                             np.zeros(shape))
+    else:                 # the stored cells are read: the store must exist
+        if ctx.ready is not None:
+            _wait_ready(ctx)
+        stored = cube_store.read_block(ctx.store, params_slice, splits_slice)
+        result = BlockResult(params_slice, splits_slice, stored["pred"], stored["failed"],
+                             stored["error"], stored["fit_seconds"])
+    cells = [(int(h), int(s)) for h, s in np.argwhere(np.ones(shape, bool) if todo is None else todo)]
+    fitted = fit_cells(params, X, y, train, cells, positive=positive, sample_weight=sample_weight,
+                       timeout=ctx.fit_timeout, memory_limit=_worker_memory_limit())
+    for (h, s), (pred, seconds, error) in fitted.items():
+        result.pred[h, s], result.fit_seconds[h, s], result.error[h, s] = pred, seconds, error
+        result.failed[h, s] = bool(error)
+    return result
+
+
+def _worker_memory_limit() -> int | None:
+    """The memory limit in bytes of the Dask worker running this task, or None."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().memory_manager.memory_limit or None
+    except (ImportError, ValueError, AttributeError):
+        return None
+
+
+def time_fits(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray, positive,
+              path_aware: bool) -> float:
+    """Seconds per fit as blocks fit them (:func:`cvflow.execution.sizing.estimate_seconds_per_fit`),
+    timed on a worker: a learner's own fit code never runs on the client. Under the run's
+    time limit (all of it for the whole timing)."""
+    from .sizing import estimate_seconds_per_fit
+
+    _, watch = _timed_out(ctx)
+    with (watch or (lambda cells: contextlib.nullcontext()))([(0, 0)]):
+        return estimate_seconds_per_fit(params, X, y, train, positive=positive,
+                                        path_aware=path_aware)
+
+
+def trial_fits(workflow, data, where: str) -> tuple[list[tuple[type, str]], list[str]]:
+    """The pre-run check (:func:`cvflow.fitting.trial.check_learners`) on a worker: a learner's own fit
+    code never runs on the client. Raises its InputError; returns the warnings it gave, as
+    (category, message), and the warnings it logged."""
+    import warnings
+
+    from ..fitting.trial import check_learners
+
+    said: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = said.append                            # type: ignore[method-assign]
+    checks_log = logging.getLogger("cvflow.fitting.trial")
+    checks_log.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            check_learners(workflow, data, where)
+    finally:
+        checks_log.removeHandler(handler)
+    return [(w.category, str(w.message)) for w in caught], [r.getMessage() for r in said]
+
+
+def summarize(result: BlockResult, todo: np.ndarray | None) -> dict:
+    """The small record of a written block: its status and counts of the fits done now."""
+    summary = result.summary()
+    summary["status"] = result.without_pred()       # the client records it (write_status)
+    fitted = np.ones(result.failed.shape, dtype=bool) if todo is None else todo
+    summary.update(fits=int(fitted.sum()), failed=int(result.failed[fitted].sum()),
+                   seconds=float(np.nansum(result.fit_seconds[fitted])))
+    summary["errors"] = sorted({str(e) for e in result.error[fitted] if e})
+    return summary
+
+
+def fit_missing(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
+                splits_slice: slice, positive, path_aware: bool, todo: np.ndarray,
+                sample_weight=None, watch=None) -> BlockResult:
+    """Fit only the cells ``todo`` (params, splits) of a block; keep the stored ones.
+
+    The stored cells of the block's chunk are read and returned unchanged, so the caller
+    writes the whole chunk-aligned block (one writer per chunk) with the old bytes intact.
+    Params needing the same splits are fitted together (path-aware groups stay intact).
+    """
+    stored = cube_store.read_block(store, params_slice, splits_slice)
+    patterns: dict[tuple, list[int]] = {}
+    for h in range(todo.shape[0]):
+        cols = tuple(np.flatnonzero(todo[h]).tolist())
+        if cols:
+            patterns.setdefault(cols, []).append(h)
+    for cols, rows in patterns.items():
+        c, r = list(cols), list(rows)
+        inner = None if watch is None else (lambda cells: watch([(r[h], c[s]) for h, s in cells]))
+        res = fit_block([params[h] for h in r], X, y, train[c], params_slice=slice(0, len(r)),
+                        splits_slice=slice(0, len(c)), positive=positive, path_aware=path_aware,
+                        sample_weight=sample_weight, watch=inner)
+        ix = np.ix_(r, c)
+        for name in ("pred", "failed", "error", "fit_seconds"):
+            stored[name][ix] = getattr(res, name)
+    return BlockResult(params_slice, splits_slice, stored["pred"], stored["failed"],
+                       stored["error"], stored["fit_seconds"])

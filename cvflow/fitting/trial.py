@@ -1,0 +1,119 @@
+"""Trial fits before a study runs: each learner once on a small subsample of the data.
+
+A learner that cannot fit the data at all (a Pipeline whose middle step is no transformer,
+a ColumnTransformer naming a column the data lack, ``numpy.log`` of negative targets) is
+refused with one line before any store exists, instead of failing every fit of the study;
+a learner whose predictions change from run to run (an unset ``random_state``) is warned about.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+
+import numpy as np
+
+from ..errors import InputError, ReproducibilityWarning
+from .learners import Param, fit_model, predict_output, take
+
+log = logging.getLogger(__name__)
+
+# DESIGN CHOICE: small enough to cost little next to the study (a few ms for linear models),
+# large enough that a OneHotEncoder or an imputer sees most categories and missing values.
+TRIAL_SAMPLES = 100
+_IN_TRIAL = False
+
+
+def in_trial() -> bool:
+    """True while a trial fit runs (a learner that counts its fits can leave these out)."""
+    return _IN_TRIAL
+
+
+@contextlib.contextmanager
+def trial_running():
+    """Mark the fits inside as trial fits (the pre-run check, the timing of fits): not the
+    study's fits, which :func:`in_trial` lets a learner tell apart."""
+    global _IN_TRIAL
+    _IN_TRIAL = True
+    try:
+        yield
+    finally:
+        _IN_TRIAL = False
+
+
+def trial_rows(y: np.ndarray, is_test: np.ndarray, task: str, size: int = TRIAL_SAMPLES
+               ) -> np.ndarray:
+    """A boolean mask of at most ``size`` analysis samples, drawn with seed 0; for
+    classification each class gets its share (at least two samples where it has them)."""
+    rng = np.random.default_rng(0)
+    analysis = np.flatnonzero(~is_test)
+    if task == "classification":
+        picks = []
+        for label in np.unique(y[analysis]):
+            rows = analysis[y[analysis] == label]
+            k = max(2, round(size * rows.size / analysis.size))
+            picks.append(rng.permutation(rows)[:k])
+        chosen = np.concatenate(picks)
+    else:
+        chosen = rng.permutation(analysis)[:size]
+    mask = np.zeros(y.shape[0], dtype=bool)
+    mask[chosen] = True
+    return mask
+
+
+def _unset_random_states(model) -> list[str]:
+    return sorted(k for k, v in model.get_params(deep=True).items()
+                  if (k == "random_state" or k.endswith("__random_state")) and v is None)
+
+
+def _trial(param: Param, X, y, rows: np.ndarray, sample_weight, positive) -> np.ndarray:
+    with trial_running():
+        model = fit_model(param, X, y, rows, sample_weight)
+        return predict_output(model, take(X, rows), param.output, positive)
+
+
+def check_learners(workflow, data, where: str) -> None:
+    """Fit each learner's first grid point on :func:`trial_rows` (InputError if it cannot).
+
+    A first grid point that fails is retried at the learner's middle and last grid points:
+    one bad hyperparameter value is a failed fit recorded in the store, not a refused study.
+    A learner with an unset ``random_state`` is fitted twice; if the predictions differ, a
+    :class:`~cvflow.errors.ReproducibilityWarning` names it (set random_state, or
+    ``execution.fit_seed`` to derive one per fit).
+    """
+    rows = trial_rows(data.y, data.is_test, workflow.task)
+    X = data.fit_X
+    by_learner: dict[str, list[Param]] = {}
+    for p in workflow.params:
+        by_learner.setdefault(p.learner, []).append(p)
+    for i, (name, params) in enumerate(by_learner.items()):
+        first_error = None
+        for param in dict.fromkeys([0, len(params) // 2, len(params) - 1]):
+            try:
+                pred = _trial(params[param], X, data.y, rows, data.sample_weight, data.positive)
+            except Exception as exc:  # noqa: BLE001 - any failure of the trial is reported
+                first_error = first_error or exc
+                continue
+            if first_error is not None:
+                log.warning("learner %r: its first grid point failed a trial fit (%s); other "
+                            "points fit", name, first_error)
+            _check_reproducible(params[param], X, data, rows, pred, name)
+            break
+        else:
+            message = f"{type(first_error).__name__}: {first_error}".splitlines()[0][:300]
+            raise InputError(f"{where}: learners[{i}] ({name}): a trial fit on "
+                             f"{int(rows.sum())} samples failed: {message}")
+
+
+def _check_reproducible(param: Param, X, data, rows, pred: np.ndarray, name: str) -> None:
+    if param.fit_seed is not None:
+        return
+    unset = _unset_random_states(param.build())
+    if not unset:
+        return
+    again = _trial(param, X, data.y, rows, data.sample_weight, data.positive)
+    if not np.array_equal(pred, again, equal_nan=True):
+        warnings.warn(f"learner {name!r}: two fits on the same rows predict differently "
+                      f"({', '.join(unset)} unset), so reruns and resumed runs will differ; set "
+                      "random_state, or execution.fit_seed (Study(fit_seed=...)) to derive "
+                      "one per (param, split)", ReproducibilityWarning, stacklevel=2)

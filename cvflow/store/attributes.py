@@ -1,0 +1,129 @@
+"""A store's root attributes: each of the type cvflow writes, and those that index into the
+store consistent with the data they point at.
+
+Metadata carries no checksum (Zarr keeps it in ``zarr.json``), so a changed attribute cannot
+be seen by its bytes; what can be seen is an attribute of the wrong type (``estimators`` a
+JSON list instead of the JSON text of one) and an index that points at the wrong data
+(``full_split`` naming a split that is not the full one: ``corrected_kfold`` then silently
+chose another model). :func:`problems` lists both; :func:`cvflow.store.cube.open_cube` refuses a
+store with any (:class:`DamagedAttribute`, exit 2) and ``cvflow status`` lists them.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import RESTORE, StoreError
+
+# DESIGN CHOICE: each attribute's type as cvflow writes it (cvflow.workflow.spec, cvflow.store.cube,
+# cvflow.execution.extend, cvflow.execution.racing): plain text, or JSON text of a list or an object. Absent is
+# fine (older stores lack some); None only where cvflow writes None.
+TEXT = ("cvflow_version", "workflow_hash", "data_hash", "task", "workflow_dir", "coordinates")
+OPTIONAL_TEXT = ("loss",)
+JSON_OF: dict[str, tuple[type, ...]] = {
+    "workflow": (dict,), "estimators": (list,), "chunks": (list,), "classes": (list, type(None)),
+    "columns": (list, dict), "learners": (dict,), "workflow_params": (list,), "racing": (dict,)}
+KINDS = {dict: "a JSON object", list: "a JSON list", type(None): "null"}
+
+
+class DamagedAttribute(StoreError):
+    """A root attribute of a store is not what cvflow wrote (its type, or what it indexes)."""
+
+    def __init__(self, location: str, problem: str):
+        super().__init__(f"store: {location}: {problem}; the store is damaged: {RESTORE}")
+        self.location, self.problem = location, problem
+
+    def __reduce__(self):
+        return type(self), (self.location, self.problem)
+
+
+def _kind(value) -> str:
+    text = json.dumps(value, default=str)
+    return f"a {type(value).__name__} ({text if len(text) <= 40 else text[:37] + '...'})"
+
+
+def _type_problems(attrs: dict) -> tuple[list[str], dict]:
+    """The attributes of the wrong type, and the JSON ones decoded."""
+    out, decoded = [], {}
+    for name in TEXT + OPTIONAL_TEXT:
+        value = attrs.get(name)
+        if name in attrs and not isinstance(value, str) and not (
+                value is None and name in OPTIONAL_TEXT):
+            out.append(f"attribute {name} is {_kind(value)}, not text")
+    for name, types in JSON_OF.items():
+        if name not in attrs:
+            continue
+        value = attrs[name]
+        if not isinstance(value, str):
+            out.append(f"attribute {name} is {_kind(value)}, not the JSON text cvflow writes")
+            continue
+        try:
+            decoded[name] = json.loads(value)
+        except ValueError:
+            out.append(f"attribute {name} is not valid JSON")
+            continue
+        if not isinstance(decoded[name], types):
+            out.append(f"attribute {name} is JSON of {_kind(decoded[name])}, not "
+                       + " or ".join(KINDS[t] for t in types))
+            del decoded[name]
+    estimators = decoded.get("estimators")
+    if estimators is not None and not all(
+            isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)
+            and isinstance(e[1], dict) for e in estimators):
+        out.append("attribute estimators is not a JSON list of [name, options] pairs")
+    return out, decoded
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def problems(attrs: dict, sizes: dict[str, int], read: Callable[[str], np.ndarray],
+             block: tuple[int, ...] | None) -> list[str]:
+    """What is wrong with a store's root attributes (empty if nothing).
+
+    ``sizes``: the store's dimension sizes (``param``, ``split``); ``read(name)``: a small
+    variable's values (``split_kind``, whose "full" split ``full_split`` must name: the
+    only split of that kind, which cvflow.workflow.designs trains on all of D); ``block``: the (param, split)
+    shape of one stored ``pred`` object (its shard, or chunk), None if unknown.
+    """
+    out, decoded = _type_problems(attrs)
+    n_params, n_splits = sizes.get("param", 0), sizes.get("split", 0)
+    if "full_split" in attrs:
+        full = attrs["full_split"]
+        if not _is_int(full) or not -1 <= full < n_splits:
+            out.append(f"attribute full_split is {_kind(full)}, not -1 or a split index "
+                       f"(0 to {n_splits - 1})")
+        else:
+            kinds = np.asarray([str(k) for k in np.asarray(read("split_kind")).ravel()])
+            fulls = [int(i) for i in np.flatnonzero(kinds == "full")]
+            if full == -1 and fulls:
+                out.append(f"attribute full_split is -1 but split {fulls[0]} is the full split")
+            elif full >= 0 and full not in fulls:
+                out.append(f"attribute full_split is {full}, a split of kind "
+                           f"{str(kinds[full])!r}, not the full split")
+    chunks = decoded.get("chunks")
+    if chunks is not None:
+        if not (len(chunks) == 2 and all(_is_int(c) and c >= min(n, 1) for c, n in
+                                         zip(chunks, (n_params, n_splits)))):
+            out.append(f"attribute chunks is {attrs['chunks']!r}, not [params, splits] of a "
+                       "block (two positive integers)")
+        elif block is not None and tuple(chunks) != tuple(block):
+            out.append(f"attribute chunks is {attrs['chunks']!r}, but pred is stored in blocks "
+                       f"of {list(block)}")
+    listed = decoded.get("workflow_params")
+    if listed is not None and not (all(_is_int(h) and 0 <= h < n_params for h in listed)
+                                   and len(set(listed)) == len(listed)):
+        out.append(f"attribute workflow_params is not a list of distinct param indices "
+                   f"(0 to {n_params - 1})")
+    return out
+
+
+def check(location: str, attrs: dict, sizes: dict[str, int], read: Callable[[str], np.ndarray],
+          block: tuple[int, ...] | None) -> None:
+    """:func:`problems`, the first raised as :class:`DamagedAttribute`."""
+    found = problems(attrs, sizes, read, block)
+    if found:
+        raise DamagedAttribute(location, found[0])
