@@ -93,7 +93,7 @@ def store_costs(tmp: Path) -> tuple[float, float]:
     """(seconds per status cell written, seconds per prediction byte written)."""
     from cvflow.workflow.data import Data
     from cvflow.fitting.block import BlockResult
-    from cvflow.fitting.learners import Param
+    from cvflow.workflow.params import Param
     from cvflow.store.cube import StatusWriter, create, cube_template, write_pred
     from cvflow.testing import simple_design
 

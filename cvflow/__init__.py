@@ -18,9 +18,10 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import types
 import warnings
 
-__version__ = "0.1.0"
+from .config import VERSION as __version__
 
 # DESIGN CHOICE: the public names are imported on first use (PEP 562), so that `cvflow status`
 # or `import cvflow.report` does not pay for the engine, the estimators and scikit-learn.
@@ -38,15 +39,18 @@ MOVED = {
     "cluster": "execution.schedulers", "coords": "store.coords", "data": "workflow.data",
     "describe": "objects", "designs": "workflow.designs", "engine": "execution.run",
     "extend": "execution.extend", "failures": "report.failures", "fit": "fitting.block",
-    "integrity": "store.integrity", "isolated": "fitting.isolated", "learners": "fitting.learners",
+    "integrity": "store.integrity", "isolated": "fitting.isolated",
     "limits": "workflow.limits", "live": "report.live", "location": "store.location",
     "lock": "store.lock", "loop": "execution.loop", "losses": "estimators.losses",
     "paths": "fitting.paths", "plan": "execution.plan", "preflight": "execution.preflight",
-    "progress": "execution.progress", "racing": "execution.racing", "report_html": "report.html",
+    "progress": "execution.progress", "report_html": "report.html",
     "spec": "workflow.spec", "summary": "report.summary", "tables": "report.tables",
     "tasks": "execution.tasks", "plots": "report.plots", "plots.grid": "report.plots.grid",
     "plots.oof": "report.plots.oof", "plots.style": "report.plots.style",
 }
+# modules whose names went to several new ones: the old name answers each of their names
+SPLIT = {"racing": ("execution.racing", "report.racing", "workflow.racing"),
+         "learners": ("fitting.learners", "workflow.params")}
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -54,16 +58,28 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, fullname, path=None, target=None):
         old = fullname[len(__name__) + 1:] if fullname.startswith(__name__ + ".") else None
-        if old not in MOVED:
+        if old not in MOVED and old not in SPLIT:
             return None
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec):
         old = spec.name[len(__name__) + 1:]
-        new = f"{__name__}.{MOVED[old]}"
-        warnings.warn(f"{spec.name} moved to {new}; the old name goes in cvflow 0.3",
+        new = [f"{__name__}.{m}" for m in SPLIT.get(old, (MOVED.get(old),))]
+        warnings.warn(f"{spec.name} moved to {' and '.join(new)}; the old name goes in cvflow 0.3",
                       DeprecationWarning, stacklevel=2)
-        return importlib.import_module(new)
+        if len(new) == 1:
+            return importlib.import_module(new[0])
+        module = types.ModuleType(spec.name, f"Moved to {', '.join(new)}.")
+
+        def __getattr__(name):
+            for target in new:
+                found = importlib.import_module(target)
+                if hasattr(found, name):
+                    return getattr(found, name)
+            raise AttributeError(f"module {spec.name!r} has no attribute {name!r}")
+
+        module.__getattr__ = __getattr__    # type: ignore[method-assign]
+        return module
 
     def exec_module(self, module):
         pass
@@ -78,7 +94,7 @@ __all__ = ["__version__", "SearchCV", "Study", "StudyResult", "cv_results", "est
 
 def __getattr__(name: str):
     if name not in _LAZY:
-        # DESIGN CHOICE: a submodule the docs call through the package (`cvflow.execution.racing.summary`,
+        # DESIGN CHOICE: a submodule the docs call through the package (`cvflow.report.racing.summary`,
         # `cvflow.report.summary.rows`, `cvflow.report.compute`, `cvflow.report.live.enable_routes`) is
         # imported on first use too, as `import cvflow.execution.racing` would (scipy does the same);
         # before, it was an AttributeError unless something had imported it already

@@ -19,12 +19,14 @@ from .terminal import visible
 
 def cmd_validate(args) -> int:
     from .execution.preflight import check_cluster
+    from .fitting.trial import check_learners
     from .workflow.spec import load_workflow
 
     wf = load_workflow(args.workflow)
     if wf.execution.get("cluster") is not None:
         check_cluster(wf)         # the profile the workflow names (reads Dask's config)
     study = wf.build()
+    check_learners(wf, study.data, str(wf.path))
     n_fits = len(study.params) * study.design.n_splits
     print(visible(f"{args.workflow}: valid; {len(study.params)} params x "
                   f"{study.design.n_splits} splits = {n_fits} fits; estimators: "

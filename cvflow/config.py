@@ -17,6 +17,7 @@ from typing import Any
 
 from .errors import InputError
 
+VERSION = "0.1.0"     # cvflow.__version__; stores record it (cvflow_version)
 DEFAULTS = Path(__file__).with_name("config.yaml")
 
 # DESIGN CHOICE: the schema names the type of every leaf a module reads with `get`, beside the

@@ -105,7 +105,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         ``{"alpha": 0.05}``: the chance that the truly best candidate is ever dropped is at
         most ``alpha`` (:class:`cvflow.Study`'s ``racing``, docs/guide/racing.md). The
         dropped candidates' test scores are NaN in ``cv_results_`` (ranked last) and the
-        race is in ``result_.cube.attrs["racing"]`` (``cvflow.execution.racing.summary``). Needs a
+        race is in ``result_.cube.attrs["racing"]`` (``cvflow.report.racing.summary``). Needs a
         pointwise scoring (``neg_mean_squared_error``, ``neg_log_loss``, ``accuracy``, ...)
         and a ``select`` that a raced cube serves (``kfold``, ``corrected_kfold``, ...).
 

@@ -211,8 +211,11 @@ class Study:
         """Check the study on these data without a store: learners, grids, estimator options,
         splitter, and one trial fit per learner (see :mod:`cvflow.fitting.trial`). Returns a summary
         line; raises :class:`~cvflow.errors.InputError`."""
+        from .fitting.trial import check_learners
+
         wf = self.workflow(X, y, groups, sample_weight=sample_weight)
         built = wf.build()
+        check_learners(wf, built.data, str(wf.path))
         return (f"valid; {len(built.params)} params x {built.design.n_splits} splits = "
                 f"{len(built.params) * built.design.n_splits} fits")
 
@@ -284,7 +287,7 @@ class Study:
     @classmethod
     def from_config(cls, config: dict) -> "Study":
         """A Study from a parsed workflow mapping (a workflow file or a store's ``workflow``)."""
-        from .fitting.learners import Param
+        from .workflow.params import Param
 
         learners, options = {}, {}
         for i, entry in enumerate(config["learners"]):
@@ -505,7 +508,8 @@ class StudyResult:
         -------
         The fitted scikit-learn estimator.
         """
-        from .fitting.learners import Param, fit_model
+        from .fitting.learners import fit_model
+        from .workflow.params import Param
         from .trust import how, listed, param_code, untrusted
 
         h = self.chosen(criterion, loss=loss)["index"]

@@ -13,7 +13,7 @@ import xarray as xr
 from .workflow.data import Data
 from .workflow.designs import Design, fold_labels, make_design, subset_splits
 from .fitting.block import fit_block
-from .fitting.learners import Param
+from .workflow.params import Param
 from .store.cube import cube_template
 
 

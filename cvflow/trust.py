@@ -32,6 +32,7 @@ from typing import Any, Union
 
 from .objects import CLASS, FUNCTION
 from .errors import InputError
+from .terminal import visible
 from .estimators.losses import names_code
 
 # True: everything; False / None: the defaults only; names: these exact dotted paths too
@@ -196,15 +197,9 @@ def untrusted_code(store, trust: Trust = False) -> dict[str, str]:
     return untrusted(store_code(cube), trust)
 
 
-def shown(text: str) -> str:
-    """A string a store holds, safe to print: repr'd when it holds control characters (a
-    terminal escape sequence in a name would otherwise reach the reader's terminal)."""
-    return text if text.isprintable() else repr(text)
-
-
 def listed(names: Mapping[str, str]) -> str:
     """``kind name, kind name`` for a message."""
-    return ", ".join(f"{kind} {shown(name)}" for name, kind in names.items())
+    return ", ".join(f"{kind} {visible(name)}" for name, kind in names.items())
 
 
 def how(names: Iterable[str], *, cli: bool = True) -> str:

@@ -43,7 +43,7 @@ def ridge_cube(folds: int, repeats: int = 1, *, n: int = 30, seed: int = 0):
     every estimator has what it needs."""
     import numpy as np
 
-    from cvflow.fitting.learners import Param
+    from cvflow.workflow.params import Param
     from cvflow.testing import fit_cube, simple_design
 
     rng = np.random.default_rng(seed)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from cvflow.execution import sizing as blocks
 from cvflow.execution.sizing import choose_chunks, estimate_seconds_per_fit
-from cvflow.fitting.learners import Param
+from cvflow.workflow.params import Param
 from cvflow.store.cube import block_slices
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from cvflow.errors import InputError
 from cvflow.estimators import compare_all, corrected_t, wald_cv
 from cvflow.estimators.compare_all import benjamini_hochberg, holm, letter_display
-from cvflow.fitting.learners import Param
+from cvflow.workflow.params import Param
 from cvflow.testing import cube_from_predictions, simple_design
 
 from cvtest import run_cli

@@ -13,7 +13,7 @@ from cvflow.workflow.designs import make_design
 from cvflow.errors import InputError
 from cvflow.estimators import REGISTRY, corrected_kfold
 from cvflow.estimators.selection import full_fit_risk, heldout_risk, selection
-from cvflow.fitting.learners import Param
+from cvflow.workflow.params import Param
 from cvflow.testing import cube_from_predictions, fit_cube, simple_design
 
 # ---------------------------------------------------------------------------------------------

@@ -206,7 +206,7 @@ def test_auto_choice(seconds, workers, safe, timeout, chosen):
 
 def test_ridge_paths_release_the_gil_lasso_and_trees_hold_it():
     from cvflow.execution.sizing import gil_share
-    from cvflow.fitting.learners import Param
+    from cvflow.workflow.params import Param
 
     ridge = [Param("r", "sklearn.linear_model.Ridge", hyper={"alpha": a}) for a in (0.1, 1.0, 10.0)]
     lasso = [Param("l", "sklearn.linear_model.Lasso", hyper={"alpha": a}) for a in (0.1, 1.0)]

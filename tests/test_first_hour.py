@@ -86,7 +86,7 @@ study = cvflow.Study({{"logreg": (LogisticRegression(max_iter=2000), {{"C": [0.1
                      cv=3, loss={loss!r}, estimators=["kfold"])
 print("VALID", study.validate(X, y))
 wf = study.workflow(X, y)
-print("OUTPUTS", json.dumps(sorted({{p.output for p in wf.build(check_fits=False).params}})))
+print("OUTPUTS", json.dumps(sorted({{p.output for p in wf.build().params}})))
 """
 
 

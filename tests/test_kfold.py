@@ -8,7 +8,7 @@ from sklearn.linear_model import Ridge
 from sklearn.model_selection import PredefinedSplit, cross_val_score
 
 from cvflow.estimators import kfold
-from cvflow.fitting.learners import Param
+from cvflow.workflow.params import Param
 from cvflow.testing import cube_from_predictions, fit_cube, simple_design
 
 

@@ -14,7 +14,7 @@ from sklearn.metrics import (average_precision_score, brier_score_loss, hinge_lo
 
 from cvflow.errors import InputError
 from cvflow.estimators import bates_ncv, corrected_kfold, kfold, nested_cv, stability, wald_cv
-from cvflow.fitting.learners import Param
+from cvflow.workflow.params import Param
 from cvflow.estimators.losses import apply_loss, check_loss, get_loss
 from cvflow.testing import fit_cube, simple_design
 

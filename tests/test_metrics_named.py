@@ -17,7 +17,7 @@ from sklearn.preprocessing import StandardScaler
 
 from cvflow.errors import InputError
 from cvflow.estimators import corrected_kfold, kfold, nested_cv
-from cvflow.fitting.learners import Param
+from cvflow.workflow.params import Param
 from cvflow.estimators.losses import DECLARED, get_loss
 from cvflow.testing import fit_cube, simple_design
 

@@ -10,7 +10,7 @@ from cvflow.execution.run import run
 from cvflow.workflow.designs import make_design
 from cvflow.errors import InputError
 from cvflow.estimators import nested_cv, stability_nested
-from cvflow.fitting.learners import Param
+from cvflow.workflow.params import Param
 from cvflow.testing import cube_from_predictions, fit_cube, simple_design
 
 from nested_cases import constant_cube, count_pairs, random_cube, ref_all

@@ -16,7 +16,7 @@ import pytest
 
 from cvflow.workflow.data import Data
 from cvflow.estimators import corrected_kfold, kfold
-from cvflow.fitting.learners import Param
+from cvflow.workflow.params import Param
 from cvflow.store.cube import cube_template
 from cvflow.testing import simple_design
 

@@ -11,7 +11,7 @@ from sklearn.model_selection import train_test_split
 
 from cvflow.errors import InputError
 from cvflow.estimators import paired_5x2cv
-from cvflow.fitting.learners import Param
+from cvflow.workflow.params import Param
 from cvflow.workflow.spec import parse_workflow
 from cvflow.testing import cube_from_predictions, fit_cube, simple_design
 

@@ -21,7 +21,7 @@ from sklearn.model_selection import KFold
 
 from cvflow.fitting import paths
 from cvflow.fitting.block import fit_block
-from cvflow.fitting.learners import Param
+from cvflow.workflow.params import Param
 
 
 @pytest.fixture(scope="module")

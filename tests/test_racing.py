@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from cvflow.errors import InputError
-from cvflow.execution.racing import check_options, look, paired_z, plan_stages, threshold
+from cvflow.execution.racing import look, paired_z, plan_stages, threshold
+from cvflow.workflow.racing import check_options
 from cvtest import run_cli
 
 WORKFLOW = """\

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from cvflow.execution.racing import Race, check_options, look
+from cvflow.execution.racing import Race, look
+from cvflow.workflow.racing import check_options
 
 FOLDS, REPEATS = 5, 3
 

@@ -100,12 +100,12 @@ def test_public_names_resolve_lazily():
 
 
 def test_submodules_resolve_through_the_package(store):
-    """`import cvflow` then `cvflow.execution.racing.summary(...)`, `cvflow.report.summary.rows`, ... as the docs
+    """`import cvflow` then `cvflow.report.racing.summary(...)`, `cvflow.report.summary.rows`, ... as the docs
     write them, in a fresh interpreter where nothing imported those modules before; a name
     that is neither a public name nor a module is still an AttributeError naming it."""
     code = ("import json, sys, cvflow; assert 'cvflow.execution.racing' not in sys.modules; "
             "cube = cvflow.open(sys.argv[1]); "
-            "names = [cvflow.execution.racing.summary(cube), cvflow.report.summary.rows.__name__, "
+            "names = [cvflow.report.racing.summary(cube), cvflow.report.summary.rows.__name__, "
             "cvflow.report.compute.__name__, cvflow.report.live.enable_routes.__name__, "
             "cvflow.store.cube.verify.__name__, cvflow.errors.ReproducibilityWarning.__name__]\n"
             "try:\n    cvflow.no_such_thing\nexcept AttributeError as err:\n"

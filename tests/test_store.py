@@ -14,7 +14,7 @@ from cvflow.store import cube as store
 from cvflow.workflow.data import Data
 from cvflow.errors import StoreError
 from cvflow.fitting.block import BlockResult
-from cvflow.fitting.learners import Param
+from cvflow.workflow.params import Param
 from cvflow.testing import simple_design
 
 

@@ -10,7 +10,7 @@ from sklearn.model_selection import TimeSeriesSplit, cross_val_score
 
 from cvflow.workflow.designs import make_design, timeseries_folds
 from cvflow.estimators import kfold
-from cvflow.fitting.learners import Param
+from cvflow.workflow.params import Param
 from cvflow.testing import fit_cube
 from cvtest import run_cli
 
@@ -115,7 +115,7 @@ def test_timeseries_split_object_in_yaml(tmp_path):
     wf.write_text(WORKFLOW.format(extra="", estimators="kfold").replace(
         "{folds: 4, splitter: timeseries}",
         "{splitter: {class: sklearn.model_selection.TimeSeriesSplit, n_splits: 4, gap: 2}}"))
-    design = load_workflow(wf).build(check_fits=False).design
+    design = load_workflow(wf).build().design
     for j, (tr, te) in enumerate(TimeSeriesSplit(4, gap=2).split(X)):
         np.testing.assert_array_equal(np.flatnonzero(design.train[design.fold_split[0, j]]), tr)
         np.testing.assert_array_equal(np.flatnonzero(design.fold[0] == j), te)

@@ -356,11 +356,11 @@ def test_trust_code_must_be_names():
 
 
 def test_names_from_a_store_are_printed_safely():
-    """A name holding a terminal escape sequence is shown repr'd, never raw."""
+    """A name holding a terminal escape sequence is shown escaped (cvflow.terminal.visible), never raw."""
     from cvflow.trust import listed
 
     assert listed({"evil\x1b[2J.f": "user estimator", "mymod.f": "user loss"}) == \
-        "user estimator 'evil\\x1b[2J.f', user loss mymod.f"
+        "user estimator evil\\x1b[2J.f, user loss mymod.f"
 
 
 class _Opens:

@@ -20,7 +20,7 @@ from cvflow.errors import InputError
 from cvflow.estimators import REGISTRY, guardrails
 from cvflow.estimators._cube import resolve_param
 from cvflow.estimators.ustat import describe, nadeau_bengio, ustat
-from cvflow.fitting.learners import Param
+from cvflow.workflow.params import Param
 from cvflow.testing import cube_from_predictions, fit_cube, simple_design
 
 

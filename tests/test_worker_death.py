@@ -16,7 +16,7 @@ def test_fit_that_exits_its_process_is_a_failed_fit(tmp_path):
     """In a child process (cvflow.fitting.isolated) a fit that ends its process is recorded with its
     exit status; the fits before and after it (a new child) are unaffected."""
     from cvflow.fitting.isolated import fit_cells
-    from cvflow.fitting.learners import Param
+    from cvflow.workflow.params import Param
 
     X, y = np.arange(20.0).reshape(10, 2), np.arange(10.0)
     train = (np.arange(10) < 8)[None, :]
@@ -35,7 +35,7 @@ def test_fit_that_exits_its_process_is_a_failed_fit(tmp_path):
 
 def test_fit_over_the_memory_limit_or_the_time_limit_is_stopped_in_its_child(tmp_path):
     from cvflow.fitting.isolated import fit_cells
-    from cvflow.fitting.learners import Param
+    from cvflow.workflow.params import Param
 
     X, y = np.arange(20.0).reshape(10, 2), np.arange(10.0)
     train = (np.arange(10) < 8)[None, :]

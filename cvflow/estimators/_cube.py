@@ -34,10 +34,10 @@ def cube_loss(cube: xr.Dataset, loss: str | None) -> Loss:
     task = cube.attrs.get("task", "regression")
     name = loss or cube.attrs.get("loss") or ("squared" if task == "regression" else "zero_one")
     if loss is None and names_code(name):
-        from ..trust import shown
+        from ..terminal import visible
 
         default = "squared" if task == "regression" else "zero_one"
-        raise InputError(f"loss: the store's default loss {shown(name)} is a user function, and a store "
+        raise InputError(f"loss: the store's default loss {visible(name)} is a user function, and a store "
                          "is data: cvflow does not import the code it names; pass --trust to "
                          f"import it, or another loss, e.g. --loss {default} (Python: "
                          f"trust_code=True, or loss={name!r} / loss={default!r})")

@@ -53,14 +53,11 @@ import xarray as xr
 from ..store import cube as cube_store
 from ..workflow.designs import Design
 from ..errors import OTHER_STORE, OVERWRITE, StoreError
-from ..fitting.learners import Param
+from ..store.attributes import LEARNERS_ATTR, WORKFLOW_PARAMS_ATTR
+from ..workflow.params import Param
 
 log = logging.getLogger(__name__)
 
-LEARNERS_ATTR = "learners"   # {name: {estimator, params, output}} of every learner ever stored
-# the store indices of the params the last workflow lists (absent: every param); the others
-# are kept, and reports leave them out unless asked (cvflow.report.workflow_view)
-WORKFLOW_PARAMS_ATTR = "workflow_params"
 # what a rerun may change without a fit (the reduction: loss, estimators and their options);
 # the store takes the last workflow's, so `cvflow report STORE` reduces as that run did
 REDUCTION_ATTRS = ("workflow", "loss", "estimators")

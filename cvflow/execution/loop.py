@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import LockLostError, StallError
-from ..fitting.learners import Param
+from ..workflow.params import Param
 from .tasks import TaskContext, _value, run_block
 from .. import config
 

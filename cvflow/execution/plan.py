@@ -13,9 +13,9 @@ from ..store import cube as cube_store
 from .sizing import choose_chunks, estimate_seconds_per_fit
 from ..workflow.designs import Design
 from ..errors import StoreError
-from ..fitting.learners import Param
+from ..workflow.params import Param
 from ..store.location import exists, resolve
-from ..workflow.spec import Study, Workflow
+from ..workflow.spec import BuiltWorkflow, Workflow
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -30,7 +30,7 @@ def path_length(params: list[Param]) -> int:
                default=1)
 
 
-def seconds_per_fit(workflow: Workflow, study: Study) -> float:
+def seconds_per_fit(workflow: Workflow, study: BuiltWorkflow) -> float:
     """The timed estimate of one fit's seconds as blocks fit them (:mod:`cvflow.execution.sizing`)."""
     # timed as blocks fit them: a path-aware ridge grid costs one SVD per split, not one per alpha
     d = study.data
@@ -40,7 +40,7 @@ def seconds_per_fit(workflow: Workflow, study: Study) -> float:
 
 
 @dataclass(frozen=True)
-class Layout:
+class StoreLayout:
     """The store's params and design (store order: an extended store keeps its indices), the
     block chunk shape, and the template of a new store not created yet (``create=False``)."""
 
@@ -50,9 +50,9 @@ class Layout:
     template: xr.Dataset | None = None
 
 
-def prepare_store(workflow: Workflow, study: Study, store: str | os.PathLike, *,
+def prepare_store(workflow: Workflow, study: BuiltWorkflow, store: str | os.PathLike, *,
                   overwrite: bool = False, n_workers: int = 2,
-                  seconds: float | None = None, create: bool = True) -> Layout:
+                  seconds: float | None = None, create: bool = True) -> StoreLayout:
     """Create the store (or check and extend the existing one); the layout to run on.
 
     ``study`` is left as built: an existing store's order comes back in the layout.
@@ -70,7 +70,7 @@ def prepare_store(workflow: Workflow, study: Study, store: str | os.PathLike, *,
             raise StoreError(f"store: {location} exists but is not a cvflow store; "
                              "choose another path")
         params, design = reconcile(location, workflow, study)
-        return Layout(params, design, cube_store.block_chunks(location))
+        return StoreLayout(params, design, cube_store.block_chunks(location))
     if exists(location):
         cube_store.remove_store(location)       # refuses anything not provably a cvflow store
     fpt = workflow.execution.get("fits_per_task", "auto")
@@ -89,9 +89,9 @@ def prepare_store(workflow: Workflow, study: Study, store: str | os.PathLike, *,
                                         chunks=chunks,
                                         dtype=workflow.execution.get("dtype", "float64"))
     if not create:
-        return Layout(study.params, study.design, chunks, template)
+        return StoreLayout(study.params, study.design, chunks, template)
     cube_store.create(location, template)
-    return Layout(study.params, study.design, chunks)
+    return StoreLayout(study.params, study.design, chunks)
 
 
 

@@ -224,7 +224,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     from ..fitting.block import only_paths
 
     t_start = time.perf_counter()
-    study = workflow.build(check_fits=False)
+    study = workflow.build()
     workers = workers or workflow.execution.get("workers")
     fit_timeout = workflow.execution.get("fit_timeout")
     path_aware = bool(workflow.execution.get("path_aware", True))
@@ -340,10 +340,11 @@ class _Run:
                   for ps, ss in todo]
         race = None
         if self.workflow.racing:            # racing: the first stage's blocks first
+            from ..report.racing import labels
             from . import racing
 
             race = racing.Race.start(self.workflow.racing, design, len(params),
-                                     labels=racing.labels(params))
+                                     labels=labels(params))
             first = racing.stage_blocks(race, 0, done, chunks)
             blocks = [Block(ps, ss, cells) for ps, ss, cells in first]
         from distributed import Event
@@ -386,7 +387,7 @@ class _Run:
                 c.set_metadata(["cvflow", run_id], None)   # the run's timeouts: forgotten
         result.wall_seconds = time.perf_counter() - self.t_start
         if race is not None:
-            from .racing import saved_fits
+            from ..report.racing import saved_fits
 
             result.saved_fits = saved_fits(json.loads(race.to_json()), done)
             result.dropped_params = len(race.dropped)

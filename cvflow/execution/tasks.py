@@ -23,7 +23,7 @@ from ..store import cube as cube_store
 from ..errors import LockLostError, StoreError
 from ..fitting.block import BlockResult, fit_block
 from ..fitting.isolated import fit_cells, timeout_message
-from ..fitting.learners import Param
+from ..workflow.params import Param
 
 log = logging.getLogger(__name__)
 

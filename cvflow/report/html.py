@@ -541,7 +541,7 @@ def _fit_time_figure(cube: xr.Dataset):
 
 def _path_aware_learners(cube: xr.Dataset) -> list[str]:
     """Learners whose grid was fitted as regularisation paths (one fit per training set)."""
-    from ..fitting.learners import Param
+    from ..workflow.params import Param
     from ..fitting.paths import kernel_of
     from ..trust import LEARNER, by_default
 
@@ -677,10 +677,10 @@ def _section(title: str) -> Markup:
 
 
 def _racing_html(cube: xr.Dataset) -> Markup:
-    """A raced study's race (:func:`cvflow.execution.racing.summary`): the params left after each stage,
+    """A raced study's race (:func:`cvflow.report.racing.summary`): the params left after each stage,
     and one row per dropped param (when, beaten by whom, by how much, z and p); empty markup
     for a study not raced."""
-    from ..execution import racing
+    from . import racing
 
     race = racing.summary(cube)
     if race is None:

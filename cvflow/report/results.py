@@ -44,7 +44,7 @@ def workflow_view(cube: xr.Dataset, *, all_params: bool = False) -> xr.Dataset:
     selections and nested estimators leave them out unless asked. Param indices in the
     results then count the workflow's params.
     """
-    from ..execution.extend import WORKFLOW_PARAMS_ATTR
+    from ..store.attributes import WORKFLOW_PARAMS_ATTR
 
     listed = cube.attrs.get(WORKFLOW_PARAMS_ATTR)
     if listed is None:
@@ -91,12 +91,12 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
     """
     from ..estimators import lookup, shared_terms
     from ..estimators.losses import names_code
-    from ..trust import ESTIMATOR, LOSS, how, is_user_estimator, shown, trusted
+    from ..trust import ESTIMATOR, LOSS, how, is_user_estimator, trusted
 
     raced = _raced_unfilled(cube)
     cube = workflow_view(cube, all_params=all_params)
     made = cube.attrs.get("workflow_dir")
-    hint = f" (the store was made by a workflow in {shown(str(made))})" if made else ""
+    hint = f" (the store was made by a workflow in {terminal.visible(made)})" if made else ""
     stored_loss = cube.attrs.get("loss")
     if loss is None and names_code(stored_loss) and trusted(stored_loss, LOSS, trust_code):
         loss = stored_loss                  # trusted: as if the caller had named it
@@ -112,7 +112,7 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
     for name, options in asked or requested_estimators(cube):
         if is_user_estimator(name) and name not in own and not trusted(name, ESTIMATOR,
                                                                         trust_code):
-            warnings.warn(f"store: estimators: {shown(name)} skipped: a user estimator the store names, "
+            warnings.warn(f"store: estimators: {terminal.visible(name)} skipped: a user estimator the store names, "
                           f"not imported (a store is data); {how([name])}",
                           UntrustedCodeWarning, stacklevel=2)
             continue
@@ -155,7 +155,7 @@ def _racing_cause(result: xr.Dataset, cube: xr.Dataset) -> None:
     DESIGN CHOICE: said here, where the race is known; the estimators count missing fits
     without knowing why they are missing.
     """
-    from ..execution import racing
+    from . import racing
     from ..estimators import guardrails
 
     warned = guardrails.read(result)
@@ -176,7 +176,7 @@ def _racing_cause(result: xr.Dataset, cube: xr.Dataset) -> None:
 def _raced_unfilled(cube: xr.Dataset) -> bool:
     """Whether racing skipped fits of this store that are still not done: then only the
     estimators a raced cube serves (``raced=True`` in their declaration) are computed."""
-    from ..execution import racing
+    from . import racing
 
     race = racing.record(cube)
     return bool(race) and racing.saved_fits(race, np.asarray(cube["done"].values)) > 0
@@ -286,8 +286,8 @@ def dataset_to_json(ds: xr.Dataset) -> dict:
 def to_json(results: dict[str, xr.Dataset], cube: xr.Dataset | None = None) -> dict:
     """Each result as JSON (:func:`dataset_to_json`); a skipped estimator as
     ``{"skipped": reason}``; with the ``cube`` of a raced study, its race under ``racing``
-    (:func:`cvflow.execution.racing.summary`: who was dropped when, by which test)."""
-    from ..execution import racing
+    (:func:`cvflow.report.racing.summary`: who was dropped when, by which test)."""
+    from . import racing
 
     out = {name: dataset_to_json(ds) for name, ds in results.items()}
     out.update({name: {"skipped": why} for name, why in getattr(results, "skipped", {}).items()})
@@ -302,7 +302,7 @@ def status(path: str | Path) -> dict:
 
     Reads only the small (param, split) variables, so it works while a run is writing.
     """
-    from ..execution.racing import RACING_ATTR
+    from ..store.attributes import RACING_ATTR
     from ..store.cube import read_attr, read_mask, status_damage
 
     try:
@@ -330,7 +330,7 @@ def status(path: str | Path) -> dict:
 
 def _racing_counts(stored, done: np.ndarray) -> dict:
     """A raced store's counts for status: params dropped, fits racing saved (not run)."""
-    from ..execution.racing import saved_fits, unfilled
+    from .racing import saved_fits, unfilled
 
     if not stored:
         return {}
@@ -383,7 +383,7 @@ def format_status(info: dict) -> str:
               for message, count in info["failures"].items()]
     race = info.get("racing")
     if race:
-        from ..execution.racing import state_text
+        from .racing import state_text
 
         lines.append(f"  racing (alpha {race['alpha']}): " + state_text(
             race["dropped"], race["params"], race.get("unfilled", 0), race["saved_fits"]))
@@ -420,7 +420,7 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> str:
         lines += [f"{name}:"] + ["  " + line for line in body]
         lines += [f"  warning [{w['code']}]: {w['message']}" for w in guardrails.read(result)]
     lines += [f"{name}: skipped: {why}" for name, why in getattr(results, "skipped", {}).items()]
-    from ..execution import racing
+    from . import racing
 
     lines += racing.text(cube)
     info = status_from_cube(cube)

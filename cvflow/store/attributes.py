@@ -27,6 +27,12 @@ JSON_OF: dict[str, tuple[type, ...]] = {
     "columns": (list, dict), "learners": (dict,), "workflow_params": (list,), "racing": (dict,)}
 KINDS = {dict: "a JSON object", list: "a JSON list", type(None): "null"}
 
+LEARNERS_ATTR = "learners"   # {name: {estimator, params, output}} of every learner ever stored
+# the store indices of the params the last workflow lists (absent: every param); the others
+# are kept, and reports leave them out unless asked (cvflow.report.workflow_view)
+WORKFLOW_PARAMS_ATTR = "workflow_params"
+RACING_ATTR = "racing"       # a raced study's race (cvflow.report.racing.record)
+
 
 class DamagedAttribute(StoreError):
     """A root attribute of a store is not what cvflow wrote (its type, or what it indexes)."""

@@ -23,7 +23,7 @@ def hyperparameter_coord(name: str) -> str:
 
 
 def param_coords(params) -> dict:
-    """Coordinates on ``param`` from a list of :class:`cvflow.fitting.learners.Param`."""
+    """Coordinates on ``param`` from a list of :class:`cvflow.workflow.params.Param`."""
     names = sorted({k for p in params for k in p.hyper})
     coords = {
         "learner": ("param", np.array([p.learner for p in params], dtype=object)),

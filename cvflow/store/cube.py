@@ -46,7 +46,7 @@ import uuid
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import xarray as xr
@@ -55,12 +55,24 @@ from zarr.dtype import parse_dtype
 
 from . import attributes, integrity
 from .coords import RESERVED, hyperparameter_coord, param_coords  # noqa: F401 - the schema
+from ..config import VERSION
 from ..errors import OTHER_STORE, StoreError
 from .integrity import COMPRESSORS, WHOLE, Damage, DamagedStore
 from .location import exists, get, is_file, is_url, listing, put, put_all, remove, resolve, sibling, storage_options
 
-if TYPE_CHECKING:
-    from ..fitting.block import BlockResult
+
+
+class BlockResult(Protocol):
+    """What the store writes of a fitted block (:class:`cvflow.fitting.block.BlockResult`)."""
+
+    params: slice
+    splits: slice
+    pred: np.ndarray | None      # (params, splits, sample[, class]); None once written
+    failed: np.ndarray           # (params, splits) bool
+    error: np.ndarray            # (params, splits) str
+    fit_seconds: np.ndarray      # (params, splits)
+    fitted: np.ndarray | None    # (params, splits) bool, or None: every cell
+
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +88,7 @@ CREATING = ".creating"     # the creation marker beside a store (see create)
 
 
 def _version() -> str:
-    from .. import __version__
-
-    return __version__
+    return VERSION
 
 
 def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
@@ -86,7 +96,7 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
     """The cube as a lazy Dataset: block variables are dask arrays of fill values.
 
     ``data`` is a :class:`cvflow.workflow.data.Data`, ``design`` a :class:`cvflow.workflow.designs.Design`,
-    ``params`` a list of :class:`cvflow.fitting.learners.Param`; ``chunks`` = (params, splits) per block.
+    ``params`` a list of :class:`cvflow.workflow.params.Param`; ``chunks`` = (params, splits) per block.
     """
     import dask.array as da
 
@@ -565,7 +575,7 @@ def listed_damage(store: str | os.PathLike, *, done: np.ndarray | None = None,
     raw = get(location.rstrip("/") + "/zarr.json")
     try:
         nodes = json.loads(raw or b"{}")["consolidated_metadata"]["metadata"]
-        arrays = {name: integrity.Layout.from_json(node) for name, node in sorted(nodes.items())
+        arrays = {name: integrity.ArrayLayout.from_json(node) for name, node in sorted(nodes.items())
                   if node.get("node_type") == "array" and "/" not in name}
     except (ValueError, KeyError, TypeError, AttributeError):
         _, arrays, _ = _listed(location, listing=False)

@@ -119,18 +119,18 @@ class DamagedMetadata(StoreError):
 
 def checksummed(array) -> bool:
     """The array's chunks carry a crc32c checksum (a store written since cvflow had them)."""
-    if isinstance(array, Layout):
+    if isinstance(array, ArrayLayout):
         return array.checksummed
     return any(isinstance(codec, Crc32cCodec) for codec in array.compressors)
 
 
 @dataclass(frozen=True)
-class Layout:
+class ArrayLayout:
     """What a listing of an array is checked against: its ``shape``, the shape of one stored
     object (``objects``: a shard when sharded, else a chunk), its ``chunk_key_encoding`` and
     whether its chunks carry a checksum. Every function here taking an ``array`` for its
     layout (:func:`grid`, :func:`stored`, :func:`required`, :func:`listed_damage`) takes a
-    zarr array or a Layout."""
+    zarr array or a ArrayLayout."""
 
     shape: tuple[int, ...]
     objects: tuple[int, ...]
@@ -142,7 +142,7 @@ class Layout:
         return len(self.shape)
 
     @classmethod
-    def from_json(cls, metadata: dict) -> Layout:
+    def from_json(cls, metadata: dict) -> ArrayLayout:
         """From an array's Zarr v3 metadata as JSON (its ``zarr.json``, or its entry in the
         consolidated metadata): no array is opened.
 
@@ -160,17 +160,17 @@ class Layout:
                    metadata["chunk_key_encoding"], "crc32c" in names(metadata.get("codecs")))
 
 
-def layout(array) -> Layout:
-    """The :class:`Layout` of a zarr array (or the Layout given)."""
-    if isinstance(array, Layout):
+def layout(array) -> ArrayLayout:
+    """The :class:`ArrayLayout` of a zarr array (or the ArrayLayout given)."""
+    if isinstance(array, ArrayLayout):
         return array
-    return Layout(tuple(array.shape), tuple(array.shards or array.chunks),
+    return ArrayLayout(tuple(array.shape), tuple(array.shards or array.chunks),
                   array.metadata.to_dict()["chunk_key_encoding"], checksummed(array))
 
 
 def object_shape(array) -> tuple[int, ...]:
     """The shape of one stored object: a shard when the array is sharded, else a chunk."""
-    if isinstance(array, Layout):
+    if isinstance(array, ArrayLayout):
         return array.objects
     return tuple(array.shards or array.chunks)
 

@@ -24,7 +24,7 @@ from .designs import (Design, complete_subset_count, fold_labels, make_design, r
 from . import limits
 from ..errors import InputError
 from ..estimators.registry import lookup
-from ..fitting.learners import Param, default_output, expand_grid, import_estimator, infer_output
+from ..workflow.params import Param, default_output, expand_grid, import_estimator, infer_output
 from ..estimators.losses import check_loss, get_loss
 
 TOP_KEYS = {"name", "description", "data", "task", "loss", "learners", "design", "estimators",
@@ -44,7 +44,7 @@ OUTPUT_FIX = {False: "set the learner's `output`", True: "give Study(output=...)
 
 
 @dataclass
-class Study:
+class BuiltWorkflow:
     """Everything a run needs, built from a workflow: data, design, params, store attrs."""
 
     data: Data
@@ -121,7 +121,7 @@ class Workflow:
             return self.data
         return load_data(self.config["data"], self.task, base=self.path.parent, where=where)
 
-    def design_warnings(self, study: Study) -> list[str]:
+    def design_warnings(self, study: BuiltWorkflow) -> list[str]:
         """What the estimators' ``warn_design`` declarations say about the built design
         (folds and repeats as the data gave them): answers likely weak on it, before any fit."""
         fold = np.asarray(study.design.fold)
@@ -149,12 +149,13 @@ class Workflow:
             self.params = [replace(p, output=output) if p.learner == name else p
                            for p in self.params]
 
-    def build(self, *, check_fits: bool = True) -> Study:
+    def build(self) -> BuiltWorkflow:
         """Load the data and build the deduplicated design (raises InputError on bad input).
 
-        With ``check_fits``, each learner's first grid point is fitted once on a small
-        subsample first (:func:`cvflow.fitting.trial.check_learners`): a learner that cannot fit
-        these data is refused before any store exists.
+        Nothing is fitted here: the trial fit of each learner (a learner that cannot fit these
+        data is refused before any store exists) is :func:`cvflow.fitting.trial.check_learners`,
+        which the faces call after ``build`` (``cvflow validate``, :meth:`cvflow.Study.validate`)
+        and a run does before it creates or changes its store.
         """
         where = str(self.path)
         data = self.load()
@@ -203,10 +204,6 @@ class Workflow:
                                  pairs="pair" in kinds, subsets=subsets, fold_train=fold_train)
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
-        if check_fits:
-            from ..fitting.trial import check_learners
-
-            check_learners(self, data, where)
         attrs = {
             "workflow": json.dumps(self.config, default=str),
             "workflow_hash": self.fit_hash(),
@@ -220,7 +217,7 @@ class Workflow:
             # never imports from this directory (cvflow.trust)
             "workflow_dir": str(self.path.parent.resolve()),
         }
-        return Study(data=data, design=design, params=self.params, attrs=attrs)
+        return BuiltWorkflow(data=data, design=design, params=self.params, attrs=attrs)
 
 
 def _fail(where: str, key: str, msg: str):
@@ -302,7 +299,7 @@ def _learners(where: str, raw: Any, task: str, fit_seed: int | None = None, *, l
               python: bool = False) -> list[Param]:
     """The params of every learner entry (normalised in place). ``loss`` (a declared
     :class:`cvflow.estimators.losses.Loss` or None) decides the output of a learner that names none
-    (:func:`cvflow.fitting.learners.infer_output`); ``python``: the workflow of a
+    (:func:`cvflow.workflow.params.infer_output`); ``python``: the workflow of a
     :class:`cvflow.Study`, whose messages name its arguments, not the file's keys."""
     if not isinstance(raw, list) or not raw:
         _fail(where, "learners", "give a non-empty list of learners")
@@ -627,7 +624,7 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
 def _racing(where: str, raw: Any, estimators, loss: str, design: dict, base: Path
             ) -> dict | None:
     """The ``racing`` options checked against the estimators, the loss and the design."""
-    from ..execution.racing import check_options
+    from .racing import check_options
 
     try:
         options = check_options(raw)

@@ -1,0 +1,141 @@
+"""A raced store's race, as data and text: who was dropped when, by which test, and what is left.
+
+Read from the store's ``racing`` attribute (written by :mod:`cvflow.execution.racing`); used by
+``cvflow report`` / ``status``, the HTML report and the run's closing summary.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from ..store.attributes import RACING_ATTR
+
+def label(setting: dict) -> str:
+    """A param as text, ``learner(key=value, ...)``, from its setting (``Param.to_json``);
+    the text report's format (:func:`cvflow.report.summary.param_text`)."""
+    hyper = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in setting["params"].items())
+    return f"{setting['learner']}({hyper})"
+
+
+def labels(params) -> list[str]:
+    """:func:`label` of each :class:`cvflow.workflow.params.Param`."""
+    return [label(json.loads(p.to_json())) for p in params]
+
+
+def record(cube) -> dict | None:
+    """The race stored in a cube (its ``racing`` attribute), or None for a study not raced."""
+    text = cube.attrs.get(RACING_ATTR) if hasattr(cube, "attrs") else None
+    return json.loads(text) if text else None
+
+
+def saved_fits(race: dict | None, done: np.ndarray) -> int:
+    """Fits racing did not run: the not-done cells of dropped params."""
+    if not race:
+        return 0
+    rows = [int(d["param"]) for d in race.get("dropped", []) if int(d["param"]) < done.shape[0]]
+    return int((~done[rows]).sum()) if rows else 0
+
+
+def unfilled(race: dict | None, done: np.ndarray) -> int:
+    """Dropped params that still lack a fit racing skipped (0 once a run without racing, or a
+    race continued to the end, has fitted them)."""
+    if not race:
+        return 0
+    rows = [int(d["param"]) for d in race.get("dropped", []) if int(d["param"]) < done.shape[0]]
+    return int((~done[rows].all(axis=1)).sum()) if rows else 0
+
+
+def state_text(dropped: int, params, lacking: int, saved: int) -> str:
+    """What racing means for the store now, in one phrase (status and report).
+
+    DESIGN CHOICE: the race is history kept in the store (who was dropped, when, by which
+    test); what it leaves missing is the store's present. Once a run without racing has fitted
+    the skipped fits, the dropped params have every result, and saying "dropped" alone read as
+    if they still lacked them (tests/test_racing_report.py::test_status_after_filling_says_so).
+    """
+    if not dropped:
+        return f"no param dropped of {params}"
+    if not saved:
+        return (f"{dropped} of {params} params were dropped, and their skipped fits have been "
+                "fitted since (a run without racing): every param has its results")
+    return (f"{dropped} of {params} params dropped; {lacking} of them still lack {saved} fits "
+            "racing skipped (their results are NaN; `cvflow run` with racing: false fits them)")
+
+
+def _finite(value) -> float | None:
+    """A JSON-ready number: None for NaN and infinity (z is infinite when every paired
+    difference was equal; strict JSON has no Infinity)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def where(folds) -> str:
+    """A stage's (repeat, fold) roles as text: ``r0f1, r0f2``; the last stage: ``the rest``."""
+    return ", ".join(f"r{r}f{j}" for r, j in folds) or "the rest"
+
+
+def summary(cube) -> dict | None:
+    """The race of a raced cube as plain data (``cvflow report --json``'s ``racing`` entry, the
+    text and HTML reports); None for a study not raced.
+
+    Returns
+    -------
+    dict or None
+        ``alpha``, ``test``, ``correction``, ``threshold`` (the p-value at or below which a
+        param was dropped at a look), ``params`` (that started the race), ``looks``,
+        ``stages`` (each its ``stage``, (repeat, fold) ``folds`` and ``splits``),
+        ``saved_fits`` (not run and still not done), ``unfilled`` (dropped params still lacking
+        a fit: 0 once a run without racing filled them), ``survivors``, and ``dropped``: one
+        row per dropped param,
+        in the order they were dropped: ``param`` (its index in the store), ``label``,
+        ``stage``, ``folds`` (that stage's (repeat, fold) roles as text, ``r0f1``), ``leader`` (the
+        label of the param it lost to) and ``leader_param``, ``mean_difference`` (its mean
+        out-of-fold loss minus the leader's), ``se``, ``z``, ``p_value``, ``p_adjusted``,
+        ``units`` (samples, or groups, seen). Non-finite numbers are None.
+    """
+    from ..report.summary import param_text
+
+    race = record(cube)
+    if not race:
+        return None
+    done = np.asarray(cube["done"].values)
+    n_store = int(cube.sizes["param"])
+
+    def name(d: dict, key: str, index: str) -> str:
+        h = int(d[index])
+        return d.get(key) or (param_text(cube, h) if h < n_store else f"param {h}")
+
+    stages = [{"stage": s, "folds": [list(f) for f in folds], "splits": list(splits)}
+              for s, (splits, folds) in enumerate(zip(race["stage_splits"],
+                                                      race["stage_folds"]))]
+    rows = [{"param": int(d["param"]), "label": name(d, "label", "param"),
+             "stage": int(d["stage"]), "folds": where(stages[int(d["stage"])]["folds"]),
+             "leader": name(d, "leader_label", "leader"), "leader_param": int(d["leader"]),
+             "mean_difference": _finite(d["mean_difference"]), "se": _finite(d["se"]),
+             "z": _finite(d["z"]), "p_value": _finite(d["p_value"]),
+             "p_adjusted": _finite(d["p_adjusted"]), "units": int(d["units"])}
+            for d in race["dropped"]]
+    return {"alpha": race["alpha"], "test": race["test"], "correction": race["correction"],
+            "threshold": race["threshold"], "params": race["params"], "looks": race["looks"],
+            "stages": stages, "saved_fits": saved_fits(race, done),
+            "unfilled": unfilled(race, done),
+            "survivors": int(race["params"]) - len(rows), "dropped": rows}
+
+
+def text(cube) -> list[str]:
+    """The race of a raced cube as text lines (the report's ``racing`` section); [] if none."""
+    race = summary(cube)
+    if not race:
+        return []
+    state = state_text(len(race["dropped"]), race["params"], race["unfilled"], race["saved_fits"])
+    lines = [f"racing: {state} (alpha {race['alpha']}: {race['test']}, "
+             f"{race['correction']}; drop at p <= {race['threshold']:.3g})"]
+    for d in race["dropped"]:
+        z = "inf" if d["z"] is None else f"{d['z']:.2f}"
+        lines.append(f"  stage {d['stage']} ({d['folds']}): {d['label']} beaten by "
+                     f"{d['leader']}: loss +{d['mean_difference']:.4g} "
+                     f"(z {z}, p {d['p_value']:.2g})")
+    return lines

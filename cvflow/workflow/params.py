@@ -1,0 +1,130 @@
+"""Params: one learner with one full hyperparameter setting, from a grid and dotted paths.
+
+What to fit, as data: a :class:`Param` builds a fresh estimator for each fit; nothing here
+fits (that is :mod:`cvflow.fitting`). See docs/developer/architecture.md.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import InputError
+from ..objects import build_params, import_path
+
+
+@dataclass(frozen=True)
+class Param:
+    """One learner with one full hyperparameter setting (a row of the grid)."""
+
+    learner: str
+    estimator: str                      # dotted path, e.g. sklearn.linear_model.Ridge
+    fixed: dict = field(default_factory=dict)
+    hyper: dict = field(default_factory=dict)
+    output: str = "predict"
+    # transformers fitted on each training set before the estimator: (dotted path, JSON params)
+    preprocess: tuple[tuple[str, str], ...] = ()
+    # the workflow's execution.fit_seed: unset random_state params get a seed per (param, split)
+    fit_seed: int | None = None
+
+    def settings(self) -> dict:
+        return {**self.fixed, **self.hyper}
+
+    def to_json(self) -> str:
+        setting = {"learner": self.learner, "estimator": self.estimator,
+                   "params": self.settings(), "output": self.output}
+        if self.preprocess:
+            setting["preprocess"] = [{"estimator": path, "params": json.loads(params)}
+                                     for path, params in self.preprocess]
+        return json.dumps(setting, sort_keys=True)
+
+    def build(self, train: np.ndarray | None = None):
+        """A fresh, unfitted estimator (one per fit, as scikit-learn's clone gives); with
+        ``preprocess`` a scikit-learn Pipeline, so the transformers learn from the training
+        rows only.
+
+        Settings are descriptions (:mod:`cvflow.objects`): nested estimators and functions
+        are built anew on every call; nested keys (``ridge__alpha``) go through ``set_params``.
+        With ``fit_seed`` and the training rows ``train``, every unset ``random_state`` gets
+        the seed of this (param, training set), see :func:`fit_seed`.
+        """
+        cls = import_estimator(self.estimator)
+        settings = build_params(self.settings(), cls, self.learner)
+        model = cls(**{k: v for k, v in settings.items() if "__" not in k})
+        nested = {k: v for k, v in settings.items() if "__" in k}
+        if nested:
+            model.set_params(**nested)
+        if self.fit_seed is not None and train is not None:
+            seed_random_states(model, fit_seed(self.fit_seed, self.to_json(), train))
+        if not self.preprocess:
+            return model
+        from sklearn.pipeline import make_pipeline
+
+        steps = [import_estimator(path)(**json.loads(params)) for path, params in self.preprocess]
+        return make_pipeline(*steps, model)
+
+
+def fit_seed(seed: int, param_json: str, train: np.ndarray) -> int:
+    """The seed of one fit: a hash of the workflow seed, the param and its training set.
+
+    It does not depend on indices, so appending params or splits to a store, resuming a run
+    or refitting a chosen param (:meth:`cvflow.study.StudyResult.refit`) gives the same seed.
+    """
+    h = hashlib.sha256(f"{seed}|{param_json}|".encode())
+    h.update(np.packbits(np.asarray(train, dtype=bool)).tobytes())
+    return int.from_bytes(h.digest()[:4], "little") & 0x7FFFFFFF
+
+
+def seed_random_states(model, seed: int) -> None:
+    """Set every unset ``random_state`` of ``model`` (nested ones included) from ``seed``."""
+    unset = sorted(k for k, v in model.get_params(deep=True).items()
+                   if (k == "random_state" or k.endswith("__random_state")) and v is None)
+    if unset:
+        model.set_params(**{k: (seed + i) & 0x7FFFFFFF for i, k in enumerate(unset)})
+
+
+def import_estimator(path: str):
+    """The estimator class at a dotted path; InputError if it does not import or is no estimator."""
+    cls = import_path(path, "estimator")
+    if not (isinstance(cls, type) and hasattr(cls, "fit") and hasattr(cls, "get_params")):
+        raise InputError(f"estimator: {path!r} is not a scikit-learn estimator class (no fit/get_params)")
+    return cls
+
+
+def expand_grid(grid: dict[str, list]) -> list[dict]:
+    """Cartesian product of a grid in grid order (last name varies fastest)."""
+    names = list(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*grid.values())]
+
+
+def default_output(cls, task: str) -> str:
+    """The stored output whatever the loss: predict for regression, else the decision value
+    where the learner has one, else its probabilities."""
+    if task == "regression":
+        return "predict"
+    return "decision_function" if hasattr(cls, "decision_function") else "predict_proba"
+
+
+def infer_output(cls, task: str, loss=None, n_classes: int = 2) -> str:
+    """The stored output of a learner whose workflow (or Study) names none: the
+    :func:`default_output`, unless the loss (a :class:`cvflow.estimators.losses.Loss`) cannot read it with
+    this many classes; then the first of predict_proba, decision_function that the loss reads
+    and the learner has (log_loss, brier and multiclass roc_auc: predict_proba). When none
+    fits, the default: the loss check then says what is missing.
+
+    DESIGN CHOICE: one rule for both faces (YAML and :class:`cvflow.Study`), applied where the
+    workflow is parsed (two classes assumed) and again once the data give the class count
+    (:meth:`cvflow.workflow.spec.Workflow.build`).
+    """
+    default = default_output(cls, task)
+    if loss is None or task == "regression":
+        return default
+    accepted = (loss.multiclass_outputs if n_classes > 2 and loss.multiclass_outputs
+                else loss.outputs)
+    if default in accepted:
+        return default
+    return next((o for o in ("predict_proba", "decision_function")
+                 if o in accepted and hasattr(cls, o)), default)

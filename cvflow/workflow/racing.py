@@ -1,0 +1,48 @@
+"""Racing options: the ``racing`` key of a workflow (or ``Study(racing=...)``), declared and checked once.
+
+The rule and the runner are :mod:`cvflow.execution.racing`; the record a raced store keeps, as
+data and text, is :mod:`cvflow.report.racing`; docs/guide/racing.md says what racing promises.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import InputError
+
+RACING_KEYS = {"alpha", "stages", "min_units"}
+STAGINGS = ("auto", "folds", "repeats")
+# DESIGN CHOICE: no param is dropped on fewer than this many independent units (samples, or
+# groups in a grouped design) seen: the test rests on a central limit theorem.
+MIN_UNITS = 30
+
+
+def check_options(value: Any, where: str = "racing") -> dict | None:
+    """The ``racing`` key checked: None (no racing) or ``{alpha, stages, min_units}``.
+
+    ``true`` means the defaults, ``false`` / null no racing. InputError (one line naming
+    ``where``) otherwise.
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: {value!r}; give a mapping such as {{alpha: 0.05}}, true "
+                         "or false")
+    unknown = sorted(set(value) - RACING_KEYS)
+    if unknown:
+        raise InputError(f"{where}.{unknown[0]}: unknown key; allowed keys are "
+                         f"{', '.join(sorted(RACING_KEYS))}")
+    alpha = value.get("alpha", 0.05)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise InputError(f"{where}.alpha: {alpha!r}; give the chance of dropping the best param, "
+                         "a number in (0, 1) such as 0.05")
+    stages = value.get("stages", "auto")
+    if stages not in STAGINGS:
+        raise InputError(f"{where}.stages: {stages!r}; use auto (each fold of the first repeat, "
+                         "then each repeat), folds or repeats")
+    units = value.get("min_units", MIN_UNITS)
+    if isinstance(units, bool) or not isinstance(units, int) or units < 2:
+        raise InputError(f"{where}.min_units: {units!r}; give an integer >= 2 (default "
+                         f"{MIN_UNITS})")
+    return {"alpha": float(alpha), "stages": stages, "min_units": units}
