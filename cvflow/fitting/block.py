@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import paths
-from .learners import Param, fit_one, pred_shape
+from .learners import fit_one, pred_shape
+from ..workflow.params import Param
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from .learners import Param, fit_one, import_estimator, pred_shape
+from .learners import fit_one, pred_shape
+from ..workflow.params import Param, import_estimator
 
 
 def death_message(code: int, memory: tuple[int, int] | None = None) -> str:

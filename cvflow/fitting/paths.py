@@ -29,7 +29,8 @@ from typing import Callable
 
 import numpy as np
 
-from .learners import Param, fit_model, import_estimator, predict_output
+from .learners import fit_model, predict_output
+from ..workflow.params import Param, import_estimator
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ import warnings
 import numpy as np
 
 from ..errors import InputError, ReproducibilityWarning
-from .learners import Param, fit_model, predict_output, take
+from .learners import fit_model, predict_output, take
+from ..workflow.params import Param
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,186 @@
+"""The package's layout (docs/developer/architecture.md): folders by role, imports one way.
+
+Read from the source with ``ast`` (imports inside functions and under ``TYPE_CHECKING``
+count), so a cycle that only bites at run time, or a store module that reaches up into the
+execution layer, fails here before it confuses the next engineer.
+"""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "cvflow"
+
+# Lowest first: a module may import its own unit or a unit of a lower layer.
+LAYERS = [
+    {"errors", "terminal", "config", "objects"},
+    {"store"},
+    {"estimators"},
+    {"trust"},
+    {"workflow"},
+    {"fitting"},
+    {"report"},
+    {"execution"},
+    {"testing", "study"},
+    {"search", "cli"},
+    {"__main__", "__init__"},
+]
+RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
+MAX_TOP_MODULES = 12
+MAX_LINES = 700
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The cvflow modules ``name`` imports anywhere in its source."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+
+    def resolve(target: str) -> str | None:
+        while target and target not in known:
+            target = target.rsplit(".", 1)[0] if "." in target else ""
+        return target or None
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[:len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        for target in targets:
+            if target.startswith("cvflow"):
+                module = resolve(target)
+                if module and module != name:
+                    found.add(module)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    known = _modules()
+    return {name: _imports(name, path, known) for name, path in known.items()}
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_no_import_cycle_among_modules():
+    graph = _graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == "cvflow":
+                continue            # the package's lazy names (PEP 562), not an import at load time
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_folders_import_only_their_own_layer_or_lower():
+    against = sorted(f"{a} -> {b}" for a, targets in _graph().items() for b in targets
+                     if _unit(a) != _unit(b) and b != "cvflow"
+                     and RANK[_unit(b)] >= RANK[_unit(a)] and not (RANK[_unit(a)] == 0 == RANK[_unit(b)]))
+    assert not against, "imports against the flow (docs/developer/architecture.md):\n" + "\n".join(against)
+
+
+def test_every_unit_is_placed_in_a_layer():
+    assert {_unit(m) for m in _modules()} <= set(RANK)
+
+
+def test_few_modules_at_the_top_and_none_too_long():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, top
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long
+
+
+def test_estimator_families_do_not_import_each_other():
+    shared = {"_cube", "_readers", "np_roles", "guardrails", "registry", "selection", "fold_metrics",
+              "losses", "paired"}
+    graph = _graph()
+    crossing = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                      if a.startswith("cvflow.estimators.") and b.startswith("cvflow.estimators.")
+                      and a.split(".")[2] not in shared and b.split(".")[2] not in shared)
+    assert not crossing
+
+
+DOCUMENTED = """
+import warnings
+warnings.simplefilter("error", DeprecationWarning)
+import cvflow
+from cvflow import Study, SearchCV, StudyResult, cv_results, estimators, load_workflow, open, run, trust
+import cvflow.estimators, cvflow.report
+from cvflow.estimators import kfold, corrected_kfold, nested_cv, ustat
+from cvflow.report import compute
+from cvflow.errors import InputError
+from cvflow.testing import fit_cube
+import cvflow.cli
+assert callable(cvflow.report.compute) and callable(cvflow.estimators.kfold)
+assert cvflow.trust.untrusted_code and cvflow.report.summary.rows and cvflow.report.racing.summary
+print("ok")
+"""
+
+
+def test_documented_paths_import_in_a_fresh_interpreter():
+    out = subprocess.run([sys.executable, "-c", DOCUMENTED], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("old, new, name", [
+    ("cvflow.engine", "cvflow.execution.run", "run"),
+    ("cvflow.spec", "cvflow.workflow.spec", "load_workflow"),
+    ("cvflow.store", "cvflow.store", None),
+    ("cvflow.racing", None, "summary"),
+    ("cvflow.learners", None, "Param"),
+    ("cvflow.plots.grid", "cvflow.report.plots.grid", "grid_layout"),
+])
+def test_moved_modules_answer_their_old_name_with_a_deprecation_warning(old, new, name):
+    code = (f"import warnings, importlib\nwith warnings.catch_warnings(record=True) as w:\n"
+            f"    warnings.simplefilter('always')\n    m = importlib.import_module({old!r})\n"
+            f"    obj = getattr(m, {name!r}) if {name!r} is not None else m\n"
+            "print(m.__name__, sum(issubclass(x.category, DeprecationWarning) and 'moved' in str(x.message)"
+            " for x in w))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    module, warned = out.stdout.split()
+    if old == "cvflow.store":              # a folder now: the package itself, no warning
+        assert module == "cvflow.store" and warned == "0"
+        return
+    assert int(warned) >= 1
+    if new is not None:
+        assert module == new
