@@ -1,6 +1,6 @@
 """cvflow: cross-validation studies as a Dask workflow writing a Zarr prediction cube.
 
-Python route (DESIGN.md section 8)::
+Python route (docs/guide/python.md; the layout: docs/developer/architecture.md)::
 
     wf = cvflow.load_workflow("workflows/quickstart.yaml")
     result = cvflow.run(wf, store="quickstart.zarr")

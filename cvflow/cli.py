@@ -296,7 +296,7 @@ class _VisibleFormatter(logging.Formatter):
 def main(argv: list[str] | None = None) -> int:
     # DESIGN CHOICE: every line the CLI writes that may quote a store (errors, warnings, log
     # records, the texts of report, status, verify and run) is shown by cvflow.terminal.visible:
-    # a store is data, and its strings must not control the reader's terminal (DESIGN.md 9).
+    # a store is data, and its strings must not control the reader's terminal (docs/guide/trust.md).
     # JSON output needs nothing: json.dumps escapes every control character.
     handler = logging.StreamHandler()
     handler.setFormatter(_VisibleFormatter("%(levelname)s %(name)s: %(message)s"))

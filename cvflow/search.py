@@ -1,4 +1,4 @@
-"""``cvflow.SearchCV``: cvflow's selection as a scikit-learn estimator (DESIGN.md section 8).
+"""``cvflow.SearchCV``: cvflow's selection as a scikit-learn estimator (docs/guide/searchcv.md).
 
 A drop-in for ``GridSearchCV``: ``fit`` runs the grid as a cvflow study (:class:`cvflow.Study`,
 so :func:`cvflow.execution.run.run` fits it, writing a prediction cube), the chosen param is any

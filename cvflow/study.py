@@ -33,7 +33,7 @@ WHERE = Path("Study")
 
 
 class Study:
-    """A cross-validation study of scikit-learn estimators (DESIGN.md section 8).
+    """A cross-validation study of scikit-learn estimators (docs/guide/python.md).
 
     Parameters
     ----------

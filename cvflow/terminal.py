@@ -1,6 +1,6 @@
 """Text for a terminal: strings a store or a workflow holds, shown without controlling it.
 
-A store is data (DESIGN.md 9), and someone else may have written it: its learner names, param
+A store is data (docs/guide/trust.md), and someone else may have written it: its learner names, param
 values, stored error messages and attributes can hold terminal control sequences (``ESC ] 52``
 writes the clipboard, ``ESC [ 2 J`` clears the screen, a carriage return overwrites a line and
 forges an output such as "0 failed", ``\\x9b`` is a C1 control sequence introducer). Every

@@ -1,4 +1,4 @@
-"""A store is data: which code reading one may import, and how a user trusts it (DESIGN.md 9).
+"""A store is data: which code reading one may import, and how a user trusts it (docs/guide/trust.md).
 
 A workflow file is code: its dotted paths (learner classes, user estimators, a user loss) are
 imported when it is run or validated, a user estimator or loss relative to the file's

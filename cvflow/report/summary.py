@@ -1,5 +1,5 @@
 """The answer first: one row per criterion of a study's results, read from the shared result
-vocabulary (DESIGN.md 6.8), for the head of the reports.
+vocabulary (docs/guide/estimators.md), for the head of the reports.
 
 Each scalar integer ``selected`` / ``<tag>_selected`` of a result is a criterion (corrected
 K-fold's ``selected`` and ``kfold_selected`` are two). Its row holds the chosen param (readable),

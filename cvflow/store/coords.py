@@ -1,4 +1,4 @@
-"""The cube's coordinates on ``param`` from a list of params (the schema of DESIGN.md section 3).
+"""The cube's coordinates on ``param`` from a list of params (the schema of docs/guide/cube.md).
 
 Apart from :mod:`cvflow.store.cube` so that reading them needs no zarr: ``cvflow validate`` builds
 them from the workflow's grid to resolve estimator options (``compare: [ridge(alpha=1)]``) as
@@ -41,5 +41,5 @@ def param_coords(params) -> dict:
         coords[hyperparameter_coord(name)] = ("param", arr)
     return coords
 
-# The values of the cube's `split_kind` coordinate: the roles a split can play (DESIGN.md section 3).
+# The values of the cube's `split_kind` coordinate: the roles a split can play (docs/guide/cube.md).
 SPLIT_KINDS: tuple[str, ...] = ("full", "fold", "pair", "subset")

@@ -313,7 +313,7 @@ def subset_splits(
     2g distinct samples of D uniformly and splits them at random into two disjoint learning
     sets, members 0 and 1. Each learning set is marginally uniform over the size-g subsets
     of D and the pair is uniform over ordered disjoint pairs, which is what makes the
-    reducer's Δ̃, Q and T unbiased (DESIGN.md 6.5).
+    reducer's Δ̃, Q and T unbiased (docs/guide/estimators.md, the U-statistic variance).
 
     Complete design (``complete=True``): every learning set of size g exactly once, in
     lexicographic order of its sample indices; group = its rank, member 0, and member 1 is
