@@ -35,7 +35,7 @@ import xarray as xr
 
 from . import guardrails, np_roles
 from ._cube import analysis_groups, loss_name, param_text
-from .paired import out_of_fold
+from ._readers import out_of_fold
 from .registry import Option, choice as one_of, declare, fmt, integer, probability
 from .selection import selection
 

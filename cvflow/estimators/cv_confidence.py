@@ -42,7 +42,7 @@ import xarray as xr
 from ..errors import InputError
 from . import guardrails, np_roles
 from ._cube import analysis_groups, loss_name, more_rows, param_coords, param_label, param_text, result_labels
-from .paired import out_of_fold
+from ._readers import out_of_fold
 from .registry import Option, choice, declare, integer, probability
 
 # DESIGN CHOICE: multiplier draws are made and used in blocks of this many bootstrap rows.
