@@ -49,7 +49,7 @@ An option's ``check(value, where) -> value`` raises :class:`~cvflow.errors.Input
 one-line message starting with ``where`` (e.g. ``"estimators[2].stability_nested.lambdas"``)
 and returns the value to use; ``None`` always means "the default" and is never checked. The
 helpers below (:func:`number`, :func:`integer`, :func:`numbers`, :data:`probability`,
-:data:`miscoverage`, :data:`boolean`, :func:`choice`, :func:`param_refs`) cover the common
+:data:`miscoverage`, :func:`choice`, :func:`param_refs`) cover the common
 cases; the function itself is still callable directly from Python and keeps its own checks
 (use the same check function).
 
@@ -337,16 +337,9 @@ def level(hint: str) -> Check:
     return check
 
 
-def _boolean(value, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise InputError(f"{where}: {value!r}; use true or false")
-    return value
-
-
 probability: Check = level("use a number in (0, 1), e.g. 0.05 for a test or 0.1 for a 90% "
                            "interval")
 miscoverage: Check = level("the miscoverage level must be in (0, 1), e.g. 0.1 for a 90% interval")
-boolean: Check = _boolean
 
 
 def choice(*values: str) -> Check:
