@@ -458,22 +458,8 @@ def _groups_split(codes: np.ndarray, fold: np.ndarray, count: int) -> int:
     return int(split.sum())
 
 
-def weighted_mean(values: xr.DataArray, weights: xr.DataArray, dim: str = "sample") -> xr.DataArray:
-    """Σ w·v / Σ w over ``dim``; samples with zero weight never contribute (even if NaN)."""
-    masked = values.where(weights > 0, 0.0)
-    return xr.dot(masked, weights, dim=dim) / weights.sum(dim)
-
-
 def weighted_sum(values: xr.DataArray, weights: xr.DataArray, dim: str = "sample") -> xr.DataArray:
     return xr.dot(values.where(weights > 0, 0.0), weights, dim=dim)
-
-
-def argmin_first(values: xr.DataArray, dim: str = "param") -> xr.DataArray:
-    """Index of the minimum along ``dim``, ties to the first, NaN skipped (-1 if all NaN)."""
-    idx = np_roles.argmin_first(values.values, axis=values.get_axis_num(dim))
-    dims = tuple(d for d in values.dims if d != dim)
-    coords = {k: c for k, c in values.coords.items() if dim not in c.dims and set(c.dims) <= set(dims)}
-    return xr.DataArray(idx, dims=dims, coords=coords)
 
 
 @functools.lru_cache(maxsize=32)

@@ -21,10 +21,8 @@ import xarray as xr
 from ..errors import InputError
 from ._cube import (analysis_groups, analysis_weights, fold_membership, loss_name, more_rows, param_coords,
                     param_label, result_labels, role_terms, weighted_sum)
+from ._readers import compare_attrs, compare_params, fold_sizes, inner_score, oof_losses
 from . import guardrails
-from .kfold import fold_sizes
-from .nested import inner_score
-from .paired import compare_attrs, compare_params
 from .np_roles import cluster_variance, normal_quantile
 from .registry import Option, choice, declare, integer, miscoverage, param_refs
 
@@ -75,21 +73,6 @@ def _pick(cube: xr.Dataset, param, where: str) -> xr.Dataset:
         raise InputError(f"{where}.param: {param!r} is not a param index; the grid has "
                          f"{n_params} params, use 0..{n_params - 1}")
     return cube.isel(param=[index])
-
-
-def _oof(terms: dict) -> xr.DataArray:
-    return xr.DataArray(terms["oof_loss"], dims=("param", "repeat", "sample"))
-
-
-def out_of_fold_losses(cube: xr.Dataset, loss: str | None = None, *, what: str = "intervals"
-                       ) -> xr.DataArray:
-    """e_i = ℓ_i(h, fold j(i)) of each analysis sample in each repeat; dims (param, repeat, sample).
-
-    Held-out test samples get 0 (use :func:`analysis_weights` to exclude them). In memory,
-    from the numpy kernels (:func:`role_terms` role "oof"), so a param missing a fold fit is
-    NaN on every sample (the NaN rule).
-    """
-    return _oof(role_terms(cube, loss, roles=("oof",), what=what))
 
 
 def _finish(out: xr.Dataset, cube: xr.Dataset, sub: xr.Dataset, param, attrs: dict
@@ -146,7 +129,7 @@ def bates_ncv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = 
     terms = role_terms(sub, name, roles=("pair", "oof"), what="bates_ncv")
     e_in = xr.DataArray(inner_score(terms["inner_sum"], fold_sizes(sub)),
                         dims=("param", "repeat", "outer"))
-    e = _oof(terms)
+    e = oof_losses(terms)
     member = fold_membership(sub)
     sizes = member.sum("sample")
     k = sizes.sizes["outer"]
@@ -241,14 +224,14 @@ def wald_cv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = No
     if compare is None:
         sub = _pick(cube, param, "wald_cv")
         terms = role_terms(sub, name, roles=("oof",), what="wald_cv")
-        e = _oof(terms)
+        e = oof_losses(terms)
     else:
         if param is not None:
             raise InputError("wald_cv: give either param or compare, not both")
         a, b = compare_params(cube, compare, "wald_cv")
         sub = cube.isel(param=[a] if b is None else [a, b])
         terms = role_terms(sub, name, roles=("oof",), what="wald_cv")
-        e = _oof(terms)
+        e = oof_losses(terms)
         if b is not None:
             e = e.isel(param=[0]) - e.isel(param=[1]).values
         attrs.update(compare_attrs(cube, a, b))

@@ -27,8 +27,8 @@ import xarray as xr
 from ..errors import InputError
 from . import guardrails
 from ._cube import loss_name, param_text
+from ._readers import compare_attrs, compare_check, compare_params, fold_scores
 from .np_roles import corrected_repeated_se
-from .paired import compare_attrs, compare_check, compare_params, fold_scores
 from .registry import Option, declare, fmt, number, param_refs
 
 PROBABILITIES = ("p_a_better", "p_rope", "p_b_better")

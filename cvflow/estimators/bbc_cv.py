@@ -35,7 +35,7 @@ import xarray as xr
 
 from . import guardrails, np_roles
 from ._cube import analysis_groups, loss_name, param_text
-from .paired import out_of_fold
+from ._readers import out_of_fold
 from .registry import Option, choice as one_of, declare, fmt, integer, probability
 from .selection import selection
 
@@ -104,10 +104,9 @@ def bbc_cv(cube: xr.Dataset, *, loss: str | None = None, B: int = 1000, seed: in
     """
     where = "bbc_cv"
     name = loss_name(cube, loss)
-    a_level = probability(alpha, f"{where}.alpha")
-    b_count = integer(1)(B, f"{where}.B")
-    seed = integer(0)(seed, f"{where}.seed")
-    groups = one_of("auto", "ignore")(groups, f"{where}.groups")
+    # DESIGN CHOICE: the options are checked by their declaration below, as in a workflow
+    options = _DECLARATION.call_options(alpha=alpha, B=B, seed=seed, groups=groups)
+    a_level, b_count, seed, groups = (options[key] for key in ("alpha", "B", "seed", "groups"))
     e, _ = out_of_fold(cube, name, where)
     n_params, repeats, n = e.shape
     codes, group_warnings = analysis_groups(cube, groups, what=where)
@@ -164,12 +163,12 @@ def describe(result: xr.Dataset) -> list[str]:
             f"{fmt(float(result['upper']))}])  bias {fmt(float(result['bias']))}"]
 
 
-declare(bbc_cv, needs=("fold",), terms=("oof",), text=describe,
-        options=[Option("B", 1000, integer(1), "bootstrap samples"),
-                 Option("seed", 0, integer(0), "seed of the bootstrap draws"),
-                 Option("alpha", 0.05, probability, "1 - alpha the interval's coverage"),
-                 Option("groups", "auto", one_of("auto", "ignore"),
-                        "'auto': bootstrap groups when the store has group labels")],
-        results={**{v: () for v in ("estimate", "lower", "upper", "kfold_min", "bias",
-                                    "selected")},
-                 "test_risk?": (), "oob_loss": ("bootstrap",), "chosen_share": ("param",)})
+_DECLARATION = declare(bbc_cv, needs=("fold",), terms=("oof",), text=describe,
+                       options=[Option("B", 1000, integer(1), "bootstrap samples"),
+                                Option("seed", 0, integer(0), "seed of the bootstrap draws"),
+                                Option("alpha", 0.05, probability, "1 - alpha the interval's coverage"),
+                                Option("groups", "auto", one_of("auto", "ignore"),
+                                       "'auto': bootstrap groups when the store has group labels")],
+                       results={**{v: () for v in ("estimate", "lower", "upper", "kfold_min", "bias",
+                                                   "selected")},
+                                "test_risk?": (), "oob_loss": ("bootstrap",), "chosen_share": ("param",)})

@@ -26,7 +26,7 @@ import xarray as xr
 from ..errors import InputError
 from . import guardrails, np_roles
 from ._cube import is_lazy, load_if_small, loss_name, param_label, param_text, resolve_param, role_terms
-from .kfold import fold_sizes, kfold_scores
+from ._readers import fold_sizes, kfold_scores
 from .registry import REGISTRY, Option, choice, declare, fmt, probability
 
 TESTS = ("corrected_t", "wald_cv")

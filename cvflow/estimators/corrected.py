@@ -19,7 +19,7 @@ import xarray as xr
 
 from . import guardrails, np_roles
 from ._cube import loss_name, param_coords, param_text, role_terms
-from .kfold import fold_sizes, kfold_scores
+from ._readers import fold_sizes, kfold_scores
 from .registry import declare
 from .selection import selection
 

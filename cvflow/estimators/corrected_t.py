@@ -23,27 +23,11 @@ import xarray as xr
 
 from . import guardrails
 from ._cube import fold_level_groups, loss_name, param_text
-from .paired import compare_attrs, compare_check, compare_params, fold_scores
+from ._readers import compare_attrs, compare_check, compare_params, fold_scores
+from .np_roles import corrected_t_stats
 from .registry import Option, declare, fmt, param_refs, probability
-from .ustat import nadeau_bengio_stats
 
 SCALARS = ("estimate", "sample_variance", "variance", "se", "t", "p_value", "lower", "upper")
-
-
-def corrected_t_stats(d: np.ndarray, alpha: float) -> dict:
-    """The corrected repeated K-fold t-test from fold-level values ``d`` (R, K).
-
-    Returns ``estimate`` (d̄), ``sample_variance`` (s²), ``variance``, ``se``, ``t``,
-    ``df`` (K·R − 1), ``p_value`` (two-sided), ``lower``/``upper`` (the 1 − alpha interval
-    from Student's t) and ``ratio`` (n_test / n_train = 1 / (K − 1)). NaN if any d is NaN.
-    """
-    k = d.shape[1]
-    # n_test / n_train = (n/K) / (n − n/K): nadeau_bengio_stats takes it as (n − g)/g, g = 1 − 1/K
-    out = nadeau_bengio_stats(np.asarray(d, dtype=np.float64).ravel(), 1.0, 1.0 - 1.0 / k, alpha)
-    if np.isnan(d).any():
-        out.update({key: np.nan for key in SCALARS})
-    out["ratio"] = 1.0 / (k - 1)
-    return out
 
 
 def corrected_t(cube: xr.Dataset, *, loss: str | None = None, compare=None,

@@ -42,7 +42,7 @@ import xarray as xr
 from ..errors import InputError
 from . import guardrails, np_roles
 from ._cube import analysis_groups, loss_name, more_rows, param_coords, param_label, param_text, result_labels
-from .paired import out_of_fold
+from ._readers import out_of_fold
 from .registry import Option, choice, declare, integer, probability
 
 # DESIGN CHOICE: multiplier draws are made and used in blocks of this many bootstrap rows.
@@ -131,15 +131,11 @@ def cv_confidence(cube: xr.Dataset, *, loss: str | None = None, alpha: float = 0
     """
     where = "cv_confidence"
     name = loss_name(cube, loss)
-    a_level = probability(alpha, f"{where}.alpha")
-    b_count = integer(1)(B, f"{where}.B")
-    seed = integer(0)(seed, f"{where}.seed")
-    groups = choice("auto", "ignore")(groups, f"{where}.groups")
-    repeats = int(cube.sizes.get("repeat", 0))
-    if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)) \
-            or not 0 <= repeat < repeats:
-        raise InputError(f"{where}.repeat: {repeat!r}; the design has {repeats} repeat(s), "
-                         f"use 0..{repeats - 1}")
+    # DESIGN CHOICE: the options are checked by their declaration below, as in a workflow
+    options = _DECLARATION.call_options(alpha=alpha, B=B, seed=seed, repeat=repeat, groups=groups)
+    a_level, b_count, seed, repeat, groups = (options[key] for key in
+                                              ("alpha", "B", "seed", "repeat", "groups"))
+    _check_repeat(repeat, int(cube.sizes.get("repeat", 0)), where)
     order = None if simplest is None else _order(cube, simplest, f"{where}.simplest")
     e, fold = out_of_fold(cube, name, where)
     e, fold = e[:, repeat], fold[repeat]
@@ -216,24 +212,30 @@ def describe(result: xr.Dataset) -> list[str]:
     return lines
 
 
+def _check_repeat(repeat: int, repeats: int, where: str) -> None:
+    """``repeat`` (a checked non-negative integer) is one of the design's ``repeats``."""
+    if not repeat < repeats:
+        raise InputError(f"{where}.repeat: {repeat!r}; the design has {repeats} repeat(s), "
+                         f"use 0..{repeats - 1}")
+
+
 def _check_grid(grid: xr.Dataset, design, options: dict, where: str) -> None:
     """``repeat`` is one of the design's, ``simplest`` names a numeric hyperparameter."""
     repeat, repeats = options.get("repeat"), design.get("repeats")
-    if repeat is not None and isinstance(repeats, int) and not repeat < repeats:
-        raise InputError(f"{where}.repeat: {repeat!r}; the design has {repeats} repeat(s), "
-                         f"use 0..{repeats - 1}")
+    if repeat is not None and isinstance(repeats, int):
+        _check_repeat(repeat, repeats, where)
     if options.get("simplest") is not None:
         _order(grid, options["simplest"], f"{where}.simplest")
 
 
-declare(cv_confidence, needs=("fold",), terms=("oof",), text=describe, check_grid=_check_grid,
-        options=[Option("alpha", 0.05, probability, "the set keeps params with p > alpha"),
-                 Option("B", 1000, integer(1), "multiplier bootstrap samples"),
-                 Option("seed", 0, integer(0), "seed of the multipliers"),
-                 Option("repeat", 0, integer(0), "the repeat of the fold design to use"),
-                 Option("simplest", None, None,
-                        "{hyper: max|min}: also the most regularised member of the set"),
-                 Option("groups", "auto", choice("auto", "ignore"),
-                        "'auto': multipliers per group when the store has group labels")],
-        results={"estimate": ("param",), "p_value": ("param",), "in_set": ("param",),
-                 "selected": (), "set_size": (), "simplest?": ()})
+_DECLARATION = declare(cv_confidence, needs=("fold",), terms=("oof",), text=describe, check_grid=_check_grid,
+                       options=[Option("alpha", 0.05, probability, "the set keeps params with p > alpha"),
+                                Option("B", 1000, integer(1), "multiplier bootstrap samples"),
+                                Option("seed", 0, integer(0), "seed of the multipliers"),
+                                Option("repeat", 0, integer(0), "the repeat of the fold design to use"),
+                                Option("simplest", None, None,
+                                       "{hyper: max|min}: also the most regularised member of the set"),
+                                Option("groups", "auto", choice("auto", "ignore"),
+                                       "'auto': multipliers per group when the store has group labels")],
+                       results={"estimate": ("param",), "p_value": ("param",), "in_set": ("param",),
+                                "selected": (), "set_size": (), "simplest?": ()})

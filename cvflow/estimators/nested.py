@@ -1,17 +1,18 @@
 """Classic nested cross-validation from the pair splits (DESIGN.md 6.4; Varma & Simon).
 
-The inner machinery here is shared by every nested estimator:
+The inner machinery every nested estimator reads is in :mod:`cvflow.estimators._readers`:
 
-- :func:`inner_score` — the inner K-fold score s_t(h) of each outer fold t, i.e. the K-fold
-  estimate on D \\ N_t with the K − 1 folds {N_l, l ≠ t}, from the pair-role loss sums of
-  :func:`cvflow.estimators._cube.role_terms`;
-- :func:`nested_choice` — for a penalised inner criterion, the per-outer choice h_t and its
-  outer loss on N_t with the fold-t fit, pooled into the nested CV error.
+- :func:`~cvflow.estimators._readers.inner_score` — the inner K-fold score s_t(h) of each
+  outer fold t, i.e. the K-fold estimate on D \\ N_t with the K − 1 folds {N_l, l ≠ t}, from
+  the pair-role loss sums of :func:`cvflow.estimators._cube.role_terms`;
+- :func:`~cvflow.estimators._readers.nested_choice` — for a penalised inner criterion, the
+  per-outer choice h_t and its outer loss on N_t with the fold-t fit, pooled into the nested
+  CV error.
 
 ``stability_nested`` (stability.py) adds λ·mu_t(h) to the inner score; ``nested_cv`` is the
-λ = 0 case and calls the same functions; ``bates_ncv`` (bates.py) reads ``inner_score`` for
-its e_in. No fit depends on any of this: the pair splits are fitted once, each pair (j, l)
-serving both orders (t, l) = (j, l) and (l, j).
+λ = 0 case and calls the same functions; ``bates_ncv`` (bates.py) and ``nested_compare`` read
+``inner_score`` too. No fit depends on any of this: the pair splits are fitted once, each pair
+(j, l) serving both orders (t, l) = (j, l) and (l, j).
 """
 from __future__ import annotations
 
@@ -20,53 +21,9 @@ import xarray as xr
 
 from . import guardrails, np_roles
 from ._cube import cube_loss, param_coords, param_label, param_text, role_terms
+from ._readers import fold_sizes, inner_score, nested_choice
 from .fold_metrics import metric_terms
-from .kfold import fold_sizes
 from .registry import declare
-
-
-def inner_score(inner_sum: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """``s_t(h) = Σ_{l≠t} Σ_{i∈N_l} ℓ_i(h, pair(t, l)) / (n − |N_t|)`` (eq. 8 of Cory-Wright & Gómez).
-
-    The pooled K-fold estimate on D \\ N_t, the same estimator (DESIGN.md 6.1) the final
-    selection uses on D. ``inner_sum`` (param, repeat, outer, inner) from :func:`role_terms`
-    (0 on the diagonal), ``sizes`` (repeat, outer); returns (param, repeat, outer). A failed
-    pair fit makes the param's score NaN (never skipped).
-    """
-    rest = sizes.sum(axis=1, keepdims=True) - sizes
-    return inner_sum.sum(axis=3) / rest
-
-
-def nested_choice(criterion: np.ndarray, fold_sum: np.ndarray, sizes: np.ndarray,
-                  extra_dims: tuple[str, ...] = ()) -> xr.Dataset:
-    """Per-outer choice ``h_t = argmin_h criterion`` and its outer loss, pooled.
-
-    Parameters
-    ----------
-    criterion : ndarray (param, repeat, outer, *extra_dims)
-        The inner criterion of each outer fold (e.g. with a trailing ``lambda`` axis).
-    fold_sum : ndarray (param, repeat, outer)
-        Σ_{i∈N_t} ℓ_i(h, fold t).
-    sizes : ndarray (repeat, outer)
-        |N_t|.
-
-    Returns
-    -------
-    Dataset with ``chosen`` (repeat, outer, ...) param index (ties to the first, NaN params
-    skipped, -1 if all NaN), ``outer_sum`` = m_t = Σ_{i∈N_t} ℓ_i(h_t, fold t), ``outer_score``
-    = m_t / |N_t|, ``estimate_repeat`` (repeat, ...) = Σ_t m_t / n and ``estimate`` (...) its
-    mean over repeats: the nested CV error.
-    """
-    picks = np_roles.nested_choice(criterion, fold_sum, sizes)
-    dims = ("repeat", "outer") + tuple(extra_dims)
-    extra = (None,) * len(extra_dims)
-    return xr.Dataset({
-        "chosen": (dims, picks["chosen"]),
-        "outer_sum": (dims, picks["outer_sum"]),
-        "outer_score": (dims, picks["outer_sum"] / sizes[(...,) + extra]),
-        "estimate_repeat": (("repeat",) + tuple(extra_dims), picks["estimate_repeat"]),
-        "estimate": (tuple(extra_dims), picks["estimate_repeat"].mean(axis=0)),
-    })
 
 
 def nested_cv(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:

@@ -3,14 +3,14 @@ the outer folds' paired losses.
 
 For each repeat r and outer fold t, learner A's choice ``a_t = argmin_{h∈A} s_t(h)`` and
 learner B's ``b_t = argmin_{h∈B} s_t(h)`` are the choices of classic nested CV (DESIGN.md
-6.4, :func:`cvflow.estimators.nested.inner_score`) made within each learner's own params. Their
+6.4, :func:`cvflow.estimators._readers.inner_score`) made within each learner's own params. Their
 fold-t fits give the paired losses on the outer fold,
 ``d_i = ℓ_i(a_t, fold t) − ℓ_i(b_t, fold t)`` for i ∈ N_t: exactly what scikit-learn's
 ``GridSearchCV`` of each learner inside each outer training set, refitted and scored on the
 outer fold, gives (``tests/test_nested_compare.py`` checks it to 1e-10). Two tests of
 e_A − e_B (the risk of "tune A, then fit" minus that of "tune B, then fit"):
 
-- the corrected repeated K-fold t (Nadeau & Bengio; :func:`corrected_t.corrected_t_stats`)
+- the corrected repeated K-fold t (Nadeau & Bengio; :func:`np_roles.corrected_t_stats`)
   on the fold-level differences ``d_{r,t} = mean_{i∈N_t} d_i``: variance
   (1/(K·R) + 1/(K − 1))·s², Student t with K·R − 1 df;
 - the Wald interval of Bayle et al. on the per-sample differences (as :func:`wald_cv` with
@@ -35,9 +35,7 @@ import xarray as xr
 from ..errors import InputError
 from . import guardrails, np_roles
 from ._cube import param_label, pointwise, role_terms
-from .corrected_t import corrected_t_stats
-from .kfold import fold_sizes
-from .nested import inner_score
+from ._readers import fold_sizes, inner_score
 from .registry import Option, declare, fmt, probability
 
 SCALARS = ("estimate", "estimate_a", "estimate_b", "fold_mean", "sample_variance", "variance", "se", "t",
@@ -175,7 +173,7 @@ def nested_compare(cube: xr.Dataset, *, loss: str | None = None, learners=None,
     d = paired_differences(terms["oof_loss"][:, :, analysis], fold_a, chosen["a"], chosen["b"])
     member = np_roles.fold_members(fold_a, k)
     fold_diff = np.where(member, d[:, None], 0.0).sum(-1) / sizes  # (R, K)
-    res = corrected_t_stats(fold_diff, a_level)
+    res = np_roles.corrected_t_stats(fold_diff, a_level)
     res["fold_mean"] = res["estimate"]          # the corrected t's centre: mean of fold means
     res.update(wald_stats(d, fold_a, k, a_level))
     res.update(estimate_a=est["a"], estimate_b=est["b"])

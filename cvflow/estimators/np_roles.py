@@ -24,7 +24,11 @@ oof_loss            oof     (P, R, n)        ℓ_i(h, fold j(i)), i ∈ N_j; 0 o
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from .guardrails import flat
 
 # the role of each term (the table above): the role a reducer asks for to get the term
 TERM_ROLE = {"full_risk": "full", "test_risk": "full", "fold_sum": "fold", "fold_risk": "fold",
@@ -186,3 +190,44 @@ def corrected_repeated_se(values: np.ndarray) -> np.ndarray:
     flat = values.reshape(values.shape[:-2] + (r * k,))
     s2 = flat.var(axis=-1, ddof=1) if r * k > 1 else np.full(flat.shape[:-1], np.nan)
     return np.sqrt((1.0 / (k * r) + 1.0 / (k - 1)) * s2)
+
+
+def nadeau_bengio_stats(d: np.ndarray, n: float, g: float, alpha: float) -> dict:
+    """Corrected resampled t-test (Nadeau & Bengio 2003) from per-fit mean differences d_f.
+
+    Variance (1/F + (n - g)/g)·s²_d, Student t with F - 1 degrees of freedom. The kernel of
+    ``nadeau_bengio`` (the subset design) and, through :func:`corrected_t_stats`, of
+    ``corrected_t`` and ``nested_compare`` (the fold design).
+    """
+    n_fits = d.size
+    mean = float(d.mean()) if n_fits else np.nan
+    s2 = float(d.var(ddof=1)) if n_fits >= 2 else np.nan
+    variance = (1.0 / n_fits + (n - g) / g) * s2 if n_fits >= 2 else np.nan
+    out = {"estimate": mean, "sample_variance": s2, "variance": variance, "df": n_fits - 1}
+    if not np.isfinite(variance) or flat(s2, float(np.abs(d).max(initial=0.0))):
+        out.update(se=np.nan, t=np.nan, p_value=np.nan, lower=np.nan, upper=np.nan)
+        return out
+    from scipy import stats     # imported here: scipy.stats alone takes ~0.5 s to import
+
+    se = math.sqrt(variance)
+    t = mean / se
+    q = stats.t.ppf(1 - alpha / 2, n_fits - 1)
+    out.update(se=se, t=t, p_value=float(2 * stats.t.sf(abs(t), n_fits - 1)),
+               lower=mean - q * se, upper=mean + q * se)
+    return out
+
+
+def corrected_t_stats(d: np.ndarray, alpha: float) -> dict:
+    """The corrected repeated K-fold t-test from fold-level values ``d`` (R, K).
+
+    Returns ``estimate`` (d̄), ``sample_variance`` (s²), ``variance``, ``se``, ``t``,
+    ``df`` (K·R − 1), ``p_value`` (two-sided), ``lower``/``upper`` (the 1 − alpha interval
+    from Student's t) and ``ratio`` (n_test / n_train = 1 / (K − 1)). NaN if any d is NaN.
+    """
+    k = d.shape[1]
+    # n_test / n_train = (n/K) / (n − n/K): nadeau_bengio_stats takes it as (n − g)/g, g = 1 − 1/K
+    out = nadeau_bengio_stats(np.asarray(d, dtype=np.float64).ravel(), 1.0, 1.0 - 1.0 / k, alpha)
+    if np.isnan(d).any():
+        out.update({key: np.nan for key in out if key != "df"})
+    out["ratio"] = 1.0 / (k - 1)
+    return out

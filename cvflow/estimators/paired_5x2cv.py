@@ -22,7 +22,7 @@ import xarray as xr
 from ..errors import InputError
 from . import guardrails
 from ._cube import fold_level_groups, loss_name, param_text
-from .paired import compare_attrs, compare_check, compare_params, fold_scores
+from ._readers import compare_attrs, compare_check, compare_params, fold_scores
 from .registry import Option, declare, fmt, param_refs, probability
 
 SCALARS = ("estimate", "first_difference", "se", "t", "p_value", "lower", "upper", "f",

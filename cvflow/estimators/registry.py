@@ -49,9 +49,9 @@ An option's ``check(value, where) -> value`` raises :class:`~cvflow.errors.Input
 one-line message starting with ``where`` (e.g. ``"estimators[2].stability_nested.lambdas"``)
 and returns the value to use; ``None`` always means "the default" and is never checked. The
 helpers below (:func:`number`, :func:`integer`, :func:`numbers`, :data:`probability`,
-:data:`miscoverage`, :data:`boolean`, :func:`choice`, :func:`param_refs`) cover the common
-cases; the function itself is still callable directly from Python and keeps its own checks
-(use the same check function).
+:data:`miscoverage`, :func:`choice`, :func:`param_refs`) cover the common
+cases; the function itself is still callable directly from Python and checks its options
+with the same check functions, best through its declaration (:meth:`Estimator.call_options`).
 
 User estimators: a workflow may name any importable function by dotted path in
 ``estimators:`` (``mymodule.my_reducer``, found beside the workflow file too; a report of a
@@ -150,6 +150,15 @@ class Estimator:
                 value = option.check(value, f"{where}.{key}")
             out[key] = value
         return out
+
+    def call_options(self, **values) -> dict:
+        """The options of a direct call (``bbc_cv(cube, B=200)``) through the same checks as a
+        workflow's and ``--set``'s (:meth:`check_options`), so an option is checked in one
+        place, its declaration; None is the declared default. InputError names
+        ``<estimator>.<option>``."""
+        defaults = {o.name: o.default for o in self.options}
+        return self.check_options({key: defaults.get(key) if value is None else value
+                                   for key, value in values.items()}, self.name)
 
     def refusal(self, loss, ordered: bool) -> str:
         """Why this estimator cannot reduce with ``loss`` (a :class:`cvflow.estimators.losses.Loss`) on
@@ -337,16 +346,9 @@ def level(hint: str) -> Check:
     return check
 
 
-def _boolean(value, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise InputError(f"{where}: {value!r}; use true or false")
-    return value
-
-
 probability: Check = level("use a number in (0, 1), e.g. 0.05 for a test or 0.1 for a 90% "
                            "interval")
 miscoverage: Check = level("the miscoverage level must be in (0, 1), e.g. 0.1 for a 90% interval")
-boolean: Check = _boolean
 
 
 def choice(*values: str) -> Check:

@@ -6,7 +6,7 @@
 
 Both are reductions of stored predictions: the λ grid is a dimension of the results and
 costs no fits. The nested part reads the pair splits through the machinery of
-:mod:`cvflow.estimators.nested` (``stability_nested`` at λ = 0 is ``nested_cv``).
+:mod:`cvflow.estimators._readers` (``stability_nested`` at λ = 0 is ``nested_cv``).
 """
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ import xarray as xr
 from ..errors import InputError
 from . import guardrails, np_roles
 from ._cube import loss_name, param_coords, param_label, param_text, role_terms
-from .kfold import fold_sizes, kfold_scores
-from .nested import inner_score, nested_choice
+from ._readers import fold_sizes, inner_score, kfold_scores, nested_choice
 from .registry import Option, declare
 
 DEFAULT_LAMBDAS = (0.0, 0.1, 0.3, 1.0, 3.0, 10.0)

@@ -41,8 +41,9 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import param_label, param_text, pointwise, pointwise_loss, resolve_param
-from .np_roles import normal_quantile
+from ._cube import param_label, param_text, pointwise, pointwise_loss
+from ._readers import compare_pair
+from .np_roles import nadeau_bengio_stats, normal_quantile
 from .registry import Option, declare, fmt, integer, param_refs, probability
 
 log = logging.getLogger(__name__)
@@ -176,58 +177,9 @@ def normal_test(estimate: float, variance: float, alpha: float) -> dict:
             "lower": estimate - q * se, "upper": estimate + q * se}
 
 
-def nadeau_bengio_stats(d: np.ndarray, n: float, g: float, alpha: float) -> dict:
-    """Corrected resampled t-test (Nadeau & Bengio 2003) from per-fit mean differences d_f.
-
-    Variance (1/F + (n - g)/g)·s²_d, Student t with F - 1 degrees of freedom.
-    """
-    n_fits = d.size
-    mean = float(d.mean()) if n_fits else np.nan
-    s2 = float(d.var(ddof=1)) if n_fits >= 2 else np.nan
-    variance = (1.0 / n_fits + (n - g) / g) * s2 if n_fits >= 2 else np.nan
-    out = {"estimate": mean, "sample_variance": s2, "variance": variance, "df": n_fits - 1}
-    if not np.isfinite(variance) or guardrails.flat(s2, float(np.abs(d).max(initial=0.0))):
-        out.update(se=np.nan, t=np.nan, p_value=np.nan, lower=np.nan, upper=np.nan)
-        return out
-    from scipy import stats     # imported here: scipy.stats alone takes ~0.5 s to import
-
-    se = math.sqrt(variance)
-    t = mean / se
-    q = stats.t.ppf(1 - alpha / 2, n_fits - 1)
-    out.update(se=se, t=t, p_value=float(2 * stats.t.sf(abs(t), n_fits - 1)),
-               lower=mean - q * se, upper=mean + q * se)
-    return out
-
-
 # ----------------------------------------------------------------------------------------
 # reading the cube
 # ----------------------------------------------------------------------------------------
-
-def compare_pair(cube: xr.Dataset, compare, a, b, where: str) -> tuple[int, int | None]:
-    """Resolve (a, b) from ``compare: [a, b]`` / ``[a]`` or the ``a``/``b`` options."""
-    if compare is not None:
-        if a is not None or b is not None:
-            raise InputError(f"{where}: give either compare or a/b, not both")
-        items = list(compare) if isinstance(compare, (list, tuple)) else [compare]
-        if not 1 <= len(items) <= 2:
-            raise InputError(f"{where}.compare: {compare!r}; give [a, b] (two params) or [a] "
-                             "(the error of one param)")
-        a, b = items[0], (items[1] if len(items) == 2 else None)
-    if a is None:
-        n_params = int(cube.sizes["param"])
-        if n_params == 1:
-            return 0, None
-        if n_params == 2:
-            return 0, 1
-        raise InputError(f"{where}.compare: the cube has {n_params} params; name the two to "
-                         "compare, e.g. compare: [0, 1] or ['lasso(C=0.5)', 'lasso(C=0.08)']")
-    ia = resolve_param(cube, a, where=f"{where}.compare")
-    ib = None if b is None else resolve_param(cube, b, where=f"{where}.compare")
-    if ib is not None and ib == ia:
-        raise InputError(f"{where}.compare: a and b are the same param ({ia}); compare two "
-                         "different params")
-    return ia, ib
-
 
 def _subset_table(cube: xr.Dataset, where: str) -> tuple[np.ndarray, bool]:
     """The (group, member) table and whether it is the complete design."""

@@ -242,7 +242,7 @@ class Monitor:
         """K-fold and corrected K-fold per param from the fits done so far (NaN where a fit
         the estimator needs is missing or failed), as :mod:`cvflow.estimators` computes them."""
         from ..estimators.corrected import corrected_scores
-        from ..estimators.kfold import kfold_scores
+        from ..estimators._readers import kfold_scores
 
         n = len(self.learner)
         out = {"kfold": np.full(n, np.nan), "corrected": np.full(n, np.nan),

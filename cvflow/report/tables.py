@@ -147,7 +147,7 @@ def _scores(cube: xr.Dataset, decl: Loss, average: str, train: bool):
     from ..estimators import kfold
     from ..estimators._cube import role_terms
     from ..estimators.fold_metrics import metric_terms
-    from ..estimators.kfold import fold_sizes
+    from ..estimators._readers import fold_sizes
 
     result = kfold(cube, loss=decl, average=average)
     test = result["fold_score"].values.reshape(result.sizes["param"], -1)
