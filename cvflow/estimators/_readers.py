@@ -87,7 +87,7 @@ def fold_scores(cube: xr.Dataset, loss: str, params: list[int], what: str
 def inner_score(inner_sum: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """``s_t(h) = Σ_{l≠t} Σ_{i∈N_l} ℓ_i(h, pair(t, l)) / (n − |N_t|)`` (eq. 8 of Cory-Wright & Gómez).
 
-    The pooled K-fold estimate on D \\ N_t, the same estimator (DESIGN.md 6.1) the final
+    The pooled K-fold estimate on D \\ N_t, the same estimator (docs/guide/estimators.md) the final
     selection uses on D. ``inner_sum`` (param, repeat, outer, inner) from :func:`role_terms`
     (0 on the diagonal), ``sizes`` (repeat, outer); returns (param, repeat, outer). A failed
     pair fit makes the param's score NaN (never skipped).

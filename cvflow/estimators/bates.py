@@ -2,9 +2,9 @@
 
 - :func:`bates_ncv`: Bates, Hastie & Tibshirani's nested-CV estimate of the MSE of CV, the
   bias-corrected point estimate and the nested CV interval, next to the naive CV interval
-  (DESIGN.md 6.6);
+  (docs/guide/estimators.md);
 - :func:`wald_cv`: Bayle et al.'s Wald CV interval with the within-fold and the all-pairs
-  variance estimators (DESIGN.md 6.7).
+  variance estimators (docs/guide/estimators.md).
 
 Both compute every param of the grid at once (``param`` dimension) unless ``param=`` picks
 one, in which case the results are scalars. Both read the cube through the numpy kernels of

@@ -4,7 +4,7 @@ For folds N_1..N_K of D (n = |D|, p_j = |N_j| / n) and a loss ℓ,
 
     corrected(h) = kfold(h) + mean_{i∈D} ℓ_i(h, full) − Σ_j p_j · mean_{i∈D} ℓ_i(h, fold j)
 
-(DESIGN.md 6.2). The last term evaluates each fold model on all of D, its own training samples
+(docs/guide/estimators.md). The last term evaluates each fold model on all of D, its own training samples
 included, which is why the cube stores every fit's predictions on every sample. With equal
 folds p_j = 1/K and this is the paper's display in Section 5.
 
@@ -62,7 +62,7 @@ def corrected_kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     Parameters
     ----------
     cube : xarray.Dataset
-        A cube with the schema of DESIGN.md section 3 (lazy or in memory) holding the full
+        A cube with the schema of docs/guide/cube.md (lazy or in memory) holding the full
         split and the K-fold splits.
     loss : str, optional
         Loss applied to the stored predictions; defaults to the workflow's.

@@ -1,4 +1,4 @@
-"""Plain K-fold cross-validation from the cube (DESIGN.md 6.1)."""
+"""Plain K-fold cross-validation from the cube (docs/guide/estimators.md)."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,14 +21,14 @@ def kfold(cube: xr.Dataset, *, loss: str | None = None, average: str = "samples"
     Parameters
     ----------
     cube : xarray.Dataset
-        A cube with the schema of DESIGN.md section 3 (lazy or in memory).
+        A cube with the schema of docs/guide/cube.md (lazy or in memory).
     loss : str, optional
         Loss applied to the stored predictions; defaults to the workflow's. A per-fold
         metric (``roc_auc``, ``average_precision``, ``r2``) is computed on each test fold
         and averaged over the folds; the selection then maximises it.
     average : {"samples", "folds"}, default "samples"
         How a pointwise loss's fold scores make the estimate: "samples" the mean over every
-        analysis sample (each fold weighted by its size, DESIGN.md 6.1), "folds" the plain
+        analysis sample (each fold weighted by its size, docs/guide/estimators.md), "folds" the plain
         mean of the fold means (scikit-learn's ``GridSearchCV`` / ``cross_val_score``
         convention). The two differ only when the folds have unequal sizes. A per-fold metric
         is always the mean over the folds.

@@ -1,4 +1,4 @@
-"""Classic nested cross-validation from the pair splits (DESIGN.md 6.4; Varma & Simon).
+"""Classic nested cross-validation from the pair splits (docs/guide/estimators.md; Varma & Simon).
 
 The inner machinery every nested estimator reads is in :mod:`cvflow.estimators._readers`:
 

@@ -2,8 +2,9 @@
 the outer folds' paired losses.
 
 For each repeat r and outer fold t, learner A's choice ``a_t = argmin_{h∈A} s_t(h)`` and
-learner B's ``b_t = argmin_{h∈B} s_t(h)`` are the choices of classic nested CV (DESIGN.md
-6.4, :func:`cvflow.estimators._readers.inner_score`) made within each learner's own params. Their
+learner B's ``b_t = argmin_{h∈B} s_t(h)`` are the choices of classic nested CV
+(docs/guide/estimators.md, :func:`cvflow.estimators._readers.inner_score`) made within each
+learner's own params. Their
 fold-t fits give the paired losses on the outer fold,
 ``d_i = ℓ_i(a_t, fold t) − ℓ_i(b_t, fold t)`` for i ∈ N_t: exactly what scikit-learn's
 ``GridSearchCV`` of each learner inside each outer training set, refitted and scored on the

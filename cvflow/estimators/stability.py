@@ -1,4 +1,4 @@
-"""Hypothesis stability and stability-regularised selection (DESIGN.md 6.3; Cory-Wright & Gómez).
+"""Hypothesis stability and stability-regularised selection (docs/guide/estimators.md; Cory-Wright & Gómez).
 
 - :func:`stability`: the empirical hypothesis stability mu(h) of eq. (5) and, for given
   weights λ, the selections ``argmin_h kfold(h) + λ·mu(h)`` of eq. (7);

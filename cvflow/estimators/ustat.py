@@ -1,5 +1,5 @@
 """U-statistic variance of the leave-(n-g)-out error estimator and the exact two-learner
-test (Fuchs, Hornung, De Bin & Boulesteix; DESIGN.md 6.5), plus the Nadeau-Bengio corrected
+test (Fuchs, Hornung, De Bin & Boulesteix; docs/guide/estimators.md), plus the Nadeau-Bengio corrected
 resampled t-test from the same fits.
 
 Notation. g is the learning-set size, D the analysis samples (n = |D|), a and b two params.
@@ -307,7 +307,7 @@ def ustat(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=None, b=
     Parameters
     ----------
     cube : xarray.Dataset
-        A cube with the schema of DESIGN.md section 3 holding a subset design (lazy or in
+        A cube with the schema of docs/guide/cube.md holding a subset design (lazy or in
         memory).
     loss : str, optional
         Loss applied to the stored predictions; defaults to the workflow's.
@@ -408,7 +408,7 @@ def ustat(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=None, b=
 
 def nadeau_bengio(cube: xr.Dataset, *, loss: str | None = None, compare=None, a=None, b=None,
                   alpha: float = 0.05, chunk: int | None = None) -> xr.Dataset:
-    """Nadeau-Bengio corrected resampled t-test from the subset fits (DESIGN.md 6.5, end).
+    """Nadeau-Bengio corrected resampled t-test from the subset fits (docs/guide/estimators.md).
 
     d_f = φ̄_f (mean kernel over the test set of fit f) over the F subset fits; variance
     (1/F + (n - g)/g)·s²_d; Student t with F - 1 degrees of freedom. Options as
