@@ -540,7 +540,7 @@ class StudyResult:
 
         from .report.results import status_from_cube
 
-        # every value escaped (markupsafe templates, as cvflow.report.html._div explains)
+        # every value escaped (markupsafe templates, as cvflow.report.page.div explains)
         info = status_from_cube(self.cube)
         row = Markup("<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>")
         rows = Markup("").join(row.format(c, s["index"], s["learner"], json.dumps(s["params"]))
