@@ -8,9 +8,9 @@ Measured (not assumed), on this machine:
 - per-task scheduler cost: the CPU seconds of a scheduler process of its own over 4,000 no-op
   tasks (2 workers), per task;
 - status-write cost: the client's write of the (param, split) status of a 1000 x 1000 cube
-  (cvflow.store.cube.StatusWriter, what the run does every flush), per cell;
+  (cvflow.store.writes.StatusWriter, what the run does every flush), per cell;
 - store-write cost: one block of predictions (1000 params x 6 splits x 442 samples, float32,
-  a shard) written by cvflow.store.cube.write_pred, per byte.
+  a shard) written by cvflow.store.writes.write_pred, per byte.
 Status and block writes are timed in CPU seconds of this process (zarr's threads included), so
 the machine's load does not inflate them; the disk's own time is not in them.
 The 10^6-fit study (ridge path, 1000 alphas x 1001 splits, float32) runs as a user would,
@@ -94,7 +94,8 @@ def store_costs(tmp: Path) -> tuple[float, float]:
     from cvflow.workflow.data import Data
     from cvflow.fitting.block import BlockResult
     from cvflow.workflow.params import Param
-    from cvflow.store.cube import StatusWriter, create, cube_template, write_pred
+    from cvflow.store.creation import create, cube_template
+    from cvflow.store.writes import StatusWriter, write_pred
     from cvflow.testing import simple_design
 
     n_params, n = 1000, 442

@@ -78,7 +78,7 @@ def cmd_run(args) -> int:
 def cmd_status(args) -> int:
     from .report import results as report
     from .store.location import exists, resolve
-    from .store.cube import is_store
+    from .store.group import is_store
 
     if not exists(resolve(args.store)):
         raise InputError(f"store: {args.store} does not exist")
@@ -90,7 +90,7 @@ def cmd_status(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .store.cube import verify
+    from .store.damage import verify
 
     found = verify(args.store)
     print(json.dumps(found.to_json()) if args.json else found.text())

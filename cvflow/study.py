@@ -26,7 +26,8 @@ import yaml
 from .workflow.data import decode_frame, from_arrays, save_npz
 from .objects import CLASS, build, describe, describe_splitter, is_estimator
 from .errors import InputError
-from .workflow.spec import Workflow, grid_values, parse_workflow
+from .workflow.learners import grid_values
+from .workflow.spec import Workflow, parse_workflow
 from .trust import Trust, workflow_code
 
 WHERE = Path("Study")
@@ -80,7 +81,7 @@ class Study:
         store's workflow, so the rebuilt study fits the same models as the run did.
     """
     # DESIGN CHOICE: the learner keys of a workflow file that have no spelling in an estimator
-    # object; kept as plain data so a Study round-trips every key spec.LEARNER_KEYS allows
+    # object; kept as plain data so a Study round-trips every key cvflow.workflow.learners.LEARNER_KEYS allows
     LEARNER_OPTIONS = ("preprocess", "output")
 
     def __init__(self, learners, *, param_grid=None, cv=5, estimators=("kfold",), loss=None,
@@ -540,7 +541,7 @@ class StudyResult:
 
         from .report.results import status_from_cube
 
-        # every value escaped (markupsafe templates, as cvflow.report.html._div explains)
+        # every value escaped (markupsafe templates, as cvflow.report.page.div explains)
         info = status_from_cube(self.cube)
         row = Markup("<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>")
         rows = Markup("").join(row.format(c, s["index"], s["learner"], json.dumps(s["params"]))

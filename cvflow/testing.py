@@ -14,7 +14,7 @@ from .workflow.data import Data
 from .workflow.designs import Design, fold_labels, make_design, subset_splits
 from .fitting.block import fit_block
 from .workflow.params import Param
-from .store.cube import cube_template
+from .store.creation import cube_template
 
 
 def simple_design(n: int, folds: int, *, repeats: int = 1, pairs: bool = False, seed: int = 0,

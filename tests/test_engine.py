@@ -118,21 +118,23 @@ def test_failed_store_creation_cancels_the_run_and_a_rerun_completes(tmp_path, w
                                                                      client, monkeypatch, cluster):
     """The store is created while the blocks fit; when creating it fails the run raises that
     error (no block waits forever), leaves no half store behind, and the same run then works."""
-    from cvflow.store import cube as cube_store
+    from cvflow.store import creation
+    from cvflow.store.group import CREATING, is_store
+    from cvflow.store.location import put, sibling
 
     wf, path = write_workflow(QUICK), tmp_path / "s.zarr"
-    real = cube_store.create
+    real = creation.create
 
     def broken(location, template):
-        cube_store.put(cube_store.sibling(str(location), cube_store.CREATING), b"")
+        put(sibling(str(location), CREATING), b"")
         raise OSError("disk full")
 
-    monkeypatch.setattr(cube_store, "create", broken)
+    monkeypatch.setattr(creation, "create", broken)
     kwargs = {"client": client} if cluster == "given client" else {"cluster": cluster}
     with pytest.raises(OSError, match="disk full"):
         run(wf, store=path, **kwargs)
-    assert not cube_store.is_store(path)
-    monkeypatch.setattr(cube_store, "create", real)
+    assert not is_store(path)
+    monkeypatch.setattr(creation, "create", real)
     result = run(wf, store=path, **kwargs)
     assert result.fits_executed == result.total_fits == 4 * 6
     assert bool(cvflow.open(path)["done"].all())

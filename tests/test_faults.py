@@ -214,27 +214,28 @@ def test_random_cuts_six_times_then_complete(workflow, clean, tmp_path):
 def test_store_creation_cut_midway_leaves_no_half_store(tmp_path, monkeypatch):
     """A run killed while creating the store leaves no store at its path; the rerun creates it."""
     import cvflow.execution.run
-    from cvflow.store import cube as cube_store
+    from cvflow.store import creation, cube as cube_store
+    from cvflow.store.group import is_store, read_mask
     from cvflow.workflow.spec import load_workflow
 
     wf = load_workflow(fh.slow_workflow(tmp_path / "wf.yaml"))
     study = wf.build()
     path = tmp_path / "s.zarr"
 
-    real = cube_store.put_all
+    real = creation.put_all
 
     def cut(location, objects):                        # half the objects written (the root's
         real(location, dict(list(objects.items())[:len(objects) // 2]))   # metadata first),
         raise KeyboardInterrupt                        # then the process is cut
 
-    monkeypatch.setattr(cube_store, "put_all", cut)
+    monkeypatch.setattr(creation, "put_all", cut)
     with pytest.raises(KeyboardInterrupt):
         cvflow.execution.run.prepare_store(wf, study, path)
     monkeypatch.undo()
-    assert (path / "zarr.json").exists() and not cube_store.is_store(path)
+    assert (path / "zarr.json").exists() and not is_store(path)
     with pytest.raises(StoreError, match="not a cvflow store"):
         cube_store.open_cube(path)
     layout = cvflow.execution.run.prepare_store(wf, study, path)  # the rerun
-    assert cube_store.is_store(path) and not (tmp_path / "s.zarr.creating").exists()
-    assert cube_store.read_mask(path, "done").shape == (4, study.design.n_splits)
+    assert is_store(path) and not (tmp_path / "s.zarr.creating").exists()
+    assert read_mask(path, "done").shape == (4, study.design.n_splits)
     assert layout.chunks == (1, 1)

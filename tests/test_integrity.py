@@ -16,7 +16,8 @@ import zarr
 
 from cvflow.store import attributes
 from cvflow.store import integrity
-from cvflow.store import cube as store
+from cvflow.store import creation, cube as store, damage, writes
+from cvflow.store.group import is_store, read_mask
 from cvflow.errors import StoreError
 from cvflow.fitting.block import BlockResult
 
@@ -123,12 +124,12 @@ def test_an_interrupted_creation_of_ours_is_still_replaced(tmp_path):
     template, _ = _template()
     path = tmp_path / "c.zarr"
     marker = tmp_path / "c.zarr.creating"
-    store.create(path, template)
+    creation.create(path, template)
     shutil.rmtree(path / "pred")                  # as if cut before pred's metadata
     marker.write_bytes(json.dumps({"cvflow": "creating", "store": str(path)}).encode())
-    assert store.clear_interrupted(path) and not path.exists() and not marker.exists()
-    store.create(path, template)
-    assert store.is_store(path) and not marker.exists()
+    assert creation.clear_interrupted(path) and not path.exists() and not marker.exists()
+    creation.create(path, template)
+    assert is_store(path) and not marker.exists()
 
 
 # --------------------------------------------------------------------------------------------
@@ -140,19 +141,19 @@ def test_every_array_carries_crc32c_also_after_growing(tmp_path):
 
     template, design = _template(n_params=3)
     path = tmp_path / "c.zarr"
-    store.create(path, template)
-    store.write_block(path, BlockResult(slice(0, 2), slice(0, 4), np.ones((2, 4, 12)),
-                                        np.zeros((2, 4), bool), np.full((2, 4), "", dtype=object),
-                                        np.ones((2, 4))))
+    creation.create(path, template)
+    writes.write_block(path, BlockResult(slice(0, 2), slice(0, 4), np.ones((2, 4, 12)),
+                                         np.zeros((2, 4), bool), np.full((2, 4), "", dtype=object),
+                                         np.ones((2, 4))))
     grown, _ = _template(n_params=5, mixed=True)       # new params and hyperparameters
-    store.grow(path, grown, n_params=3, n_splits=design.n_splits)
+    creation.grow(path, grown, n_params=3, n_splits=design.n_splits)
     group = zarr.open_group(str(path), mode="r")
     names = sorted(group.array_keys())
     assert {"kernel", "C", "pred", "fold", "X"} <= set(names)
     for name in names:
         codecs = [type(c).__name__ for c in group[name].compressors]
         assert codecs == ["ZstdCodec", "Crc32cCodec"], name
-    found = store.verify(path)
+    found = damage.verify(path)
     assert found.ok and found.checksums and found.variables == len(names), found.text()
 
 
@@ -289,7 +290,7 @@ def test_verify_refuses_what_is_not_a_store(tmp_path):
     assert result.returncode == 2
     _one_line(result, r"x exists but is not a cvflow store")
     with pytest.raises(StoreError, match="does not exist"):
-        store.verify(tmp_path / "nope")
+        damage.verify(tmp_path / "nope")
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,23 +302,23 @@ def _sharded(tmp_path, monkeypatch):
     written and done."""
     from test_store import _status, _template
 
-    monkeypatch.setattr(store, "SHARD_INNER_BYTES", 2 * 4 * 12 * 8)
+    monkeypatch.setattr(creation, "SHARD_INNER_BYTES", 2 * 4 * 12 * 8)
     template, _ = _template(chunks=(4, 4))
     assert "shards" in template["pred"].encoding
     path = tmp_path / "c.zarr"
-    store.create(path, template)
+    creation.create(path, template)
     rng = np.random.default_rng(0)
     for ss in (slice(0, 4), slice(4, 8)):
-        store.write_pred(path, BlockResult(slice(0, 4), ss, rng.normal(size=(4, 4, 12)),
-                                           None, None, None))
-        store.write_status(path, [_status(slice(0, 4), ss, 1.0)])
+        writes.write_pred(path, BlockResult(slice(0, 4), ss, rng.normal(size=(4, 4, 12)),
+                                            None, None, None))
+        writes.write_status(path, [_status(slice(0, 4), ss, 1.0)])
     return path
 
 
 def test_damaged_blocks_and_the_reader_on_a_sharded_store(tmp_path, monkeypatch):
     path = _sharded(tmp_path, monkeypatch)
     intact = store.read_pred(path)
-    assert store.damaged_blocks(path, (4, 4)) == []
+    assert damage.damaged_blocks(path, (4, 4)) == []
     shard = path / "pred" / "c" / "0" / "1" / "0"
     shard.write_bytes(b"")                   # zarr alone would read an empty shard as NaN
     with pytest.raises(integrity.DamagedStore,
@@ -327,16 +328,16 @@ def test_damaged_blocks_and_the_reader_on_a_sharded_store(tmp_path, monkeypatch)
     np.testing.assert_array_equal(cube["pred"][:, :4].values, intact[:, :4])   # other chunks
     with pytest.raises(integrity.DamagedStore, match=r"pred chunk \(0, 1, 0\)"):
         cube["pred"][:, 4:8].compute()
-    assert store.damaged_blocks(path, (4, 4)) == [(slice(0, 4), slice(4, 8))]
+    assert damage.damaged_blocks(path, (4, 4)) == [(slice(0, 4), slice(4, 8))]
     shard.unlink()
-    assert store.damaged_blocks(path, (4, 4)) == [(slice(0, 4), slice(4, 8))]
+    assert damage.damaged_blocks(path, (4, 4)) == [(slice(0, 4), slice(4, 8))]
     with pytest.raises(integrity.DamagedStore, match=r"pred chunk \(0, 1, 0\) is missing"):
         store.read_pred(store.open_cube(path))
-    done = store.intact_done(path, (4, 4))
+    done = damage.intact_done(path, (4, 4))
     assert done[:4, :4].all() and not done[:, 4:].any()
     first = path / "pred" / "c" / "0" / "0" / "0"
     _flip(first, offset=len(first.read_bytes()) - 40)        # in the last inner chunk
-    assert [str(d) for d in store.verify(path).damaged] == [
+    assert [str(d) for d in damage.verify(path).damaged] == [
         "pred chunk (0, 0, 0) is corrupt (checksum mismatch)", "pred chunk (0, 1, 0) is missing"]
     with pytest.raises(integrity.DamagedStore, match=r"pred chunk \(0, 0, 0\) is corrupt"):
         store.read_block(path, slice(0, 4), slice(0, 4))
@@ -349,13 +350,13 @@ def test_an_all_failed_block_is_not_missing(tmp_path):
 
     template, _ = _template()
     path = tmp_path / "c.zarr"
-    store.create(path, template)
-    store.write_pred(path, BlockResult(slice(0, 2), slice(0, 4), np.full((2, 4, 12), np.nan),
-                                       None, None, None))
-    store.write_status(path, [_status(slice(0, 2), slice(0, 4), 1.0, failed_at=...)])
+    creation.create(path, template)
+    writes.write_pred(path, BlockResult(slice(0, 2), slice(0, 4), np.full((2, 4, 12), np.nan),
+                                        None, None, None))
+    writes.write_status(path, [_status(slice(0, 2), slice(0, 4), 1.0, failed_at=...)])
     assert (path / "pred" / "c" / "0" / "0" / "0").exists()
     (path / "pred" / "c" / "0" / "0" / "0").unlink()
-    assert store.verify(path).ok and store.damaged_blocks(path, (2, 4)) == []
+    assert damage.verify(path).ok and damage.damaged_blocks(path, (2, 4)) == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -499,11 +500,11 @@ def test_the_root_attributes_are_checked_at_open(study, study_copy, name, value,
     if value is None:                      # another block shape than pred's
         bp, bs = json.loads(store.read_attr(study_copy, "chunks"))
         value = json.dumps([bp, bs + 1])
-    done, failed = store.read_mask(study_copy, "done"), store.read_mask(study_copy, "failed")
+    done, failed = read_mask(study_copy, "done"), read_mask(study_copy, "failed")
     _set_attribute(study_copy, name, value)
     with pytest.raises(attributes.DamagedAttribute, match=message):
         store.open_cube(study_copy)
-    assert any(re.search(message, d) for d in store.status_damage(study_copy, done, failed))
+    assert any(re.search(message, d) for d in damage.status_damage(study_copy, done, failed))
 
 
 def test_a_listing_check_costs_no_array_open(study, monkeypatch):
@@ -514,4 +515,4 @@ def test_a_listing_check_costs_no_array_open(study, monkeypatch):
 
     monkeypatch.setattr(zarr, "open_array", fail)
     monkeypatch.setattr(zarr, "open_group", fail)
-    assert store.listed_damage(study[1]) == []
+    assert damage.listed_damage(study[1]) == []

@@ -17,7 +17,7 @@ import pytest
 from cvflow.workflow.data import Data
 from cvflow.estimators import corrected_kfold, kfold
 from cvflow.workflow.params import Param
-from cvflow.store.cube import cube_template
+from cvflow.store.creation import cube_template
 from cvflow.testing import simple_design
 
 

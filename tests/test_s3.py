@@ -152,15 +152,16 @@ def test_create_on_s3_writes_what_xarray_writes(s3, monkeypatch, in_place):
 
     import xarray as xr
 
-    from cvflow.store import cube as store
+    from cvflow.store import creation
+    from cvflow.store.group import CREATING, is_store
     from cvflow.store.location import filesystem, storage_options
     from test_store import _case, reference_encoding
 
     template = _case("multiclass", monkeypatch)
     if in_place:                               # every variable written in place, none staged
-        monkeypatch.setattr(store, "STAGED_BYTES", 64)
+        monkeypatch.setattr(creation, "STAGED_BYTES", 64)
     ours, ref = _url(), _url()
-    store.create(ours, template)
+    creation.create(ours, template)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
         template.to_zarr(ref, compute=False, consolidated=True, zarr_format=3, mode="w-",
@@ -176,7 +177,7 @@ def test_create_on_s3_writes_what_xarray_writes(s3, monkeypatch, in_place):
     assert set(got) == set(want) and "/pred/zarr.json" in got
     for key in want:
         assert got[key] == want[key], key
-    assert store.is_store(ours) and not _objects(ours + store.CREATING)
+    assert is_store(ours) and not _objects(ours + CREATING)
     xr.testing.assert_identical(xr.open_zarr(ours).load(), xr.open_zarr(ref).load())
 
 

@@ -10,7 +10,8 @@ import pytest
 import xarray as xr
 import zarr
 
-from cvflow.store import cube as store
+from cvflow.store import creation, cube as store, writes
+from cvflow.store.group import LAZY_VARIABLES, is_store
 from cvflow.workflow.data import Data
 from cvflow.errors import StoreError
 from cvflow.fitting.block import BlockResult
@@ -30,14 +31,14 @@ def _template(n=12, n_params=5, *, dtype="float64", chunks=(2, 4), mixed=False):
                    for k in ("rbf", "linear")]
     attrs = {"task": "regression", "loss": "squared", "classes": "null", "workflow": "{}",
              "workflow_hash": "h", "data_hash": "d"}
-    return store.cube_template(data, design, params, attrs=attrs, chunks=chunks,
-                               dtype=dtype), design
+    return creation.cube_template(data, design, params, attrs=attrs, chunks=chunks,
+                                  dtype=dtype), design
 
 
 def test_round_trip_and_fill_values(tmp_path):
     template, design = _template()
     path = tmp_path / "c.zarr"
-    store.create(path, template)
+    creation.create(path, template)
     cube = store.open_cube(path)
     assert cube.sizes["param"] == 5 and cube.sizes["split"] == design.n_splits == 11
     assert np.isnan(cube["pred"].values).all() and not cube["done"].values.any()
@@ -55,28 +56,28 @@ def test_round_trip_and_fill_values(tmp_path):
 def test_block_writes_are_chunk_aligned_and_idempotent(tmp_path):
     template, _ = _template()
     path = tmp_path / "c.zarr"
-    store.create(path, template)
+    creation.create(path, template)
     pred = np.arange(2 * 4 * 12, dtype=float).reshape(2, 4, 12)
     block = BlockResult(slice(2, 4), slice(4, 8), pred, np.zeros((2, 4), bool),
                               np.full((2, 4), "", dtype=object), np.ones((2, 4)))
-    store.write_block(path, block)
-    store.write_block(path, block)                       # a retried task is harmless
+    writes.write_block(path, block)
+    writes.write_block(path, block)                       # a retried task is harmless
     cube = store.open_cube(path)
     np.testing.assert_array_equal(cube["pred"].values[2:4, 4:8], pred)
     assert cube["done"].values.sum() == 8 and cube["done"].values[2:4, 4:8].all()
     assert np.isnan(cube["pred"].values[:2]).all()
     last = BlockResult(slice(4, 5), slice(8, 11), np.zeros((1, 3, 12)), np.zeros((1, 3), bool),
                              np.full((1, 3), "", dtype=object), np.ones((1, 3)))
-    store.write_block(path, last)                        # the ragged last chunk is aligned too
+    writes.write_block(path, last)                        # the ragged last chunk is aligned too
     bad = BlockResult(slice(1, 3), slice(0, 4), np.zeros((2, 4, 12)), np.zeros((2, 4), bool),
                             np.full((2, 4), "", dtype=object), np.ones((2, 4)))
     with pytest.raises(ValueError, match="not aligned with chunks of 2"):
-        store.write_block(path, bad)
+        writes.write_block(path, bad)
 
 
 def test_not_a_store(tmp_path):
     (tmp_path / "x").mkdir()
-    assert not store.is_store(tmp_path / "x")
+    assert not is_store(tmp_path / "x")
     with pytest.raises(StoreError, match="exists but is not a cvflow store"):
         store.open_cube(tmp_path / "x")
     with pytest.raises(StoreError, match="does not exist"):
@@ -95,7 +96,7 @@ def _consolidated_is_current(path):
 def test_create_is_xarrays_to_zarr_with_consolidated_metadata(tmp_path):
     template, _ = _template(dtype="float32", mixed=True)
     path = tmp_path / "c.zarr"
-    store.create(path, template)
+    creation.create(path, template)
     plain = _consolidated_is_current(path)
     assert plain["pred"].dtype == np.float32 and plain["done"].dtype == bool
     assert set(plain.coords) == set(template.coords)
@@ -103,7 +104,7 @@ def test_create_is_xarrays_to_zarr_with_consolidated_metadata(tmp_path):
 
 
 def _case(case: str, monkeypatch):
-    """A template of each kind the engine creates (see cvflow.store.cube.cube_template)."""
+    """A template of each kind the engine creates (see cvflow.store.creation.cube_template)."""
     rng = np.random.default_rng(3)
     n = 12
     y = rng.normal(size=n)
@@ -127,9 +128,9 @@ def _case(case: str, monkeypatch):
     elif case == "float32":
         dtype = "float32"
     elif case == "in_place":                                   # no variable staged in memory
-        monkeypatch.setattr(store, "STAGED_BYTES", 64)
+        monkeypatch.setattr(creation, "STAGED_BYTES", 64)
     elif case == "sharded":
-        monkeypatch.setattr(store, "SHARD_INNER_BYTES", 2 * 4 * n * 8)    # 2 params an inner chunk
+        monkeypatch.setattr(creation, "SHARD_INNER_BYTES", 2 * 4 * n * 8)    # 2 params an inner chunk
         chunks = (4, 4)
     data = Data(X=rng.normal(size=(n, 3)), y=y, feature_names=["a", "b", "c"],
                 is_test=np.arange(n) >= n - 2, classes=classes, sample_weight=weights)
@@ -140,7 +141,7 @@ def _case(case: str, monkeypatch):
     params += [Param("svr", "sklearn.svm.SVR", hyper={"kernel": k, "C": 1.0}) for k in ("rbf", "linear")]
     attrs.update(task="regression" if classes is None else "classification", loss="squared",
                  classes=json.dumps(classes), workflow="{}", workflow_hash="h", data_hash="d")
-    template = store.cube_template(data, design, params, attrs=attrs, chunks=chunks, dtype=dtype)
+    template = creation.cube_template(data, design, params, attrs=attrs, chunks=chunks, dtype=dtype)
     assert ("shards" in template["pred"].encoding) == (case == "sharded")
     assert ("class" in template["pred"].dims) == case.startswith("multiclass")
     return template
@@ -150,7 +151,7 @@ def reference_encoding(template) -> dict:
     """xarray's encoding of what create writes: zstd then crc32c on every chunk, and every
     chunk but the status variables' written even when it holds only fill values."""
     checksummed = (zarr.codecs.ZstdCodec(level=0, checksum=False), zarr.codecs.Crc32cCodec())
-    return {n: {"compressors": checksummed, "write_empty_chunks": n not in store.STATUS_VARIABLES,
+    return {n: {"compressors": checksummed, "write_empty_chunks": n not in writes.STATUS_VARIABLES,
                 **{k: e for k, e in v.encoding.items() if k != "coordinates"}}
             for n, v in template.variables.items()}
 
@@ -177,7 +178,7 @@ def test_create_writes_what_xarrays_to_zarr_writes(tmp_path, monkeypatch, case):
     written, and what open_zarr reads."""
     template = _case(case, monkeypatch)
     ours, ref = tmp_path / "ours.zarr", tmp_path / "ref.zarr"
-    store.create(ours, template)
+    creation.create(ours, template)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
         template.to_zarr(ref, compute=False, consolidated=True, zarr_format=3, mode="w-",
@@ -196,7 +197,7 @@ def test_create_writes_what_xarrays_to_zarr_writes(tmp_path, monkeypatch, case):
         assert got[name].dtype == want[name].dtype, name
         np.testing.assert_equal(got[name].encoding, want[name].encoding, err_msg=name)   # NaN == NaN
     assert np.isnan(got["pred"].values).all() and not got["done"].values.any()
-    assert store.is_store(ours) and not (tmp_path / "ours.zarr.creating").exists()
+    assert is_store(ours) and not (tmp_path / "ours.zarr.creating").exists()
 
 
 def test_interrupted_creation_is_not_a_store_and_is_replaced(tmp_path, monkeypatch):
@@ -206,30 +207,30 @@ def test_interrupted_creation_is_not_a_store_and_is_replaced(tmp_path, monkeypat
     def cut(*args, **kwargs):                 # every array written, the marker not yet removed
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(store, "remove", cut)
+    monkeypatch.setattr(creation, "remove", cut)
     with pytest.raises(KeyboardInterrupt):
-        store.create(path, template)
+        creation.create(path, template)
     monkeypatch.undo()
     assert path.exists() and (tmp_path / "c.zarr.creating").exists()
-    assert not store.is_store(path)
-    store.create(path, template)               # the next run replaces it
-    assert store.is_store(path) and not (tmp_path / "c.zarr.creating").exists()
+    assert not is_store(path)
+    creation.create(path, template)               # the next run replaces it
+    assert is_store(path) and not (tmp_path / "c.zarr.creating").exists()
     with pytest.raises(StoreError, match="already exists"):
-        store.create(path, template)
+        creation.create(path, template)
 
 
 def test_grow_keeps_stored_bytes_and_consolidated_metadata(tmp_path):
     """Appending splits, params and a new hyperparameter; reference: the two templates."""
     template, design = _template(n_params=3)
     path = tmp_path / "c.zarr"
-    store.create(path, template)
+    creation.create(path, template)
     pred = np.random.default_rng(2).normal(size=(2, 4, 12))
-    store.write_block(path, BlockResult(slice(0, 2), slice(0, 4), pred, np.eye(2, 4, dtype=bool),
-                                        np.where(np.eye(2, 4, dtype=bool), "x", "").astype(object),
-                                        np.ones((2, 4))))
+    writes.write_block(path, BlockResult(slice(0, 2), slice(0, 4), pred, np.eye(2, 4, dtype=bool),
+                                         np.where(np.eye(2, 4, dtype=bool), "x", "").astype(object),
+                                         np.ones((2, 4))))
     grown, _ = _template(n_params=5, mixed=True)        # 5 ridge + 2 svr (kernel, C are new)
     grown = grown.assign_attrs(workflow_hash="h2")
-    store.grow(path, grown, n_params=3, n_splits=design.n_splits)
+    creation.grow(path, grown, n_params=3, n_splits=design.n_splits)
     cube = _consolidated_is_current(path)
     assert cube.sizes["param"] == 7 and cube.attrs["workflow_hash"] == "h2"
     np.testing.assert_array_equal(cube["pred"].values[:2, :4], pred)
@@ -251,11 +252,11 @@ def _reference_cube(path):
 
 def _assert_same_cube(cube, ref):
     xr.testing.assert_identical(cube, ref)
-    for name in store.LAZY_VARIABLES:        # dask arrays, chunked as stored
+    for name in LAZY_VARIABLES:        # dask arrays, chunked as stored
         assert isinstance(cube[name].data, da.Array)
         assert cube[name].data.chunksize == tuple(ref[name].encoding["chunks"])
     assert all(isinstance(cube[n].data, np.ndarray) for n in cube.variables
-               if n not in store.LAZY_VARIABLES)
+               if n not in LAZY_VARIABLES)
     for name in ref.variables:
         assert cube[name].dtype == ref[name].dtype, name
         assert cube[name].encoding.get("chunks") == ref[name].encoding["chunks"], name
@@ -265,9 +266,9 @@ def _assert_same_cube(cube, ref):
 def test_open_cube_gives_xarrays_dataset(tmp_path):
     template, _ = _template(mixed=True)
     path = tmp_path / "c.zarr"
-    store.create(path, template)
+    creation.create(path, template)
     pred = np.arange(2 * 4 * 12, dtype=float).reshape(2, 4, 12)
-    store.write_block(path, BlockResult(
+    writes.write_block(path, BlockResult(
         slice(2, 4), slice(4, 8), pred, np.eye(2, 4, dtype=bool),
         np.where(np.eye(2, 4, dtype=bool), "boom", "").astype(object), np.ones((2, 4))))
     _assert_same_cube(store.open_cube(path), _reference_cube(path))
@@ -277,7 +278,7 @@ def test_open_cube_reads_x_when_asked(tmp_path):
     """X (n x p, no reducer reads it) is read from the store on access, not at open."""
     template, _ = _template()
     path = tmp_path / "c.zarr"
-    store.create(path, template)
+    creation.create(path, template)
     cube = store.open_cube(path)
     zarr.open_array(path / "X", mode="r+")[...] = 7.0     # changed after the open
     np.testing.assert_array_equal(cube["X"].values, np.full((12, 3), 7.0))
@@ -287,11 +288,11 @@ def test_open_cube_reads_x_when_asked(tmp_path):
 def test_read_pred_is_the_whole_prediction_array(tmp_path):
     template, _ = _template()
     path = tmp_path / "c.zarr"
-    store.create(path, template)
+    creation.create(path, template)
     pred = np.random.default_rng(1).normal(size=(2, 4, 12))
-    store.write_block(path, BlockResult(slice(0, 2), slice(0, 4), pred,
-                                              np.zeros((2, 4), bool),
-                                              np.full((2, 4), "", dtype=object), np.ones((2, 4))))
+    writes.write_block(path, BlockResult(slice(0, 2), slice(0, 4), pred,
+                                               np.zeros((2, 4), bool),
+                                               np.full((2, 4), "", dtype=object), np.ones((2, 4))))
     expected = np.full((5, 11, 12), np.nan)
     expected[:2, :4] = pred
     np.testing.assert_array_equal(store.read_pred(path), expected)
@@ -314,11 +315,11 @@ def _status(ps, ss, seconds, failed_at=None):
 def test_write_status_batches_read_modify_write(tmp_path):
     template, _ = _template()
     path = tmp_path / "c.zarr"
-    store.create(path, template)
-    store.write_status(path, [_status(slice(0, 2), slice(0, 4), 1.0, (1, 2)),
-                              _status(slice(4, 5), slice(8, 11), 2.0)])
-    store.write_status(path, [_status(slice(2, 4), slice(0, 4), 3.0)])
-    store.write_status(path, [])
+    creation.create(path, template)
+    writes.write_status(path, [_status(slice(0, 2), slice(0, 4), 1.0, (1, 2)),
+                               _status(slice(4, 5), slice(8, 11), 2.0)])
+    writes.write_status(path, [_status(slice(2, 4), slice(0, 4), 3.0)])
+    writes.write_status(path, [])
     done = np.zeros((5, 11), bool)
     done[0:4, 0:4] = done[4, 8:11] = True
     seconds = np.full((5, 11), np.nan)
@@ -334,18 +335,18 @@ def test_status_writer_batches_and_a_retried_failure_clears(tmp_path):
     """Reference: the status zarr holds after each batch, and which arrays hold any chunk."""
     template, _ = _template()
     path = tmp_path / "c.zarr"
-    store.create(path, template)
+    creation.create(path, template)
 
     def stored(name):
         return zarr.open_array(str(path), path=name, mode="r")
 
-    writer = store.StatusWriter(path, fresh=True)
+    writer = writes.StatusWriter(path, fresh=True)
     writer.write([_status(slice(0, 2), slice(0, 4), 1.0)])         # good fits: no failure
     assert stored("done").nchunks_initialized == stored("fit_seconds").nchunks_initialized == 1
     assert stored("failed").nchunks_initialized == stored("error").nchunks_initialized == 0
     writer.write([_status(slice(2, 4), slice(0, 4), 2.0, failed_at=...)])      # all failed
     assert stored("failed")[...].sum() == 8 and (stored("error")[...] == "bad fit").sum() == 8
-    store.StatusWriter(path).write([_status(slice(2, 4), slice(0, 4), 3.0)])  # a retry succeeds
+    writes.StatusWriter(path).write([_status(slice(2, 4), slice(0, 4), 3.0)])  # a retry succeeds
     assert not stored("failed")[...].any() and (stored("error")[...] == "").all()
     done = np.zeros((5, 11), bool)
     done[:4, :4] = True
@@ -358,11 +359,11 @@ def test_an_all_nan_block_reads_back_as_nan(tmp_path):
     """Every fit of a block failed: its NaN predictions are written and read as NaN."""
     template, _ = _template()
     path = tmp_path / "c.zarr"
-    store.create(path, template)
+    creation.create(path, template)
     pred = np.random.default_rng(4).normal(size=(2, 4, 12))
-    store.write_pred(path, BlockResult(slice(0, 2), slice(0, 4), pred, None, None, None))
-    store.write_pred(path, BlockResult(slice(0, 2), slice(0, 4), np.full_like(pred, np.nan),
-                                       None, None, None))    # a rerun that failed everywhere
+    writes.write_pred(path, BlockResult(slice(0, 2), slice(0, 4), pred, None, None, None))
+    writes.write_pred(path, BlockResult(slice(0, 2), slice(0, 4), np.full_like(pred, np.nan),
+                                        None, None, None))    # a rerun that failed everywhere
     assert np.isnan(store.read_pred(path)).all()
     xr.testing.assert_identical(xr.open_zarr(path)["pred"].load(),
                                 xr.open_zarr(path, consolidated=False)["pred"].load())

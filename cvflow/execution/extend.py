@@ -31,7 +31,7 @@ different subset design when the store already holds subset fits) is refused wit
 :class:`~cvflow.errors.StoreError` naming the first key that differs; ``--overwrite`` refits.
 
 This module is the policy (what may change and the merged params and design); the store
-operation is :func:`cvflow.store.cube.grow`, fed the merged :func:`cvflow.store.cube.cube_template`, so
+operation is :func:`cvflow.store.creation.grow`, fed the merged :func:`cvflow.store.creation.cube_template`, so
 a store is encoded by one function whether created or extended, and read by one
 (:func:`cvflow.store.cube.open_cube`).
 
@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import xarray as xr
 
-from ..store import cube as cube_store
+from ..store import creation, cube as cube_store, writes
 from ..workflow.designs import Design
 from ..errors import OTHER_STORE, OVERWRITE, StoreError
 from ..store.attributes import LEARNERS_ATTR, WORKFLOW_PARAMS_ATTR
@@ -380,9 +380,9 @@ def reconcile(path: str, workflow, study) -> tuple[list[Param], Design]:
                  len(ext.params) - ext.n_stored_params, ext.design.n_splits - ext.n_stored_splits)
         chunks = cube_store.block_chunks(path)
         dtype = (workflow.execution or {}).get("dtype", "float64")
-        template = cube_store.cube_template(study.data, ext.design, ext.params, attrs=ext.attrs,
+        template = creation.cube_template(study.data, ext.design, ext.params, attrs=ext.attrs,
                                             chunks=chunks, dtype=dtype)
-        cube_store.grow(path, template, n_params=ext.n_stored_params,
+        creation.grow(path, template, n_params=ext.n_stored_params,
                         n_splits=ext.n_stored_splits)
     else:
         # DESIGN CHOICE: a rerun that changes only the reduction (loss, estimators) updates the
@@ -392,7 +392,7 @@ def reconcile(path: str, workflow, study) -> tuple[list[Param], Design]:
         # tests/test_extend.py::test_rerun_with_another_loss_and_estimators_updates_the_report)
         new = {k: ext.attrs[k] for k in REDUCTION_ATTRS}
         if any(cube_store.read_attr(path, k) != v for k, v in new.items()):
-            cube_store.write_attrs(path, new)
+            writes.write_attrs(path, new)
     return ext.params, ext.design
 
 

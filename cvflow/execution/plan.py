@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..store import cube as cube_store
+from ..store import creation, cube as cube_store
 from .sizing import choose_chunks, estimate_seconds_per_fit
 from ..workflow.designs import Design
 from ..errors import StoreError
 from ..workflow.params import Param
+from ..store.group import is_store, read_mask
 from ..store.location import exists, resolve
 from ..workflow.spec import BuiltWorkflow, Workflow
 
@@ -58,21 +59,21 @@ def prepare_store(workflow: Workflow, study: BuiltWorkflow, store: str | os.Path
     ``study`` is left as built: an existing store's order comes back in the layout.
     ``seconds`` per fit sizes the blocks of a new store (timed here when None and the
     workflow's ``fits_per_task`` is ``auto``). With ``create=False`` a new store is not
-    created: its template comes back in the layout, for ``cvflow.store.cube.create`` (a replaced
+    created: its template comes back in the layout, for ``cvflow.store.creation.create`` (a replaced
     store is removed here all the same).
     """
     from .extend import reconcile
 
     location = resolve(store)
-    cube_store.clear_interrupted(location)
+    creation.clear_interrupted(location)
     if exists(location) and not overwrite:
-        if not cube_store.is_store(location):
+        if not is_store(location):
             raise StoreError(f"store: {location} exists but is not a cvflow store; "
                              "choose another path")
         params, design = reconcile(location, workflow, study)
         return StoreLayout(params, design, cube_store.block_chunks(location))
     if exists(location):
-        cube_store.remove_store(location)       # refuses anything not provably a cvflow store
+        creation.remove_store(location)       # refuses anything not provably a cvflow store
     fpt = workflow.execution.get("fits_per_task", "auto")
     d = study.data
     dtype = workflow.execution.get("dtype", "float64")
@@ -85,12 +86,12 @@ def prepare_store(workflow: Workflow, study: BuiltWorkflow, store: str | os.Path
                                                      else 1),      # values a fit stores
                            itemsize=np.dtype(dtype).itemsize,
                            path_length=path_length(study.params) if auto_path else 1)
-    template = cube_store.cube_template(study.data, study.design, study.params, attrs=study.attrs,
+    template = creation.cube_template(study.data, study.design, study.params, attrs=study.attrs,
                                         chunks=chunks,
                                         dtype=workflow.execution.get("dtype", "float64"))
     if not create:
         return StoreLayout(study.params, study.design, chunks, template)
-    cube_store.create(location, template)
+    creation.create(location, template)
     return StoreLayout(study.params, study.design, chunks)
 
 
@@ -99,7 +100,7 @@ def prepare_store(workflow: Workflow, study: BuiltWorkflow, store: str | os.Path
 def pending_blocks(store: str, chunks: tuple[int, int],
                    done: np.ndarray | None = None) -> list[tuple[slice, slice]]:
     """The blocks with a fit not yet ``done`` (``done``: the store's mask, read if None)."""
-    done = cube_store.read_mask(store, "done") if done is None else done
+    done = read_mask(store, "done") if done is None else done
     n_params, n_splits = done.shape
     return [(ps, ss) for ps, ss in cube_store.block_slices(n_params, n_splits, chunks)
             if not done[ps, ss].all()]

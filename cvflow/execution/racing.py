@@ -344,7 +344,7 @@ def run_stages(race: Race, *, path: str, done: np.ndarray, chunks: tuple[int, in
     ``done`` (param, split) is updated in place. A race continued on a store replays every
     look on the stored fits (the same data give the same drops) and fits what is missing.
     """
-    from ..store.cube import write_attrs
+    from ..store.writes import write_attrs
 
     reader = None
     for s in range(len(race.stages)):

@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..store import cube as cube_store
+from ..store import creation, damage, writes
 from ..errors import InputError
 from ..store.location import exists
 from .schedulers import quiet_options
@@ -72,7 +72,7 @@ class _Recorder:
 
     def __init__(self, path: str, fresh: bool, result: RunResult,
                  notify: Callable[[dict], None], n_todo: int, monitor=None):
-        self.status = cube_store.StatusWriter(path, fresh=fresh)
+        self.status = writes.StatusWriter(path, fresh=fresh)
         self.result, self.notify, self.n_todo, self.monitor = result, notify, n_todo, monitor
         self.pending: list = []
         self.t0 = self.flushed = time.perf_counter()
@@ -313,14 +313,14 @@ class _Run:
         layout = prepare_store(self.workflow, study, path, overwrite=self.overwrite,
                                n_workers=self.workers or 2, seconds=per_fit or 0.0, create=False)
         creating = (None if layout.template is None
-                    else self.pool.submit(cube_store.create, path, layout.template))
+                    else self.pool.submit(creation.create, path, layout.template))
         params, design, chunks = layout.params, layout.design, layout.chunks
         fresh = layout.template is not None
         n_total = len(params) * design.n_splits
         # a store created just now has nothing done: no need to read it back; else the blocks
         # whose pred chunk is missing or corrupt are not done (refitted)
         done = (np.zeros((len(params), design.n_splits), dtype=bool) if fresh
-                else cube_store.intact_done(path, chunks))
+                else damage.intact_done(path, chunks))
         todo = pending_blocks(path, chunks, done)
         n_todo = int(n_total - done.sum())
         result = RunResult(store=path, total_fits=n_total, fits_executed=0, failed=0, tasks=0,

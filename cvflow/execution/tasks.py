@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..store import cube as cube_store
+from ..store import cube as cube_store, writes
+from ..store.group import is_store
 from ..errors import LockLostError, StoreError
 from ..fitting.block import BlockResult, fit_block
 from ..fitting.isolated import fit_cells, timeout_message
@@ -156,7 +157,7 @@ def _wait_ready(ctx: TaskContext) -> None:
     more than ``STORE_READY_TIMEOUT`` seconds."""
     from distributed import Event
 
-    if not (Event(ctx.ready).wait(timeout=STORE_READY_TIMEOUT) and cube_store.is_store(ctx.store)):
+    if not (Event(ctx.ready).wait(timeout=STORE_READY_TIMEOUT) and is_store(ctx.store)):
         raise StoreError(f"store: {ctx.store} was not created (or not within "
                          f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
 
@@ -202,7 +203,7 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
     if ctx.ready is not None:
         _wait_ready(ctx)
     check_fence(ctx)
-    cube_store.write_pred(ctx.store, result)
+    writes.write_pred(ctx.store, result)
     result.fitted = attempted
     summary = summarize(result, attempted)
     if scorer is not None:              # the live page's numbers: never a reason to fail a block

@@ -303,7 +303,9 @@ def status(path: str | Path) -> dict:
     Reads only the small (param, split) variables, so it works while a run is writing.
     """
     from ..store.attributes import RACING_ATTR
-    from ..store.cube import read_attr, read_mask, status_damage
+    from ..store.cube import read_attr
+    from ..store.damage import status_damage
+    from ..store.group import read_mask
 
     try:
         done, failed, errors, learners = (read_mask(path, name)

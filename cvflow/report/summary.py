@@ -203,7 +203,7 @@ def _number(value: float | None) -> str:
 def to_html(rows_: list[dict], *, loss: str | None) -> Markup:
     """The rows as an HTML table (class ``summary``); warnings by code (message on hover).
     Every value is escaped (a :class:`markupsafe.Markup` template; see
-    :func:`cvflow.report.html._div`)."""
+    :func:`cvflow.report.page.div`)."""
     head = Markup("<tr><th>criterion</th><th>chosen</th><th>estimate{}</th><th>interval</th>"
                   "<th>test risk (full fit)</th><th>warnings</th></tr>").format(
                       f" ({loss})" if loss else "")

