@@ -3,7 +3,7 @@
 The shim is deliberately thin: every keyword a test gives is passed to ``SearchCV`` as it is, so
 a keyword SearchCV lacks (``n_jobs``, ``verbose``, ``pre_dispatch``, ``error_score``) fails the
 test with SearchCV's own ``TypeError``: that failure is a SearchCV gap, not the shim's. What the
-shim adds, each a place it compensates for SearchCV (see /work/notes/compat-failures.md):
+shim adds, each a place it compensates for SearchCV (see known_failures.txt):
 
 * ``select="kfold"``: GridSearchCV's choice (the best mean fold score). It is SearchCV's
   default too; spelled out so that the comparison does not depend on that default.
