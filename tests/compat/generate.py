@@ -132,7 +132,13 @@ def load(mode: str):
 
 
 def export(mode: str) -> dict:
-    """The generated module's GridSearchCV tests, for a test module's ``globals()``."""
+    """The generated module's GridSearchCV tests, for a test module's ``globals()`` (the
+    module is skipped where scikit-learn was installed without its tests)."""
+    if not SOURCE.exists():
+        import pytest
+
+        pytest.skip(f"scikit-learn {sklearn.__version__} was installed without its tests "
+                    f"({SOURCE} is missing)", allow_module_level=True)
     module = load(mode)
     return {name: getattr(module, name)
             for name in selected_tests(SOURCE.read_text(encoding="utf-8"))}
