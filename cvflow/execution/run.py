@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 
 from ..store import creation, damage, writes
+from .. import config
 from ..errors import InputError
 from ..store.location import exists
 from .schedulers import quiet_options
@@ -220,7 +221,6 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     from .sizing import gil_share
     from .schedulers import AUTO, choose, connect, serves_dashboard
     from .schedulers import resolve as resolve_cluster
-    from ..fitting.trial import check_learners
     from ..fitting.block import only_paths
 
     t_start = time.perf_counter()
@@ -229,34 +229,43 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     fit_timeout = workflow.execution.get("fit_timeout")
     path_aware = bool(workflow.execution.get("path_aware", True))
     d = study.data
-    # DESIGN CHOICE: the client runs no learner's own fit code (it could end this process or
-    # never return): only cvflow's path kernels are timed here; other learners are timed by a
-    # task on the workers (tasks.time_fits).
     in_process_safe = only_paths(study.params, d.fit_X, d.sample_weight, path_aware)
-    if in_process_safe:             # cvflow's kernels; else a task on the workers (_Run.on)
-        check_learners(workflow, d, str(workflow.path))
     auto = client is None and resolve_cluster(cluster) == AUTO
+    # DESIGN CHOICE: under auto without a fit_timeout, every learner is checked and timed here,
+    # in this process, as GridSearchCV fits it: the timed estimate picks the route
+    # (cluster.choose), and a study too short to pay for processes never waits for them (_probe:
+    # within a deadline). Asked for isolation (fit_timeout, --cluster local), a learner's own
+    # fit code runs on the workers only (tasks.trial_fits, tasks.time_fits); cvflow's path
+    # kernels are always checked and timed here.
+    here = in_process_safe or (auto and not fit_timeout)
     if fit_timeout and client is None and not auto and resolve_cluster(cluster) == "threads":
         raise InputError("execution.fit_timeout: a fit in this process's threads cannot be "
                          "stopped; use --cluster local (worker processes) or auto")
     fresh = overwrite or not exists(path)
     wants_timing = fresh and workflow.execution.get("fits_per_task", "auto") == "auto"
-    per_fit = (seconds_per_fit(workflow, study)
-               if in_process_safe and (auto or wants_timing) else None)
+    n_fits = len(study.params) * study.design.n_splits
+    per_fit = None
+    checked = not here              # else a task on the workers (_Run.on)
+    if here:
+        checked, per_fit = _probe(workflow, study, timing=auto or wants_timing)
+        if per_fit is None and (auto or wants_timing):
+            # too long to time here (more than probe_seconds for a trial and two fits): blocks
+            # of one fit each, on worker processes (an abandoned fit needs no second timing)
+            per_fit = _probe_seconds()
     if client is not None:
         execution = "the given client"
     else:
         cluster, execution = choose(
-            cluster, seconds=(per_fit or 0.0) * len(study.params) * study.design.n_splits,
-            workers=workers, dashboard=dashboard_port is not None, in_process_safe=in_process_safe,
+            cluster, seconds=(per_fit or 0.0) * n_fits, workers=workers,
+            dashboard=dashboard_port is not None, in_process_safe=in_process_safe,
             fit_timeout=fit_timeout, gil_share=gil_share(study.params, path_aware))
         log.info("execution: %s", execution)
         if auto and cluster == "local" and dashboard_port is None:
-            # the estimate of a learner's own fits comes from the workers, later: no dashboard
-            cluster_options = quiet_options(cluster_options, (per_fit or 0.0) * len(study.params)
-                                            * study.design.n_splits, workers)
+            # a short study: no dashboard; one long enough to watch: on a free loopback port
+            # (a fit_timeout study's learners are timed on the workers, later: none)
+            cluster_options = quiet_options(cluster_options, (per_fit or 0.0) * n_fits, workers)
     run = _Run(workflow, study, path, lock=lock, pool=pool, fresh=fresh, per_fit=per_fit,
-               wants_timing=wants_timing, check_fits=not in_process_safe,
+               wants_timing=wants_timing, check_fits=not checked,
                overwrite=overwrite, workers=workers,
                fit_timeout=fit_timeout, path_aware=path_aware, progress=progress,
                execution=execution, t_start=t_start)
@@ -266,8 +275,57 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
 
     live.enable_routes()        # the scheduler started here serves <dashboard>/cvflow
     with connect(cluster, workers=workers, dashboard_port=dashboard_port, tls=tls,
-                 options=cluster_options, store=path) as c:
+                 options=cluster_options, store=path, keep=True) as c:
         return run.on(c, dashboard=serves_dashboard(cluster, dashboard_port, cluster_options))
+
+
+def _probe_seconds() -> float:
+
+    auto = config.get("cvflow.cluster.auto", default={}) or {}
+    return float(auto.get("probe_seconds", 3.0))
+
+
+def _probe(workflow: Workflow, study, *, timing: bool) -> tuple[bool, float | None]:
+    """The pre-run check of the learners (:func:`cvflow.fitting.trial.check_learners`) and, with
+    ``timing``, the timed seconds per fit (:func:`cvflow.execution.plan.seconds_per_fit`), in this process
+    within config ``cvflow.cluster.auto.probe_seconds``: ``(checked, seconds or None)``, the
+    check done and the timing finished in time. Raises what the check raises."""
+    import threading
+
+    from .sizing import one_blas_thread
+    from ..fitting.trial import check_learners
+
+    # DESIGN CHOICE: the probe runs a learner's own fit code here, which may run for minutes
+    # or never return; every wait has a deadline (docs/guide/execution.md). Past it, the fits are
+    # long enough for worker processes to pay: the run goes there, and checks the learners on
+    # the workers if the probe had not (their watchdog, fit_timeout). A thread cannot be
+    # stopped: the probe's is a daemon thread left to end its fit (or to end with the
+    # interpreter); its result is dropped.
+    out: dict = {}
+
+    def body() -> None:
+        try:
+            # one BLAS/OpenMP thread, as the study's fits get on every route: a learner's
+            # OpenMP threads contending with another process cost it up to 10x (measured:
+            # HistGradientBoosting, GridSearchCV at load 6)
+            with one_blas_thread():
+                check_learners(workflow, study.data, str(workflow.path))
+                out["checked"] = True
+                out["seconds"] = seconds_per_fit(workflow, study) if timing else None
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            out["error"] = exc
+
+    thread = threading.Thread(target=body, name="cvflow-probe", daemon=True)
+    thread.start()
+    thread.join(_probe_seconds())
+    if thread.is_alive():
+        log.info("the learners' trial and timing fits took more than %g s here (%s); "
+                 "fitting on worker processes", _probe_seconds(),
+                 "checked" if out.get("checked") else "to be checked there")
+        return bool(out.get("checked")), None
+    if "error" in out:
+        raise out["error"]
+    return True, out["seconds"]
 
 
 @dataclass

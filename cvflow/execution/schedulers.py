@@ -20,12 +20,14 @@ finally the explicit ``workers``, ``dashboard_port`` and ``tls`` arguments.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import logging
 import os
 import re
 import sys
+import threading
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
@@ -275,21 +277,26 @@ def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | 
            gil_share: float = 1.0) -> tuple[str, str]:
     """Where a run fits: ``(profile, reason)``; only ``None`` / ``"auto"`` is a choice.
 
-    DESIGN CHOICE: a learner's own ``fit`` may crash its process (a segfault, ``os._exit``, the
-    OOM killer) or never end, so ``auto`` fits learners only in worker processes (``local``,
-    distributed's nannies restart a dead worker; :mod:`cvflow.execution.loop` records the culprit
-    fits). Only a study that runs nothing but cvflow's own path kernels (``in_process_safe``,
-    :func:`cvflow.fitting.block.only_paths`) and sets no ``fit_timeout`` may stay in this process
-    (``threads``, no process to start): when processes would not save more than they cost to
-    start (config ``cvflow.cluster.auto.process_start_seconds``). ``seconds`` is the timed
-    estimate of the study's remaining fits on one thread, of which ``gil_share`` hold the GIL.
+    DESIGN CHOICE: a default must never make an everyday study slower than the GridSearchCV it
+    replaces (docs/guide/execution.md), and GridSearchCV(n_jobs=None) fits in the caller's process.
+    So ``auto`` stays in this process (``threads``: Dask's scheduler with thread workers,
+    nothing to start) unless worker processes save more than they cost: ``seconds`` (the timed
+    estimate of the study's fits on one thread, of which ``gil_share`` hold the GIL) times
+    ``1 - 1/workers``, against config ``cvflow.cluster.auto.process_start_seconds`` when no
+    process cluster runs yet, or ``warm_seconds`` when this session's warm one
+    (:func:`warm_client`) is up. Crash isolation is there for whoever asks: ``fit_timeout``
+    always picks processes (a fit in a thread cannot be stopped), and ``--cluster local``
+    forces them; on ``threads`` a learner's fit that ends its process ends this one, as under
+    GridSearchCV. ``in_process_safe`` (only cvflow's path kernels fit) only words the reason.
     Anything the user named (``local``, ``threads``, ``slurm``, a file, an address) is used as given.
 
     >>> choose("auto", seconds=0.01, workers=2, in_process_safe=True)[0]
     'threads'
     >>> choose("auto", seconds=0.01, workers=2)[0]
+    'threads'
+    >>> choose("auto", seconds=600.0, workers=2)[0]
     'local'
-    >>> choose("auto", seconds=600.0, workers=2, in_process_safe=True)[0]
+    >>> choose("auto", seconds=0.01, workers=2, fit_timeout=5)[0]
     'local'
     """
     name = resolve(cluster)
@@ -297,25 +304,39 @@ def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | 
         name = REMOVED.get(name, name)
         return name, f"{name} (as asked)"
     auto = config.get("cvflow.cluster.auto", default={}) or {}
-    local_start = float(auto.get("process_start_seconds", 2.0))
+    warm = warm_alive()
+    start = float(auto.get("warm_seconds" if warm else "process_start_seconds",
+                           0.3 if warm else 2.0)) * _busy()
     n = workers or load_profile("local").get("workers") or os.cpu_count() or 1
     saved = seconds * gil_share * (1 - 1 / n)
     fit = f"~{seconds:.2g} s of fitting" + ("" if gil_share >= 1 else
                                             f", {gil_share:.0%} of it holding the GIL")
-    if not in_process_safe:
-        return "local", (f"local: {n} worker processes ({fit}; the learners' own fit code runs "
-                         "there: a fit that crashes its process or runs past fit_timeout costs "
-                         "only itself; --cluster threads to stay in this process)")
+    kept = "kept warm for this session" if warm else "started now, kept warm for this session"
     if fit_timeout:
-        return "local", (f"local: {n} worker processes ({fit}; execution.fit_timeout needs "
-                         "processes: a fit in a thread cannot be stopped)")
-    if n > 1 and saved > local_start:
-        return "local", (f"local: {n} worker processes ({fit}; processes save up to "
-                         f"{saved:.2g} s, more than their {local_start:g} s start; "
-                         "--cluster threads to stay in this process)")
-    return "threads", (f"threads: Dask's scheduler in this process ({fit} in cvflow's own path "
-                       f"kernels; worker processes would save at most {saved:.2g} s; "
-                       "--cluster local forces them)")
+        return "local", (f"local: {n} worker processes, {kept} ({fit}; execution.fit_timeout "
+                         "needs processes: a fit in a thread cannot be stopped)")
+    if n > 1 and saved > start:
+        return "local", (f"local: {n} worker processes, {kept} ({fit}; processes save up to "
+                         f"{saved:.2g} s, more than their {start:.2g} s "
+                         f"{'reuse' if warm else 'start'}; a fit that crashes its process costs "
+                         "only itself; --cluster threads to stay in this process)")
+    code = "cvflow's own path kernels" if in_process_safe else "the learners' own fit"
+    return "threads", (f"threads: Dask's scheduler in this process ({fit} in {code}; worker "
+                       f"processes would save at most {saved:.2g} s, less than their {start:.2g} s "
+                       f"{'reuse' if warm else 'start'}; --cluster local isolates each fit in "
+                       "worker processes)")
+
+
+def _busy() -> float:
+    """How much slower than on an idle machine a process starts now: the load average over
+    the CPU count, at least 1 (1 where the platform has no load average)."""
+    # DESIGN CHOICE: process_start_seconds was measured on idle cores, while `seconds` is timed
+    # now: at load 6 on 2 cores both the fits and a process start take ~3x longer (measured:
+    # LocalCluster start 2 s idle, 6-9 s at load 6-8), so the start is scaled as the fits were.
+    try:
+        return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    except (AttributeError, OSError):
+        return 1.0
 
 
 @contextlib.contextmanager
@@ -366,14 +387,14 @@ def serves_dashboard(cluster: str | os.PathLike | None, dashboard_port: int | No
 
 
 def quiet_options(options, seconds: float, workers: int | None) -> dict:
-    """``options`` with the dashboard off for a short study ``auto`` sent to ``local``: its
-    web server and plotting library cost more than such a study takes (config
-    ``cvflow.cluster.auto.dashboard_after_seconds`` of fitting per worker)."""
+    """``options`` with the dashboard of a study ``auto`` sent to ``local``: off for a short
+    study (its web server and plotting library cost more than such a study takes), on a free
+    loopback port for one long enough to watch (config
+    ``cvflow.cluster.auto.dashboard_after_seconds`` of estimated fitting)."""
     auto = config.get("cvflow.cluster.auto", default={}) or {}
-    n = workers or load_profile("local").get("workers") or os.cpu_count() or 1
     out = parse_options(options)
-    if seconds / n < float(auto.get("dashboard_after_seconds", 30.0)):
-        out.setdefault("dashboard_port", None)
+    long = seconds >= float(auto.get("dashboard_after_seconds", 10.0))
+    out.setdefault("dashboard_port", 0 if long else None)
     return out
 
 
@@ -427,6 +448,108 @@ def _local(prof: dict):
     )
 
 
+# --- the session's warm process cluster ------------------------------------------------------
+
+# DESIGN CHOICE: worker processes cost seconds to start and stop (a TLS LocalCluster of 2
+# workers: ~2 s to start, ~2.4 s to close on 2 loaded cores; measured in notes/route-design.md),
+# more than most studies' fits; loky's reusable executor, which GridSearchCV(n_jobs=2) uses,
+# pays that once per session. So the local cluster a run starts (`keep`, :func:`connect`) is
+# kept for the rest of this Python session and reused by every later run asking the same
+# profile: one per process, checked before each reuse (its workers connected within
+# WARM_CHECK_SECONDS, lost ones replaced within WARM_REVIVE_SECONDS, else started anew), and
+# closed when the interpreter exits (atexit) or by close_warm(). A run asking another local
+# profile gets a cluster of its own, closed after it, as before.
+WARM_CHECK_SECONDS = 10.0
+WARM_REVIVE_SECONDS = 60.0
+WARM_CLOSE_SECONDS = 10.0
+_WARM: dict | None = None          # {"key", "cluster", "client"} of the warm cluster
+_WARM_LOCK = threading.Lock()
+_AT_EXIT = False
+
+
+def _warm_key(prof: dict) -> str:
+    """What makes two local profiles one cluster: all but its name and dashboard port."""
+    return yaml.safe_dump({k: v for k, v in prof.items() if k not in ("name", "dashboard_port")},
+                          sort_keys=True)
+
+
+def warm_alive() -> bool:
+    """Whether this session's warm process cluster (:func:`warm_client`) is up."""
+    w = _WARM
+    if w is None:
+        return False
+    from distributed.core import Status
+
+    return w["client"].status == "running" and w["cluster"].status == Status.running
+
+
+def _healthy(w: dict) -> bool:
+    """Whether the warm cluster answers with all its workers (lost ones replaced first)."""
+    if not warm_alive():
+        return False
+    n = len(w["cluster"].worker_spec)
+    try:
+        w["client"].wait_for_workers(n, timeout=WARM_CHECK_SECONDS)
+        return True
+    except Exception:  # noqa: BLE001 - a timeout, or a scheduler that is gone
+        pass
+    try:
+        if replace_lost_workers(w["client"]):
+            w["client"].wait_for_workers(n, timeout=WARM_REVIVE_SECONDS)
+            return True
+    except Exception as exc:  # noqa: BLE001
+        log.debug("reviving the warm cluster's workers: %s", exc)
+    return False
+
+
+def close_warm() -> None:
+    """Close this session's warm process cluster, if any (each step within its deadline)."""
+    global _WARM
+    w, _WARM = _WARM, None
+    if w is None:
+        return
+    for closing in (w["client"].close, w["cluster"].close):
+        try:
+            closing(timeout=WARM_CLOSE_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - at exit, or a cluster already gone
+            log.debug("closing the warm cluster: %s", exc)
+
+
+def warm_client(prof: dict):
+    """The client of this session's warm local cluster for ``prof`` (a resolved ``local``
+    profile), started now if none runs or the one running does not answer; None when a
+    cluster of another local profile is warm (the caller then starts one of its own)."""
+    global _WARM, _AT_EXIT
+    from distributed import Client
+
+    with _WARM_LOCK:
+        key = _warm_key(prof)
+        w = _WARM
+        if w is not None and w["key"] != key:
+            return None
+        if w is not None and not _healthy(w):
+            log.warning("the worker processes kept from an earlier run do not answer; "
+                        "starting new ones")
+            close_warm()
+            w = None
+        if w is None:
+            # kept: it serves a dashboard (a free loopback port unless the profile names one);
+            # a run links to it only when asked or long enough to watch (quiet_options)
+            port = prof.get("dashboard_port")
+            with clean_main():
+                started = _local({**prof, "dashboard_port": 0 if port is None else port})
+                try:
+                    client = Client(started, set_as_default=False)
+                except BaseException:
+                    started.close(timeout=WARM_CLOSE_SECONDS)
+                    raise
+            _WARM = w = {"key": key, "cluster": started, "client": client}
+            if not _AT_EXIT:
+                atexit.register(close_warm)
+                _AT_EXIT = True
+        return w["client"]
+
+
 def slurm_kwargs(prof: dict) -> dict:
     """Keyword arguments of ``dask_jobqueue.SLURMCluster`` for a resolved slurm profile."""
     jq = {k: v for k, v in dict(prof.get("jobqueue") or {}).items()}
@@ -478,8 +601,10 @@ def _slurm(prof: dict):
 def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = None,
             dashboard_port: int | None = None, tls: bool | None = None,
             options: Sequence[str] | Mapping | None = None,
-            store: str | os.PathLike | None = None) -> Iterator[distributed.Client]:
-    """Yield a ``distributed.Client``; closes (and cancels the jobs of) what it started on exit.
+            store: str | os.PathLike | None = None,
+            keep: bool = False) -> Iterator[distributed.Client]:
+    """Yield a ``distributed.Client``; closes (and cancels the jobs of) what it started on exit,
+    except the session's warm local cluster (``keep``).
 
     Parameters
     ----------
@@ -498,6 +623,9 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
         Profile overrides, ``["jobqueue.queue=gpu", "adaptive.maximum=8"]`` or a dict.
     store
         The store path, only to warn when a SLURM run's store looks node-local.
+    keep
+        A local cluster is this session's warm one (:func:`warm_client`): started if need be,
+        reused by later runs, closed at exit.
 
     The local profile binds the scheduler, workers and dashboard to 127.0.0.1 with process
     workers of one thread each, started without re-running the caller's ``__main__``
@@ -535,7 +663,14 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
                 config.get("cvflow.execution.allowed-failures", default=1),
             "distributed.scheduler.worker-saturation": 1.0}))
         if kind == "local":
+            # also while a warm cluster runs the study: a worker its nanny restarts is spawned
             stack.enter_context(clean_main())
+            kept = warm_client(prof) if keep else None
+            if kept is not None:
+                log.info("cluster %s (%s, kept for this session): dashboard %s", prof["name"],
+                         kind, kept.dashboard_link or None)
+                yield kept
+                return
         elif kind == "threads":
             stack.enter_context(one_blas_thread())
             # an in-process scheduler's address names no host: link to where the dashboard listens
