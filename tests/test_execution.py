@@ -105,16 +105,16 @@ def test_forked_is_read_as_local_with_a_warning(tmp_path, write_workflow, caplog
 
 
 @pytest.mark.timeout(900)   # worker restarts: ~1 min quiet, several at load 20
-def test_a_fit_that_kills_its_process_costs_only_itself_on_the_default_route(tmp_path):
-    """alpha = 10 ends its process (os._exit(3)) on every split: auto runs the learner on
-    worker processes; the block is retried, split into single fits, and only the culprits are
-    recorded failed; every other fit equals a clean run's bytes."""
+def test_a_fit_that_kills_its_process_costs_only_itself_on_worker_processes(tmp_path):
+    """alpha = 10 ends its process (os._exit(3)) on every split: on worker processes (asked
+    for: crash isolation) the block is retried, split into single fits, and only the culprits
+    are recorded failed; every other fit equals a clean run's bytes."""
     clean, dying = tmp_path / "clean.zarr", tmp_path / "dying.zarr"
     ok = cvflow.run(fh.dying_workflow(tmp_path / "c.yaml", "null", fits_per_task=4), store=clean,
-                    workers=2)
+                    workers=2, cluster="local")
     assert ok.failed == 0 and ok.execution.startswith("local")
     result = cvflow.run(fh.dying_workflow(tmp_path / "d.yaml", 10.0, fits_per_task=4), store=dying,
-                        workers=2)
+                        workers=2, cluster="local")
     assert result.fits_executed == 16 and result.failed == 4
     fh.assert_only_culprits_failed(dying, clean, "worker died: the fit "
                                    "ended its process with exit status 3")
@@ -312,8 +312,11 @@ def test_a_run_never_forks_its_threaded_process(tmp_path, cluster):
     proc = subprocess.run([sys.executable, "-c", NO_FORK, str(wf), str(tmp_path / "s.zarr"),
                            cluster], env=fh.cli_env(), capture_output=True, text=True,
                           timeout=600, cwd=tmp_path)
-    if cluster == "threads":    # the learner's os._exit ends the client: the price of threads
+    if cluster in ("threads", "auto"):
+        # the learner's os._exit ends the client: the price of threads, which auto picks for a
+        # study this short (as GridSearchCV(n_jobs=None) fits in the caller's process)
         assert proc.returncode == 3, proc.stderr[-2000:]
+        assert "threads" in proc.stderr, proc.stderr[-2000:]
         return
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["forks", "0", "local", "4"], proc.stdout

@@ -395,13 +395,15 @@ def assert_culprit_failed(store: Path, message: str) -> None:
 
 
 @pytest.mark.timeout(_budget(1))
-def test_fit_that_ends_its_process_is_recorded_failed_on_the_default_route(tmp_path):
-    """A learner whose fit calls ``os._exit(3)`` for alpha = 10: that param's fits are failed
-    with the exit status, every other fit is there, and `cvflow run` exits 0."""
+def test_fit_that_ends_its_process_is_recorded_failed_on_worker_processes(tmp_path):
+    """A learner whose fit calls ``os._exit(3)`` for alpha = 10, run with ``--cluster local``
+    (crash isolation is asked for: the default stays in this process for a study this short,
+    as GridSearchCV does): that param's fits are failed with the exit status, every other fit
+    is there, and `cvflow run` exits 0."""
     workflow = fh.faulty_workflow(tmp_path / "dying.yaml", "DyingRidge", "die_at", 10.0)
     store = tmp_path / "dying.zarr"
-    outcome = run_process([*CVFLOW, "run", str(workflow), "--store", str(store)], "dying fit",
-                          cwd=tmp_path)
+    outcome = run_process([*CVFLOW, "run", str(workflow), "--store", str(store), "--cluster", "local"],
+                          "dying fit", cwd=tmp_path)
     assert_all_ended_well([outcome])
     assert_culprit_failed(store, r"exit (status|code) 3\b")
 
