@@ -179,7 +179,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     n_splits_ : int
         Number of CV splits (folds x repeats).
     classes_, n_features_in_, feature_names_in_
-        Of ``best_estimator_``.
+        Of ``best_estimator_`` (``feature_names_in_`` when it has them).
     multimetric_ : bool
     store_ : str
         The cube's path; ``cvflow.open(search.store_)`` opens it.
@@ -300,6 +300,9 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                       # reported as GridSearchCV reports it (error_score), not refused up front
                       execution={"trial_fits": False})
         self._release()
+        for name in ("best_index_", "best_params_", "best_score_", "best_estimator_",
+                     "refit_time_", "feature_names_in_", "scorer_"):
+            self.__dict__.pop(name, None)           # a refit with other settings: no stale ones
         store = self._new_store()
         weights = fit_params.get("sample_weight")
         result = study.run(X, y, groups, sample_weight=weights, store=store,
@@ -319,6 +322,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             best.fit(X, y, **weights_for(best, fit_params))
             self.refit_time_ = time.perf_counter() - start
             self.best_estimator_ = best
+            if hasattr(best, "feature_names_in_"):        # as GridSearchCV: only when it has them
+                self.feature_names_in_ = best.feature_names_in_
         return self
 
     def _check_options(self) -> None:
@@ -527,11 +532,6 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     def n_features_in_(self):
         check_is_fitted(self, "best_estimator_")
         return self.best_estimator_.n_features_in_
-
-    @property
-    def feature_names_in_(self):
-        check_is_fitted(self, "best_estimator_")
-        return self.best_estimator_.feature_names_in_
 
     predict = _delegate("predict")
     predict_proba = _delegate("predict_proba")
