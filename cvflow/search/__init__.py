@@ -281,8 +281,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         select, options = self._select()
         if self.racing not in (None, False) and not losses[key][0].pointwise:
             raise ValueError(f"SearchCV: racing compares per-sample losses, but scoring "
-                             f"{key!r} is a per-fold metric; give a pointwise scoring such as "
-                             "neg_mean_squared_error, neg_log_loss or accuracy")
+                             f"{scorings[key]!r} is a per-fold metric; give a pointwise scoring "
+                             "such as neg_mean_squared_error, neg_log_loss or accuracy")
         candidates = list(ParameterGrid(self.param_grid))
         cv = check_cv(self.cv, y_arr, classifier=is_classifier(estimator))
         splitter = splitter_of(cv, X, y_arr, groups)
