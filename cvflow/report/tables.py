@@ -67,7 +67,8 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
         One row per param (index ``param``, the cube's param index): ``mean_fit_time``,
         ``std_fit_time`` (seconds of each fold fit, its prediction of every sample
         included), ``mean_score_time``, ``std_score_time`` (seconds this call spent scoring
-        each fold fit's stored test predictions, every loss together; 0 for a failed fit),
+        each fold fit's stored test predictions, every loss together, plus the store's
+        ``score_time`` where it has one; 0 for a failed fit),
         ``learner`` (when the study has several), ``param_<name>`` for every tuned
         hyperparameter (None where a learner lacks it), ``params`` (the tuned settings, a
         dict), then per loss ``split<k>_test_*`` (k = repeat · K + fold, as scikit-learn
@@ -131,6 +132,8 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
         info[suffix], better[suffix] = decl.label, decl.greater_is_better != (factor < 0)
         scored.append((suffix, decl, factor))
     scores, seconds = fold_scores(cube, [d for _, d, _ in scored], train=train, weights=weights)
+    if "score_time" in cube:        # a store's scorers, timed where each fit ran: theirs too
+        seconds += np.nan_to_num(_fold_values(cube, cube["score_time"]))
     seconds[failed] = 0.0
     columns["mean_score_time"] = seconds.mean(axis=1)
     columns["std_score_time"] = seconds.std(axis=1)

@@ -34,8 +34,8 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ..estimators.losses import Loss, from_scoring
-from .inputs import (check_task, default_client, output_of, refit_failed, sorted_grid,
-                     splitter_of, task_of, weights_for)
+from .inputs import (Scorings, check_task, default_client, output_of, refit_failed,
+                     sorted_grid, splitter_of, task_of, weights_for)
 
 
 def _check_refit(search, method: str) -> None:
@@ -267,21 +267,22 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"SearchCV.fit: fit parameter {unknown[0]!r} is not supported; cvflow "
                              "stores the data of every fit and passes only sample_weight")
         self._check_options()
-        scorings, key = self._scorings()
+        sc = self._scorings()
+        key = sc.key
         if y is None:
             raise ValueError("SearchCV.fit: y is required (cvflow studies are supervised)")
         estimator = clone(self.estimator)
         y_arr = np.asarray(y)
-        losses = {name: self._loss(s) for name, s in scorings.items()}
+        losses = {name: self._loss(s) for name, s in sc.losses.items()}
         task = task_of(estimator, [d for d, _ in losses.values()], y_arr)
-        for name, s in scorings.items():
+        for name, s in sc.losses.items():
             check_task(estimator, s, losses[name][0], task)
         classifier = task == "classification"
         n_classes = len(np.unique(y_arr)) if classifier else 0
         select, options = self._select()
         if self.racing not in (None, False) and not losses[key][0].pointwise:
             raise ValueError(f"SearchCV: racing compares per-sample losses, but scoring "
-                             f"{scorings[key]!r} is a per-fold metric; give a pointwise scoring "
+                             f"{sc.losses[key]!r} is a per-fold metric; give a pointwise scoring "
                              "such as neg_mean_squared_error, neg_log_loss or accuracy")
         candidates = list(ParameterGrid(self.param_grid))
         cv = check_cv(self.cv, y_arr, classifier=is_classifier(estimator))
@@ -310,12 +311,12 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                            workers=self._workers(), progress=None if self.progress else False)
         self.store_, self.result_ = str(store), result
         self._failures(X, y_arr, estimator, candidates, fit_params)
-        self._results(result, scorings, weighted=weights is not None)
+        self._results(result, sc, weighted=weights is not None)
         self.n_splits_ = n_splits
-        self._scorer(estimator, scorings)
+        self._scorer(estimator, sc)
         if self.verbose > 1:
-            self._report_fits(candidates, scorings)
-        self._choose(result, select, key, candidates)
+            self._report_fits(candidates, sc)
+        self._choose(result, select, sc, candidates)
         if self.refit:
             start = time.perf_counter()
             best = clone(estimator).set_params(**clone(self.best_params_, safe=False))
@@ -345,18 +346,19 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             return self.workers
         return int(self.n_jobs)
 
-    def _scorings(self) -> tuple[dict[str, Any], str]:
-        """({column suffix: scoring}, the suffix that selects); sets ``multimetric_``.
+    def _scorings(self) -> Scorings:
+        """The scorings (:class:`~cvflow.search.inputs.Scorings`); sets ``multimetric_``.
 
-        A scoring is a name here; a scorer object is refused (cvflow scores stored
-        predictions), and this is where one would be admitted.
+        Every scoring is a name with a cvflow loss, scored from the stored predictions; a
+        scorer object is refused here (cvflow scores stored predictions), and this is where
+        one computed at fit time would go to ``Scorings.scorers``.
         """
         scoring = self.scoring
         if scoring is None:
             scoring = "accuracy" if is_classifier(self.estimator) else "r2"
         if isinstance(scoring, str):
             self.multimetric_ = False
-            return {"score": scoring}, "score"
+            return Scorings([scoring], scoring, {scoring: scoring}, {})
         if isinstance(scoring, (list, tuple, set)) and scoring and \
                 all(isinstance(s, str) for s in scoring):
             named = {s: s for s in dict.fromkeys(scoring)}
@@ -377,7 +379,12 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                              "parameter setting on the whole data and make the best_* "
                              "attributes available for that metric. If this is not needed, "
                              f"refit should be set to False explicitly. {refit!r} was passed.")
-        return named, refit if isinstance(refit, str) else next(iter(named))
+        key = refit if isinstance(refit, str) else next(iter(named))
+        return Scorings(list(named), key, named, {})
+
+    def _column(self, name: str) -> str:
+        """The ``cv_results_`` suffix of scoring ``name``: itself, or "score" for one scoring."""
+        return name if self.multimetric_ else "score"
 
     def _loss(self, scoring: str) -> tuple[Loss, float]:
         return from_scoring(scoring, where=f"SearchCV: scoring {scoring!r}")
@@ -438,12 +445,13 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             raise ValueError(message)
         warnings.warn(message, FitFailedWarning, stacklevel=3)
 
-    def _results(self, result, scorings: dict[str, Any], *, weighted: bool) -> None:
+    def _results(self, result, sc: Scorings, *, weighted: bool) -> None:
         """``cv_results_`` in GridSearchCV's key order, with its dtypes and warnings."""
         from ..report.tables import cv_results, param_arrays
 
-        losses = next(iter(scorings.values())) if not self.multimetric_ else scorings
-        table = cv_results(result, losses, average=self.average, train=self.return_train_score,
+        stored = {name: sc.losses[name] for name in sc.names}
+        table = cv_results(result, stored if self.multimetric_ else stored[sc.key],
+                           average=self.average, train=self.return_train_score,
                            sign="score", weighted=weighted,
                            error_score=np.nan if isinstance(self.error_score, str)
                            else float(self.error_score))
@@ -456,38 +464,40 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         for column in table.columns:
             if "_test_" in column or "_train_" in column:
                 out[column] = table[column].to_numpy()
-        for name in scorings:
+        for name in sc.names:
             for part in ("test", "train"):
-                means = out.get(f"mean_{part}_{name}")
+                means = out.get(f"mean_{part}_{self._column(name)}")
                 if means is not None and not np.isfinite(means).all():
                     warnings.warn(f"One or more of the {part} scores are non-finite: {means}",
                                   UserWarning, stacklevel=3)
         self.cv_results_ = out
 
-    def _scorer(self, estimator, scorings: dict[str, Any]) -> None:
-        """``scorer_``: scikit-learn's scorer of each scoring name it knows."""
+    def _scorer(self, estimator, sc: Scorings) -> None:
+        """``scorer_`` as GridSearchCV's: scikit-learn's scorer of each scoring (by name with
+        several); a cvflow loss name without one is left out."""
         from sklearn.metrics import check_scoring, get_scorer, get_scorer_names
 
         known = set(get_scorer_names())
-        scorers = {k: get_scorer(s) for k, s in scorings.items() if s in known}
+        scorers = {n: get_scorer(sc.losses[n]) for n in sc.names if sc.losses[n] in known}
         if self.multimetric_:
             self.scorer_ = scorers
         elif self.scoring is None:
             self.scorer_ = check_scoring(estimator)
         elif scorers:
-            self.scorer_ = scorers["score"]
+            self.scorer_ = scorers[sc.key]
 
-    def _report_fits(self, candidates: list[dict], scorings: dict[str, Any]) -> None:
+    def _report_fits(self, candidates: list[dict], sc: Scorings) -> None:
         """GridSearchCV's ``[CV] END`` line of every fit (verbose > 1), printed after the run."""
         from ..report.tables import fit_lines, fit_records
 
         _, _, seconds = fit_records(self.result_)
-        for line in fit_lines(self.cv_results_, candidates, seconds, list(scorings),
+        for line in fit_lines(self.cv_results_, candidates, seconds,
+                              [self._column(n) for n in sc.names],
                               verbose=self.verbose, multimetric=self.multimetric_,
                               train=self.return_train_score):
             print(line)      # DESIGN CHOICE: verbose is GridSearchCV's stdout contract: print
 
-    def _choose(self, result, select: str, key: str, candidates: list[dict]) -> None:
+    def _choose(self, result, select: str, sc: Scorings, candidates: list[dict]) -> None:
         """``best_index_``, ``best_params_``, ``best_score_`` as GridSearchCV sets them."""
         refit = self.refit
         if self.multimetric_ and refit is False:
@@ -500,16 +510,17 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                 raise IndexError("best_index_ index out of range")
             self.best_index_ = int(index)
         else:
-            self.best_index_ = self._choice(result, select, key)
-            self.best_score_ = float(self.cv_results_[f"mean_test_{key}"][self.best_index_])
+            column = self._column(sc.key)
+            self.best_index_ = self._choice(result, select, column)
+            self.best_score_ = float(self.cv_results_[f"mean_test_{column}"][self.best_index_])
         self.best_params_ = candidates[self.best_index_]
 
-    def _choice(self, result, select: str, key: str) -> int:
+    def _choice(self, result, select: str, column: str) -> int:
         # DESIGN CHOICE: kfold's choice is GridSearchCV's, the best rank_test_* of cv_results_,
         # so failed fits count as error_score, NaN means rank last and sample weights weigh
         # the scores exactly as there; every other estimator chooses on the cube
         if select == "kfold":
-            return int(np.argmin(self.cv_results_[f"rank_test_{key}"]))
+            return int(np.argmin(self.cv_results_[f"rank_test_{column}"]))
         res = result[select]
         # cv_confidence with `simplest` chooses the simplest member of its set (what the
         # option asks); every other selecting estimator's choice is its `selected`
@@ -560,11 +571,12 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"SearchCV.score: {sorted(set(params) - {'sample_weight'})[0]!r}: "
                              "only sample_weight reaches cvflow's scoring")
         sample_weight = params.get("sample_weight", sample_weight)
-        scorings, key = self._scorings()
-        decl, _ = self._loss(scorings[key])
+        sc = self._scorings()
+        key = sc.losses[sc.key]
+        decl, _ = self._loss(key)
         weights = {} if sample_weight is None else {"sample_weight": sample_weight}
         model = self.best_estimator_
-        names = [scorings[key]] if scorings[key] in decl.scorers else list(decl.scorers)
+        names = [key] if key in decl.scorers else list(decl.scorers)
         if len(names) > 1:             # roc_auc: scikit-learn's multiclass scorer is roc_auc_ovr
             names = [names[-1] if len(model.classes_) > 2 else names[0]]
         if names:

@@ -3,12 +3,25 @@ splitter and the grid order; the client that runs it; a failed fit fitted again 
 from __future__ import annotations
 
 import sys
+from typing import Any, NamedTuple
 
 import numpy as np
 from sklearn.base import clone, is_classifier, is_regressor
 from sklearn.model_selection import PredefinedSplit
 
 from ..estimators.losses import Loss
+
+
+class Scorings(NamedTuple):
+    """``SearchCV``'s scorings: ``names`` (in order; with several, the ``cv_results_`` column
+    suffixes), ``key`` (the one that selects), ``losses`` (name -> cvflow loss or scikit-learn
+    scoring name: scored from the stored predictions) and ``scorers`` (name -> scorer computed
+    where each fit runs; none yet: cvflow scores stored predictions)."""
+
+    names: list[str]
+    key: str
+    losses: dict[str, str]
+    scorers: dict[str, Any]
 
 
 def task_of(estimator, losses: list[Loss], y: np.ndarray) -> str:
