@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import subprocess
 import sys
 import textwrap
@@ -23,28 +24,31 @@ TOL = dict(rtol=1e-12, atol=1e-12)
 
 
 def assert_same_search(ours, ref):
-    """best_*, n_splits_ and every cv_results_ key but the timings equal GridSearchCV's."""
-    assert ours.best_index_ == ref.best_index_
-    assert ours.best_params_ == ref.best_params_
+    """best_*, n_splits_ and cv_results_ (its keys in order, their dtypes, every value but the
+    timings) equal GridSearchCV's."""
+    for name in ("best_index_", "best_params_", "best_score_"):
+        assert hasattr(ours, name) == hasattr(ref, name), name
+    if hasattr(ref, "best_index_"):
+        assert ours.best_index_ == ref.best_index_
+        assert ours.best_params_ == ref.best_params_
     assert ours.n_splits_ == ref.n_splits_
-    if isinstance(ref.best_score_, float):
-        assert ours.best_score_ == pytest.approx(ref.best_score_, rel=1e-12, abs=1e-12)
-    timing = {"mean_score_time", "std_score_time"}
-    assert set(ref.cv_results_) - set(ours.cv_results_) == timing
-    assert set(ours.cv_results_) <= set(ref.cv_results_)
+    if hasattr(ref, "best_score_"):
+        assert ours.best_score_ == pytest.approx(ref.best_score_, rel=1e-12, abs=1e-12,
+                                                 nan_ok=True)
+    assert list(ours.cv_results_) == list(ref.cv_results_)
     for key, want in ref.cv_results_.items():
-        if key in timing:
-            continue
         got = ours.cv_results_[key]
         if key == "params":
             assert got == want
-        elif key.startswith("param_"):
+            continue
+        assert type(got) is type(want) and got.dtype == want.dtype, key
+        if key.startswith("param_"):
             assert list(np.ma.getmaskarray(got)) == list(np.ma.getmaskarray(want)), key
             assert [v for v in np.ma.compressed(got)] == [v for v in np.ma.compressed(want)], key
         elif key.startswith("rank_"):
             np.testing.assert_array_equal(got, want, err_msg=key)
-        elif key.endswith("fit_time"):
-            assert got.shape == want.shape and (got >= 0).all()
+        elif key.endswith("_time"):
+            assert got.shape == want.shape and (got >= 0).all(), key
         else:
             np.testing.assert_allclose(got, want, err_msg=key, **TOL)
 
@@ -166,13 +170,13 @@ def test_refusals_are_one_clear_line(diabetes):
     cases = [
         (dict(scoring=make_scorer(mean_squared_error)),
          "scoring=make_scorer.*a scorer object has no cvflow loss"),
-        (dict(scoring="neg_root_mean_squared_error"),
-         "'neg_root_mean_squared_error' has no cvflow loss"),
+        (dict(scoring="adjusted_rand_score"), "'adjusted_rand_score' has no cvflow loss"),
         (dict(scoring="accuracy"), "scoring 'accuracy' is a classification score, and Ridge is "
                                    "a regressor"),
         (dict(select="bates_ncv"), "select='bates_ncv' is not a selecting estimator; use one of"),
         (dict(scoring=["r2", "neg_mean_squared_error"]),
-         "with several scorings, refit names the one that selects"),
+         "For multi-metric scoring, the parameter refit must be set to a scorer key"),
+        (dict(error_score="ignore"), "SearchCV: error_score='ignore'; give 'raise' or a number"),
     ]
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
@@ -194,7 +198,8 @@ def test_scikit_learn_conventions(diabetes):
     assert unrefit.best_params_ in ({"alpha": 0.1}, {"alpha": 1.0})
     with pytest.raises(AttributeError, match="has no attribute 'predict'") as info:
         unrefit.predict(X)
-    assert "fitted with refit=False" in str(info.value.__cause__)
+    assert ("`refit=False`. predict is available only after refitting on the best parameters"
+            in str(info.value.__cause__))
     assert not hasattr(unrefit, "best_estimator_")
 
 
@@ -248,3 +253,289 @@ def test_fresh_interpreter_default_route(tmp_path):
                           timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("execution: threads")
+
+
+# -- GridSearchCV's keywords and semantics (issue 31) --------------------------------------------
+
+def test_signature_starts_as_gridsearchcv_and_round_trips():
+    import inspect
+
+    ours = inspect.signature(cvflow.SearchCV).parameters
+    ref = inspect.signature(GridSearchCV).parameters
+    shared = [n for n in ours if n in ref]
+    assert shared == list(ref)                       # every GridSearchCV keyword, in its order
+    for name in ref:                                 # the same defaults (NaN is NaN)
+        want, got = ref[name].default, ours[name].default
+        assert got is want or got == want or (got != got and want != want), name
+    search = cvflow.SearchCV(Ridge(), {"alpha": [1.0]}, n_jobs=2, verbose=1, pre_dispatch=4,
+                             error_score="raise")
+    copy = clone(search)
+    assert {k: v for k, v in copy.get_params(deep=False).items() if k != "estimator"} == \
+        {k: v for k, v in search.get_params(deep=False).items() if k != "estimator"}
+    assert copy.set_params(n_jobs=3, error_score=0.0).get_params()["n_jobs"] == 3
+    assert search._workers() == 2
+    assert cvflow.SearchCV(Ridge(), {}, n_jobs=-1)._workers() is None
+    assert cvflow.SearchCV(Ridge(), {}, n_jobs=4, workers=1)._workers() == 1
+
+
+def test_verbose_prints_gridsearchcv_lines(diabetes, capsys):
+    import re
+
+    X, y = diabetes
+    kw = dict(cv=3, scoring="r2", verbose=3, return_train_score=True)
+    GridSearchCV(Ridge(), {"alpha": [0.1, 1.0]}, **kw).fit(X, y)
+    want = capsys.readouterr().out.splitlines()
+    cvflow.SearchCV(Ridge(), {"alpha": [0.1, 1.0]}, cluster="threads", **kw).fit(X, y)
+    got = capsys.readouterr().out.splitlines()
+    strip = re.compile(r"total time=.*$")
+    assert [strip.sub("", line) for line in got] == [strip.sub("", line) for line in want]
+    assert got[0] == "Fitting 3 folds for each of 2 candidates, totalling 6 fits"
+
+
+def _one_class_folds():
+    """KFold(3) over sorted labels: the first fold's training set has one class, so that fit
+    of every candidate fails (LogisticRegression needs two)."""
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    return X, np.array([0] * 10 + [1] * 20)
+
+
+@pytest.mark.parametrize("error_score", [np.nan, -1.0])
+def test_failed_fits_score_error_score_and_warn_as_gridsearchcv(error_score):
+    from sklearn.exceptions import FitFailedWarning
+
+    X, y = _one_class_folds()
+    kw = dict(cv=KFold(3), error_score=error_score, return_train_score=True)
+    grid = {"C": [0.1, 1.0]}
+    message = (r"2 fits failed out of a total of 6.+will be set to " + str(error_score) +
+               r".+2 fits failed with the following error.+ValueError: This solver needs "
+               r"samples of at least 2 classes")
+    with pytest.warns(FitFailedWarning, match=re.compile(message, re.DOTALL)):
+        ours = cvflow.SearchCV(LogisticRegression(), grid, cluster="threads", **kw).fit(X, y)
+    with pytest.warns(FitFailedWarning):
+        ref = GridSearchCV(LogisticRegression(), grid, **kw).fit(X, y)
+    assert_same_search(ours, ref)
+    assert (ours.cv_results_["mean_score_time"] >= 0).all()
+    assert (ours.cv_results_["split0_test_score"] == error_score).all() or np.isnan(error_score)
+
+
+def test_all_fits_failed_and_error_score_raise_as_gridsearchcv(diabetes):
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    X, y = diabetes
+    grid = {"alpha": [-1.0, -2.0]}
+    # scikit-learn groups the messages as they are (two groups: alpha -1.0 and -2.0), cvflow
+    # up to the numbers they embed (one group of 6)
+    for search, count in ((GridSearchCV(Ridge(), grid, cv=3), 3),
+                          (cvflow.SearchCV(Ridge(), grid, cv=3, cluster="threads"), 6)):
+        with pytest.raises(ValueError, match=re.compile(
+                rf"^\nAll the 6 fits failed.+{count} fits failed with the following error.+"
+                "The 'alpha' parameter of Ridge must be", re.DOTALL)):
+            search.fit(X, y)
+    X1, y1 = _one_class_folds()
+    for search in (GridSearchCV(LogisticRegression(), {"C": [1.0]}, cv=KFold(3),
+                                error_score="raise"),
+                   cvflow.SearchCV(LogisticRegression(), {"C": [1.0]}, cv=KFold(3),
+                                   error_score="raise", cluster="threads")):
+        with pytest.raises(ValueError, match="needs samples of at least 2 classes"):
+            search.fit(X1, y1)
+    with pytest.raises(InvalidParameterError):       # the learner's own exception type
+        cvflow.SearchCV(Ridge(), grid, cv=3, error_score="raise", cluster="threads").fit(X, y)
+
+
+def test_refit_callable_as_gridsearchcv(diabetes):
+    X, y = diabetes
+    grid = {"alpha": [0.1, 1.0, 10.0]}
+
+    def worst(cv_results):
+        return int(np.argmin(cv_results["mean_test_score"]))
+
+    ours = cvflow.SearchCV(Ridge(), grid, cv=3, refit=worst, cluster="threads").fit(X, y)
+    ref = GridSearchCV(Ridge(), grid, cv=3, refit=worst).fit(X, y)
+    assert_same_search(ours, ref)
+    assert not hasattr(ours, "best_score_")
+    np.testing.assert_allclose(ours.predict(X), ref.predict(X), **TOL)
+    for refit, error, message in [(lambda r: "1", TypeError, "best_index_ returned is not an "
+                                   "integer"), (lambda r: 3, IndexError, "best_index_ index out "
+                                                "of range")]:
+        for search in (GridSearchCV(Ridge(), grid, cv=3, refit=refit),
+                       cvflow.SearchCV(Ridge(), grid, cv=3, refit=refit, cluster="threads")):
+            with pytest.raises(error, match=message):
+                search.fit(X, y)
+
+
+def test_refit_false_with_several_scorings_sets_no_best(diabetes):
+    X, y = diabetes
+    kw = dict(cv=3, scoring={"mse": "neg_mean_squared_error", "r2": "r2"}, refit=False)
+    ours = cvflow.SearchCV(Ridge(), RIDGE_GRID, cluster="threads", **{**kw, "refit": "mse"})
+    assert hasattr(ours.fit(X, y), "best_estimator_")
+    ours.set_params(refit=False).fit(X, y)               # the earlier fit's best_* go
+    assert_same_search(ours, GridSearchCV(Ridge(), RIDGE_GRID, **kw).fit(X, y))
+    assert not hasattr(ours, "best_index_") and not hasattr(ours, "best_estimator_")
+    assert "mean_test_mse" in ours.cv_results_
+    with pytest.raises(AttributeError) as info:
+        ours.predict(X)
+    assert "`refit=False`. predict is available only after" in str(info.value.__cause__)
+
+
+def test_fitted_estimator_is_cloned(diabetes):
+    X, y = diabetes
+    given = Ridge().fit(X, y)
+    search = cvflow.SearchCV(given, {"alpha": [0.1, 1.0]}, cv=3, cluster="threads").fit(X, y)
+    ref = GridSearchCV(given, {"alpha": [0.1, 1.0]}, cv=3).fit(X, y)
+    assert_same_search(search, ref)
+    assert search.best_estimator_ is not given and given.alpha == 1.0
+
+
+def test_param_columns_follow_gridsearchcv_dtypes():
+    from sklearn.svm import SVC
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X, y = X[:120, :4], y[:120]
+    grid = [{"kernel": ["rbf"], "C": [1, 10], "gamma": [0.1, 1.0]},
+            {"kernel": ["poly"], "degree": [1, 2], "class_weight": [None, "balanced"]}]
+    ours = cvflow.SearchCV(SVC(), grid, cv=3, cluster="threads").fit(X, y)
+    ref = GridSearchCV(SVC(), grid, cv=3).fit(X, y)
+    assert_same_search(ours, ref)
+    assert {k: v.dtype.kind for k, v in ours.cv_results_.items() if k.startswith("param_")} == \
+        {"param_C": "i", "param_gamma": "f", "param_kernel": "O", "param_class_weight": "O",
+         "param_degree": "i"}
+
+
+def test_nan_scores_rank_last_and_warn_as_gridsearchcv():
+    """r2 of one-sample test folds is NaN: every mean is NaN, the first candidate is chosen."""
+    import warnings
+
+    from sklearn.tree import DecisionTreeRegressor
+
+    X, y = np.arange(5.0)[:, None], np.array([0.0, 0, 0, 0, 1])
+    grid = {"max_depth": [1, 2]}
+    found = []
+    for search in (GridSearchCV(DecisionTreeRegressor(random_state=0), grid, cv=KFold(5)),
+                   cvflow.SearchCV(DecisionTreeRegressor(random_state=0), grid, cv=KFold(5),
+                                   cluster="threads")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            search.fit(X, y)
+        found.append([str(w.message) for w in caught if w.category is UserWarning
+                      and "non-finite" in str(w.message)])
+    assert found[0] == found[1] == ["One or more of the test scores are non-finite: [nan nan]"]
+    assert_same_search(search, GridSearchCV(DecisionTreeRegressor(random_state=0), grid,
+                                            cv=KFold(5)).fit(X, y))
+
+
+@pytest.mark.parametrize("scoring", [None, "neg_mean_squared_error", "neg_mean_absolute_error",
+                                     "neg_root_mean_squared_error", "r2"])
+def test_sample_weight_scores_weighted_as_gridsearchcv(diabetes, scoring):
+    X, y = diabetes
+    w = np.random.default_rng(1).integers(0, 4, size=len(y)).astype(float)
+    kw = dict(cv=KFold(4, shuffle=True, random_state=0), scoring=scoring,
+              return_train_score=True)
+    ours = cvflow.SearchCV(Ridge(), RIDGE_GRID, cluster="threads", **kw).fit(X, y, sample_weight=w)
+    ref = GridSearchCV(Ridge(), RIDGE_GRID, **kw).fit(X, y, sample_weight=w)
+    assert_same_search(ours, ref)
+    np.testing.assert_allclose(ours.predict(X), ref.predict(X), **TOL)
+
+
+@pytest.mark.parametrize("scoring", [None, "roc_auc", "neg_log_loss", "f1", "neg_brier_score"])
+def test_sample_weight_classification_as_gridsearchcv(scoring):
+    X, y = load_breast_cancer(return_X_y=True)
+    X, y = StandardScaler().fit_transform(X[:200]), y[:200]
+    w = np.random.default_rng(2).uniform(0.2, 3.0, size=len(y))
+    grid = {"C": [0.01, 1.0]}
+    kw = dict(cv=StratifiedKFold(4, shuffle=True, random_state=0), scoring=scoring,
+              return_train_score=True)
+    ours = cvflow.SearchCV(LogisticRegression(), grid, cluster="threads", **kw).fit(
+        X, y, sample_weight=w)
+    assert_same_search(ours, GridSearchCV(LogisticRegression(), grid, **kw).fit(
+        X, y, sample_weight=w))
+
+
+def test_sample_weight_of_a_pipeline_goes_to_its_last_step(diabetes):
+    """GridSearchCV refuses fit(sample_weight=...) for a Pipeline (every fit fails); cvflow
+    passes the weights to the last step, in the fold fits and the refit alike."""
+    X, y = diabetes
+    w = np.random.default_rng(3).uniform(0.5, 2.0, size=len(y))
+    model = make_pipeline(StandardScaler(), Ridge())
+    grid = {"ridge__alpha": [0.1, 10.0]}
+    ours = cvflow.SearchCV(model, grid, cv=3, scoring="neg_mean_squared_error",
+                           cluster="threads").fit(X, y, sample_weight=w)
+    ref = GridSearchCV(model, grid, cv=3, scoring="neg_mean_squared_error").fit(
+        X, y, ridge__sample_weight=w)
+    np.testing.assert_allclose(ours.predict(X), ref.predict(X), **TOL)
+    assert ours.best_params_ == ref.best_params_
+
+
+@pytest.mark.parametrize("scoring", ["neg_root_mean_squared_error", "neg_median_absolute_error",
+                                     "neg_max_error", "neg_mean_absolute_percentage_error",
+                                     "neg_mean_squared_log_error", "neg_mean_poisson_deviance",
+                                     "neg_mean_gamma_deviance", "d2_absolute_error_score",
+                                     "neg_root_mean_squared_log_error"])
+def test_more_regression_scorings_equal_gridsearchcv(diabetes, scoring):
+    X, y = diabetes
+    grid = {"alpha": [0.01, 0.1]}                     # predictions stay positive on diabetes
+    kw = dict(cv=5, scoring=scoring, return_train_score=True)
+    ours = cvflow.SearchCV(Ridge(), grid, cluster="threads", **kw).fit(X, y)
+    assert_same_search(ours, GridSearchCV(Ridge(), grid, **kw).fit(X, y))
+
+
+def test_jaccard_scorings_equal_gridsearchcv():
+    X, y = load_wine(return_X_y=True)
+    model = make_pipeline(StandardScaler(), LogisticRegression())
+    grid = {"logisticregression__C": [0.01, 1.0]}
+    kw = dict(cv=3, scoring=["jaccard_macro", "jaccard_weighted"], refit="jaccard_macro")
+    assert_same_search(cvflow.SearchCV(model, grid, cluster="threads", **kw).fit(X, y),
+                       GridSearchCV(model, grid, **kw).fit(X, y))
+    Xb, yb = load_breast_cancer(return_X_y=True)
+    kw = dict(cv=3, scoring="jaccard")
+    assert_same_search(cvflow.SearchCV(model, grid, cluster="threads", **kw).fit(Xb, yb),
+                       GridSearchCV(model, grid, **kw).fit(Xb, yb))
+
+
+def test_an_estimator_of_no_type_takes_the_task_of_its_scoring():
+    """LocalOutlierFactor is no classifier; scored by precision, it is one (predict stored)."""
+    from sklearn.neighbors import LocalOutlierFactor
+
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(scale=0.5, size=(80, 2)), rng.uniform(-6, 6, size=(20, 2))])
+    y = np.array([1] * 80 + [-1] * 20)
+    kw = dict(cv=KFold(4, shuffle=True, random_state=0), scoring="precision")
+    grid = {"n_neighbors": [5, 10]}
+    ours = cvflow.SearchCV(LocalOutlierFactor(novelty=True), grid, cluster="threads", **kw)
+    ref = GridSearchCV(LocalOutlierFactor(novelty=True), grid, **kw).fit(X, y)
+    assert_same_search(ours.fit(X, y), ref)
+    assert ours.result_.cube["output"].values[0] == "predict"
+    np.testing.assert_allclose(ours.score_samples(X), ref.score_samples(X), **TOL)
+
+
+def test_stored_output_is_one_every_candidate_has():
+    """SVC has predict_proba only with probability=True, which the grid sets."""
+    from sklearn.svm import SVC
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X, y = X[:150, :5], y[:150]
+    grid = {"probability": [True], "C": [0.5, 2.0], "random_state": [0]}
+    kw = dict(cv=3, scoring="neg_log_loss")
+    ours = cvflow.SearchCV(SVC(), grid, cluster="threads", **kw).fit(X, y)
+    assert_same_search(ours, GridSearchCV(SVC(), grid, **kw).fit(X, y))
+    assert ours.result_.cube["output"].values[0] == "predict_proba"
+
+
+def test_html_repr_shows_the_refitted_best_estimator(diabetes):
+    from sklearn import config_context
+
+    X, y = diabetes
+    search = cvflow.SearchCV(make_pipeline(StandardScaler(), Ridge()), {"ridge__alpha": [1.0]},
+                             cv=3, cluster="threads")
+    with config_context(display="diagram"):
+        assert "estimator: Pipeline" in search._repr_html_()
+        search.fit(X, y)
+        assert "best_estimator_: Pipeline" in search._repr_html_()
+
+
+def test_score_refuses_extra_params_without_routing(diabetes):
+    X, y = diabetes
+    search = cvflow.SearchCV(Ridge(), {"alpha": [1.0]}, cv=3, cluster="threads").fit(X, y)
+    ref = GridSearchCV(Ridge(), {"alpha": [1.0]}, cv=3).fit(X, y)
+    for fitted in (search, ref):
+        with pytest.raises(ValueError, match="is only supported if enable_metadata_routing=True"):
+            fitted.score(X, y, metadata=1)

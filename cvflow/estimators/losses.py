@@ -135,6 +135,39 @@ def huber(y, pred, output=None, arg=1.0):
     return small * 0.5 * r ** 2 + (1 - small) * arg * (r - 0.5 * arg)
 
 
+@declare("absolute_percentage", task="regression", outputs=("predict",),
+         scorers=("neg_mean_absolute_percentage_error",),
+         doc="|y - ŷ| / max(|y|, eps); mean_absolute_percentage_error")
+def absolute_percentage(y, pred, output=None, arg=None):
+    return abs(y - pred) / np.maximum(abs(y), _EPS)
+
+
+@declare("squared_log", task="regression", outputs=("predict",),
+         scorers=("neg_mean_squared_log_error",),
+         doc="(log(1 + y) - log(1 + ŷ))²; mean_squared_log_error (NaN below -1)")
+def squared_log(y, pred, output=None, arg=None):
+    with np.errstate(invalid="ignore"):
+        return (np.log1p(y) - np.log1p(pred)) ** 2
+
+
+@declare("poisson_deviance", task="regression", outputs=("predict",),
+         scorers=("neg_mean_poisson_deviance",),
+         doc="2 (y log(y / ŷ) - y + ŷ); mean_poisson_deviance (ŷ > 0)")
+def poisson_deviance(y, pred, output=None, arg=None):
+    from scipy.special import xlogy
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return 2 * (xlogy(y, y / pred) - y + pred)
+
+
+@declare("gamma_deviance", task="regression", outputs=("predict",),
+         scorers=("neg_mean_gamma_deviance",),
+         doc="2 (log(ŷ / y) + y / ŷ - 1); mean_gamma_deviance (y, ŷ > 0)")
+def gamma_deviance(y, pred, output=None, arg=None):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return 2 * (np.log(pred / y) + y / pred - 1)
+
+
 @declare("zero_one", task="classification", outputs=OUTPUTS,
          doc="1 if the predicted class is wrong; zero_one_loss (binary: decision > 0 or "
              "p > 0.5; multiclass: argmax)")
@@ -201,14 +234,15 @@ def _label_metric(name: str, metric: str, doc: str, average: str | None = None, 
 
     @declare(name, task="classification", outputs=OUTPUTS, pointwise=False,
              greater_is_better=True, multiclass=not binary, doc=doc, scorers=(name,))
-    def label_metric(y, score, classes, output="predict"):
+    def label_metric(y, score, classes, output="predict", sample_weight=None):
         import sklearn.metrics
 
         truth, guess = _classes_of(y, score, classes, output)
         extra = dict(kwargs) if average is None else {"average": average, **kwargs}
         if binary:
             extra["pos_label"] = 1
-        return float(getattr(sklearn.metrics, metric)(truth, guess, **extra))
+        return float(getattr(sklearn.metrics, metric)(truth, guess, sample_weight=sample_weight,
+                                                      **extra))
 
     label_metric.__name__ = label_metric.__qualname__ = name
     return label_metric
@@ -217,7 +251,7 @@ def _label_metric(name: str, metric: str, doc: str, average: str | None = None, 
 _label_metric("accuracy", "accuracy_score", "fraction of correct labels per fold; accuracy_score")
 _label_metric("balanced_accuracy", "balanced_accuracy_score",
               "mean recall over classes per fold; balanced_accuracy_score")
-for _base in ("f1", "precision", "recall"):
+for _base in ("f1", "precision", "recall", "jaccard"):
     _label_metric(_base, f"{_base}_score", f"{_base} of the positive class (the last label) "
                   f"per fold; {_base}_score", average="binary")
     for _average in ("macro", "micro", "weighted"):
@@ -233,40 +267,73 @@ _label_metric("matthews_corrcoef", "matthews_corrcoef",
          scorers=("roc_auc", "roc_auc_ovr"),
          doc="area under the ROC curve per fold; roc_auc_score (multiclass: one-vs-rest, "
              "macro, on predict_proba)")
-def roc_auc(y, score, classes, output=None):
+def roc_auc(y, score, classes, output=None, sample_weight=None):
     from sklearn.metrics import roc_auc_score
 
     if score.ndim == 1:
-        return roc_auc_score(*_binary_score(y, score, classes))
-    return roc_auc_score(y, score, multi_class="ovr", labels=list(classes))
+        return roc_auc_score(*_binary_score(y, score, classes), sample_weight=sample_weight)
+    return roc_auc_score(y, score, multi_class="ovr", labels=list(classes),
+                         sample_weight=sample_weight)
 
 
 @declare("average_precision", task="classification",
          outputs=("decision_function", "predict_proba"), pointwise=False, multiclass=False,
          greater_is_better=True, scorers=("average_precision",),
          doc="average precision per fold; average_precision_score")
-def average_precision(y, score, classes, output=None):
+def average_precision(y, score, classes, output=None, sample_weight=None):
     from sklearn.metrics import average_precision_score
 
-    return average_precision_score(*_binary_score(y, score, classes))
+    return average_precision_score(*_binary_score(y, score, classes), sample_weight=sample_weight)
 
 
 @declare("r2", task="regression", outputs=("predict",), pointwise=False, greater_is_better=True,
          scorers=("r2",),
          doc="coefficient of determination per fold; r2_score")
-def r2(y, pred, classes=None, output=None):
+def r2(y, pred, classes=None, output=None, sample_weight=None):
     from sklearn.metrics import r2_score
 
-    return r2_score(y, pred)
+    return r2_score(y, pred, sample_weight=sample_weight)
 
 
 @declare("explained_variance", task="regression", outputs=("predict",), pointwise=False,
          greater_is_better=True, scorers=("explained_variance",),
          doc="explained variance per fold; explained_variance_score")
-def explained_variance(y, pred, classes=None, output=None):
+def explained_variance(y, pred, classes=None, output=None, sample_weight=None):
     from sklearn.metrics import explained_variance_score
 
-    return explained_variance_score(y, pred)
+    return explained_variance_score(y, pred, sample_weight=sample_weight)
+
+
+def _regression_metric(name: str, metric: str, doc: str, scorer: str, *, better: bool = False,
+                       weights: bool = True):
+    """A per-fold regression metric that is scikit-learn's ``metric`` (its scorer ``scorer``);
+    ``weights``: the metric takes ``sample_weight`` (scikit-learn's max_error does not)."""
+    @declare(name, task="regression", outputs=("predict",), pointwise=False,
+             greater_is_better=better, scorers=(scorer,), doc=doc)
+    def regression_metric(y, pred, classes=None, output=None, sample_weight=None):
+        import sklearn.metrics
+
+        extra = {"sample_weight": sample_weight} if weights else {}
+        return float(getattr(sklearn.metrics, metric)(y, pred, **extra))
+
+    regression_metric.__name__ = regression_metric.__qualname__ = name
+    return regression_metric
+
+
+_regression_metric("root_squared", "root_mean_squared_error",
+                   "root mean squared error per fold; root_mean_squared_error",
+                   "neg_root_mean_squared_error")
+_regression_metric("root_squared_log", "root_mean_squared_log_error",
+                   "root mean squared logarithmic error per fold; root_mean_squared_log_error",
+                   "neg_root_mean_squared_log_error")
+_regression_metric("median_absolute", "median_absolute_error",
+                   "median absolute error per fold; median_absolute_error",
+                   "neg_median_absolute_error")
+_regression_metric("max_error", "max_error", "largest absolute error per fold; max_error",
+                   "neg_max_error", weights=False)
+_regression_metric("d2_absolute_error", "d2_absolute_error_score",
+                   "fraction of absolute error explained per fold; d2_absolute_error_score",
+                   "d2_absolute_error_score", better=True)
 
 
 # ---------------------------------------------------------------------------------------------

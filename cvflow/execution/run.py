@@ -230,6 +230,9 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     path_aware = bool(workflow.execution.get("path_aware", True))
     d = study.data
     in_process_safe = only_paths(study.params, d.fit_X, d.sample_weight, path_aware)
+    # execution.trial_fits: false (cvflow.SearchCV) records a learner that cannot fit as
+    # failed fits, as GridSearchCV does, instead of refusing the study before it runs
+    trial = bool(workflow.execution.get("trial_fits", True))
     auto = client is None and resolve_cluster(cluster) == AUTO
     # DESIGN CHOICE: under auto without a fit_timeout, every learner is checked and timed here,
     # in this process, as GridSearchCV fits it: the timed estimate picks the route
@@ -247,7 +250,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     per_fit = None
     checked = not here              # else a task on the workers (_Run.on)
     if here:
-        checked, per_fit = _probe(workflow, study, timing=auto or wants_timing)
+        checked, per_fit = _probe(workflow, study, timing=auto or wants_timing, trial=trial)
         if per_fit is None and (auto or wants_timing):
             # too long to time here (more than probe_seconds for a trial and two fits): blocks
             # of one fit each, on worker processes (an abandoned fit needs no second timing)
@@ -265,7 +268,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
             # (a fit_timeout study's learners are timed on the workers, later: none)
             cluster_options = quiet_options(cluster_options, (per_fit or 0.0) * n_fits, workers)
     run = _Run(workflow, study, path, lock=lock, pool=pool, fresh=fresh, per_fit=per_fit,
-               wants_timing=wants_timing, check_fits=not checked,
+               wants_timing=wants_timing, check_fits=trial and not checked,
                overwrite=overwrite, workers=workers,
                fit_timeout=fit_timeout, path_aware=path_aware, progress=progress,
                execution=execution, t_start=t_start)
@@ -285,11 +288,13 @@ def _probe_seconds() -> float:
     return float(auto.get("probe_seconds", 3.0))
 
 
-def _probe(workflow: Workflow, study, *, timing: bool) -> tuple[bool, float | None]:
-    """The pre-run check of the learners (:func:`cvflow.fitting.trial.check_learners`) and, with
-    ``timing``, the timed seconds per fit (:func:`cvflow.execution.plan.seconds_per_fit`), in this process
-    within config ``cvflow.cluster.auto.probe_seconds``: ``(checked, seconds or None)``, the
-    check done and the timing finished in time. Raises what the check raises."""
+def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True
+           ) -> tuple[bool, float | None]:
+    """The pre-run check of the learners (:func:`cvflow.fitting.trial.check_learners`; not
+    with ``trial=False``) and, with ``timing``, the timed seconds per fit
+    (:func:`cvflow.execution.plan.seconds_per_fit`), in this process within config
+    ``cvflow.cluster.auto.probe_seconds``: ``(checked, seconds or None)``, the check done and
+    the timing finished in time. Raises what the check raises."""
     import threading
 
     from .sizing import one_blas_thread
@@ -309,7 +314,8 @@ def _probe(workflow: Workflow, study, *, timing: bool) -> tuple[bool, float | No
             # OpenMP threads contending with another process cost it up to 10x (measured:
             # HistGradientBoosting, GridSearchCV at load 6)
             with one_blas_thread():
-                check_learners(workflow, study.data, str(workflow.path))
+                if trial:
+                    check_learners(workflow, study.data, str(workflow.path))
                 out["checked"] = True
                 out["seconds"] = seconds_per_fit(workflow, study) if timing else None
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import xarray as xr
@@ -22,19 +22,21 @@ AVERAGES = ("samples", "folds")
 
 
 def cv_results(source, losses: str | Sequence[str] | None = None, *, average: str = "samples",
-               train: bool = False, sign: str = "natural"):
+               train: bool = False, sign: str = "natural", error_score: float = np.nan,
+               weighted: bool = True):
     """The K-fold scores of every param as a pandas DataFrame laid out like ``cv_results_``.
 
     Parameters
     ----------
     source : str, path, xarray.Dataset or cvflow.study.StudyResult
         A store (path or URL), an opened cube, or a study's results.
-    losses : str or list of str, optional
+    losses : str, list of str or dict, optional
         cvflow losses and metrics (``squared``, ``log_loss``, ``accuracy``, ``f1_macro``,
         ``roc_auc``, ...) or scikit-learn scoring names that equal one
         (``neg_mean_squared_error``, ``neg_log_loss``, ...). As in scikit-learn, one name
         given as a string (or the default, the store's loss) gives columns ``*_test_score``;
-        a list gives ``*_test_<name>`` for each.
+        a list gives ``*_test_<name>`` for each, a dict ``{column name: loss}``
+        ``*_test_<column name>``.
     average : {"samples", "folds"}, default "samples"
         ``mean_test_*`` of a pointwise loss: the mean over every analysis sample (cvflow's
         K-fold estimate) or the mean of the fold scores (``GridSearchCV``'s
@@ -48,20 +50,33 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
         "natural": each column in the sign of the name asked (see Notes); "score": every
         column "greater is better", scikit-learn's convention for scores (a loss is negated,
         as ``neg_mean_squared_error`` is; ``cvflow.SearchCV`` reports this way).
+    error_score : float, default NaN
+        The split score of a fit that failed (``GridSearchCV``'s ``error_score``), in the
+        column's sign. NaN: the failed fit's split is NaN, so its param's mean is NaN and ranks
+        last. A number: its param's mean is the mean of its split scores, that number included.
+    weighted : bool, default True
+        With a store that holds ``sample_weight``, score each split with those weights (the
+        weighted mean of a pointwise loss over the fold, a metric's ``sample_weight``), as
+        ``GridSearchCV`` scores when ``fit`` is given ``sample_weight``. The mean over the
+        splits stays unweighted (as scikit-learn's); ``average="samples"`` is the weighted mean
+        over every analysis sample.
 
     Returns
     -------
     pandas.DataFrame
         One row per param (index ``param``, the cube's param index): ``mean_fit_time``,
         ``std_fit_time`` (seconds of each fold fit, its prediction of every sample
-        included), ``learner`` (when the study has several), ``param_<name>`` for every
-        tuned hyperparameter (None where a learner lacks it), ``params`` (the tuned settings,
-        a dict), then per loss ``split<k>_test_*`` (k = repeat · K + fold, as scikit-learn
+        included), ``mean_score_time``, ``std_score_time`` (seconds this call spent scoring
+        each fold fit's stored test predictions, every loss together, plus the store's
+        ``score_time`` where it has one; 0 for a failed fit),
+        ``learner`` (when the study has several), ``param_<name>`` for every tuned
+        hyperparameter (None where a learner lacks it), ``params`` (the tuned settings, a
+        dict), then per loss ``split<k>_test_*`` (k = repeat · K + fold, as scikit-learn
         numbers the splits of a repeated K-fold), ``mean_test_*``, ``std_test_*`` (over the
-        splits, ``ddof=0``), ``rank_test_*`` (1 = best, ties share the smallest rank, a param
-        with a missing fit ranks last) and the train columns. ``DataFrame.attrs`` holds
-        ``losses`` (column suffix -> cvflow loss), ``greater_is_better`` (suffix -> bool) and
-        ``average``.
+        splits, ``ddof=0``), ``rank_test_*`` (1 = best, ties share the smallest rank, a NaN
+        mean ranks last) and the train columns. ``DataFrame.attrs`` holds ``losses`` (column
+        suffix -> cvflow loss), ``greater_is_better`` (suffix -> bool), ``average`` and
+        ``weighted``.
 
     Notes
     -----
@@ -69,8 +84,11 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
     as itself (``squared``: the mean squared error, smaller is better, rank 1 the smallest);
     a scikit-learn ``neg_*`` name as scikit-learn reports it (``neg_mean_squared_error``:
     minus the mean squared error, larger is better). Either way ``rank_test_*`` ranks the best
-    param first. There are no ``*_score_time`` columns: scoring is a reduction of stored
-    predictions, timed by nobody.
+    param first.
+
+    Each split score is its fold fit's alone: a param whose fit failed on one split keeps its
+    other splits' scores (``GridSearchCV``'s rule), unlike the cube's estimators, which make
+    every term of such a param NaN.
 
     Examples
     --------
@@ -79,41 +97,153 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
     """
     import pandas as pd
 
-    from ..estimators._cube import shared_terms
-
     if average not in AVERAGES:
         raise InputError(f"cv_results: average={average!r}; use 'samples' or 'folds'")
     if sign not in ("natural", "score"):
         raise InputError(f"cv_results: sign={sign!r}; use 'natural' or 'score'")
+    if isinstance(error_score, bool) or not isinstance(error_score, (int, float, np.number)):
+        raise InputError(f"cv_results: error_score={error_score!r}; give a number (NaN: a "
+                         "failed fit's split is NaN)")
     cube, default = _cube_of(source)
     single = losses is None or isinstance(losses, str)
-    names = [losses or default] if single else list(losses)
-    if not names:
+    if isinstance(losses, Mapping):
+        given = list(losses.items())
+    else:
+        given = [("score", losses or default)] if single else [(n, n) for n in losses]
+    if not given:
         raise InputError("cv_results: losses: give at least one loss, e.g. ['squared']")
     columns: dict[str, Any] = {}
     times = _fold_values(cube, cube["fit_seconds"])
     columns["mean_fit_time"] = times.mean(axis=1)
     columns["std_fit_time"] = times.std(axis=1)
-    columns.update(_param_columns(cube))
+    failed, _, _ = fit_records(cube)
+    weights = (np.asarray(cube["sample_weight"].values, dtype=np.float64)
+               if weighted and "sample_weight" in cube else None)
     info: dict[str, str] = {}
     better: dict[str, bool] = {}
-    with shared_terms(cube, ("fold",)):
-        for name in names:
-            decl, factor = _loss(cube, name)
-            if sign == "score" and not decl.greater_is_better:
-                factor = -1.0
-            suffix = "score" if single else (name if name is not None else decl.label)
-            if suffix in info:
-                raise InputError(f"cv_results: losses: {suffix!r} is given twice")
-            info[suffix], better[suffix] = decl.label, decl.greater_is_better != (factor < 0)
-            test, mean, tr = _scores(cube, decl, average, train)
-            _store(columns, f"test_{suffix}", factor * test, factor * mean,
-                   rank=-factor * decl.sign)
-            if train:
-                _store(columns, f"train_{suffix}", factor * tr, factor * tr.mean(axis=1))
+    scored: list[tuple[str, Loss, float]] = []
+    for key, name in given:
+        decl, factor = _loss(cube, name)
+        if sign == "score" and not decl.greater_is_better:
+            factor = -1.0
+        suffix = str(key) if key is not None else decl.label
+        if suffix in info:
+            raise InputError(f"cv_results: losses: {suffix!r} is given twice")
+        info[suffix], better[suffix] = decl.label, decl.greater_is_better != (factor < 0)
+        scored.append((suffix, decl, factor))
+    scores, seconds = fold_scores(cube, [d for _, d, _ in scored], train=train, weights=weights)
+    if "score_time" in cube:        # a store's scorers, timed where each fit ran: theirs too
+        seconds += np.nan_to_num(_fold_values(cube, cube["score_time"]))
+    seconds[failed] = 0.0
+    columns["mean_score_time"] = seconds.mean(axis=1)
+    columns["std_score_time"] = seconds.std(axis=1)
+    columns.update(_param_columns(cube))
+    for (suffix, decl, factor), (test, pooled, tr) in zip(scored, scores):
+        test = factor * test
+        mean = test.mean(axis=1) if average == "folds" or pooled is None else factor * pooled
+        if not np.isnan(error_score):
+            test[failed] = error_score
+            mean = np.where(failed.any(axis=1), test.mean(axis=1), mean)
+        _store(columns, f"test_{suffix}", test, mean, rank=-factor * decl.sign)
+        if train:
+            tr = factor * tr
+            if not np.isnan(error_score):
+                tr[failed] = error_score
+            _store(columns, f"train_{suffix}", tr, tr.mean(axis=1))
     table = pd.DataFrame(columns, index=pd.RangeIndex(int(cube.sizes["param"]), name="param"))
-    table.attrs.update({"losses": info, "greater_is_better": better, "average": average})
+    table.attrs.update({"losses": info, "greater_is_better": better, "average": average,
+                        "weighted": weights is not None})
     return table
+
+
+def fit_records(source) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What the store recorded of each fold fit: ``failed`` (P, splits) bool, ``error`` (P,
+    splits) str ("" where the fit did not fail) and ``seconds`` (P, splits, its fit and
+    predictions), splits numbered as :func:`cv_results` numbers them."""
+    from ..estimators._cube import require
+
+    cube, _ = _cube_of(source)
+    index = np.asarray(require(cube, "fold_split", "cv_results").values).ravel()
+    failed = np.asarray(cube["failed"].values, dtype=bool)[:, index]
+    error = (np.asarray(cube["error"].values, dtype=object)[:, index] if "error" in cube
+             else np.full(failed.shape, "", dtype=object))
+    seconds = np.asarray(cube["fit_seconds"].values, dtype=np.float64)[:, index]
+    return failed, np.where(failed, error.astype(str), ""), seconds
+
+
+def fold_scores(cube: xr.Dataset, decls: Sequence[Loss], *, train: bool = False,
+                weights: np.ndarray | None = None):
+    """Each fold fit scored on its test fold (and training set) from the stored predictions.
+
+    Returns ``([(test (P, S), pooled (P,) or None, train (P, S) or None) per loss], seconds
+    (P, S))``: ``pooled`` the mean over every analysis sample of a pointwise loss averaged
+    over repeats (None for a per-fold metric), ``seconds`` the time spent scoring each fit's
+    test predictions (every loss together). A failed or missing fit is NaN in its own split
+    only. ``weights`` (n,): the weighted mean of a pointwise loss, a metric's
+    ``sample_weight``.
+    """
+    import time
+
+    from ..estimators import np_roles
+    from ..estimators._cube import IN_MEMORY_BYTES, compute_here, cube_classes, is_lazy, require
+    from ..estimators.losses import apply_loss
+
+    index = np.asarray(require(cube, "fold_split", "cv_results").values)
+    n_repeats, k = index.shape
+    member = np_roles.fold_members(cube["fold"].values, k).reshape(n_repeats * k, -1)
+    analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
+    trained = ~member & analysis[None, :]
+    y = np.asarray(cube["y"].values)
+    classes = cube_classes(cube)
+    outputs = [str(o) for o in cube["output"].values]
+    w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
+    pred = cube["pred"]
+    n_params, n_splits = int(pred.sizes["param"]), n_repeats * k
+    out = [(np.full((n_params, n_splits), np.nan), np.full(n_params, np.nan) if d.pointwise
+            else None, np.full((n_params, n_splits), np.nan) if train else None) for d in decls]
+    seconds = np.zeros((n_params, n_splits))
+    per_param = max(1, pred.nbytes // max(n_params * int(pred.sizes["split"]), 1) * n_splits)
+    step = max(1, IN_MEMORY_BYTES // per_param)
+    for p0 in range(0, n_params, step):
+        block = pred.isel(param=slice(p0, p0 + step), split=index.ravel()).data
+        block = np.asarray(compute_here(block) if is_lazy(block) else block)
+        for b, h in enumerate(range(p0, min(p0 + step, n_params))):
+            fits = block[b]                                   # (S, n[, C])
+            for (test, pooled, tr), decl in zip(out, decls):
+                t0 = time.perf_counter()
+                if decl.pointwise:
+                    values = np.asarray(apply_loss(decl, y, fits[None], classes, [outputs[h]]))[0]
+                    sums = _weighted_sums(values, member, w)
+                    test[h] = sums / (member * w).sum(axis=1)
+                    pooled[h] = np.mean(sums.reshape(n_repeats, k).sum(axis=1)
+                                        / (analysis * w).sum())
+                    seconds[h] += (time.perf_counter() - t0) / n_splits
+                    if train:
+                        tr[h] = _weighted_sums(values, trained, w) / (trained * w).sum(axis=1)
+                    continue
+                for s in range(n_splits):
+                    t0 = time.perf_counter()
+                    test[h, s] = _metric(decl, y, fits[s], member[s], weights, classes, outputs[h])
+                    seconds[h, s] += time.perf_counter() - t0
+                    if train:
+                        tr[h, s] = _metric(decl, y, fits[s], trained[s], weights, classes,
+                                           outputs[h])
+    return out, seconds
+
+
+def _weighted_sums(values: np.ndarray, mask: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Σ_i w_i · values[s, i] over the samples of ``mask[s]`` (NaN outside never counts)."""
+    return np.where(mask, values, 0.0) @ w
+
+
+def _metric(decl: Loss, y, fit: np.ndarray, rows: np.ndarray, weights, classes, output: str):
+    from ..estimators.losses import stored_scores
+
+    score = fit[rows]
+    if np.isnan(score).any():
+        return np.nan
+    extra = {} if weights is None else {"sample_weight": np.asarray(weights)[rows]}
+    return decl.func(y[rows], stored_scores(score, output, classes), classes, output, **extra)
 
 
 def _cube_of(source) -> tuple[xr.Dataset, str | None]:
@@ -135,33 +265,13 @@ def _loss(cube: xr.Dataset, name) -> tuple[Loss, float]:
     """A name's cvflow loss (checked against the cube) and the factor to scikit-learn's sign."""
     from ..estimators._cube import cube_loss
 
+    from ..estimators.losses import DECLARED
+
     factor = 1.0
-    if isinstance(name, str) and name.startswith(("neg_", "roc_auc_")):
-        decl, factor = from_scoring(name, where="cv_results: losses")
+    if isinstance(name, str) and name.partition(":")[0] not in DECLARED and "." not in name:
+        decl, factor = from_scoring(name, where="cv_results: losses")     # a scoring name
         name = decl
     return cube_loss(cube, name), factor
-
-
-def _scores(cube: xr.Dataset, decl: Loss, average: str, train: bool):
-    """(test scores (P, splits), their mean (P,), train scores (P, splits) or None)."""
-    from ..estimators import kfold
-    from ..estimators._cube import role_terms
-    from ..estimators.fold_metrics import metric_terms
-    from ..estimators._readers import fold_sizes
-
-    result = kfold(cube, loss=decl, average=average)
-    test = result["fold_score"].values.reshape(result.sizes["param"], -1)
-    mean = result["estimate"].values
-    if not train:
-        return test, mean, None
-    if decl.pointwise:
-        terms = role_terms(cube, decl, roles=("fold",), what="cv_results")
-        n_d = float((~np.asarray(cube["is_test"].values, dtype=bool)).sum())
-        sizes = fold_sizes(cube)
-        tr = (terms["fold_risk"] * n_d - terms["fold_sum"]) / (n_d - sizes)
-    else:
-        tr = metric_terms(cube, decl, roles=("fold", "train"), what="cv_results")["train_metric"]
-    return test, mean, tr.reshape(len(tr), -1)
 
 
 def _store(columns: dict, key: str, splits: np.ndarray, mean: np.ndarray, rank: float = 0.0):
@@ -208,3 +318,83 @@ def _param_columns(cube: xr.Dataset) -> dict[str, Any]:
         out[f"param_{name}"] = [s["params"].get(name) for s in settings]
     out["params"] = [{k: s["params"][k] for k in tuned if k in s["params"]} for s in settings]
     return out
+
+
+# -- scikit-learn's presentation of a search (cvflow.SearchCV) -----------------------------------
+
+def param_arrays(candidates: list[dict]) -> dict[str, np.ma.MaskedArray]:
+    """``param_<name>`` masked arrays of ``GridSearchCV.cv_results_``, in the order the names
+    first appear, with its dtype rule: numpy's dtype of the values when that is 1-d and not a
+    string, else object; masked where a candidate lacks the name."""
+    values: dict[str, dict[int, Any]] = {}
+    for i, params in enumerate(candidates):
+        for name, value in params.items():
+            values.setdefault(f"param_{name}", {})[i] = value
+    out = {}
+    for key, given in values.items():
+        try:
+            arr = np.array(list(given.values()))
+            dtype = arr.dtype if arr.dtype.kind != "U" and arr.ndim == 1 else np.dtype(object)
+        except ValueError:                           # sequences of several lengths
+            dtype = np.dtype(object)
+        column = np.ma.MaskedArray(np.empty(len(candidates), dtype=dtype), mask=True)
+        for i, value in given.items():
+            column[i] = value                        # unmasks it
+        out[key] = column
+    return out
+
+
+def failure_message(failed: np.ndarray, errors: np.ndarray, error_score) -> str:
+    """scikit-learn's report of failed fits (``_warn_or_raise_about_fit_failures``): "All the N
+    fits failed" or "k fits failed out of a total of N", then each group of messages (grouped
+    up to the numbers they embed, :func:`cvflow.report.failures.group`)."""
+    from .failures import group
+
+    summary = "\n".join(f"{'-' * 80}\n{g['count']} fits failed with the following error:\n"
+                        f"{message}" for message, g in group(errors[failed]).items())
+    details = f"\n\nBelow are more details about the failures:\n{summary}"
+    if failed.all():
+        return (f"\nAll the {failed.size} fits failed.\nIt is very likely that your model is "
+                "misconfigured.\nYou can try to debug the error by setting error_score='raise'."
+                + details)
+    return (f"\n{int(failed.sum())} fits failed out of a total of {failed.size}.\nThe score on "
+            f"these train-test partitions for these parameters will be set to {error_score}.\n"
+            "If these failures are not expected, you can try to debug them by setting "
+            "error_score='raise'." + details)
+
+
+def fit_lines(results: dict, candidates: list[dict], seconds: np.ndarray, scorings: list[str], *,
+              verbose: int, multimetric: bool, train: bool) -> list[str]:
+    """``GridSearchCV``'s ``[CV] END`` line of each fit (its ``verbose`` > 1 levels) from a
+    ``cv_results_`` dict and the fits' seconds (P, splits); the total time adds the candidate's
+    mean score time."""
+    lines = []
+    n_splits = seconds.shape[1]
+    for h, params in enumerate(candidates):
+        for s in range(n_splits):
+            where = f" {s + 1}/{n_splits}" if verbose > 2 else ""
+            where += f"; {h + 1}/{len(candidates)}" if verbose > 9 else ""
+            head = f"[CV{where}] END "
+            text = ", ".join(f"{k}={params[k]}" for k in sorted(params))
+            text += ";" if text else ""
+            if verbose > 2:
+                scores = {n: (results[f"split{s}_train_{n}"][h] if train else None,
+                              results[f"split{s}_test_{n}"][h]) for n in scorings}
+                text += _scores_text(scores, multimetric)
+            spent = seconds[h, s] + results["mean_score_time"][h]
+            text += f" total time={_short_time(spent)}"
+            lines.append(head + "." * (80 - len(head) - len(text)) + text)
+    return lines
+
+
+def _scores_text(scores: dict[str, tuple], multimetric: bool) -> str:
+    if multimetric:
+        return "".join(f" {name}: (" + (f"train={tr:.3f}, " if tr is not None else "")
+                       + f"test={te:.3f})" for name, (tr, te) in scores.items())
+    (tr, te), = scores.values()
+    return ", score=" + (f"(train={tr:.3f}, test={te:.3f})" if tr is not None else f"{te:.3f}")
+
+
+def _short_time(seconds: float) -> str:
+    """joblib's short time format, as GridSearchCV's lines show it."""
+    return f"{seconds / 60:4.1f}min" if seconds > 60 else f" {seconds:5.1f}s"

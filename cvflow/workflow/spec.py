@@ -36,7 +36,7 @@ DESIGN_KEYS = {"folds", "repeats", "splitter", "seed", "shuffle", "subset", "gap
                "max_train_size"}
 SUBSET_KEYS = {"size", "pairs", "complete", "seed"}
 EXECUTION_KEYS = {"cluster", "workers", "fits_per_task", "path_aware", "dtype", "fit_seed",
-                  "fit_timeout"}
+                  "fit_timeout", "trial_fits"}
 
 # how to choose the stored output, by face: a workflow file's key, or Study's argument
 OUTPUT_FIX = {False: "set the learner's `output`", True: "give Study(output=...)"}
@@ -379,6 +379,8 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
              "(auto, threads, forked, local, slurm), a profile file or tcp://HOST:PORT")
     if not isinstance(execution.get("path_aware", True), bool):
         fail(where, "execution.path_aware", f"{execution['path_aware']!r}; use true or false")
+    if not isinstance(execution.get("trial_fits", True), bool):
+        fail(where, "execution.trial_fits", f"{execution['trial_fits']!r}; use true or false")
     c["execution"] = execution
     for i, (name, _) in enumerate(estimators):
         spec = lookup(name, search=path.parent)

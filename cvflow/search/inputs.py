@@ -1,0 +1,150 @@
+"""How a ``GridSearchCV`` call becomes a cvflow study: the task, the stored output, the
+splitter and the grid order; the client that runs it; a failed fit fitted again here."""
+from __future__ import annotations
+
+import sys
+from typing import Any, NamedTuple
+
+import numpy as np
+from sklearn.base import clone, is_classifier, is_regressor
+from sklearn.model_selection import PredefinedSplit
+
+from ..estimators.losses import Loss
+
+
+class Scorings(NamedTuple):
+    """``SearchCV``'s scorings: ``names`` (in order; with several, the ``cv_results_`` column
+    suffixes), ``key`` (the one that selects), ``losses`` (name -> cvflow loss or scikit-learn
+    scoring name: scored from the stored predictions) and ``scorers`` (name -> scorer computed
+    where each fit runs; none yet: cvflow scores stored predictions)."""
+
+    names: list[str]
+    key: str
+    losses: dict[str, str]
+    scorers: dict[str, Any]
+
+
+def task_of(estimator, losses: list[Loss], y: np.ndarray) -> str:
+    """The study's task: the estimator's type, else the scorings' task, else the target's."""
+    if is_classifier(estimator):
+        return "classification"
+    if is_regressor(estimator):
+        return "regression"
+    tasks = {d.task for d in losses if d.task is not None}
+    if len(tasks) == 1:
+        return tasks.pop()
+    from sklearn.utils.multiclass import type_of_target
+
+    return "classification" if type_of_target(y) in ("binary", "multiclass") else "regression"
+
+
+def check_task(estimator, scoring: str, decl: Loss, task: str) -> None:
+    """ValueError when ``scoring`` is for another task than the study's."""
+    if decl.task is not None and decl.task != task:
+        kind = ("a classifier" if is_classifier(estimator) else "a regressor"
+                if is_regressor(estimator) else f"scored as {task}")
+        raise ValueError(f"SearchCV: scoring {scoring!r} is a {decl.task} score, and "
+                         f"{type(estimator).__name__} is {kind}")
+
+
+def refit_failed(cube, X, y, estimator, params: dict, split: int, fit_params: dict) -> None:
+    """Fit ``params`` on the training set of fold split ``split`` of the cube, in this process:
+    a failure raises the learner's own exception (``error_score="raise"``)."""
+    index = int(np.asarray(cube["fold_split"].values).ravel()[split])
+    rows = np.flatnonzero(np.asarray(cube["train"].values[index], dtype=bool))
+    model = clone(estimator).set_params(**clone(params, safe=False))
+    weights = fit_params.get("sample_weight")
+    extra = {} if weights is None else {"sample_weight": np.asarray(weights)[rows]}
+    model.fit(rows_of(X, rows), y[rows], **weights_for(model, extra))
+
+
+def weights_for(model, fit_params: dict) -> dict:
+    """``fit_params`` with ``sample_weight`` under the name the fold fits gave it (a Pipeline's
+    last step: :func:`cvflow.fitting.learners.sample_weight_key`)."""
+    from ..fitting.learners import sample_weight_key
+
+    params = dict(fit_params)
+    if params.get("sample_weight") is not None:
+        params[sample_weight_key(model)] = params.pop("sample_weight")
+    return params
+
+
+def rows_of(X, rows: np.ndarray):
+    """The rows of X: a DataFrame, a sparse matrix, an array or a list of rows."""
+    if hasattr(X, "iloc"):
+        return X.iloc[rows]
+    if hasattr(X, "tocsr"):
+        return X.tocsr()[rows]
+    return np.asarray(X)[rows]
+
+
+def sorted_grid(param_grid):
+    """The grid with its names sorted: cvflow expands a grid in its names' order (last fastest),
+    ``ParameterGrid`` in sorted order; sorted, the candidates come in the same order."""
+    if isinstance(param_grid, dict):
+        return {k: list(param_grid[k]) for k in sorted(param_grid)}
+    return [sorted_grid(g) for g in param_grid]
+
+
+def splitter_of(cv, X, y, groups):
+    """A splitter cvflow can store: scikit-learn's own splitter classes as they are; anything
+    else (an iterable of splits, a custom class) as the ``PredefinedSplit`` of its test folds,
+    which must partition the samples (one repeat)."""
+    module = type(cv).__module__
+    if module.startswith("sklearn.") and not type(cv).__name__.startswith("_"):
+        return cv
+    labels = np.full(len(y), -1)
+    for j, (_, test) in enumerate(cv.split(X, y, groups)):
+        if (labels[test] >= 0).any():
+            raise ValueError("SearchCV: cv tests some samples twice; cvflow needs test folds "
+                             "that partition the samples (KFold, StratifiedKFold, GroupKFold, ...)")
+        labels[test] = j
+    if (labels < 0).any():
+        raise ValueError("SearchCV: cv never tests some samples; cvflow needs test folds that "
+                         "partition the samples (KFold, StratifiedKFold, GroupKFold, ...)")
+    return PredefinedSplit(labels)
+
+
+def output_of(estimator, candidates: list[dict], losses: list[Loss], n_classes: int,
+            task: str) -> str | None:
+    """The stored output that serves every loss and that every candidate has, as scikit-learn's
+    scorers prefer it: decision_function, else predict_proba, else predict (a classifier);
+    predict first for an estimator that is no classifier (scikit-learn's label scorers call
+    predict). None for regression."""
+    if task != "classification":
+        return None
+    allowed = set.intersection(*[set(d.multiclass_outputs or d.outputs if n_classes > 2
+                                     else d.outputs) for d in losses])
+    order = ("decision_function", "predict_proba", "predict")
+    if not is_classifier(estimator):
+        order = ("predict",) + order[:2]
+    # every candidate, not the estimator given: a Pipeline whose None step the grid fills, an
+    # SVC whose grid sets probability=True
+    try:
+        models = [clone(estimator).set_params(**clone(c, safe=False)) for c in candidates]
+    except (ValueError, TypeError):          # a grid set_params refuses: its fits will say so
+        models = [estimator]
+    for output in order:
+        if output in allowed and all(hasattr(m, output) for m in models or [estimator]):
+            return output
+    names = ", ".join(d.label for d in losses)
+    raise ValueError(f"SearchCV: no output of {type(estimator).__name__} serves every scoring "
+                     f"({names}); score them in separate searches")
+
+
+def default_client(cluster):
+    """The default ``distributed.Client`` of this process when ``cluster`` is None, else None.
+
+    DESIGN CHOICE: a search inside ``cross_validate`` is cloned and fitted once per outer fold;
+    with ``auto`` each fit would start (and stop) its own worker processes. A Client the user
+    opened around the nested CV is used by every one of them instead (as dask-ml's searches
+    use the default client). Only looked for when distributed is already imported.
+    """
+    if cluster is not None or "distributed" not in sys.modules:
+        return None
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:                    # no client
+        return None
