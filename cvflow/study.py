@@ -27,6 +27,7 @@ from .workflow.data import decode_frame, from_arrays, save_npz
 from .objects import CLASS, build, describe, describe_splitter, is_estimator
 from .errors import InputError
 from .workflow.learners import grid_values
+from .workflow.scorers import build_scorer, describe_scorer
 from .workflow.spec import Workflow, parse_workflow
 from .trust import Trust, workflow_code
 
@@ -79,6 +80,17 @@ class Study:
         learner, e.g. ``["sklearn.preprocessing.StandardScaler"]``) and ``output`` (this
         learner's stored prediction, over ``output``). :meth:`from_store` fills it from the
         store's workflow, so the rebuilt study fits the same models as the run did.
+    scorers : dict name -> scorer, optional
+        Scores that need the fitted model, computed where each fit runs and stored per
+        (param, split) beside the predictions (``score``, ``score_time``; docs/guide/cube.md):
+        scikit-learn scoring names (``"f1"``, any ``sklearn.metrics.get_scorer`` name), scorer
+        objects (``make_scorer(f1_score)``) and callables ``(estimator, X, y) -> float`` (a
+        lambda, a function of ``__main__``: they travel to the workers by value). Each fit is
+        scored on the analysis samples its split does not train on (NaN for the full fit).
+        The store records each scorer's description; one that no name imports (a lambda)
+        makes a study that cannot be rebuilt from its store.
+    train_scores : bool, default False
+        The scorers also score each fit on its training rows (``train_score``).
     """
     # DESIGN CHOICE: the learner keys of a workflow file that have no spelling in an estimator
     # object; kept as plain data so a Study round-trips every key cvflow.workflow.learners.LEARNER_KEYS allows
@@ -86,7 +98,8 @@ class Study:
 
     def __init__(self, learners, *, param_grid=None, cv=5, estimators=("kfold",), loss=None,
                  task=None, fit_seed=None, output=None, name="study", execution=None,
-                 fit_timeout=None, racing=None, learner_options=None):
+                 fit_timeout=None, racing=None, learner_options=None, scorers=None,
+                 train_scores=False):
         self.learners_arg = learners
         self.param_grid = param_grid
         self.cv = cv
@@ -100,6 +113,8 @@ class Study:
         self.fit_timeout = fit_timeout
         self.racing = racing
         self.learner_options = learner_options
+        self.scorers = scorers
+        self.train_scores = train_scores
 
     # -- the learners as (estimator, grid) ----------------------------------------------------
 
@@ -157,7 +172,21 @@ class Study:
             config["execution"] = execution
         if self.racing is not None:
             config["racing"] = self.racing
+        scorers = self._scorers()
+        if scorers:
+            config["scorers"] = {name: describe_scorer(obj, f"Study: scorers[{name!r}]")
+                                 for name, obj in scorers.items()}
+        if self.train_scores:
+            config["train_scores"] = self.train_scores
         return config
+
+    def _scorers(self) -> dict:
+        """``scorers`` checked: a mapping name -> scorer."""
+        raw = self.scorers or {}
+        if not isinstance(raw, dict):
+            raise InputError("Study: scorers: give a dict name -> scorer, e.g. "
+                             "{'f1': 'f1', 'mine': make_scorer(my_metric)}")
+        return {str(name): obj for name, obj in raw.items()}
 
     def _learner_options(self) -> dict[str, dict]:
         """``learner_options`` checked: known learner names, known keys (values: parse_workflow)."""
@@ -206,6 +235,8 @@ class Study:
         wf = parse_workflow(self.config(task), WHERE)
         wf.data = from_arrays(X, y, task, groups=groups, sample_weight=sample_weight,
                               where=str(WHERE))
+        # the scorer objects themselves run (by value on the workers), not their spelling
+        wf.scorer_objects = {n: s for n, s in self._scorers().items() if not isinstance(s, str)}
         return wf
 
     def validate(self, X, y, groups=None, *, sample_weight=None) -> str:
@@ -308,12 +339,16 @@ class Study:
         cv = build(splitter, "design.splitter") if isinstance(splitter, dict) else design
         estimators = [e if isinstance(e, str) else dict(e) for e in config.get("estimators") or []]
         execution = dict(config.get("execution") or {})
+        # a scorer given as an object no name imports cannot be rebuilt: InputError names it
+        scorers = {name: spec if isinstance(spec, str) else build_scorer(spec, f"scorers.{name}")
+                   for name, spec in (config.get("scorers") or {}).items()}
         # each learner keeps its own output and preprocess (learner_options), as the run had them
         return cls(learners, cv=cv, estimators=estimators or ["kfold"], loss=config.get("loss"),
                    task=config.get("task"), fit_seed=execution.pop("fit_seed", None),
                    fit_timeout=execution.pop("fit_timeout", None),
                    name=config.get("name", "study"), execution=execution or None,
-                   racing=config.get("racing"), learner_options=options or None)
+                   racing=config.get("racing"), learner_options=options or None,
+                   scorers=scorers or None, train_scores=bool(config.get("train_scores")))
 
     def __repr__(self) -> str:
         names = ", ".join(f"{n}: {type(e).__name__}" for n, (e, _) in self.learners.items())

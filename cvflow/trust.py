@@ -39,8 +39,10 @@ from .estimators.losses import names_code
 Trust = Union[bool, None, Iterable[str]]
 
 # what a dotted name is, as the messages say it
-LEARNER, CLASS_KIND, FUNCTION_KIND, ESTIMATOR, LOSS = (
-    "learner class", "class", "function", "user estimator", "user loss")
+LEARNER, CLASS_KIND, FUNCTION_KIND, ESTIMATOR, LOSS, SCORER = (
+    "learner class", "class", "function", "user estimator", "user loss", "scorer function")
+# scorer functions trusted by default: scikit-learn's metrics and an estimator's own score
+OWN_SCORE = "cvflow.fitting.scoring.estimator_score"
 
 
 def trusted_names(trust: Trust) -> frozenset[str] | None:
@@ -88,6 +90,8 @@ def by_default(name: str, kind: str) -> bool:
         import numpy as np
 
         return isinstance(getattr(np, attr, None), np.ufunc)
+    if kind == SCORER:
+        return name == OWN_SCORE or (module == "sklearn.metrics" and not attr.startswith("_"))
     return False
 
 
@@ -145,6 +149,11 @@ def workflow_code(config: Mapping) -> dict[str, str]:
     described((config.get("design") or {}).get("splitter"), out)
     if names_code(config.get("loss")):
         out.setdefault(config["loss"], LOSS)
+    scorers = config.get("scorers")
+    for spec in (scorers.values() if isinstance(scorers, dict) else ()):
+        for key in ("function", "make_scorer"):       # cvflow.workflow.scorers' spellings
+            if isinstance(spec, dict) and isinstance(spec.get(key), str):
+                out.setdefault(spec[key], SCORER)
     for item in config.get("estimators") or []:
         for name in ([item] if isinstance(item, str) else list(item) if isinstance(item, dict)
                      else item[:1] if isinstance(item, list) else []):

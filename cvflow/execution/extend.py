@@ -131,6 +131,11 @@ def check_compatible(path: str, workflow, study, cube: xr.Dataset) -> dict:
     if old_seed != workflow.execution.get("fit_seed"):
         _refuse(path, "fit seeds", f"execution.fit_seed: {old_seed!r} -> "
                 f"{workflow.execution.get('fit_seed')!r}")
+    # the fit-time scores are stored per fit: other scorers would leave stored fits unscored
+    for key in ("scorers", "train_scores"):
+        diff = _first_difference(old_cfg.get(key), new_cfg.get(key), key)
+        if diff:
+            _refuse(path, "scorers", diff)
     stored = _stored_learners(attrs)
     merged = dict(stored)
     for name, spec in _learner_specs(new_cfg).items():
@@ -349,7 +354,7 @@ def plan(path: str, workflow, study) -> Extension:
 
     Raises :class:`StoreError` when the change would invalidate stored fits.
     """
-    cube = cube_store.open_cube(path)
+    cube = cube_store.open_cube(path, scores=False)     # a damaged score chunk is refitted
     specs = check_compatible(path, workflow, study, cube)
     params, n_params = store_params(cube, study.params, specs)
     check_kept_code(path, cube, params[:n_params], workflow)
@@ -381,7 +386,8 @@ def reconcile(path: str, workflow, study) -> tuple[list[Param], Design]:
         chunks = cube_store.block_chunks(path)
         dtype = (workflow.execution or {}).get("dtype", "float64")
         template = creation.cube_template(study.data, ext.design, ext.params, attrs=ext.attrs,
-                                            chunks=chunks, dtype=dtype)
+                                            chunks=chunks, dtype=dtype, scorers=study.scorers,
+                                            train_scores=study.train_scores)
         creation.grow(path, template, n_params=ext.n_stored_params,
                         n_splits=ext.n_stored_splits)
     else:

@@ -141,8 +141,9 @@ class Loop:
     def __init__(self, client, ctx: TaskContext, *, params: list[Param], train: np.ndarray,
                  data, path_aware: bool, record: Callable[[dict], None],
                  idle: Callable[[], None] = lambda: None,
-                 lock_lost: Callable[[], bool] = lambda: False, scorer=None):
+                 lock_lost: Callable[[], bool] = lambda: False, scorer=None, scoring=None):
         self.client, self.ctx, self.params, self.train = client, ctx, params, train
+        self.scoring = scoring         # the study's scorers (cvflow.fitting.scoring.Scoring)
         self.data, self.path_aware, self.record, self.scorer = data, path_aware, record, scorer
         self.idle, self.lock_lost = idle, lock_lost
         self.watchdog = Watchdog(client)
@@ -180,7 +181,7 @@ class Loop:
             self._watch(self.client.submit(
                 run_block, self.ctx, self.params[b.params], i["X"], i["y"], self.train[b.splits],
                 b.params, b.splits, self.data.positive, self.path_aware, b.todo, i["w"],
-                self.scorer, b.isolated, pure=False, key=key))
+                self.scorer, b.isolated, scoring=self.scoring, pure=False, key=key))
 
     def _lost_input(self, future, exc) -> bool:
         """Whether ``future`` failed because an input task (X, y, weights) lost too many workers

@@ -88,7 +88,8 @@ def prepare_store(workflow: Workflow, study: BuiltWorkflow, store: str | os.Path
                            path_length=path_length(study.params) if auto_path else 1)
     template = creation.cube_template(study.data, study.design, study.params, attrs=study.attrs,
                                         chunks=chunks,
-                                        dtype=workflow.execution.get("dtype", "float64"))
+                                        dtype=workflow.execution.get("dtype", "float64"),
+                                        scorers=study.scorers, train_scores=study.train_scores)
     if not create:
         return StoreLayout(study.params, study.design, chunks, template)
     creation.create(location, template)

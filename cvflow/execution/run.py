@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..fitting.scoring import Scoring
 from ..store import creation, damage, writes
 from .. import config
 from ..errors import InputError
@@ -79,6 +80,7 @@ class _Recorder:
         self.t0 = self.flushed = time.perf_counter()
         self.gap = STATUS_FLUSH_SECONDS
         self.skipped = 0                # fits racing dropped from the run (cvflow.execution.racing)
+        self.said: set[str] = set()     # the scorers' messages logged so far (once each)
 
     def block(self, summary: dict) -> None:
         """A block's summary record (:func:`run_block`) is back."""
@@ -100,6 +102,11 @@ class _Recorder:
         r.fit_seconds += summary["seconds"]
         for message in summary["errors"]:
             r.errors[message] = r.errors.get(message, 0) + 1
+        for note in summary.get("notes", ()):
+            if note not in self.said:          # a scorer's failure: its scores are NaN
+                self.said.add(note)
+                log.warning("%s (its scores are NaN; the fit is kept)" if note.startswith("scorer")
+                            else "%s", note)
         self.notify({"event": "block", "done": r.fits_executed, "todo": self.n_todo - self.skipped,
                      "skipped": self.skipped, "elapsed": time.perf_counter() - self.t0})
 
@@ -229,7 +236,9 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     fit_timeout = workflow.execution.get("fit_timeout")
     path_aware = bool(workflow.execution.get("path_aware", True))
     d = study.data
-    in_process_safe = only_paths(study.params, d.fit_X, d.sample_weight, path_aware)
+    scoring = (Scoring(study.scorers, ~np.asarray(d.is_test, dtype=bool), study.train_scores)
+               if study.scorers else None)
+    in_process_safe = only_paths(study.params, d.fit_X, d.sample_weight, path_aware, scoring)
     # execution.trial_fits: false (cvflow.SearchCV) records a learner that cannot fit as
     # failed fits, as GridSearchCV does, instead of refusing the study before it runs
     trial = bool(workflow.execution.get("trial_fits", True))
@@ -271,7 +280,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                wants_timing=wants_timing, check_fits=trial and not checked,
                overwrite=overwrite, workers=workers,
                fit_timeout=fit_timeout, path_aware=path_aware, progress=progress,
-               execution=execution, t_start=t_start)
+               execution=execution, t_start=t_start, scoring=scoring)
     if client is not None:
         return run.on(client, dashboard=True)
     from ..report import live
@@ -354,6 +363,7 @@ class _Run:
     progress: Callable[[dict], None] | None
     execution: str
     t_start: float
+    scoring: Scoring | None = None        # the study's scorers, applied where each fit runs
 
     def on(self, c, *, dashboard: bool) -> RunResult:
         from ..report import live
@@ -425,7 +435,7 @@ class _Run:
         ctx = dataclasses.replace(ctx, ready=ready and ready.name)
         loop = Loop(c, ctx, params=params, train=design.train, data=d, path_aware=self.path_aware,
                     record=recorder.block, idle=recorder.idle, lock_lost=lambda: self.lock.lost,
-                    scorer=monitor and monitor.scorer)
+                    scorer=monitor and monitor.scorer, scoring=self.scoring)
         try:
             loop.submit(blocks)
             if creating is not None and ready is not None:

@@ -24,6 +24,7 @@ from ..store.group import is_store
 from ..errors import LockLostError, StoreError
 from ..fitting.block import BlockResult, fit_block
 from ..fitting.isolated import fit_cells, timeout_message
+from ..fitting.scoring import Scoring
 from ..workflow.params import Param
 
 log = logging.getLogger(__name__)
@@ -167,7 +168,7 @@ def _wait_ready(ctx: TaskContext) -> None:
 def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
               params_slice: slice, splits_slice: slice, positive, path_aware: bool = True,
               todo: np.ndarray | None = None, sample_weight=None, scorer=None,
-              isolated: bool = False) -> dict:
+              isolated: bool = False, scoring: Scoring | None = None) -> dict:
     """Fit one block, write its region, return a small summary record.
 
     ``todo`` (params, splits) marks the cells to fit in a block shared with stored fits of an
@@ -175,7 +176,10 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
     (``terms``) for the live page, or the error it raised (``terms_error``: the block is
     recorded all the same). Cells recorded as timed out by an earlier attempt of this task are
     recorded failed, not fitted again. ``isolated``: every fit in a child process
-    (:mod:`cvflow.fitting.isolated`), for a block that killed its workers.
+    (:mod:`cvflow.fitting.isolated`), for a block that killed its workers. ``scoring``: the
+    study's scorers, applied to every model where it is fitted; their values return in the
+    record's status, which the client writes beside ``done`` (``score``, ``train_score``,
+    ``score_time``).
     """
     t0 = time.perf_counter()
     late, watch = _timed_out(ctx)
@@ -186,20 +190,22 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
             todo[h, s] = False
     if isolated:
         result = _fit_isolated(ctx, params, X, y, train, params_slice, splits_slice, positive,
-                               todo, sample_weight)
+                               todo, sample_weight, scoring)
     elif todo is None:
         result = fit_block(params, X, y, train, params_slice=params_slice,
                            splits_slice=splits_slice, positive=positive,
-                           path_aware=path_aware, sample_weight=sample_weight, watch=watch)
+                           path_aware=path_aware, sample_weight=sample_weight, watch=watch,
+                           scoring=scoring)
     else:                 # the stored cells are read: the store must exist
         if ctx.ready is not None:
             _wait_ready(ctx)
         result = fit_missing(ctx.store, params, X, y, train, params_slice, splits_slice, positive,
-                             path_aware, todo, sample_weight, watch)
+                             path_aware, todo, sample_weight, watch, scoring)
     for h, s in late:
         result.pred[h, s] = np.nan
         result.failed[h, s], result.error[h, s] = True, timeout_message(ctx.fit_timeout)
         result.fit_seconds[h, s] = ctx.fit_timeout
+        _unscored(result, h, s)
     if ctx.ready is not None:
         _wait_ready(ctx)
     check_fence(ctx)
@@ -217,28 +223,71 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
 
 def _fit_isolated(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
                   params_slice: slice, splits_slice: slice, positive, todo: np.ndarray | None,
-                  sample_weight) -> BlockResult:
+                  sample_weight, scoring: Scoring | None = None) -> BlockResult:
     """The block's cells ``todo`` fitted one by one in child processes; stored cells kept."""
     from ..fitting.learners import pred_shape
 
     shape = (len(params), train.shape[0])
     if todo is None:
-        result = BlockResult(params_slice, splits_slice,
-                             np.full(shape + pred_shape(X, positive), np.nan),
-                             np.zeros(shape, bool), np.full(shape, "", dtype=object),
-                             np.zeros(shape))
+        result = _with_scores(BlockResult(params_slice, splits_slice,
+                                          np.full(shape + pred_shape(X, positive), np.nan),
+                                          np.zeros(shape, bool), np.full(shape, "", dtype=object),
+                                          np.zeros(shape)), scoring)
     else:                 # the stored cells are read: the store must exist
         if ctx.ready is not None:
             _wait_ready(ctx)
-        stored = cube_store.read_block(ctx.store, params_slice, splits_slice)
-        result = BlockResult(params_slice, splits_slice, stored["pred"], stored["failed"],
-                             stored["error"], stored["fit_seconds"])
+        result = _stored(ctx.store, params_slice, splits_slice, scoring)
     cells = [(int(h), int(s)) for h, s in np.argwhere(np.ones(shape, bool) if todo is None else todo)]
     fitted = fit_cells(params, X, y, train, cells, positive=positive, sample_weight=sample_weight,
-                       timeout=ctx.fit_timeout, memory_limit=_worker_memory_limit())
-    for (h, s), (pred, seconds, error) in fitted.items():
+                       timeout=ctx.fit_timeout, memory_limit=_worker_memory_limit(),
+                       scoring=scoring)
+    for (h, s), (pred, seconds, error, *scores) in fitted.items():
         result.pred[h, s], result.fit_seconds[h, s], result.error[h, s] = pred, seconds, error
         result.failed[h, s] = bool(error)
+        if scoring is not None:
+            _put_scores(result, h, s, scores[0] if scores else None)
+    return result
+
+
+def _with_scores(result: BlockResult, scoring: Scoring | None) -> BlockResult:
+    """``result`` with NaN scores (no time) for every cell, when the study has scorers."""
+    if scoring is not None and scoring.scorers:
+        shape = result.failed.shape
+        result.score = scoring.nan(shape)
+        result.train_score = scoring.nan(shape) if scoring.train else None
+        result.score_time, result.notes = np.zeros(shape), []
+    return result
+
+
+def _put_scores(result: BlockResult, h: int, s: int, scores) -> None:
+    """One fit's scores (:class:`cvflow.fitting.scoring.Scores`; None: it was not scored)."""
+    if scores is None:
+        _unscored(result, h, s)
+        return
+    result.score[h, s], result.score_time[h, s] = scores.test, scores.seconds
+    if result.train_score is not None:
+        result.train_score[h, s] = scores.train
+    result.notes += [n for n in scores.errors if n not in result.notes]
+
+
+def _unscored(result: BlockResult, h: int, s: int) -> None:
+    """A cell whose fit was not scored (it failed, or ran out of time): NaN scores, no time."""
+    if result.score is not None:
+        result.score[h, s] = np.nan
+        result.score_time[h, s] = 0.0
+        if result.train_score is not None:
+            result.train_score[h, s] = np.nan
+
+
+def _stored(store: str, params_slice: slice, splits_slice: slice,
+            scoring: Scoring | None) -> BlockResult:
+    """A block's stored cells as a BlockResult (scores too, with scorers)."""
+    stored = cube_store.read_block(store, params_slice, splits_slice)
+    result = _with_scores(BlockResult(params_slice, splits_slice, stored["pred"], stored["failed"],
+                                      stored["error"], stored["fit_seconds"]), scoring)
+    for name in ("score", "train_score", "score_time"):
+        if getattr(result, name) is not None and name in stored:
+            setattr(result, name, stored[name])
     return result
 
 
@@ -295,19 +344,20 @@ def summarize(result: BlockResult, todo: np.ndarray | None) -> dict:
     summary.update(fits=int(fitted.sum()), failed=int(result.failed[fitted].sum()),
                    seconds=float(np.nansum(result.fit_seconds[fitted])))
     summary["errors"] = sorted({str(e) for e in result.error[fitted] if e})
+    summary["notes"] = list(result.notes or [])
     return summary
 
 
 def fit_missing(store: str, params: list[Param], X, y, train: np.ndarray, params_slice: slice,
                 splits_slice: slice, positive, path_aware: bool, todo: np.ndarray,
-                sample_weight=None, watch=None) -> BlockResult:
+                sample_weight=None, watch=None, scoring: Scoring | None = None) -> BlockResult:
     """Fit only the cells ``todo`` (params, splits) of a block; keep the stored ones.
 
     The stored cells of the block's chunk are read and returned unchanged, so the caller
     writes the whole chunk-aligned block (one writer per chunk) with the old bytes intact.
     Params needing the same splits are fitted together (path-aware groups stay intact).
     """
-    stored = cube_store.read_block(store, params_slice, splits_slice)
+    stored = _stored(store, params_slice, splits_slice, scoring)
     patterns: dict[tuple, list[int]] = {}
     for h in range(todo.shape[0]):
         cols = tuple(np.flatnonzero(todo[h]).tolist())
@@ -318,9 +368,12 @@ def fit_missing(store: str, params: list[Param], X, y, train: np.ndarray, params
         inner = None if watch is None else (lambda cells: watch([(r[h], c[s]) for h, s in cells]))
         res = fit_block([params[h] for h in r], X, y, train[c], params_slice=slice(0, len(r)),
                         splits_slice=slice(0, len(c)), positive=positive, path_aware=path_aware,
-                        sample_weight=sample_weight, watch=inner)
+                        sample_weight=sample_weight, watch=inner, scoring=scoring)
         ix = np.ix_(r, c)
-        for name in ("pred", "failed", "error", "fit_seconds"):
-            stored[name][ix] = getattr(res, name)
-    return BlockResult(params_slice, splits_slice, stored["pred"], stored["failed"],
-                       stored["error"], stored["fit_seconds"])
+        for name in ("pred", "failed", "error", "fit_seconds", "score", "train_score",
+                     "score_time"):
+            if getattr(stored, name) is not None:
+                getattr(stored, name)[ix] = getattr(res, name)
+        if stored.notes is not None:
+            stored.notes += [n for n in res.notes or [] if n not in stored.notes]
+    return stored

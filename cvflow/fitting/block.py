@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from . import paths
-from .learners import fit_one, pred_shape
+from .learners import fit_and_score, pred_shape
+from .scoring import Scoring
 from ..workflow.params import Param
 
 log = logging.getLogger(__name__)
@@ -30,11 +31,16 @@ class BlockResult:
     # (params, splits) bool: the cells this block fitted, when not all of them (a raced stage
     # fits part of a chunk; cells neither fitted now nor stored stay not ``done``)
     fitted: np.ndarray | None = None
+    # with scorers (cvflow.fitting.scoring): (params, splits, scorers) test and train scores
+    # (train: None unless asked), (params, splits) seconds of the test scoring; None without
+    score: np.ndarray | None = None
+    train_score: np.ndarray | None = None
+    score_time: np.ndarray | None = None
+    notes: list[str] | None = None     # what scorers said (their scores NaN), once each
 
     def without_pred(self) -> BlockResult:
         """The status part only (small: what a task sends back to the client)."""
-        return BlockResult(self.params, self.splits, None, self.failed, self.error, self.fit_seconds,
-                           self.fitted)
+        return replace(self, pred=None)
 
     def summary(self) -> dict:
         return {
@@ -47,23 +53,26 @@ class BlockResult:
 
 
 
-def fits_paths(params: list[Param], X, sample_weight=None, path_aware: bool = True) -> bool:
+def fits_paths(params: list[Param], X, sample_weight=None, path_aware: bool = True,
+               scoring: Scoring | None = None) -> bool:
     """Whether :func:`fit_block` fits path-aware groups of ``params`` as paths: a numpy ``X``,
-    no sample weights, no ``fit_seed``."""
+    no sample weights, no ``fit_seed``, no scorers (they score a fitted model, which a path
+    kernel does not make)."""
     return (path_aware and sample_weight is None and isinstance(X, np.ndarray)
-            and all(p.fit_seed is None for p in params))
+            and all(p.fit_seed is None for p in params) and not (scoring and scoring.scorers))
 
 
-def only_paths(params: list[Param], X, sample_weight=None, path_aware: bool = True) -> bool:
+def only_paths(params: list[Param], X, sample_weight=None, path_aware: bool = True,
+               scoring: Scoring | None = None) -> bool:
     """Whether every param is fitted by one of cvflow's path kernels (numpy and scipy code of
     this package, :mod:`cvflow.fitting.paths`): no learner's own ``fit`` runs."""
-    return bool(params) and fits_paths(params, X, sample_weight, path_aware) and all(
+    return bool(params) and fits_paths(params, X, sample_weight, path_aware, scoring) and all(
         g.kernel is not None for g in paths.plan(params))
 
 
 def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: slice,
               splits_slice: slice, positive=None, path_aware: bool = True,
-              sample_weight=None, watch=None) -> BlockResult:
+              sample_weight=None, watch=None, scoring: Scoring | None = None) -> BlockResult:
     """Fit every (param, split) of a block; ``train`` is (splits, sample) for the block's splits.
 
     With ``path_aware`` (the workflow's ``execution.path_aware``), params of one path-aware
@@ -76,13 +85,20 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
     ``watch(cells)``, when given, is a context manager entered around each fit (a path group:
     its cells together), ``cells`` the block's (param, split) pairs it fits: the worker's
     time limit (:mod:`cvflow.execution.tasks`).
+
+    ``scoring`` (:class:`cvflow.fitting.scoring.Scoring`): every fitted model is also scored
+    by the study's scorers where it is fitted; the block then holds ``score``,
+    ``train_score`` and ``score_time``, and messages of scorers that raised in ``notes``
+    (the fit is not failed for them).
     """
     n_p, n_s = len(params), train.shape[0]
     watch = watch or (lambda cells: contextlib.nullcontext())
     pred = np.full((n_p, n_s) + pred_shape(X, positive), np.nan)     # multiclass: (n, C) a fit
     seconds = np.zeros((n_p, n_s))
     error = np.full((n_p, n_s), "", dtype=object)
-    path_aware = fits_paths(params, X, sample_weight, path_aware)
+    scoring = scoring if scoring is not None and scoring.scorers else None
+    scored = None if scoring is None else _Scored(scoring, (n_p, n_s))
+    path_aware = fits_paths(params, X, sample_weight, path_aware, scoring)
     groups = paths.plan(params) if path_aware else [paths.Group((h,)) for h in range(n_p)]
     for s in range(n_s):
         for group in groups:
@@ -101,7 +117,32 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
                               params[index[0]].learner, exc)
             for h in index:
                 with watch([(h, s)]):
-                    pred[h, s], seconds[h, s], error[h, s] = fit_one(params[h], X, y, train[s],
-                                                                     positive, sample_weight)
+                    pred[h, s], seconds[h, s], error[h, s], scores = fit_and_score(
+                        params[h], X, y, train[s], positive, sample_weight, scoring)
+                if scored is not None:
+                    scored.put(h, s, scores)
     failed = error != ""
-    return BlockResult(params_slice, splits_slice, pred, failed, error, seconds)
+    result = BlockResult(params_slice, splits_slice, pred, failed, error, seconds)
+    return result if scored is None else scored.into(result)
+
+
+class _Scored:
+    """A block's scores, filled fit by fit (:func:`cvflow.fitting.learners.fit_and_score`)."""
+
+    def __init__(self, scoring: Scoring, shape: tuple[int, int]):
+        self.score = scoring.nan(shape)
+        self.train_score = scoring.nan(shape) if scoring.train else None
+        self.score_time = np.zeros(shape)
+        self.notes: list[str] = []
+
+    def put(self, h: int, s: int, scores) -> None:
+        self.score[h, s] = scores.test
+        if self.train_score is not None:
+            self.train_score[h, s] = scores.train
+        self.score_time[h, s] = scores.seconds
+        self.notes += [n for n in scores.errors if n not in self.notes]
+
+    def into(self, result: BlockResult) -> BlockResult:
+        result.score, result.train_score = self.score, self.train_score
+        result.score_time, result.notes = self.score_time, self.notes
+        return result

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from .learners import fit_one, pred_shape
+from .learners import fit_and_score, pred_shape
 from ..workflow.params import Param, import_estimator
 
 
@@ -75,7 +75,7 @@ def main() -> None:
     """The child: the data, then fits until stdin closes."""
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr                      # a learner's prints never reach the wire
-    X, y, positive, sample_weight, estimators = _receive(inp)
+    X, y, positive, sample_weight, estimators, scoring = _receive(inp)
     for path in estimators:                      # imports are not the fits' time
         import_estimator(path)
     _send(out, "ready")                          # started: the fits' time limits begin now
@@ -84,7 +84,7 @@ def main() -> None:
             param, train = _receive(inp)
         except EOFError:
             return
-        _send(out, fit_one(param, X, y, train, positive, sample_weight))
+        _send(out, fit_and_score(param, X, y, train, positive, sample_weight, scoring))
 
 
 # --- the parent ---------------------------------------------------------------------------------
@@ -160,11 +160,15 @@ class _Child:
 
 def fit_cells(params: list[Param], X, y, train: np.ndarray, cells: list[tuple[int, int]], *,
               positive=None, sample_weight=None, timeout: float | None = None,
-              memory_limit: int | None = None) -> dict[tuple[int, int], tuple]:
+              memory_limit: int | None = None, scoring=None) -> dict[tuple[int, int], tuple]:
     """Fit ``cells`` (index into ``params``, row of ``train``) in child processes, in order:
     ``{cell: (pred, seconds, error)}``; a fit whose child died, outgrew ``memory_limit`` bytes
-    or ran past ``timeout`` seconds gets NaN predictions and the reason as its error."""
-    data = (X, y, positive, sample_weight, sorted({params[h].estimator for h, _ in cells}))
+    or ran past ``timeout`` seconds gets NaN predictions and the reason as its error. With
+    ``scoring`` (:class:`cvflow.fitting.scoring.Scoring`, sent by value: it pickles its
+    scorers with cloudpickle) each value has a fourth item, the fit's scores (None when its
+    child died)."""
+    data = (X, y, positive, sample_weight, sorted({params[h].estimator for h, _ in cells}),
+            scoring)
     out: dict = {}
     child = None
     try:
@@ -176,8 +180,8 @@ def fit_cells(params: list[Param], X, y, train: np.ndarray, cells: list[tuple[in
                 reason = child.why(timeout)
                 child = None
                 fitted = (np.full(pred_shape(X, positive), np.nan),
-                          timeout or 0.0 if reason.startswith("timed out") else 0.0, reason)
-            out[(h, s)] = fitted
+                          timeout or 0.0 if reason.startswith("timed out") else 0.0, reason, None)
+            out[(h, s)] = tuple(fitted) if scoring is not None else tuple(fitted)[:3]
     finally:
         if child is not None:
             child.close()

@@ -6,6 +6,8 @@ import time
 
 import numpy as np
 
+from .scoring import Scores, Scoring, score_fit, take
+from .scoring import none as no_scores
 from ..workflow.params import Param
 
 log = logging.getLogger(__name__)
@@ -60,11 +62,6 @@ def _per_class(model, X: np.ndarray, output: str, classes: np.ndarray) -> np.nda
     return out
 
 
-def take(X, rows: np.ndarray):
-    """Rows of a numpy array or a pandas DataFrame."""
-    return X.iloc[rows] if hasattr(X, "iloc") else X[rows]
-
-
 def fit_model(param: Param, X, y, train: np.ndarray, sample_weight=None):
     """``param``'s estimator fitted on the training rows (with their sample weights)."""
     model = param.build(train)
@@ -80,16 +77,47 @@ def fit_one(param: Param, X, y, train: np.ndarray, positive=None,
 
     Returns (predictions, seconds, error message or ""); a raising fit gives NaN predictions.
     """
+    return fit_and_score(param, X, y, train, positive, sample_weight)[:3]
+
+
+def fit_and_score(param: Param, X, y, train: np.ndarray, positive=None, sample_weight=None,
+                  scoring: Scoring | None = None
+                  ) -> tuple[np.ndarray, float, str, Scores | None]:
+    """:func:`fit_one`, and with ``scoring`` the fitted model scored where it was fitted
+    (:func:`cvflow.fitting.scoring.score_fit`): (predictions, seconds of fit and predict,
+    error message or "", scores or None).
+
+    With scorers, a model whose predictions cannot be stored (a learner whose ``predict``
+    returns no array of one number per sample) is not a failed fit: its scores are what the
+    study asks of it. Its predictions stay NaN and the reason is among the scores' messages.
+    """
+    shape = pred_shape(X, positive)
     t0 = time.perf_counter()
     try:
         model = fit_model(param, X, y, train, sample_weight)
-        pred = predict_output(model, X, param.output, positive)
-        if pred.shape != pred_shape(X, positive):
-            raise ValueError(f"prediction has shape {pred.shape}, expected {pred_shape(X, positive)}")
-        return pred, time.perf_counter() - t0, ""
     except Exception as exc:  # noqa: BLE001 - a failing fit is data, not a crash
-        message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
-        return np.full(pred_shape(X, positive), np.nan), time.perf_counter() - t0, message
+        return (np.full(shape, np.nan), time.perf_counter() - t0, _message(exc),
+                None if scoring is None else no_scores(scoring))
+    unstored = ""
+    try:
+        pred = predict_output(model, X, param.output, positive)
+        if pred.shape != shape:
+            raise ValueError(f"prediction has shape {pred.shape}, expected {shape}")
+    except Exception as exc:  # noqa: BLE001 - as a failing fit, unless scorers score it
+        if scoring is None:
+            return np.full(shape, np.nan), time.perf_counter() - t0, _message(exc), None
+        pred, unstored = np.full(shape, np.nan), f"predictions not stored: {_message(exc)}"
+    seconds = time.perf_counter() - t0
+    if scoring is None:
+        return pred, seconds, "", None
+    scores = score_fit(scoring, model, X, y, train)
+    if unstored:
+        scores.errors.insert(0, unstored)
+    return pred, seconds, "", scores
+
+
+def _message(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
 
 
 def pred_shape(X, positive) -> tuple[int, ...]:

@@ -67,10 +67,21 @@ def _unset_random_states(model) -> list[str]:
                   if (k == "random_state" or k.endswith("__random_state")) and v is None)
 
 
-def _trial(param: Param, X, y, rows: np.ndarray, sample_weight, positive) -> np.ndarray:
+def _trial(param: Param, X, y, rows: np.ndarray, sample_weight, positive,
+           scored: bool = False) -> np.ndarray | None:
+    """The trial's predictions; with ``scored`` (the study has scorers) None when they cannot
+    be stored: the fits are then scored, not predicted (cvflow.fitting.learners.fit_and_score)."""
     with trial_running():
         model = fit_model(param, X, y, rows, sample_weight)
-        return predict_output(model, take(X, rows), param.output, positive)
+        try:
+            return predict_output(model, take(X, rows), param.output, positive)
+        except Exception as exc:  # noqa: BLE001 - with scorers, the fit is what matters
+            if not scored:
+                raise
+            log.warning("learner %r: its predictions cannot be stored (%s: %s); its fits are "
+                        "scored by the study's scorers only", param.learner,
+                        type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
+            return None
 
 
 def check_learners(workflow, data, where: str) -> None:
@@ -84,6 +95,7 @@ def check_learners(workflow, data, where: str) -> None:
     """
     rows = trial_rows(data.y, data.is_test, workflow.task)
     X = data.fit_X
+    scored = bool(workflow.config.get("scorers"))
     by_learner: dict[str, list[Param]] = {}
     for p in workflow.params:
         by_learner.setdefault(p.learner, []).append(p)
@@ -91,14 +103,15 @@ def check_learners(workflow, data, where: str) -> None:
         first_error = None
         for param in dict.fromkeys([0, len(params) // 2, len(params) - 1]):
             try:
-                pred = _trial(params[param], X, data.y, rows, data.sample_weight, data.positive)
+                pred = _trial(params[param], X, data.y, rows, data.sample_weight, data.positive,
+                              scored)
             except Exception as exc:  # noqa: BLE001 - any failure of the trial is reported
                 first_error = first_error or exc
                 continue
             if first_error is not None:
                 log.warning("learner %r: its first grid point failed a trial fit (%s); other "
                             "points fit", name, first_error)
-            _check_reproducible(params[param], X, data, rows, pred, name)
+            _check_reproducible(params[param], X, data, rows, pred, name, scored)
             break
         else:
             message = f"{type(first_error).__name__}: {first_error}".splitlines()[0][:300]
@@ -106,13 +119,14 @@ def check_learners(workflow, data, where: str) -> None:
                              f"{int(rows.sum())} samples failed: {message}")
 
 
-def _check_reproducible(param: Param, X, data, rows, pred: np.ndarray, name: str) -> None:
-    if param.fit_seed is not None:
+def _check_reproducible(param: Param, X, data, rows, pred: np.ndarray | None, name: str,
+                        scored: bool = False) -> None:
+    if param.fit_seed is not None or pred is None:
         return
     unset = _unset_random_states(param.build())
     if not unset:
         return
-    again = _trial(param, X, data.y, rows, data.sample_weight, data.positive)
+    again = _trial(param, X, data.y, rows, data.sample_weight, data.positive, scored)
     if not np.array_equal(pred, again, equal_nan=True):
         warnings.warn(f"learner {name!r}: two fits on the same rows predict differently "
                       f"({', '.join(unset)} unset), so reruns and resumed runs will differ; set "

@@ -24,7 +24,8 @@ TEXT = ("cvflow_version", "workflow_hash", "data_hash", "task", "workflow_dir", 
 OPTIONAL_TEXT = ("loss",)
 JSON_OF: dict[str, tuple[type, ...]] = {
     "workflow": (dict,), "estimators": (list,), "chunks": (list,), "classes": (list, type(None)),
-    "columns": (list, dict), "learners": (dict,), "workflow_params": (list,), "racing": (dict,)}
+    "columns": (list, dict), "learners": (dict,), "workflow_params": (list,), "racing": (dict,),
+    "scorers": (dict,)}
 KINDS = {dict: "a JSON object", list: "a JSON list", type(None): "null"}
 
 LEARNERS_ATTR = "learners"   # {name: {estimator, params, output}} of every learner ever stored

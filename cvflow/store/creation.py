@@ -21,7 +21,8 @@ from .coords import param_coords
 from ..config import VERSION
 from .cube import open_dataset
 from ..errors import OTHER_STORE, StoreError
-from .group import CREATING, FORMAT_ATTR, STORE_FORMAT, STORE_FORMAT_ATTR, is_store, open_group, quiet_consolidation
+from .group import (CREATING, FORMAT_ATTR, STORE_FORMAT, STORE_FORMAT_ATTR, UNSCORED_FORMAT,
+                    is_store, open_group, quiet_consolidation)
 from .integrity import COMPRESSORS, WHOLE
 from .location import exists, get, is_file, listing, put, put_all, remove, resolve, sibling, storage_options
 
@@ -33,15 +34,18 @@ def _version() -> str:
 
 
 def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
-                  dtype: str = "float64") -> xr.Dataset:
+                  dtype: str = "float64", scorers=(), train_scores: bool = False) -> xr.Dataset:
     """The cube as a lazy Dataset: block variables are dask arrays of fill values.
 
     ``data`` is a :class:`cvflow.workflow.data.Data`, ``design`` a :class:`cvflow.workflow.designs.Design`,
     ``params`` a list of :class:`cvflow.workflow.params.Param`; ``chunks`` = (params, splits) per block.
+    ``scorers`` (their names) adds the fit-time scores ``score`` (and with ``train_scores``
+    ``train_score``) along ``scorer``, and ``score_time`` (store format 3).
     """
     import dask.array as da
 
     n_params, n_splits, n = len(params), design.n_splits, data.X.shape[0]
+    scorers = [str(name) for name in scorers]
     bp, bs = min(chunks[0], n_params), min(chunks[1], n_splits)
     block = (bp, bs)
     # DESIGN CHOICE: a multiclass fit stores C values per sample along a `class` dim; a block's
@@ -92,12 +96,25 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
         },
         attrs={
             FORMAT_ATTR: _version(),
-            STORE_FORMAT_ATTR: STORE_FORMAT,
+            STORE_FORMAT_ATTR: STORE_FORMAT if scorers else UNSCORED_FORMAT,
             "full_split": int(design.full_split),
             "chunks": json.dumps([bp, bs]),
             **attrs,
         },
     )
+    if scorers:
+        # DESIGN CHOICE: a scorer needs the fitted model, so its values are computed by the
+        # task that fits and come back in its small record; the client writes them with the
+        # status (one chunk each, whole, before `done`), as it writes fit_seconds.
+        k = len(scorers)
+        for name in ("score",) + (("train_score",) if train_scores else ()):
+            ds[name] = (("param", "split", "scorer"),
+                        da.full((n_params, n_splits, k), np.nan, chunks=status + (k,),
+                                name=f"cvflow-{name}-{key}-{k}"))
+        ds["score_time"] = (("param", "split"),
+                            da.full((n_params, n_splits), np.nan, chunks=status,
+                                    name=f"cvflow-score_time-{key}"))
+        ds = ds.assign_coords(scorer=("scorer", np.asarray(scorers, dtype=object)))
     ds["error"].encoding["chunks"] = status
     inner = _inner_params(bp, bs * n * int(np.prod(per_class, dtype=int)) * np.dtype(dtype).itemsize)
     if inner < bp:
@@ -188,7 +205,7 @@ def _array_spec(name, variable: xr.Variable) -> dict:
         # fill values are valid states) is written even when it holds only fill values, so
         # that a missing one is damage (cvflow.store.integrity)
         "compressors": COMPRESSORS,
-        "config": None if name in integrity.STATUS_VARIABLES else WHOLE,
+        "config": None if name in integrity.CLIENT_VARIABLES else WHOLE,
         "data": None if lazy else variable.values,
     }
 
@@ -253,7 +270,7 @@ def create(store: str | os.PathLike, template: xr.Dataset) -> None:
     def write(name: str) -> None:
         array = zarr.open_array(location, path=name, mode="r+",
                                 storage_options=storage_options(location))
-        if name not in integrity.STATUS_VARIABLES:      # as create_array's config above
+        if name not in integrity.CLIENT_VARIABLES:      # as create_array's config above
             array = array.with_config(WHOLE)
         array[...] = large[name]
 

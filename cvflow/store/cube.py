@@ -22,14 +22,24 @@ sample_weight             sample                       weights passed to fit (if
 groups                    sample                       group labels (if given; absent in
                                                        stores written before they were kept)
 X                         sample, feature              features
+score                     param, split, scorer         fit-time test score of fit (h, s)
+                                                       (format 3, with scorers; NaN for a
+                                                       split without test samples)
+train_score               param, split, scorer         its score on its training rows (if
+                                                       asked)
+score_time                param, split                 seconds of its test scoring
 ========================  ===========================  ======================================
 
 Coordinates: on ``split`` ``split_kind, split_repeat, split_outer, split_inner, split_group``;
 on ``param`` ``learner``, ``output``, ``param_json`` and one per hyperparameter name.
 Multiclass cubes (more than two classes) store C values per sample along ``class`` (coordinate:
 the class labels): per-class probabilities, per-class decision values, or predicted labels
-one-hot. Every chunk carries a crc32c checksum; :mod:`cvflow.store.integrity` names a damaged one
-(:func:`verify` lists them all). Attributes: ``cvflow_format`` (2; absent in format-1 stores), ``cvflow_version``,
+one-hot. With scorers (format 3) the ``scorer`` coordinate names them and the attribute
+``scorers`` (JSON) describes each (``{name: {description, rebuild}}``; ``rebuild`` false: a
+scorer given in Python that no name imports, so the study cannot be rebuilt from the store).
+Every chunk carries a crc32c checksum; :mod:`cvflow.store.integrity` names a damaged one
+(:func:`verify` lists them all). Attributes: ``cvflow_format`` (3 with scorers, else 2; absent
+in format-1 stores), ``cvflow_version``,
 ``workflow`` (JSON), ``workflow_hash``, ``data_hash``, ``task``,
 ``loss`` (the default), ``classes`` (JSON), ``full_split``, ``chunks`` (JSON [param, split]),
 ``columns`` (JSON, a data frame's column names, dtypes and categories; see cvflow.workflow.data).
@@ -71,9 +81,11 @@ def open_dataset(location: str) -> xr.Dataset:
         return xr.open_zarr(location, consolidated=False, **options)
 
 
-def open_cube(store: str | os.PathLike) -> xr.Dataset:
+def open_cube(store: str | os.PathLike, *, scores: bool = True) -> xr.Dataset:
     """Open a cube: ``pred`` lazy (dask, the store's chunks), ``X`` lazy (read on access),
-    everything else loaded.
+    everything else loaded. ``scores=False`` leaves the fit-time scores out (a run planning
+    on the store: it refits the fits of a damaged score chunk, see
+    :func:`cvflow.store.damage.intact_done`).
 
     ``xr.open_zarr(store, chunks=None)`` with every variable but ``pred`` and ``X`` read into
     memory and ``pred`` chunked as stored; ``store`` is a local path or a URL
@@ -92,6 +104,8 @@ def open_cube(store: str | os.PathLike) -> xr.Dataset:
             cube = None
     if cube is None or FORMAT_ATTR not in cube.attrs:
         raise StoreError(f"store: {location} exists but is not a cvflow store")
+    if not scores:
+        cube = cube.drop_vars([n for n in integrity.SCORE_VARIABLES if n in cube.variables])
     if int(cube.attrs.get(STORE_FORMAT_ATTR, 1)) > STORE_FORMAT:
         raise StoreError(f"store: {location} has store format {cube.attrs[STORE_FORMAT_ATTR]}, "
                          f"newer than this cvflow's ({STORE_FORMAT}); upgrade cvflow to read it")
@@ -123,6 +137,11 @@ def open_cube(store: str | os.PathLike) -> xr.Dataset:
     else:
         for item in small:
             load(item)
+    scored = [n for n in integrity.SCORE_VARIABLES if n in cube.variables]
+    if scored:       # the scores' chunks of done fits must exist (one listing of each)
+        damage = score_listed_damage(location, scored, cube["done"].values)
+        if damage:
+            raise DamagedStore(location, damage[0])
     pred = cube.variables["pred"].encoding
     attributes.check(location, cube.attrs, dict(cube.sizes), lambda name: cube[name].values,
                      tuple((pred.get("shards") or pred["chunks"])[:2]))
@@ -167,13 +186,25 @@ def _raise_first_damage(location: str, *, only=None, exclude=()) -> None:
             raise DamagedStore(location, damage)
 
 
+def score_listed_damage(location: str, names, done: np.ndarray) -> list:
+    """The missing or empty chunks of the score variables ``names`` that hold done fits."""
+    group = open_group(location)
+    out = []
+    for name in names:
+        array = group[name]
+        out += integrity.listed_damage(name, array, integrity.array_objects(location, name),
+                                       integrity.required(name, array, done))
+    return out
+
+
 def read_attr(store: str | os.PathLike, name: str):
     """One root attribute of a store (None when absent), without opening the cube."""
     return open_group(resolve(store)).attrs.get(name)
 
 
 def read_block(store: str | os.PathLike, params: slice, splits: slice) -> dict[str, np.ndarray]:
-    """The stored cells of one block: pred (float64), failed, error (str objects), fit_seconds."""
+    """The stored cells of one block: pred (float64), failed, error (str objects), fit_seconds,
+    and the fit-time scores the store has (score, train_score, score_time)."""
     location = resolve(store)
     group = open_group(location)
     region = (params, splits)
@@ -182,10 +213,14 @@ def read_block(store: str | os.PathLike, params: slice, splits: slice) -> dict[s
         return integrity.read(location, name, region, array=group[name])
 
     error = np.asarray(read("error"))
-    return {"pred": np.array(read("pred"), dtype=np.float64),
-            "failed": np.array(read("failed"), dtype=bool),
-            "error": np.array([str(e) for e in error.ravel()], dtype=object).reshape(error.shape),
-            "fit_seconds": np.array(read("fit_seconds"), dtype=np.float64)}
+    out = {"pred": np.array(read("pred"), dtype=np.float64),
+           "failed": np.array(read("failed"), dtype=bool),
+           "error": np.array([str(e) for e in error.ravel()], dtype=object).reshape(error.shape),
+           "fit_seconds": np.array(read("fit_seconds"), dtype=np.float64)}
+    for name in integrity.SCORE_VARIABLES:           # the fit-time scores (format 3)
+        if name in group:
+            out[name] = np.array(read(name), dtype=np.float64)
+    return out
 
 
 def read_pred(cube_or_store) -> np.ndarray | None:

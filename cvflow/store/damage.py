@@ -134,7 +134,30 @@ def pred_damage(store: str | os.PathLike, done: np.ndarray | None = None,
     return sorted(damage, key=lambda d: d.chunk)
 
 
-def _block(chunk: tuple[int, ...], chunks: tuple[int, int], shape: tuple[int, int]
+def score_damage(store: str | os.PathLike, done: np.ndarray | None = None) -> list[Damage]:
+    """The damaged chunks of the fit-time scores (``score``, ``train_score``, ``score_time``;
+    absent before store format 3) that hold done fits: missing or empty (one listing of each),
+    or failing to decode (each read whole: they are small). Sorted by variable and chunk."""
+    location = resolve(store)
+    group = open_group(location)
+    names = [n for n in integrity.SCORE_VARIABLES if n in group]
+    if not names:
+        return []
+    done = read_mask(location, "done") if done is None else done
+    damage: list[Damage] = []
+    for name in names:
+        array = integrity.open_array(location, name)
+        objects = integrity.array_objects(location, name)
+        found = integrity.listed_damage(name, array, objects, integrity.required(name, array, done))
+        seen = {d.chunk for d in found}
+        found += [d for d in (integrity.read_damage(name, array, c)
+                              for c, size in sorted(integrity.stored(array, objects).items())
+                              if size and c not in seen) if d is not None]
+        damage += sorted(found, key=lambda d: d.chunk)
+    return damage
+
+
+def _block(chunk: tuple[int, ...], chunks: tuple[int, ...], shape: tuple[int, int]
            ) -> tuple[slice, slice]:
     """The block (param slice, split slice) a pred chunk holds."""
     (i, j), (bp, bs) = chunk[:2], chunks
@@ -160,8 +183,13 @@ def intact_done(store: str | os.PathLike, chunks: tuple[int, int]) -> np.ndarray
     # the stored predictions (README, "Integrity").
     location = resolve(store)
     done = read_mask(location, "done")
-    for damage in pred_damage(location, done, read_mask(location, "failed")):
-        ps, ss = _block(damage.chunk, chunks, done.shape)
+    found: list[tuple[Damage, tuple[int, ...]]] = [
+        (d, chunks) for d in pred_damage(location, done, read_mask(location, "failed"))]
+    # a damaged chunk of the scores: the fits it holds are refitted (and scored) again
+    found += [(d, integrity.object_shape(integrity.open_array(location, d.variable))[:2])
+              for d in score_damage(location, done)]
+    for damage, shape in found:
+        ps, ss = _block(damage.chunk, shape, done.shape)
         log.warning("store %s: %s; refitting its fits (params %d-%d x splits %d-%d)", location,
                     damage, ps.start, ps.stop - 1, ss.start, ss.stop - 1)
         done[ps, ss] = False
@@ -208,9 +236,10 @@ def verify(store: str | os.PathLike) -> integrity.Report:
                                        reads) if d is not None]
     done, failed = mask("done"), mask("failed")
     if done is not None and failed is not None:       # pred's missing chunks need both
-        must = integrity.required("pred", arrays["pred"], done, failed)
-        damage += [d for d in integrity.listed_damage("pred", arrays["pred"], objects["pred"], must)
-                   if d.problem == "missing"]
+        for name in (n for n in integrity.FITTED if n in arrays):     # the scores' need done
+            must = integrity.required(name, arrays[name], done, failed)
+            damage += [d for d in integrity.listed_damage(name, arrays[name], objects[name], must)
+                       if d.problem == "missing"]
     problems: list[str] = []
     if done is not None and not damage:        # attributes are checked against intact data
         problems = attributes.problems(

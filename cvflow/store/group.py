@@ -16,9 +16,12 @@ from . import integrity
 from .location import exists, resolve, sibling, storage_options
 
 FORMAT_ATTR = "cvflow_version"
-# Store format: 1 (no attribute) before multiclass; 2 adds the `class` dim of multiclass `pred`.
-# A store of format <= STORE_FORMAT opens and reduces; a newer one is refused with a message.
-STORE_FORMAT_ATTR, STORE_FORMAT = "cvflow_format", 2
+# Store format: 1 (no attribute) before multiclass; 2 adds the `class` dim of multiclass `pred`;
+# 3 adds the fit-time scores (`score`, `train_score`, `score_time` along `scorer`): only a store
+# with scorers is written as 3 (an older cvflow would extend it without its scores), any other
+# still as 2. A store of format <= STORE_FORMAT opens and reduces; a newer one is refused.
+STORE_FORMAT_ATTR, STORE_FORMAT = "cvflow_format", 3
+UNSCORED_FORMAT = 2             # the format of a store without scorers
 CREATING = ".creating"     # the creation marker beside a store (see creation.create)
 # Variables open_cube leaves lazy: `pred` (a dask array, one chunk per store chunk) and `X`
 # (read from the store when its values are asked: Study.data, refit; no reducer reads it).

@@ -15,6 +15,9 @@ store: so a missing chunk is damage only where one must exist (:func:`required`)
 - the status variables (``done``, ``failed``, ``error``, ``fit_seconds``): never (their fill
   values are "not done", "did not fail", "no message", "no time"; a lost ``done`` chunk makes
   the next run refit its fits);
+- the fit-time scores (``score``, ``train_score``, ``score_time``): the chunk of every region
+  holding a done fit (the client writes them whole, with the status, before ``done``); a
+  damaged one is refitted, as a damaged ``pred`` chunk;
 - everything else (``fold``, ``train``, ``y``, ``X``, the role tables, the coordinates): every
   chunk, in a checksummed store (cvflow writes them whole, fill values included, when it
   creates or grows a store).
@@ -41,7 +44,11 @@ COMPRESSORS = (ZstdCodec(level=0, checksum=False), Crc32cCodec())
 # Written whole, fill values included, so that every chunk exists (see `required`).
 WHOLE = {"write_empty_chunks": True}
 STATUS_VARIABLES = ("done", "failed", "error", "fit_seconds")
-REFITTED = "pred"         # the one variable `cvflow run` rewrites when its chunk is damaged
+# the fit-time scores (store format 3), written by the client with the status
+SCORE_VARIABLES = ("score", "train_score", "score_time")
+CLIENT_VARIABLES = STATUS_VARIABLES + SCORE_VARIABLES    # written by the run's client
+REFITTED = "pred"         # the variable `cvflow run` rewrites when its chunk is damaged
+FITTED = (REFITTED,) + SCORE_VARIABLES    # the variables whose damage `cvflow run` refits
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ class Damage:
 
 def damage_message(location: str, damage: Damage) -> str:
     """The one-line error for a damaged chunk, with what to do about it."""
-    if damage.variable == REFITTED:
+    if damage.variable in FITTED:
         return (f"store: {location}: {damage}; run `cvflow run` to refit it, or "
                 f"`cvflow verify {location}` to list every damaged chunk")
     return (f"store: {location}: {damage}; the store is damaged ({damage.variable} cannot be "
@@ -210,13 +217,16 @@ def required(name: str, array, done: np.ndarray | None = None,
              failed: np.ndarray | None = None) -> np.ndarray:
     """Which stored objects of variable ``name`` must exist (bool, the shape of its grid).
 
-    ``pred``'s need ``done`` and ``failed`` (param, split): without them none is required.
+    ``pred``'s need ``done`` and ``failed`` (param, split), the scores' ``done``: without
+    them none is required.
     """
     shape = grid(array)
-    if name == REFITTED:
-        if done is None or failed is None:
+    if name in FITTED:
+        if done is None or (failed is None and name == REFITTED):
             return np.zeros(shape, bool)
-        fitted = np.asarray(done, bool) & ~np.asarray(failed, bool)
+        fitted = np.asarray(done, bool)
+        if name == REFITTED:
+            fitted = fitted & ~np.asarray(failed, bool)
         bp, bs = object_shape(array)[:2]
         padded = np.zeros((shape[0] * bp, shape[1] * bs), bool)
         padded[:fitted.shape[0], :fitted.shape[1]] = fitted
@@ -365,7 +375,7 @@ class Report:
         holds cannot control the terminal)."""
         lines = [f"{self.store}: {d}" for d in self.damaged]
         lines += [f"{self.store}: {problem}" for problem in self.attributes]
-        refit = [d for d in self.damaged if d.variable == REFITTED and d.chunk != ()]
+        refit = [d for d in self.damaged if d.variable in FITTED and d.chunk != ()]
         lines.append(f"{self.store}: {self.chunks} chunks of {self.variables} variables read, "
                      f"{len(self.damaged)} damaged"
                      + (f", {len(self.attributes)} attribute(s) damaged" if self.attributes else "")
@@ -373,7 +383,7 @@ class Report:
                         " (this store has no checksums: a changed chunk that still decodes "
                         "is not seen)"))
         if refit:
-            lines.append(f"  `cvflow run` refits the {len(refit)} damaged pred chunk(s)")
+            lines.append(f"  `cvflow run` refits the {len(refit)} damaged pred or score chunk(s)")
         if len(refit) < len(self.damaged) or self.attributes:
             lines.append("  the other damage cannot be refitted: restore the store from a copy, "
                          f"or rerun with {OVERWRITE}")

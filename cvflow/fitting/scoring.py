@@ -1,0 +1,105 @@
+"""Scorers applied where a fit runs: a fitted model scored on the samples its split does not
+train on (and, when asked, on its training rows), as ``GridSearchCV`` scores each fit.
+
+The scorers travel with every block's task (:class:`Scoring`), by value: a ``Scoring`` pickles
+its scorers with cloudpickle, as ``distributed`` pickles what it sends, so a lambda or a function
+of ``__main__`` reaches a worker process or an isolated fit's child process as it reaches a thread.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+
+def take(X, rows: np.ndarray):
+    """Rows of a numpy array or a pandas DataFrame."""
+    return X.iloc[rows] if hasattr(X, "iloc") else X[rows]
+
+
+def estimator_score(estimator, X, y) -> float:
+    """The estimator's own ``score(X, y)``: ``GridSearchCV``'s scoring when none is given."""
+    return estimator.score(X, y)
+
+
+def _scoring(scorers: bytes, analysis: np.ndarray, train: bool) -> Scoring:
+    import pickle
+
+    return Scoring(pickle.loads(scorers), analysis, train)
+
+
+@dataclass
+class Scoring:
+    """The scorers of a study's fits: name -> ``scorer(estimator, X, y) -> float``, the analysis
+    samples (bool, (n,)), and whether the training rows are scored too."""
+
+    scorers: dict[str, Callable]
+    analysis: np.ndarray
+    train: bool = False
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.scorers)
+
+    def __reduce__(self):
+        # DESIGN CHOICE: cloudpickle, as distributed uses for what plain pickle cannot send by
+        # reference: a lambda or a function of the client's __main__ is sent by value, so it
+        # runs in a worker process and in an isolated fit's child process
+        # (tests/test_scorers.py::test_scorers_of_main_run_on_worker_processes)
+        import cloudpickle
+
+        return _scoring, (cloudpickle.dumps(self.scorers), self.analysis, self.train)
+
+    def nan(self, n_cells: tuple[int, ...] = ()) -> np.ndarray:
+        return np.full(n_cells + (len(self.scorers),), np.nan)
+
+
+@dataclass
+class Scores:
+    """One fit's scores: ``test`` (scorers,), ``train`` (scorers,) or None, the seconds the
+    test scoring took, and the messages of scorers that raised (their score is NaN)."""
+
+    test: np.ndarray
+    train: np.ndarray | None
+    seconds: float
+    errors: list[str] = field(default_factory=list)
+
+
+def none(scoring: Scoring) -> Scores:
+    """The scores of a fit that failed: NaN, no time (``GridSearchCV``'s score time of a
+    failed fit is 0)."""
+    return Scores(scoring.nan(), scoring.nan() if scoring.train else None, 0.0)
+
+
+def score_fit(scoring: Scoring, model, X, y, train: np.ndarray) -> Scores:
+    """Score ``model`` (fitted on the rows ``train``) with every scorer on the analysis samples
+    it was not trained on, and on its training rows with ``scoring.train``. A split without
+    such samples (the full fit) scores NaN; a scorer that raises or returns no number scores
+    NaN and says why."""
+    errors: list[str] = []
+    t0 = time.perf_counter()
+    test = _apply(scoring, model, X, y, scoring.analysis & ~train, errors)
+    seconds = time.perf_counter() - t0
+    on_train = (_apply(scoring, model, X, y, scoring.analysis & train, errors)
+                if scoring.train else None)
+    return Scores(test, on_train, seconds, errors)
+
+
+def _apply(scoring: Scoring, model, X, y, rows: np.ndarray, errors: list[str]) -> np.ndarray:
+    out = scoring.nan()
+    if not rows.any():
+        return out
+    index = np.flatnonzero(rows)
+    Xr, yr = take(X, index), y[index]
+    for k, (name, scorer) in enumerate(scoring.scorers.items()):
+        try:
+            value = scorer(model, Xr, yr)
+            if isinstance(value, dict):
+                raise TypeError(f"returned a dict ({', '.join(map(str, value))}); give each "
+                                "score its own scorer (a dict of scorers)")
+            out[k] = float(value)
+        except Exception as exc:  # noqa: BLE001 - a failing scorer is data, as a failing fit
+            errors.append(f"scorer {name!r}: {type(exc).__name__}: {exc}".splitlines()[0][:500])
+    return out
