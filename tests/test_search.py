@@ -168,9 +168,14 @@ def test_refusals_are_one_clear_line(diabetes):
 
     X, y = diabetes
     cases = [
-        (dict(scoring=make_scorer(mean_squared_error)),
-         "scoring=make_scorer.*a scorer object has no cvflow loss"),
-        (dict(scoring="adjusted_rand_score"), "'adjusted_rand_score' has no cvflow loss"),
+        (dict(scoring="sklearn"), "'sklearn' is not a valid scoring value. Use "
+                                  r"sklearn.metrics.get_scorer_names\(\)"),
+        (dict(scoring=make_scorer(mean_squared_error), select="corrected_kfold"),
+         "select='corrected_kfold' reduces stored predictions with a loss, but scoring is a "
+         "scorer computed at fit time; use select='kfold'"),
+        (dict(scoring="adjusted_rand_score", racing={"alpha": 0.05}),
+         "racing compares per-sample losses, but scoring 'adjusted_rand_score' is a "
+         "scorer computed at fit time"),
         (dict(scoring="accuracy"), "scoring 'accuracy' is a classification score, and Ridge is "
                                    "a regressor"),
         (dict(select="bates_ncv"), "select='bates_ncv' is not a selecting estimator; use one of"),

@@ -34,6 +34,8 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ..estimators.losses import Loss, from_scoring
+from ..fitting.scoring import estimator_score
+from . import scorings
 from .inputs import (Scorings, check_task, default_client, output_of, refit_failed,
                      sorted_grid, splitter_of, task_of, weights_for)
 
@@ -82,17 +84,21 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     param_grid : dict or list of dicts
         As ``GridSearchCV``'s (``ParameterGrid``); candidates come in ``ParameterGrid``'s
         order, so ``cv_results_`` rows match ``GridSearchCV``'s.
-    scoring : str, list of str, dict of str or None, default None
-        A scikit-learn scoring name that equals a cvflow loss (``neg_mean_squared_error``,
-        ``neg_root_mean_squared_error``, ``neg_mean_absolute_error``, ``neg_log_loss``,
-        ``neg_brier_score``, ``roc_auc``, ``average_precision``, ``accuracy``,
-        ``balanced_accuracy``, ``f1``, ``precision_macro``, ``jaccard``, ``r2``, ... see
-        docs/guide/searchcv.md) or a cvflow loss name (``squared``, ``zero_one``, ``hinge``,
-        ``pinball:0.9``, ...). None: the estimator's ``score`` (``accuracy`` for a classifier,
-        ``r2`` otherwise). A list scores several (columns ``*_test_<name>``), a dict
-        ``{column name: scoring name}`` too; ``refit`` then names the one that selects. A
-        scorer object, or a name with no cvflow loss, is refused (ValueError): cvflow scores
-        stored predictions, so it needs a loss it can apply to them.
+    scoring : str, callable, list, dict or None, default None
+        As ``GridSearchCV``'s. A scikit-learn scoring name that equals a cvflow loss
+        (``neg_mean_squared_error``, ``neg_root_mean_squared_error``,
+        ``neg_mean_absolute_error``, ``neg_log_loss``, ``neg_brier_score``, ``roc_auc``,
+        ``average_precision``, ``accuracy``, ``balanced_accuracy``, ``f1``,
+        ``precision_macro``, ``jaccard``, ``r2``, ... see docs/guide/searchcv.md) or a cvflow
+        loss name (``squared``, ``zero_one``, ``hinge``, ``pinball:0.9``, ...) is scored from
+        the stored predictions (every selector and reanalysis serve it). Anything else needs
+        the fitted model and is computed where each fit runs, stored in the cube (``score``):
+        a scorer object (``make_scorer(f1_score)``), a callable ``(estimator, X, y) ->
+        float`` (or a dict of floats: several scorings), a scoring name with no cvflow loss
+        (``adjusted_rand_score``), and None with an estimator whose ``score`` is its own
+        (None with scikit-learn's: ``accuracy`` for a classifier, ``r2`` otherwise). A list
+        or a dict ``{column name: scoring}`` scores several (columns ``*_test_<name>``);
+        ``refit`` then names the one that selects.
     n_jobs : int, optional
         cvflow's scheduler decides where and how many fits run at once (``cluster``,
         ``workers``); an int > 1 is ``workers=n_jobs`` when ``workers`` is not given, -1 or
@@ -124,7 +130,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         choice: the best ``rank_test_*``), ``"corrected_kfold"``, ``{"stability_nested":
         {"lambdas": [0, 1]}}``, ``{"cv_confidence": {"simplest": {"alpha": "max"}}}``, ...
         Its ``selected`` is the choice (``cv_confidence`` with ``simplest``: the simplest
-        member of its set).
+        member of its set). A scoring computed at fit time selects with ``"kfold"`` only;
+        the other selectors reduce stored predictions with a loss.
     store : path or URL, optional
         Where the cube is written (kept). None: a temporary directory removed with the search
         object (or at its next ``fit``). A given store is resumed or extended on refits with
@@ -158,8 +165,9 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     cv_results_ : dict of numpy arrays
         GridSearchCV's keys, order, dtypes and meaning: ``mean_fit_time``, ``std_fit_time``
         (each fold fit, its predictions of every sample included), ``mean_score_time``,
-        ``std_score_time`` (scoring the stored test predictions of each fit, 0 for a failed
-        fit), ``param_<name>`` (masked arrays, GridSearchCV's dtype rule), ``params``,
+        ``std_score_time`` (scoring the stored test predictions of each fit and, with
+        scorers, the seconds they took where the fit ran; 0 for a failed fit),
+        ``param_<name>`` (masked arrays, GridSearchCV's dtype rule), ``params``,
         ``split<k>_test_<s>``, ``mean_test_<s>``, ``std_test_<s>``, ``rank_test_<s>`` (``<s>``
         is ``score`` for one scoring) and with ``return_train_score`` the train columns.
         Scores are "greater is better", scikit-learn's sign: a loss is negated
@@ -175,7 +183,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
     refit_time_ : float
         Seconds of that fit.
     scorer_ : scorer or dict
-        scikit-learn's scorer of each scoring name it knows (for ``score``).
+        scikit-learn's scorer of each scoring name it knows, and each scorer given (for
+        ``score``).
     n_splits_ : int
         Number of CV splits (folds x repeats).
     classes_, n_features_in_, feature_names_in_
@@ -267,7 +276,8 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"SearchCV.fit: fit parameter {unknown[0]!r} is not supported; cvflow "
                              "stores the data of every fit and passes only sample_weight")
         self._check_options()
-        sc = self._scorings()
+        sc = self._scorings()         # first, as GridSearchCV: no scoring at all is a TypeError
+        self.multimetric_ = sc.multimetric
         key = sc.key
         if y is None:
             raise ValueError("SearchCV.fit: y is required (cvflow studies are supervised)")
@@ -280,6 +290,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         classifier = task == "classification"
         n_classes = len(np.unique(y_arr)) if classifier else 0
         select, options = self._select()
+        scorings.check(sc, select, self.racing, self, fit_params.get("sample_weight"))
         if self.racing not in (None, False) and not losses[key][0].pointwise:
             raise ValueError(f"SearchCV: racing compares per-sample losses, but scoring "
                              f"{sc.losses[key]!r} is a per-fold metric; give a pointwise scoring "
@@ -293,10 +304,14 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                   f"{n_splits * len(candidates)} fits")
         extra = [e for e in self.estimators if (e if isinstance(e, str) else next(iter(e))) != select]
         study = Study(estimator, param_grid=sorted_grid(self.param_grid), cv=splitter,
-                      estimators=[{select: options}, *extra], loss=losses[key][0].label,
+                      estimators=[{select: options}, *extra],
+                      loss=losses[key if key in losses else next(iter(losses))][0].label
+                      if losses else None,
                       task=task, fit_seed=self.fit_seed, name="search", racing=self.racing,
                       output=output_of(estimator, candidates, [d for d, _ in losses.values()],
-                                     n_classes, task),
+                                     n_classes, task) if losses else None,
+                      scorers=sc.scorers or None,
+                      train_scores=bool(sc.scorers) and bool(self.return_train_score),
                       # DESIGN CHOICE: a learner that cannot fit is recorded fit by fit and
                       # reported as GridSearchCV reports it (error_score), not refused up front
                       execution={"trial_fits": False})
@@ -311,7 +326,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                            workers=self._workers(), progress=None if self.progress else False)
         self.store_, self.result_ = str(store), result
         self._failures(X, y_arr, estimator, candidates, fit_params)
-        self._results(result, sc, weighted=weights is not None)
+        sc = self._results(result, sc, weighted=weights is not None)
         self.n_splits_ = n_splits
         self._scorer(estimator, sc)
         if self.verbose > 1:
@@ -347,30 +362,37 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         return int(self.n_jobs)
 
     def _scorings(self) -> Scorings:
-        """The scorings (:class:`~cvflow.search.inputs.Scorings`); sets ``multimetric_``.
+        """The scorings (:class:`~cvflow.search.inputs.Scorings`; ``multimetric`` with several).
 
-        Every scoring is a name with a cvflow loss, scored from the stored predictions; a
-        scorer object is refused here (cvflow scores stored predictions), and this is where
-        one computed at fit time would go to ``Scorings.scorers``.
+        A scoring name with a cvflow loss is scored from the stored predictions
+        (``Scorings.losses``); anything else that scores a fitted model is computed where each
+        fit runs and stored in the cube (``Scorings.scorers``, :mod:`cvflow.search.scorings`):
+        a scorer object, a callable, a scoring name without a cvflow loss, and ``scoring=None``
+        with an estimator whose ``score`` is its own.
         """
         scoring = self.scoring
-        if scoring is None:
-            scoring = "accuracy" if is_classifier(self.estimator) else "r2"
-        if isinstance(scoring, str):
-            self.multimetric_ = False
-            return Scorings([scoring], scoring, {scoring: scoring}, {})
-        if isinstance(scoring, (list, tuple, set)) and scoring and \
-                all(isinstance(s, str) for s in scoring):
-            named = {s: s for s in dict.fromkeys(scoring)}
-        elif isinstance(scoring, dict) and scoring and all(isinstance(k, str) and
-                                                           isinstance(v, str)
-                                                           for k, v in scoring.items()):
-            named = dict(scoring)
+        if scoring is None or isinstance(scoring, str) or callable(scoring):
+            if scoring is None:
+                own = scorings.own_score(self.estimator)
+                if own is None:                      # GridSearchCV: estimator.score
+                    return Scorings(["score"], "score", {}, {"score": estimator_score})
+                scoring = own
+            if not isinstance(scoring, str):
+                return Scorings(["score"], "score", {}, {"score": scoring})
+            return Scorings([scoring], scoring, *scorings.split({scoring: scoring}))
+        if isinstance(scoring, dict):
+            named = {str(k): v for k, v in scoring.items()}
+        elif isinstance(scoring, (list, tuple, set)):
+            named = {}
+            for item in scoring:
+                named[item if isinstance(item, str) else scorings.scorer_name(item, named)] = item
         else:
-            raise ValueError(f"SearchCV: scoring={scoring!r}: a scorer object has no cvflow loss "
-                             "(cvflow scores stored predictions); give a scoring name such as "
-                             "'neg_mean_squared_error' or 'accuracy', or a list of them")
-        self.multimetric_ = True
+            raise ValueError(f"SearchCV: scoring={scoring!r}; give a scoring name, a scorer "
+                             "(make_scorer(...), a callable (estimator, X, y) -> float), a "
+                             "list of names or a dict name -> scoring")
+        if not named:
+            raise ValueError(f"SearchCV: scoring={scoring!r} is empty; give at least one scoring")
+        losses, scorers = scorings.split(named)
         refit = self.refit
         if refit is not False and not callable(refit) and not (isinstance(refit, str)
                                                                and refit in named):
@@ -380,7 +402,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                              "attributes available for that metric. If this is not needed, "
                              f"refit should be set to False explicitly. {refit!r} was passed.")
         key = refit if isinstance(refit, str) else next(iter(named))
-        return Scorings(list(named), key, named, {})
+        return Scorings(list(named), key, losses, scorers, True)
 
     def _column(self, name: str) -> str:
         """The ``cv_results_`` suffix of scoring ``name``: itself, or "score" for one scoring."""
@@ -445,11 +467,16 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             raise ValueError(message)
         warnings.warn(message, FitFailedWarning, stacklevel=3)
 
-    def _results(self, result, sc: Scorings, *, weighted: bool) -> None:
-        """``cv_results_`` in GridSearchCV's key order, with its dtypes and warnings."""
+    def _results(self, result, sc: Scorings, *, weighted: bool) -> Scorings:
+        """``cv_results_`` in GridSearchCV's key order, with its dtypes and warnings; returns
+        the scorings as the fits gave them (a callable that returned a dict of scores is
+        several: :func:`cvflow.search.scorings.returned`)."""
         from ..report.tables import cv_results, param_arrays
 
-        stored = {name: sc.losses[name] for name in sc.names}
+        sc = scorings.returned(sc, result.cube, self.refit)
+        self.multimetric_ = sc.multimetric
+        # a scorer computed at fit time is read by its name in the store; a loss by its name
+        stored = {name: sc.losses.get(name, name) for name in sc.names}
         table = cv_results(result, stored if self.multimetric_ else stored[sc.key],
                            average=self.average, train=self.return_train_score,
                            sign="score", weighted=weighted,
@@ -471,14 +498,20 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                     warnings.warn(f"One or more of the {part} scores are non-finite: {means}",
                                   UserWarning, stacklevel=3)
         self.cv_results_ = out
+        return sc
 
     def _scorer(self, estimator, sc: Scorings) -> None:
         """``scorer_`` as GridSearchCV's: scikit-learn's scorer of each scoring (by name with
         several); a cvflow loss name without one is left out."""
         from sklearn.metrics import check_scoring, get_scorer, get_scorer_names
 
+        if scorings.dict_callable(sc):
+            self.scorer_ = sc.scorers["score"]       # a callable returning a dict: itself
+            return
         known = set(get_scorer_names())
-        scorers = {n: get_scorer(sc.losses[n]) for n in sc.names if sc.losses[n] in known}
+        scorers = {n: (scorings.as_scorer(sc.scorers[n]) if n in sc.scorers
+                       else get_scorer(sc.losses[n]))
+                   for n in sc.names if n in sc.scorers or sc.losses[n] in known}
         if self.multimetric_:
             self.scorer_ = scorers
         elif self.scoring is None:
@@ -572,10 +605,13 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                              "only sample_weight reaches cvflow's scoring")
         sample_weight = params.get("sample_weight", sample_weight)
         sc = self._scorings()
-        key = sc.losses[sc.key]
-        decl, _ = self._loss(key)
         weights = {} if sample_weight is None else {"sample_weight": sample_weight}
         model = self.best_estimator_
+        if sc.key in sc.scorers:                 # a scorer computed at fit time: itself
+            value = scorings.as_scorer(sc.scorers[sc.key])(model, X, y, **weights)
+            return float(value[self.refit] if isinstance(value, dict) else value)
+        key = sc.losses[sc.key]
+        decl, _ = self._loss(key)
         names = [key] if key in decl.scorers else list(decl.scorers)
         if len(names) > 1:             # roc_auc: scikit-learn's multiclass scorer is roc_auc_ovr
             names = [names[-1] if len(model.classes_) > 2 else names[0]]

@@ -15,13 +15,15 @@ from ..estimators.losses import Loss
 class Scorings(NamedTuple):
     """``SearchCV``'s scorings: ``names`` (in order; with several, the ``cv_results_`` column
     suffixes), ``key`` (the one that selects), ``losses`` (name -> cvflow loss or scikit-learn
-    scoring name: scored from the stored predictions) and ``scorers`` (name -> scorer computed
-    where each fit runs; none yet: cvflow scores stored predictions)."""
+    scoring name: scored from the stored predictions), ``scorers`` (name -> scorer computed
+    where each fit runs and stored in the cube: :mod:`cvflow.search.scorings`) and
+    ``multimetric`` (``cv_results_`` columns named after the scorings)."""
 
     names: list[str]
     key: str
     losses: dict[str, str]
     scorers: dict[str, Any]
+    multimetric: bool = False
 
 
 def task_of(estimator, losses: list[Loss], y: np.ndarray) -> str:
