@@ -33,19 +33,22 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
     losses : str, list of str or dict, optional
         cvflow losses and metrics (``squared``, ``log_loss``, ``accuracy``, ``f1_macro``,
         ``roc_auc``, ...) or scikit-learn scoring names that equal one
-        (``neg_mean_squared_error``, ``neg_log_loss``, ...). As in scikit-learn, one name
-        given as a string (or the default, the store's loss) gives columns ``*_test_score``;
-        a list gives ``*_test_<name>`` for each, a dict ``{column name: loss}``
-        ``*_test_<column name>``.
+        (``neg_mean_squared_error``, ``neg_log_loss``, ...), read from the stored
+        predictions; or the names of the store's scorers (its ``scorer`` coordinate: scores
+        computed where each fit ran, :class:`cvflow.Study`'s ``scorers``), read from its
+        ``score`` (a scorer's name goes first: it is what the study computed). As in
+        scikit-learn, one name given as a string (or the default, the store's loss) gives
+        columns ``*_test_score``; a list gives ``*_test_<name>`` for each, a dict
+        ``{column name: loss or scorer}`` ``*_test_<column name>``.
     average : {"samples", "folds"}, default "samples"
         ``mean_test_*`` of a pointwise loss: the mean over every analysis sample (cvflow's
         K-fold estimate) or the mean of the fold scores (``GridSearchCV``'s
         ``mean_test_score``, equal to it on the same folds). A per-fold metric (accuracy,
-        ROC AUC, R², ...) is the mean of its fold values either way.
+        ROC AUC, R², ...) and a scorer are the mean of their fold values either way.
     train : bool, default False
         Add ``split<k>_train_*``, ``mean_train_*``, ``std_train_*``: each fold fit scored on
         its own training set (``return_train_score=True``), from the predictions the store
-        already holds.
+        already holds (a scorer's: its stored ``train_score``, when the study asked for it).
     sign : {"natural", "score"}, default "natural"
         "natural": each column in the sign of the name asked (see Notes); "score": every
         column "greater is better", scikit-learn's convention for scores (a loss is negated,
@@ -75,8 +78,8 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
         numbers the splits of a repeated K-fold), ``mean_test_*``, ``std_test_*`` (over the
         splits, ``ddof=0``), ``rank_test_*`` (1 = best, ties share the smallest rank, a NaN
         mean ranks last) and the train columns. ``DataFrame.attrs`` holds ``losses`` (column
-        suffix -> cvflow loss), ``greater_is_better`` (suffix -> bool), ``average`` and
-        ``weighted``.
+        suffix -> cvflow loss, or ``scorer <name>``), ``greater_is_better`` (suffix -> bool),
+        ``average`` and ``weighted``.
 
     Notes
     -----
@@ -84,7 +87,9 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
     as itself (``squared``: the mean squared error, smaller is better, rank 1 the smallest);
     a scikit-learn ``neg_*`` name as scikit-learn reports it (``neg_mean_squared_error``:
     minus the mean squared error, larger is better). Either way ``rank_test_*`` ranks the best
-    param first.
+    param first. A scorer's values are as it returned them (scikit-learn's sign, greater is
+    better, whatever ``sign``); with ``sample_weight`` it was given the weights where it ran,
+    if it takes them.
 
     Each split score is its fold fit's alone: a param whose fit failed on one split keeps its
     other splits' scores (``GridSearchCV``'s rule), unlike the cube's estimators, which make
@@ -122,7 +127,16 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
     info: dict[str, str] = {}
     better: dict[str, bool] = {}
     scored: list[tuple[str, Loss, float]] = []
+    stored = [str(s) for s in cube["scorer"].values] if "scorer" in cube.coords else []
+    order: list[tuple[str, str | None]] = []      # (suffix, scorer name or None: a loss)
     for key, name in given:
+        if isinstance(name, str) and name in stored:      # computed where each fit ran
+            suffix = str(key)
+            if suffix in info:
+                raise InputError(f"cv_results: losses: {suffix!r} is given twice")
+            info[suffix], better[suffix] = f"scorer {name}", True
+            order.append((suffix, name))
+            continue
         decl, factor = _loss(cube, name)
         if sign == "score" and not decl.greater_is_better:
             factor = -1.0
@@ -131,22 +145,31 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
             raise InputError(f"cv_results: losses: {suffix!r} is given twice")
         info[suffix], better[suffix] = decl.label, decl.greater_is_better != (factor < 0)
         scored.append((suffix, decl, factor))
-    scores, seconds = fold_scores(cube, [d for _, d, _ in scored], train=train, weights=weights)
+        order.append((suffix, None))
+    # only scorers: nothing read from the stored predictions
+    scores, seconds = (fold_scores(cube, [d for _, d, _ in scored], train=train, weights=weights)
+                       if scored else ([], np.zeros(failed.shape)))
     if "score_time" in cube:        # a store's scorers, timed where each fit ran: theirs too
         seconds += np.nan_to_num(_fold_values(cube, cube["score_time"]))
     seconds[failed] = 0.0
     columns["mean_score_time"] = seconds.mean(axis=1)
     columns["std_score_time"] = seconds.std(axis=1)
     columns.update(_param_columns(cube))
-    for (suffix, decl, factor), (test, pooled, tr) in zip(scored, scores):
-        test = factor * test
-        mean = test.mean(axis=1) if average == "folds" or pooled is None else factor * pooled
+    losses_scored = {suffix: (decl, factor, values)
+                     for (suffix, decl, factor), values in zip(scored, scores)}
+    for suffix, scorer in order:
+        if scorer is not None:
+            test, mean, tr, rank = _scorer_scores(cube, scorer, train) + (1.0,)
+        else:
+            decl, factor, (test, pooled, tr) = losses_scored[suffix]
+            test = factor * test
+            mean = test.mean(axis=1) if average == "folds" or pooled is None else factor * pooled
+            tr, rank = None if tr is None else factor * tr, -factor * decl.sign
         if not np.isnan(error_score):
             test[failed] = error_score
             mean = np.where(failed.any(axis=1), test.mean(axis=1), mean)
-        _store(columns, f"test_{suffix}", test, mean, rank=-factor * decl.sign)
+        _store(columns, f"test_{suffix}", test, mean, rank=rank)
         if train:
-            tr = factor * tr
             if not np.isnan(error_score):
                 tr[failed] = error_score
             _store(columns, f"train_{suffix}", tr, tr.mean(axis=1))
@@ -154,6 +177,19 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
     table.attrs.update({"losses": info, "greater_is_better": better, "average": average,
                         "weighted": weights is not None})
     return table
+
+
+def _scorer_scores(cube: xr.Dataset, name: str, train: bool):
+    """(test (P, S), their mean, train (P, S) or None) of a scorer, from the stored
+    ``score`` (``train_score``): computed where each fit ran."""
+    test = _fold_values(cube, cube["score"].sel(scorer=name))
+    if not train:
+        return test, test.mean(axis=1), None
+    if "train_score" not in cube:
+        raise InputError(f"cv_results: train=True, but the store holds no train scores of "
+                         f"scorer {name!r}; run the study with train_scores=True "
+                         "(SearchCV: return_train_score=True)")
+    return test, test.mean(axis=1), _fold_values(cube, cube["train_score"].sel(scorer=name))
 
 
 def fit_records(source) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
