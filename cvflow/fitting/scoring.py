@@ -19,9 +19,12 @@ def take(X, rows: np.ndarray):
     return X.iloc[rows] if hasattr(X, "iloc") else X[rows]
 
 
-def estimator_score(estimator, X, y) -> float:
-    """The estimator's own ``score(X, y)``: ``GridSearchCV``'s scoring when none is given."""
-    return estimator.score(X, y)
+def estimator_score(estimator, X, y, sample_weight=None) -> float:
+    """The estimator's own ``score(X, y)``: ``GridSearchCV``'s scoring when none is given
+    (with ``sample_weight`` when its ``score`` takes them)."""
+    if sample_weight is None or not accepts_sample_weight(estimator.score):
+        return estimator.score(X, y)
+    return estimator.score(X, y, sample_weight=sample_weight)
 
 
 def _scoring(scorers: bytes, analysis: np.ndarray, train: bool) -> Scoring:
@@ -73,29 +76,46 @@ def none(scoring: Scoring) -> Scores:
     return Scores(scoring.nan(), scoring.nan() if scoring.train else None, 0.0)
 
 
-def score_fit(scoring: Scoring, model, X, y, train: np.ndarray) -> Scores:
+def accepts_sample_weight(scorer) -> bool:
+    """Whether a scorer takes ``sample_weight`` (as ``GridSearchCV`` decides it)."""
+    if hasattr(scorer, "_accept_sample_weight"):
+        return bool(scorer._accept_sample_weight())
+    import inspect
+
+    try:
+        return "sample_weight" in inspect.signature(scorer).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def score_fit(scoring: Scoring, model, X, y, train: np.ndarray, sample_weight=None) -> Scores:
     """Score ``model`` (fitted on the rows ``train``) with every scorer on the analysis samples
     it was not trained on, and on its training rows with ``scoring.train``. A split without
     such samples (the full fit) scores NaN; a scorer that raises or returns no number scores
-    NaN and says why."""
+    NaN and says why. With ``sample_weight`` (the study's, (n,)) a scorer that takes
+    ``sample_weight`` gets the weights of the rows it scores, as ``GridSearchCV`` gives them."""
     errors: list[str] = []
     t0 = time.perf_counter()
-    test = _apply(scoring, model, X, y, scoring.analysis & ~train, errors)
+    test = _apply(scoring, model, X, y, scoring.analysis & ~train, errors, sample_weight)
     seconds = time.perf_counter() - t0
-    on_train = (_apply(scoring, model, X, y, scoring.analysis & train, errors)
+    on_train = (_apply(scoring, model, X, y, scoring.analysis & train, errors, sample_weight)
                 if scoring.train else None)
     return Scores(test, on_train, seconds, errors)
 
 
-def _apply(scoring: Scoring, model, X, y, rows: np.ndarray, errors: list[str]) -> np.ndarray:
+def _apply(scoring: Scoring, model, X, y, rows: np.ndarray, errors: list[str],
+           sample_weight=None) -> np.ndarray:
     out = scoring.nan()
     if not rows.any():
         return out
     index = np.flatnonzero(rows)
     Xr, yr = take(X, index), y[index]
+    weights = None if sample_weight is None else np.asarray(sample_weight)[index]
     for k, (name, scorer) in enumerate(scoring.scorers.items()):
         try:
-            value = scorer(model, Xr, yr)
+            kwargs = ({"sample_weight": weights}
+                      if weights is not None and accepts_sample_weight(scorer) else {})
+            value = scorer(model, Xr, yr, **kwargs)
             if isinstance(value, dict):
                 raise TypeError(f"returned a dict ({', '.join(map(str, value))}); give each "
                                 "score its own scorer (a dict of scorers)")
