@@ -331,3 +331,20 @@ def test_scorers_of_main_run_on_worker_processes(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "SAME", done.stdout + done.stderr[-2000:]
 
+
+
+def test_weighted_scorers_equal_gridsearchcv(data):
+    """A scorer that takes sample_weight is given the weights of the rows it scores."""
+    X, y = data
+    weights = np.random.default_rng(0).uniform(0.5, 2.0, len(y))
+    def unweighted(y_true, y_pred):
+        return recall_score(y_true, y_pred)
+
+    kw = dict(cv=3, scoring={"f1": make_scorer(f1_score), "rec": make_scorer(unweighted)},
+              refit="f1")
+    with pytest.warns(UserWarning, match="The scoring rec=.* does not support sample_weight"):
+        ref = GridSearchCV(LogisticRegression(), GRID, **kw).fit(X, y, sample_weight=weights)
+    with pytest.warns(UserWarning, match="The scoring rec=.* does not support sample_weight"):
+        ours = cvflow.SearchCV(LogisticRegression(), GRID, cluster="threads", **kw).fit(
+            X, y, sample_weight=weights)
+    assert_same(ours, ref)
