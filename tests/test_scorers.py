@@ -25,6 +25,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.svm import LinearSVC
 
 import cvflow
+from cvflow.cli import main
 from cvflow.errors import InputError, StoreError
 from cvflow.store.damage import verify
 from cvflow.store.integrity import DamagedStore
@@ -227,7 +228,7 @@ def test_extension_scores_new_fits_and_other_scorers_are_refused(data, tmp_path)
                                                                 cluster="threads", progress=False)
 
 
-def test_damaged_scores_are_named_and_refitted(data, tmp_path):
+def test_damaged_scores_are_named_and_refitted(data, tmp_path, capsys):
     X, y = data
     store = tmp_path / "s.zarr"
     want = _study().run(X, y, store=store, cluster="threads", progress=False).cube["score"].values
@@ -237,6 +238,10 @@ def test_damaged_scores_are_named_and_refitted(data, tmp_path):
                                            "run` to refit it"):
         cvflow.open(store)
     assert [str(d) for d in verify(store).damaged] == ["score chunk (0, 0, 0) is missing"]
+    assert main(["status", str(store)]) == 1
+    said = capsys.readouterr().out
+    assert "damaged: score chunk (0, 0, 0) is missing" in said
+    assert "`cvflow run` refits the damaged chunks" in said
     again = _study().run(X, y, store=store, cluster="threads", progress=False)
     assert again.run.fits_executed == want.shape[0] * want.shape[1]
     np.testing.assert_array_equal(again.cube["score"].values[..., :3], want[..., :3])

@@ -13,6 +13,7 @@ import xarray as xr
 
 from .. import terminal
 from ..errors import OVERWRITE, InputError, UntrustedCodeWarning
+from ..store.integrity import FITTED
 
 if TYPE_CHECKING:
     from ..trust import Trust
@@ -391,11 +392,13 @@ def format_status(info: dict) -> str:
             race["dropped"], race["params"], race.get("unfilled", 0), race["saved_fits"]))
     lines += [f"  damaged: {d}" for d in info.get("damaged", [])]
     damaged = info.get("damaged") or []
-    if damaged and all(d.startswith("pred chunk ") for d in damaged):
+    refitted = tuple(f"{name} chunk " for name in FITTED)       # pred, and the fit-time scores
+    if damaged and all(d.startswith(refitted) for d in damaged):
         lines.append("  `cvflow run` refits the damaged chunks; `cvflow verify` reads every chunk")
     elif damaged:
-        lines.append(f"  the store is damaged (not only pred chunks `cvflow run` refits): restore "
-                     f"it from a copy, or rerun with {OVERWRITE}; `cvflow verify` reads every chunk")
+        lines.append(f"  the store is damaged (not only pred or score chunks `cvflow run` refits): "
+                     f"restore it from a copy, or rerun with {OVERWRITE}; `cvflow verify` reads "
+                     "every chunk")
     return terminal.lines(lines)
 
 
