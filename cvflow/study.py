@@ -88,7 +88,8 @@ class Study:
         lambda, a function of ``__main__``: they travel to the workers by value). Each fit is
         scored on the analysis samples its split does not train on (NaN for the full fit).
         The store records each scorer's description; one that no name imports (a lambda)
-        makes a study that cannot be rebuilt from its store.
+        makes a study that cannot be rebuilt from its store. A callable returning a dict of
+        scores stores one score per key (learned on the trial fit before the run).
     train_scores : bool, default False
         The scorers also score each fit on its training rows (``train_score``).
     """

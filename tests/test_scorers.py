@@ -353,3 +353,36 @@ def test_weighted_scorers_equal_gridsearchcv(data):
         ours = cvflow.SearchCV(LogisticRegression(), GRID, cluster="threads", **kw).fit(
             X, y, sample_weight=weights)
     assert_same(ours, ref)
+
+
+def confusion(estimator, X, y):
+    """A callable returning a dict of scores (GridSearchCV's multi-metric callable)."""
+    from sklearn.metrics import confusion_matrix
+
+    cm = confusion_matrix(y, estimator.predict(X))
+    return {"tn": cm[0, 0], "fp": cm[0, 1], "fn": cm[1, 0], "tp": cm[1, 1]}
+
+
+def test_a_callable_returning_a_dict_is_multimetric(data, tmp_path):
+    """Its keys are learned on the trial fit, before the store is made: one stored score each."""
+    X, y = data
+    kw = dict(cv=3, scoring=confusion, refit="fp", return_train_score=True)
+    ref = GridSearchCV(LinearSVC(random_state=0), GRID, **kw).fit(X, y)
+    ours = cvflow.SearchCV(LinearSVC(random_state=0), GRID, cluster="threads", **kw).fit(X, y)
+    assert_same(ours, ref)
+    assert ours.multimetric_ and ours.scorer_ is confusion
+    assert ours.score(X, y) == ref.score(X, y)
+    with pytest.raises(ValueError, match="For multi-metric scoring, the parameter refit must be "
+                                         "set to a scorer key"):
+        cvflow.SearchCV(LinearSVC(random_state=0), GRID, cv=3, scoring=confusion,
+                        cluster="threads").fit(X, y)
+    cube = cvflow.Study(LinearSVC(random_state=0), param_grid=GRID, cv=3,
+                        scorers={"cm": confusion, "f1": "f1"}).run(
+        X, y, store=tmp_path / "s.zarr", cluster="threads", progress=False).cube
+    assert list(cube["scorer"].values) == ["tn", "fp", "fn", "tp", "f1"]
+    assert json.loads(cube.attrs["scorers"])["cm"]["keys"] == ["tn", "fp", "fn", "tp"]
+    counts = cube["score"].sel(scorer=["tn", "fp", "fn", "tp"]).values.sum(axis=-1)
+    tested = (~cube["train"].values).sum(axis=1)
+    full = int(cube.attrs["full_split"])
+    np.testing.assert_array_equal(np.delete(counts, full, axis=1),
+                                  np.broadcast_to(np.delete(tested, full), (3, 3)))

@@ -136,6 +136,9 @@ def check_compatible(path: str, workflow, study, cube: xr.Dataset) -> dict:
         diff = _first_difference(old_cfg.get(key), new_cfg.get(key), key)
         if diff:
             _refuse(path, "scorers", diff)
+    if "scorer" in cube.coords and [str(s) for s in cube["scorer"].values] != study.scorer_names:
+        _refuse(path, "scorers", f"scores {[str(s) for s in cube['scorer'].values]} -> "
+                f"{study.scorer_names}")
     stored = _stored_learners(attrs)
     merged = dict(stored)
     for name, spec in _learner_specs(new_cfg).items():
@@ -386,7 +389,7 @@ def reconcile(path: str, workflow, study) -> tuple[list[Param], Design]:
         chunks = cube_store.block_chunks(path)
         dtype = (workflow.execution or {}).get("dtype", "float64")
         template = creation.cube_template(study.data, ext.design, ext.params, attrs=ext.attrs,
-                                            chunks=chunks, dtype=dtype, scorers=study.scorers,
+                                            chunks=chunks, dtype=dtype, scorers=study.scorer_names,
                                             train_scores=study.train_scores)
         creation.grow(path, template, n_params=ext.n_stored_params,
                         n_splits=ext.n_stored_splits)

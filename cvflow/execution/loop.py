@@ -108,26 +108,30 @@ def time_on_workers(client, ctx: TaskContext, study, path_aware: bool) -> float:
     return float(seconds)
 
 
-def check_on_workers(client, ctx: TaskContext, workflow, data, where: str) -> None:
+def check_on_workers(client, ctx: TaskContext, workflow, data, where: str, check: bool = True
+                     ) -> dict[str, list[str]]:
     """The pre-run check of each learner (:func:`cvflow.execution.tasks.trial_fits`) in a task on the
-    workers; its warnings are given here. InputError when a learner cannot fit; a check that
+    workers; its warnings are given here, the keys of the scorers that return a dict of scores
+    are returned. InputError when a learner cannot fit; a check that
     kills its workers is logged and the study goes on (its fits are recorded failed, each
-    with how its process ended). StallError when the workers make no progress."""
+    with how its process ended). StallError when the workers make no progress. ``check=False``:
+    the scorers' keys only (``execution.trial_fits: false``)."""
     import warnings
 
     from .tasks import trial_fits
 
-    said = _one_task_result(client, submit_data(client, trial_fits, workflow, data, where,
+    said = _one_task_result(client, submit_data(client, trial_fits, workflow, data, where, check,
                                                 key=f"cvflow-check-{ctx.run_id}"))
     if said is None:
         log.warning("%s: the trial fit before the run ended its worker process; the study runs "
                     "and records each fit that ends its process as failed", where)
-        return
-    given, logged = said
+        return {}
+    given, logged, keys = said
     for category, message in given:
         warnings.warn(message, category, stacklevel=3)
     for message in logged:
         logging.getLogger("cvflow.fitting.trial").warning("%s", message)
+    return keys
 
 
 class Loop:

@@ -89,7 +89,8 @@ def prepare_store(workflow: Workflow, study: BuiltWorkflow, store: str | os.Path
     template = creation.cube_template(study.data, study.design, study.params, attrs=study.attrs,
                                         chunks=chunks,
                                         dtype=workflow.execution.get("dtype", "float64"),
-                                        scorers=study.scorers, train_scores=study.train_scores)
+                                        scorers=study.scorer_names,
+                                        train_scores=study.train_scores)
     if not create:
         return StoreLayout(study.params, study.design, chunks, template)
     creation.create(location, template)

@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 
 from ..fitting.scoring import Scoring
+from ..fitting.trial import wants_keys
 from ..store import creation, damage, writes
 from .. import config
 from ..errors import InputError
@@ -242,6 +243,9 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     # execution.trial_fits: false (cvflow.SearchCV) records a learner that cannot fit as
     # failed fits, as GridSearchCV does, instead of refusing the study before it runs
     trial = bool(workflow.execution.get("trial_fits", True))
+    # a callable scorer may return a dict of scores: its keys, each a stored score, are
+    # learned on a trial fit before the store is made (with the check, or alone without it)
+    probing = wants_keys(study.scorers)
     auto = client is None and resolve_cluster(cluster) == AUTO
     # DESIGN CHOICE: under auto without a fit_timeout, every learner is checked and timed here,
     # in this process, as GridSearchCV fits it: the timed estimate picks the route
@@ -257,9 +261,10 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     wants_timing = fresh and workflow.execution.get("fits_per_task", "auto") == "auto"
     n_fits = len(study.params) * study.design.n_splits
     per_fit = None
-    checked = not here              # else a task on the workers (_Run.on)
+    checked = False                 # here: the probe; else a task on the workers (_Run.on)
     if here:
-        checked, per_fit = _probe(workflow, study, timing=auto or wants_timing, trial=trial)
+        checked, per_fit = _probe(workflow, study, timing=auto or wants_timing, trial=trial,
+                                  probing=probing)
         if per_fit is None and (auto or wants_timing):
             # too long to time here (more than probe_seconds for a trial and two fits): blocks
             # of one fit each, on worker processes (an abandoned fit needs no second timing)
@@ -276,8 +281,11 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
             # a short study: no dashboard; one long enough to watch: on a free loopback port
             # (a fit_timeout study's learners are timed on the workers, later: none)
             cluster_options = quiet_options(cluster_options, (per_fit or 0.0) * n_fits, workers)
+    if scoring is not None:
+        scoring = dataclasses.replace(scoring, keys=study.scorer_keys)
     run = _Run(workflow, study, path, lock=lock, pool=pool, fresh=fresh, per_fit=per_fit,
-               wants_timing=wants_timing, check_fits=trial and not checked,
+               wants_timing=wants_timing, check_fits=(trial or probing) and not checked,
+               trial=trial,
                overwrite=overwrite, workers=workers,
                fit_timeout=fit_timeout, path_aware=path_aware, progress=progress,
                execution=execution, t_start=t_start, scoring=scoring)
@@ -297,8 +305,8 @@ def _probe_seconds() -> float:
     return float(auto.get("probe_seconds", 3.0))
 
 
-def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True
-           ) -> tuple[bool, float | None]:
+def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True,
+           probing: bool = False) -> tuple[bool, float | None]:
     """The pre-run check of the learners (:func:`cvflow.fitting.trial.check_learners`; not
     with ``trial=False``) and, with ``timing``, the timed seconds per fit
     (:func:`cvflow.execution.plan.seconds_per_fit`), in this process within config
@@ -307,7 +315,7 @@ def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True
     import threading
 
     from .sizing import one_blas_thread
-    from ..fitting.trial import check_learners
+    from ..fitting.trial import check_learners, scorer_probe
 
     # DESIGN CHOICE: the probe runs a learner's own fit code here, which may run for minutes
     # or never return; every wait has a deadline (docs/guide/execution.md). Past it, the fits are
@@ -324,7 +332,9 @@ def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True
             # HistGradientBoosting, GridSearchCV at load 6)
             with one_blas_thread():
                 if trial:
-                    check_learners(workflow, study.data, str(workflow.path))
+                    out["keys"] = check_learners(workflow, study.data, str(workflow.path))
+                elif probing:
+                    out["keys"] = scorer_probe(workflow, study.data)
                 out["checked"] = True
                 out["seconds"] = seconds_per_fit(workflow, study) if timing else None
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
@@ -340,6 +350,7 @@ def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True
         return bool(out.get("checked")), None
     if "error" in out:
         raise out["error"]
+    study.set_scorer_keys(out.get("keys") or {})
     return True, out["seconds"]
 
 
@@ -364,6 +375,7 @@ class _Run:
     execution: str
     t_start: float
     scoring: Scoring | None = None        # the study's scorers, applied where each fit runs
+    trial: bool = True                    # check_fits: the learners' check (else the probe)
 
     def on(self, c, *, dashboard: bool) -> RunResult:
         from ..report import live
@@ -376,7 +388,11 @@ class _Run:
                           fit_timeout=float(self.fit_timeout) if self.fit_timeout else None,
                           client_pid=os.getpid())
         if self.check_fits:               # before the store is created or changed
-            check_on_workers(c, ctx, self.workflow, d, str(self.workflow.path))
+            keys = check_on_workers(c, ctx, self.workflow, d, str(self.workflow.path),
+                                    check=self.trial)
+            study.set_scorer_keys(keys)   # a scorer returning a dict: one stored score a key
+            if self.scoring is not None:
+                self.scoring = dataclasses.replace(self.scoring, keys=study.scorer_keys)
         per_fit = self.per_fit
         if per_fit is None and self.wants_timing:
             per_fit = time_on_workers(c, ctx, study, self.path_aware)

@@ -314,13 +314,16 @@ def time_fits(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray, po
                                         path_aware=path_aware)
 
 
-def trial_fits(workflow, data, where: str) -> tuple[list[tuple[type, str]], list[str]]:
+def trial_fits(workflow, data, where: str, check: bool = True
+               ) -> tuple[list[tuple[type, str]], list[str], dict[str, list[str]]]:
     """The pre-run check (:func:`cvflow.fitting.trial.check_learners`) on a worker: a learner's own fit
     code never runs on the client. Raises its InputError; returns the warnings it gave, as
-    (category, message), and the warnings it logged."""
+    (category, message), the warnings it logged, and the keys of scorers returning dicts.
+    ``check=False``: the keys only (:func:`cvflow.fitting.trial.scorer_probe`, which never
+    raises)."""
     import warnings
 
-    from ..fitting.trial import check_learners
+    from ..fitting.trial import check_learners, scorer_probe
 
     said: list[logging.LogRecord] = []
     handler = logging.Handler(logging.WARNING)
@@ -330,10 +333,11 @@ def trial_fits(workflow, data, where: str) -> tuple[list[tuple[type, str]], list
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            check_learners(workflow, data, where)
+            keys = (check_learners(workflow, data, where) if check
+                    else scorer_probe(workflow, data))
     finally:
         checks_log.removeHandler(handler)
-    return [(w.category, str(w.message)) for w in caught], [r.getMessage() for r in said]
+    return [(w.category, str(w.message)) for w in caught], [r.getMessage() for r in said], keys
 
 
 def summarize(result: BlockResult, todo: np.ndarray | None) -> dict:

@@ -27,24 +27,28 @@ def estimator_score(estimator, X, y, sample_weight=None) -> float:
     return estimator.score(X, y, sample_weight=sample_weight)
 
 
-def _scoring(scorers: bytes, analysis: np.ndarray, train: bool) -> Scoring:
+def _scoring(scorers: bytes, analysis: np.ndarray, train: bool, keys: dict) -> Scoring:
     import pickle
 
-    return Scoring(pickle.loads(scorers), analysis, train)
+    return Scoring(pickle.loads(scorers), analysis, train, keys)
 
 
 @dataclass
 class Scoring:
     """The scorers of a study's fits: name -> ``scorer(estimator, X, y) -> float``, the analysis
-    samples (bool, (n,)), and whether the training rows are scored too."""
+    samples (bool, (n,)), whether the training rows are scored too, and ``keys``: for a scorer
+    that returns a dict of scores (as ``GridSearchCV`` takes a callable scoring), the keys it
+    returns, each stored as a score of its own (:func:`cvflow.fitting.trial.scorer_keys`)."""
 
     scorers: dict[str, Callable]
     analysis: np.ndarray
     train: bool = False
+    keys: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
-        return list(self.scorers)
+        """The stored scores' names (the ``scorer`` coordinate): each scorer's, or its keys."""
+        return [k for name in self.scorers for k in self.keys.get(name, [name])]
 
     def __reduce__(self):
         # DESIGN CHOICE: cloudpickle, as distributed uses for what plain pickle cannot send by
@@ -53,10 +57,10 @@ class Scoring:
         # (tests/test_scorers.py::test_scorers_of_main_run_on_worker_processes)
         import cloudpickle
 
-        return _scoring, (cloudpickle.dumps(self.scorers), self.analysis, self.train)
+        return _scoring, (cloudpickle.dumps(self.scorers), self.analysis, self.train, self.keys)
 
     def nan(self, n_cells: tuple[int, ...] = ()) -> np.ndarray:
-        return np.full(n_cells + (len(self.scorers),), np.nan)
+        return np.full(n_cells + (len(self.names),), np.nan)
 
 
 @dataclass
@@ -111,15 +115,26 @@ def _apply(scoring: Scoring, model, X, y, rows: np.ndarray, errors: list[str],
     index = np.flatnonzero(rows)
     Xr, yr = take(X, index), y[index]
     weights = None if sample_weight is None else np.asarray(sample_weight)[index]
-    for k, (name, scorer) in enumerate(scoring.scorers.items()):
+    k = 0
+    for name, scorer in scoring.scorers.items():
+        keys = scoring.keys.get(name)
         try:
             kwargs = ({"sample_weight": weights}
                       if weights is not None and accepts_sample_weight(scorer) else {})
             value = scorer(model, Xr, yr, **kwargs)
-            if isinstance(value, dict):
-                raise TypeError(f"returned a dict ({', '.join(map(str, value))}); give each "
-                                "score its own scorer (a dict of scorers)")
-            out[k] = float(value)
+            if keys is None and isinstance(value, dict):
+                raise TypeError(f"returned a dict ({', '.join(map(str, value))}) but one number "
+                                "on the trial fit; give each score its own scorer")
+            if keys is None:
+                out[k] = float(value)
+            elif not isinstance(value, dict) or set(map(str, value)) != set(keys):
+                got = (sorted(map(str, value)) if isinstance(value, dict)
+                       else type(value).__name__)
+                raise TypeError(f"returned {got}, not a dict of {keys} as on the trial fit")
+            else:
+                values = {str(key): v for key, v in value.items()}
+                out[k:k + len(keys)] = [float(values[key]) for key in keys]
         except Exception as exc:  # noqa: BLE001 - a failing scorer is data, as a failing fit
             errors.append(f"scorer {name!r}: {type(exc).__name__}: {exc}".splitlines()[0][:500])
+        k += len(keys or [name])
     return out

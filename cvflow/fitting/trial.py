@@ -68,11 +68,14 @@ def _unset_random_states(model) -> list[str]:
 
 
 def _trial(param: Param, X, y, rows: np.ndarray, sample_weight, positive,
-           scored: bool = False) -> np.ndarray | None:
+           scored: bool = False, model_out: list | None = None) -> np.ndarray | None:
     """The trial's predictions; with ``scored`` (the study has scorers) None when they cannot
-    be stored: the fits are then scored, not predicted (cvflow.fitting.learners.fit_and_score)."""
+    be stored: the fits are then scored, not predicted (cvflow.fitting.learners.fit_and_score).
+    The fitted model is appended to ``model_out`` when given."""
     with trial_running():
         model = fit_model(param, X, y, rows, sample_weight)
+        if model_out is not None:
+            model_out.append(model)
         try:
             return predict_output(model, take(X, rows), param.output, positive)
         except Exception as exc:  # noqa: BLE001 - with scorers, the fit is what matters
@@ -84,7 +87,59 @@ def _trial(param: Param, X, y, rows: np.ndarray, sample_weight, positive,
             return None
 
 
-def check_learners(workflow, data, where: str) -> None:
+def scorer_keys(scorers: dict, model, X, y, rows: np.ndarray) -> dict[str, list[str]]:
+    """The scores each scorer that returns a dict of them names, from one call on a trial
+    model: ``{scorer name: [its keys]}`` (a scorer that returns one number, or raises, is
+    left out). scikit-learn's scorers and scoring names return one number: not called."""
+    from sklearn.metrics._scorer import _BaseScorer
+
+    index = np.flatnonzero(rows)
+    out = {}
+    for name, scorer in scorers.items():
+        if isinstance(scorer, (str, _BaseScorer)):
+            continue
+        try:
+            with trial_running():
+                value = scorer(model, take(X, index), y[index])
+        except Exception as exc:  # noqa: BLE001 - a scorer failing here scores NaN in the fits
+            log.debug("scorer %r on a trial fit: %s", name, exc)
+            continue
+        if isinstance(value, dict) and value:
+            out[name] = [str(k) for k in value]
+    return out
+
+
+def wants_keys(scorers: dict) -> bool:
+    """Whether a scorer may return a dict of scores (a callable that is no scikit-learn scorer):
+    its keys are learned on a trial fit before the run (:func:`scorer_keys`)."""
+    from sklearn.metrics._scorer import _BaseScorer
+
+    return any(not isinstance(s, (str, _BaseScorer)) for s in scorers.values())
+
+
+def scorer_probe(workflow, data) -> dict[str, list[str]]:
+    """:func:`scorer_keys` on the first trial model that fits (each learner's first grid point
+    in turn), without the check (``execution.trial_fits: false``): a learner that does not
+    fit is left to its fits; no fit at all, no keys."""
+    if not wants_keys(workflow.scorers):
+        return {}
+    rows = trial_rows(data.y, data.is_test, workflow.task)
+    seen: set[str] = set()
+    for param in workflow.params:
+        if param.learner in seen:
+            continue
+        seen.add(param.learner)
+        try:
+            with trial_running():
+                model = fit_model(param, data.fit_X, data.y, rows, data.sample_weight)
+        except Exception as exc:  # noqa: BLE001 - its fits say why
+            log.debug("scorer probe: learner %r does not fit (%s)", param.learner, exc)
+            continue
+        return scorer_keys(workflow.scorers, model, data.fit_X, data.y, rows)
+    return {}
+
+
+def check_learners(workflow, data, where: str) -> dict[str, list[str]]:
     """Fit each learner's first grid point on :func:`trial_rows` (InputError if it cannot).
 
     A first grid point that fails is retried at the learner's middle and last grid points:
@@ -92,10 +147,14 @@ def check_learners(workflow, data, where: str) -> None:
     A learner with an unset ``random_state`` is fitted twice; if the predictions differ, a
     :class:`~cvflow.errors.ReproducibilityWarning` names it (set random_state, or
     ``execution.fit_seed`` to derive one per fit).
+
+    Returns the keys of the scorers that return a dict of scores (:func:`scorer_keys`, on
+    the first learner's trial model): the store holds one score per key.
     """
     rows = trial_rows(data.y, data.is_test, workflow.task)
     X = data.fit_X
     scored = bool(workflow.config.get("scorers"))
+    keys: dict[str, list[str]] | None = None
     by_learner: dict[str, list[Param]] = {}
     for p in workflow.params:
         by_learner.setdefault(p.learner, []).append(p)
@@ -103,8 +162,9 @@ def check_learners(workflow, data, where: str) -> None:
         first_error = None
         for param in dict.fromkeys([0, len(params) // 2, len(params) - 1]):
             try:
+                models: list = []
                 pred = _trial(params[param], X, data.y, rows, data.sample_weight, data.positive,
-                              scored)
+                              scored, models)
             except Exception as exc:  # noqa: BLE001 - any failure of the trial is reported
                 first_error = first_error or exc
                 continue
@@ -112,11 +172,14 @@ def check_learners(workflow, data, where: str) -> None:
                 log.warning("learner %r: its first grid point failed a trial fit (%s); other "
                             "points fit", name, first_error)
             _check_reproducible(params[param], X, data, rows, pred, name, scored)
+            if scored and keys is None:
+                keys = scorer_keys(workflow.scorers, models[0], X, data.y, rows)
             break
         else:
             message = f"{type(first_error).__name__}: {first_error}".splitlines()[0][:300]
             raise InputError(f"{where}: learners[{i}] ({name}): a trial fit on "
                              f"{int(rows.sum())} samples failed: {message}")
+    return keys or {}
 
 
 def _check_reproducible(param: Param, X, data, rows, pred: np.ndarray | None, name: str,

@@ -53,6 +53,29 @@ class BuiltWorkflow:
     attrs: dict
     scorers: dict = field(default_factory=dict)    # name -> scorer(estimator, X, y) -> float
     train_scores: bool = False                     # the scorers also score the training rows
+    # a scorer returning a dict of scores -> its keys (learned on the trial fit, before the
+    # store is made: cvflow.fitting.trial.scorer_keys); each key is a stored score
+    scorer_keys: dict = field(default_factory=dict)
+
+    @property
+    def scorer_names(self) -> list[str]:
+        """The stored scores' names (the cube's ``scorer`` coordinate)."""
+        return [k for name in self.scorers for k in self.scorer_keys.get(name, [name])]
+
+    def set_scorer_keys(self, keys: dict[str, list[str]]) -> None:
+        """Record the keys of the scorers that return a dict of scores (InputError when two
+        stored scores would share a name)."""
+        self.scorer_keys = {n: list(k) for n, k in keys.items() if n in self.scorers}
+        names = self.scorer_names
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise InputError(f"scorers: the score {twice[0]!r} is named twice (a scorer's name "
+                             "and a key of the dict another scorer returns); rename one")
+        if "scorers" in self.attrs:
+            record = json.loads(self.attrs["scorers"])
+            for name, k in self.scorer_keys.items():
+                record[name]["keys"] = k
+            self.attrs["scorers"] = json.dumps(record)
 
 
 @dataclass
