@@ -324,11 +324,10 @@ def test_refused_before_any_store(tmp_path):
         cvflow.Study(bad).run(X, y, store=store)
     with pytest.raises(InputError, match="stratified splitter needs class labels"):
         cvflow.Study(Ridge(), cv=StratifiedKFold(3)).run(X, y, store=store)
-    with pytest.raises(InputError, match="ShuffleSplit does not partition the samples"):
-        cvflow.Study(Ridge(), cv=ShuffleSplit(3, random_state=0)).validate(X, y)
-    with pytest.raises(InputError, match=r"func: .*lambda.*module-level function"):
-        cvflow.Study(TransformedTargetRegressor(Ridge(), func=lambda v: v,
-                                                inverse_func=lambda v: v)).validate(X, y)
+    with pytest.raises(InputError, match=r"ShuffleSplit does not partition the samples .*"
+                                         r"estimators\[1\] \(corrected_kfold\) needs folds"):
+        cvflow.Study(Ridge(), cv=ShuffleSplit(3, random_state=0),
+                     estimators=["kfold", "corrected_kfold"]).validate(X, y)
     with pytest.raises(InputError, match="a fitted Ridge"):
         cvflow.Study(Ridge().fit(X, y)).validate(X, y)
     assert not store.exists() and not list(tmp_path.iterdir())
@@ -401,6 +400,24 @@ def test_learners_must_be_importable_by_name():
     with pytest.raises(InputError, match=r"learners\['s'\].steps\[0\]\[1\]: MainScaler is "
                                          "defined in __main__"):
         cvflow.Study({"s": make_pipeline(main_cls(), Ridge())}).config("regression")
+
+
+def test_splitters_that_do_not_partition_give_one_repeat_per_split():
+    from sklearn.model_selection import GroupShuffleSplit, LeavePGroupsOut
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(40, 2)), rng.normal(size=40)
+    groups = np.repeat(np.arange(5), 8)
+    for cv, g in [(ShuffleSplit(4, test_size=0.25, random_state=0), None),
+                  (LeavePGroupsOut(2), groups), (GroupShuffleSplit(3, random_state=1), groups)]:
+        built = cvflow.Study(Ridge(), cv=cv).workflow(X, y, g).build()
+        d = built.design
+        splits = list(cv.split(X, y, g))
+        assert d.fold.shape == (len(splits), 40) and d.fold_split.shape == (len(splits), 1)
+        for k, (train, test) in enumerate(splits):
+            np.testing.assert_array_equal(np.flatnonzero(d.fold[k] == 0), np.sort(test))
+            np.testing.assert_array_equal(np.flatnonzero(d.train[d.fold_split[k, 0]]),
+                                          np.sort(train))
 
 
 def test_cli_run_refuses_a_bad_pipeline_before_any_store(tmp_path, capsys):

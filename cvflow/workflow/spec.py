@@ -17,8 +17,9 @@ import yaml
 from .data import Data, load_data
 from ..objects import CLASS
 from ..objects import build as build_description
-from .designs import (Design, complete_subset_count, fold_labels, make_design, requested_splits,
-                      splitter_fold_labels, splitter_folds, subset_splits, timeseries_folds)
+from .designs import (Design, complete_subset_count, fold_labels, make_design, not_a_partition,
+                      requested_splits, splitter_folds, splitter_splits, subset_splits,
+                      timeseries_folds)
 from . import limits
 from ..errors import InputError
 from ..estimators.registry import lookup
@@ -148,6 +149,17 @@ class Workflow:
             self.params = [replace(p, output=output) if p.learner == name else p
                            for p in self.params]
 
+    def _per_split(self, cv, fold: np.ndarray, fold_train: np.ndarray) -> None:
+        """A splitter that does not partition the samples gives one repeat of one fold per
+        split (:func:`cvflow.workflow.designs.splitter_splits`): refused unless every estimator
+        scores each fold fit on its own test fold only (``kfold``: GridSearchCV's mean of the
+        split scores), as on time-ordered folds; nested, paired and subset roles need folds."""
+        for i, (name, _) in enumerate(self.estimators):
+            spec = lookup(name, search=self.path.parent)
+            if not spec.time_ordered or set(spec.needs) - {"fold", "full"}:
+                raise InputError(f"{not_a_partition(cv, fold, fold_train)}; estimators[{i}] "
+                                 f"({name}) needs folds that partition the samples")
+
     def build(self) -> BuiltWorkflow:
         """Load the data and build the deduplicated design (raises InputError on bad input).
 
@@ -179,7 +191,9 @@ class Workflow:
                     gap=cv.gap if cv else d.get("gap", 0),
                     max_train_size=cv.max_train_size if cv else d.get("max_train_size"))
             elif cv is not None:
-                fold = splitter_fold_labels(cv, data.y, data.is_test, groups=data.groups)
+                fold, fold_train = splitter_splits(cv, data.y, data.is_test, groups=data.groups)
+                if fold_train is not None:
+                    self._per_split(cv, fold, fold_train)
             else:
                 fold = fold_labels(data.y, data.is_test, folds=d["folds"], repeats=d["repeats"],
                                    splitter=d["splitter"], seed=d["seed"], groups=data.groups,
