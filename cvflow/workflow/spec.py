@@ -64,6 +64,8 @@ class Workflow:
     execution: dict = field(default_factory=dict)
     data: Data | None = None       # data given in Python (``data.source: arrays``)
     given_outputs: set[str] = field(default_factory=set)   # learners whose output the user set
+    # the Python face's objects (parse_workflow's ``objects``): learner name -> its class
+    classes: dict[str, type] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -142,7 +144,7 @@ class Workflow:
             name = learner_name(entry)
             if name in self.given_outputs:
                 continue
-            cls = import_estimator(str(entry["estimator"]))
+            cls = self.classes.get(name) or import_estimator(str(entry["estimator"]))
             output = infer_output(cls, self.task, decl, n_classes)
             if output != default_output(cls, self.task):
                 entry["output"] = output
@@ -270,8 +272,13 @@ def _seed(where: str, key: str, value: Any) -> None:
         fail(where, key, f"{value!r}; give a whole number in 0..{2**32 - 1} (or null)")
 
 
-def parse_workflow(config: Any, path: Path) -> Workflow:
-    """Validate a parsed YAML mapping into a Workflow."""
+def parse_workflow(config: Any, path: Path, *, objects: dict | None = None) -> Workflow:
+    """Validate a parsed YAML mapping into a Workflow.
+
+    ``objects`` (:class:`cvflow.Study`): learner name -> (estimator, list of grids of objects)
+    that ``config``'s learners describe; the params fit these objects (see
+    :func:`cvflow.workflow.learners.parse_learners`).
+    """
     where = str(path)
     if not isinstance(config, dict):
         fail(where, "(top level)", "the workflow must be a YAML mapping")
@@ -327,7 +334,8 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
         declared = None                  # check_loss below says why
     given = {i for i, e in enumerate(c["learners"]) if isinstance(e, dict) and e.get("output")} \
         if isinstance(c["learners"], list) else set()   # not a list: parse_learners says why
-    params = parse_learners(where, c["learners"], task, fit_seed, loss=declared, python=python)
+    params = parse_learners(where, c["learners"], task, fit_seed, loss=declared, python=python,
+                            objects=objects)
     try:
         c["loss"] = check_loss(c["loss"], task, {p.output for p in params}, search=path.parent,
                                fix=OUTPUT_FIX[python])
@@ -410,7 +418,8 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
         c["racing"] = _racing(where, c["racing"], estimators, c["loss"], design, path.parent)
     workflow = Workflow(path=path, config=c, params=params, estimators=estimators,
                         execution=execution,
-                        given_outputs={learner_name(c["learners"][i]) for i in given})
+                        given_outputs={learner_name(c["learners"][i]) for i in given},
+                        classes={n: type(est) for n, (est, _) in (objects or {}).items()})
     if design["folds"] is not None:      # else the splitter decides, from the data (build)
         subset = design.get("subset") or {}
         try:
