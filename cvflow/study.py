@@ -213,6 +213,8 @@ class Study:
             return self.task
         if self.loss is not None:
             return "regression" if self.loss in ("squared", "absolute") else "classification"
+        if y is None:
+            return "regression"          # no target: the learners' predict is stored as it is
         y = np.asarray(y)
         if y.dtype.kind in "OUSTb":
             return "classification"

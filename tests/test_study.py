@@ -631,3 +631,23 @@ def test_dataframe_pipeline_from_python_stdin_without_guard(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert float(done.stdout.split()[-1]) <= 1e-10
 
+
+def test_without_a_target_the_learners_predictions_are_stored(tmp_path):
+    """y=None: unstratified folds, fit(X) without y, predict stored (cluster labels here); the
+    target-based estimates are NaN (a fit-time scorer is what scores such a study)."""
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(n_samples=45, random_state=0)
+    kmeans = KMeans(random_state=0, init="random", n_init=1)
+    study = cvflow.Study(kmeans, param_grid={"n_clusters": [2, 3]}, cv=3)
+    result = study.run(X, None, store=tmp_path / "s.zarr", cluster="threads", progress=False)
+    cube = result.cube
+    assert cube.attrs["task"] == "regression" and np.isnan(cube["y"].values).all()
+    assert not cube["failed"].values.any()
+    for h, k in enumerate([2, 3]):
+        for s in range(cube.sizes["split"]):
+            train = cube["train"].values[s]
+            want = KMeans(random_state=0, init="random", n_init=1, n_clusters=k).fit(X[train])
+            np.testing.assert_array_equal(cube["pred"].values[h, s], want.predict(X))
+    assert np.isnan(result["kfold"]["estimate"].values).all()

@@ -54,6 +54,7 @@ def fits_paths(params: list[Param], X, sample_weight=None, path_aware: bool = Tr
             and all(p.fit_seed is None for p in params))
 
 
+
 def only_paths(params: list[Param], X, sample_weight=None, path_aware: bool = True) -> bool:
     """Whether every param is fitted by one of cvflow's path kernels (numpy and scipy code of
     this package, :mod:`cvflow.fitting.paths`): no learner's own ``fit`` runs."""
@@ -82,7 +83,8 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
     pred = np.full((n_p, n_s) + pred_shape(X, positive), np.nan)     # multiclass: (n, C) a fit
     seconds = np.zeros((n_p, n_s))
     error = np.full((n_p, n_s), "", dtype=object)
-    path_aware = fits_paths(params, X, sample_weight, path_aware)
+    # a target given as a list or a Series, or none: one fit each, as the learners see it
+    path_aware = isinstance(y, np.ndarray) and fits_paths(params, X, sample_weight, path_aware)
     groups = paths.plan(params) if path_aware else [paths.Group((h,)) for h in range(n_p)]
     for s in range(n_s):
         for group in groups:

@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 
 from ..errors import InputError, ReproducibilityWarning
-from .learners import fit_model, predict_output, take
+from .learners import columns, fit_model, pairwise, predict_output, take
 from ..workflow.params import Param
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,9 @@ def _unset_random_states(model) -> list[str]:
 def _trial(param: Param, X, y, rows: np.ndarray, sample_weight, positive) -> np.ndarray:
     with trial_running():
         model = fit_model(param, X, y, rows, sample_weight)
-        return predict_output(model, take(X, rows), param.output, positive)
+        X_rows = take(X, rows)
+        return predict_output(model, columns(X_rows, rows) if pairwise(model) else X_rows,
+                              param.output, positive)
 
 
 def check_learners(workflow, data, where: str) -> None:
@@ -83,7 +85,7 @@ def check_learners(workflow, data, where: str) -> None:
     ``execution.fit_seed`` to derive one per fit).
     """
     rows = trial_rows(data.y, data.is_test, workflow.task)
-    X = data.fit_X
+    X, y = data.fit_X, data.fit_y
     by_learner: dict[str, list[Param]] = {}
     for p in workflow.params:
         by_learner.setdefault(p.learner, []).append(p)
@@ -91,7 +93,7 @@ def check_learners(workflow, data, where: str) -> None:
         first_error = None
         for param in dict.fromkeys([0, len(params) // 2, len(params) - 1]):
             try:
-                pred = _trial(params[param], X, data.y, rows, data.sample_weight, data.positive)
+                pred = _trial(params[param], X, y, rows, data.sample_weight, data.positive)
             except Exception as exc:  # noqa: BLE001 - any failure of the trial is reported
                 first_error = first_error or exc
                 continue
@@ -112,7 +114,7 @@ def _check_reproducible(param: Param, X, data, rows, pred: np.ndarray, name: str
     unset = _unset_random_states(param.build())
     if not unset:
         return
-    again = _trial(param, X, data.y, rows, data.sample_weight, data.positive)
+    again = _trial(param, X, data.fit_y, rows, data.sample_weight, data.positive)
     if not np.array_equal(pred, again, equal_nan=True):
         warnings.warn(f"learner {name!r}: two fits on the same rows predict differently "
                       f"({', '.join(unset)} unset), so reruns and resumed runs will differ; set "
