@@ -203,3 +203,18 @@ def test_from_arrays_refuses_what_it_cannot_store_with_one_line():
     with pytest.warns(Warning, match="A column-vector y was passed"):
         d = from_arrays(X, np.arange(4.0)[:, None], "regression")
     assert d.y.shape == (4,) and d.given_y is None
+
+
+def test_from_arrays_gives_an_array_for_what_cannot_be_sliced_and_takes_every_sparse_format():
+    import scipy.sparse as sp
+    from sklearn.utils.estimator_checks import _NotAnArray
+
+    from cvflow.workflow.data import from_arrays
+
+    X = np.arange(12.0).reshape(6, 2)
+    d = from_arrays(_NotAnArray(X), _NotAnArray(np.arange(6.0)), "regression")
+    assert d.given_X is None and d.given_y is None          # sklearn.utils.indexable's arrays
+    np.testing.assert_array_equal(d.fit_X, X)
+    d = from_arrays(sp.dok_matrix(X), np.arange(6.0), "regression")
+    assert d.fit_X.format == "csr"
+    np.testing.assert_array_equal(d.X, X)

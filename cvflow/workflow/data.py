@@ -451,7 +451,7 @@ def from_arrays(X, y, task: str, *, groups=None, sample_weight=None, where: str 
         names = [str(c) for c in X.columns]
     else:
         X_arr = _numbers(X, where)
-        given_X = None if isinstance(X, np.ndarray) else X
+        given_X = None if isinstance(X, np.ndarray) or not _indexable(X) else X
         names = [f"x{j}" for j in range(X_arr.shape[1])]
     supervised = y is not None
     if supervised:
@@ -482,7 +482,7 @@ def _sparse(X, where: str) -> np.ndarray:
                          f"{n * p * 8 / 2**30:.1f} GiB for this one (at most "
                          f"{SPARSE_DENSE_BYTES / 2**30:.2g} GiB): reduce its columns first "
                          "(SelectKBest, TruncatedSVD) or fit fewer rows")
-    if np.iscomplexobj(X.data):
+    if X.dtype.kind == "c":
         raise InputError(f"{where}: X: Complex data not supported")
     return np.asarray(X.toarray(), dtype=np.float64)
 
@@ -520,7 +520,13 @@ def _target(y, n: int, where: str) -> tuple[np.ndarray, Any]:
         raise InputError(f"{where}: y has shape {y_arr.shape}; cvflow stores one target per "
                          "sample (several targets, multioutput or multilabel, are not "
                          "supported: search each target on its own)")
-    return y_arr, None if isinstance(y, np.ndarray) else y
+    return y_arr, None if isinstance(y, np.ndarray) or not _indexable(y) else y
+
+
+def _indexable(value) -> bool:
+    """Whether the fits can be given ``value`` sliced by rows; else they get its numpy array,
+    as ``sklearn.utils.indexable`` makes one of what has neither ``__getitem__`` nor ``iloc``."""
+    return hasattr(value, "__getitem__") or hasattr(value, "iloc")
 
 
 def load_data(cfg: dict, task: str, *, base: Path = Path("."), where: str = "workflow") -> Data:
