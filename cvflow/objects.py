@@ -14,7 +14,11 @@ One spelling for both faces of a workflow (README "Nested estimators"):
 
 Nothing here unpickles: a description is JSON, and building one imports the classes it names.
 What cannot be described (a lambda, a fitted estimator, a RandomState, an array) is refused
-with an :class:`~cvflow.errors.InputError` naming the parameter.
+with an :class:`~cvflow.errors.InputError` naming the parameter, unless the caller keeps the
+objects themselves (``describe(..., keep=True)``, the Python face): then it is recorded as
+``{object: <text>, sha256: <fingerprint>}``, and a class or function no name imports (defined
+in ``__main__`` or inside a function) by its ``module.qualname`` text. Such a description says
+what was fitted but cannot be rebuilt (:func:`unbuildable` lists why).
 """
 from __future__ import annotations
 
@@ -29,6 +33,8 @@ from .errors import InputError
 
 CLASS = "class"
 FUNCTION = "function"
+# a Python object no description spells (kept in memory by the Python face, see describe)
+OBJECT = "object"
 # composite params whose items are (name, estimator[, columns]) tuples in scikit-learn
 _TUPLE_LISTS = ("steps", "transformers", "transformer_list", "estimators")
 
@@ -36,8 +42,10 @@ _TUPLE_LISTS = ("steps", "transformers", "transformer_list", "estimators")
 def class_path(obj) -> str:
     """The shortest public dotted path importing ``obj`` (a class or function).
 
-    ``sklearn.linear_model._ridge.Ridge`` -> ``sklearn.linear_model.Ridge``; raises
-    InputError when ``obj`` cannot be imported back by name (a lambda, a local function).
+    ``sklearn.linear_model._ridge.Ridge`` -> ``sklearn.linear_model.Ridge``; a class only its
+    own private module exports (``sklearn.utils._mocking.CheckingClassifier``) is named by that
+    module. Raises InputError when ``obj`` cannot be imported back by name (a lambda, a local
+    function, a class defined in ``__main__``).
     """
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
     module = getattr(obj, "__module__", None)
@@ -51,7 +59,8 @@ def class_path(obj) -> str:
     parts = module.split(".")
     for i in range(1, len(parts) + 1):
         candidate = ".".join(parts[:i])
-        if any(p.startswith("_") for p in parts[1:i]):
+        # a public package first; the defining module itself, private or not, last
+        if i < len(parts) and any(p.startswith("_") for p in parts[1:i]):
             continue
         try:
             target = importlib.import_module(candidate)
@@ -62,6 +71,66 @@ def class_path(obj) -> str:
         if target is obj:
             return f"{candidate}.{name}"
     raise InputError(f"{module}.{name} does not import back to the same object")
+
+
+def name_text(obj) -> str:
+    """``module.qualname`` of a class or function, whether or not it imports back (a text for
+    records and messages: ``__main__.MyModel``, ``tests.test_x.<locals>.<lambda>``)."""
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or repr(obj)
+    return f"{getattr(obj, '__module__', None) or '?'}.{name}"
+
+
+def importable(path: str) -> bool:
+    """Whether a dotted path recorded by :func:`describe` can name its object in another
+    process: not one defined in ``__main__`` nor inside a function (``<locals>``)."""
+    return not (str(path).startswith("__main__.") or "<" in str(path))
+
+
+def fingerprint(value) -> str:
+    """16 hex digits of the SHA-256 of ``value`` pickled by value (cloudpickle, as distributed
+    ships objects no name imports), or of its type and id when it does not pickle: two
+    different objects never share a fingerprint, and a store's fits are reused only for an
+    object that pickles to the same bytes."""
+    import hashlib
+
+    import cloudpickle
+
+    try:
+        blob = cloudpickle.dumps(value)
+    except Exception:  # noqa: BLE001 - a lock, a generator: unique to this object
+        blob = f"{type(value).__qualname__}@{id(value)}".encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _object(value) -> dict:
+    """``{object: text, sha256: fingerprint}`` of a value kept as a Python object."""
+    if isinstance(value, np.ndarray):
+        text = f"ndarray(shape={value.shape}, dtype={value.dtype})"
+    elif isinstance(value, type) or callable(value):
+        text = name_text(value)
+    else:
+        text = type(value).__name__
+    return {OBJECT: text, "sha256": fingerprint(value)}
+
+
+def unbuildable(value: Any) -> list[str]:
+    """What in a description (a workflow, a learner, a value) cannot be rebuilt from it: the
+    texts of its ``{object: ...}`` values and of the class and function paths that no name
+    imports (see :func:`importable`); [] when :func:`build` rebuilds it all."""
+    out: list[str] = []
+    if isinstance(value, dict):
+        if OBJECT in value:
+            return [str(value[OBJECT])]
+        for key in (CLASS, FUNCTION, "estimator"):
+            if isinstance(value.get(key), str) and not importable(value[key]):
+                out.append(value[key])
+        for key, item in value.items():
+            if key not in (CLASS, FUNCTION, "estimator"):
+                out += unbuildable(item)
+    elif isinstance(value, list):
+        for item in value:
+            out += unbuildable(item)
+    return out
 
 
 def import_path(path: str, where: str = "estimator"):
@@ -104,8 +173,14 @@ def _fitted(est) -> list[str]:
     return [k for k in vars(est) if k.endswith("_") and not k.startswith("__")]
 
 
-def describe(value: Any, where: str = "estimator") -> Any:
+def describe(value: Any, where: str = "estimator", *, keep: bool = False) -> Any:
     """Plain data (JSON / YAML) for an estimator or a parameter value; InputError if impossible.
+
+    ``keep``: the caller keeps the objects themselves and fits them (:class:`cvflow.Study`), so
+    what has no description is recorded instead of refused: an estimator whose class no name
+    imports as ``{class: module.qualname, ...its params}``, any other value (a lambda, an
+    array, a RandomState) as ``{object: text, sha256: fingerprint}`` (:func:`unbuildable`
+    lists them).
 
     >>> from sklearn.linear_model import Ridge
     >>> describe(Ridge(alpha=0.5))
@@ -127,26 +202,32 @@ def describe(value: Any, where: str = "estimator") -> Any:
         try:
             out = {CLASS: class_path(type(value))}
         except InputError as exc:
-            raise InputError(f"{where}: {exc}") from None
+            if not keep:
+                raise InputError(f"{where}: {exc}") from None
+            out = {CLASS: name_text(type(value))}
         defaults = _defaults(type(value))
         for key, v in value.get_params(deep=False).items():
             if key in defaults and _same(v, defaults[key]):
                 continue
-            out[key] = describe(v, f"{where}.{key}")
+            out[key] = describe(v, f"{where}.{key}", keep=keep)
         return out
     if isinstance(value, (list, tuple)):
-        return [describe(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [describe(v, f"{where}[{i}]", keep=keep) for i, v in enumerate(value)]
     if isinstance(value, dict):
         if not all(isinstance(k, (str, int)) for k in value):
             raise InputError(f"{where}: mapping keys must be strings or integers")
-        return {k: describe(v, f"{where}.{k}") for k, v in value.items()}
+        return {k: describe(v, f"{where}.{k}", keep=keep) for k, v in value.items()}
     if isinstance(value, range):
         return list(value)
     if callable(value) and not isinstance(value, np.random.RandomState):
         try:
             return {FUNCTION: class_path(value)}
         except InputError as exc:
+            if keep:
+                return _object(value)
             raise InputError(f"{where}: {exc}; use a module-level function") from None
+    if keep:
+        return _object(value)
     if isinstance(value, np.random.RandomState):
         raise InputError(f"{where}: a RandomState object cannot be stored; give an integer seed")
     raise InputError(f"{where}: a {type(value).__name__} cannot be described as plain data "
@@ -160,6 +241,9 @@ def build(value: Any, where: str = "estimator", default: Any = None) -> Any:
     where the default is a tuple.
     """
     if isinstance(value, dict):
+        if OBJECT in value:
+            raise InputError(f"{where}: {value[OBJECT]} was a Python object, which its "
+                             "description records but cannot rebuild")
         if set(value) == {FUNCTION}:
             return import_path(value[FUNCTION], where)
         if CLASS in value:
@@ -234,6 +318,8 @@ def short(value) -> str:
         return f"{str(value[CLASS]).rpartition('.')[2]}({inner})"
     if isinstance(value, dict) and set(value) == {FUNCTION}:
         return str(value[FUNCTION]).rpartition(".")[2]
+    if isinstance(value, dict) and OBJECT in value:
+        return str(value[OBJECT]).rpartition(".")[2]
     if isinstance(value, list):
         return "[...]" if any(isinstance(v, (list, dict)) for v in value) else str(value)
     return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -24,7 +24,7 @@ import numpy as np
 import yaml
 
 from .workflow.data import decode_frame, from_arrays, save_npz
-from .objects import CLASS, build, describe, describe_splitter, is_estimator
+from .objects import CLASS, build, describe, describe_splitter, is_estimator, unbuildable
 from .errors import InputError
 from .workflow.learners import grid_values
 from .workflow.scorers import build_scorer, describe_scorer
@@ -144,16 +144,36 @@ class Study:
 
     def config(self, task: str) -> dict:
         """The plain-data workflow (what :meth:`to_yaml` writes), data aside."""
-        learners = []
+        return self._config(task)[0]
+
+    def _config(self, task: str) -> tuple[dict, dict]:
+        """(the plain-data workflow, learner name -> (estimator, grids of objects)).
+
+        DESIGN CHOICE: the study fits its own objects (``Param.source``), as GridSearchCV
+        does; the workflow describes them (:func:`cvflow.objects.describe` with ``keep``), so
+        an object no name imports (a ``__main__`` class, a lambda, an array) is fitted like
+        any other and recorded as far as it can be; :meth:`from_store` and :meth:`to_yaml`
+        refuse such a study (:func:`cvflow.objects.unbuildable`), reports read it.
+        """
+        learners, objects = [], {}
         options = self._learner_options()
         for name, (est, grid) in self.learners.items():
-            desc = describe(est, f"learners[{name!r}]")
-            if describe(build(desc), f"learners[{name!r}]") != desc:
-                raise InputError(f"Study: learners[{name!r}]: {type(est).__name__} does not "
+            where = f"learners[{name!r}]"
+            desc = describe(est, where, keep=True)
+            if not unbuildable(desc) and describe(build(desc), where) != desc:
+                raise InputError(f"Study: {where}: {type(est).__name__} does not "
                                  "rebuild from its get_params (state kept outside its params); "
                                  "cvflow stores learners as their params")
+            grids = _grid_lists(grid, f"{where}.grid")
+            described = []
+            for i, g in enumerate(grids):
+                at = f"{where}.grid" + (f"[{i}]" if isinstance(grid, list) else "")
+                described.append({key: [describe(v, f"{at}.{key}[{j}]", keep=True)
+                                        for j, v in enumerate(values)]
+                                  for key, values in g.items()})
             entry = {"name": name, "class": desc.pop(CLASS), "params": desc,
-                     "grid": _describe_grid(grid, f"learners[{name!r}].grid")}
+                     "grid": described if isinstance(grid, list) else described[0]}
+            objects[name] = (est, grids)
             # the loss decides an output left unset, as in a workflow file (infer_output)
             if self.output and task == "classification":
                 entry["output"] = self.output
@@ -179,7 +199,7 @@ class Study:
                                  for name, obj in scorers.items()}
         if self.train_scores:
             config["train_scores"] = self.train_scores
-        return config
+        return config, objects
 
     def _scorers(self) -> dict:
         """``scorers`` checked: a mapping name -> scorer."""
@@ -223,6 +243,8 @@ class Study:
             return self.task
         if self.loss is not None:
             return "regression" if self.loss in ("squared", "absolute") else "classification"
+        if y is None:
+            return "regression"          # no target: the learners' predict is stored as it is
         y = np.asarray(y)
         if y.dtype.kind in "OUSTb":
             return "classification"
@@ -233,7 +255,8 @@ class Study:
     def workflow(self, X, y, groups=None, *, sample_weight=None) -> Workflow:
         """The validated workflow of this study on these data (InputError on bad input)."""
         task = self._task(y)
-        wf = parse_workflow(self.config(task), WHERE)
+        config, objects = self._config(task)
+        wf = parse_workflow(config, WHERE, objects=objects)
         wf.data = from_arrays(X, y, task, groups=groups, sample_weight=sample_weight,
                               where=str(WHERE))
         # the scorer objects themselves run (by value on the workers), not their spelling
@@ -271,7 +294,8 @@ class Study:
         done = run(wf, store=path, cluster=cluster, workers=workers, overwrite=overwrite,
                    client=client, progress=progress)
         # this study is code: the names it holds are trusted in its results, nothing else
-        return StudyResult(path, run=done, loss=wf.loss, trust_code=list(workflow_code(wf.config)))
+        return StudyResult(path, run=done, loss=wf.loss, trust_code=list(workflow_code(wf.config)),
+                           params=wf.params)
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -284,6 +308,11 @@ class Study:
         """
         path = Path(path)
         wf = self.workflow(X, y, groups, sample_weight=sample_weight)
+        kept = unbuildable(wf.config["learners"])
+        if kept:
+            raise InputError(f"Study.to_yaml: {kept[0]} is a Python object that no name imports "
+                             "(defined in __main__ or in a function, a lambda, an array), which "
+                             "a workflow file cannot hold; define it in a module")
         data_path = path.with_suffix(".npz")
         save_npz(data_path, wf.data)
         config = self.config(wf.task)
@@ -310,6 +339,11 @@ class Study:
         from .trust import how, listed, untrusted
 
         config = json.loads(open_cube(path).attrs["workflow"])
+        kept = unbuildable(config.get("learners"))
+        if kept:
+            raise InputError(f"Study.from_store: {path} cannot be rebuilt: its study fitted "
+                             f"{kept[0]}, a Python object that no name imports (its store records "
+                             "what was fitted; reports read it)")
         refused = untrusted(workflow_code(config), trust_code)
         if refused:
             raise InputError(f"Study.from_store: {path} names code that is not trusted by default "
@@ -356,18 +390,22 @@ class Study:
         return f"Study({{{names}}}, cv={self.cv!r}, estimators={list(self.estimators)!r})"
 
 
-def _describe_grid(grid, where: str):
-    """A grid (dict or list of dicts) as plain data: every value list written out."""
-    if isinstance(grid, list):
-        return [_describe_grid(g, f"{where}[{i}]") for i, g in enumerate(grid)]
-    if not isinstance(grid, dict):
-        raise InputError(f"{where}: give a dict or a list of dicts, as ParameterGrid reads them")
-    out = {}
-    for key, values in grid.items():
-        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-            raise InputError(f"{where}.{key}: give a list of values (ParameterGrid needs a "
-                             f"sequence), got {values!r}")
-        out[str(key)] = [describe(v, f"{where}.{key}[{i}]") for i, v in enumerate(values)]
+def _grid_lists(grid, where: str) -> list[dict[str, list]]:
+    """A grid (dict or list of dicts, as ParameterGrid reads them) as a list of dicts of
+    value lists, every iterable written out."""
+    grids = grid if isinstance(grid, list) else [grid]
+    out = []
+    for i, g in enumerate(grids):
+        at = f"{where}[{i}]" if isinstance(grid, list) else where
+        if not isinstance(g, dict):
+            raise InputError(f"{at}: give a dict or a list of dicts, as ParameterGrid reads them")
+        one = {}
+        for key, values in g.items():
+            if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+                raise InputError(f"{at}.{key}: give a list of values (ParameterGrid needs a "
+                                 f"sequence), got {values!r}")
+            one[str(key)] = list(values)
+        out.append(one)
     return out
 
 
@@ -392,7 +430,7 @@ class StudyResult:
     """
 
     def __init__(self, store, *, run=None, loss: str | None = None, trust_code: Trust = False,
-                 all_params: bool = False):
+                 all_params: bool = False, params: list | None = None):
         from .report.results import workflow_view
         from .store.cube import open_cube
 
@@ -403,6 +441,9 @@ class StudyResult:
         self.loss = loss
         self.trust_code = trust_code
         self._results: dict | None = None
+        # the run's own params (Study.run): :meth:`refit` fits their objects, which the store
+        # only describes (a lambda, a __main__ class); keyed by the stored param_json
+        self._params = {p.to_json(): p for p in params or () if p.source is not None}
 
     @classmethod
     def from_store(cls, path, *, loss: str | None = None, trust_code: Trust = False,
@@ -550,8 +591,14 @@ class StudyResult:
         from .trust import how, listed, param_code, untrusted
 
         h = self.chosen(criterion, loss=loss)["index"]
-        setting = json.loads(str(self.cube["param_json"].values[h]))
-        refused = untrusted(param_code(setting), self.trust_code)
+        text = str(self.cube["param_json"].values[h])
+        setting = json.loads(text)
+        kept = self._params.get(text)
+        if kept is None and unbuildable(setting):
+            raise InputError(f"refit: param {h} of {self.store} fitted {unbuildable(setting)[0]}, "
+                             "a Python object that no name imports; the store records it but "
+                             "cannot rebuild it (refit it from your own objects)")
+        refused = [] if kept is not None else untrusted(param_code(setting), self.trust_code)
         if refused:
             raise InputError(f"refit: param {h} of {self.store} names code that is not trusted "
                              f"({listed(refused)}); a store is data, so it is not imported: "
@@ -559,9 +606,9 @@ class StudyResult:
         workflow = json.loads(self.cube.attrs["workflow"])
         preprocess = tuple((s["estimator"], json.dumps(s["params"], sort_keys=True))
                            for s in setting.get("preprocess", []))
-        param = Param(setting["learner"], setting["estimator"], setting["params"], {},
-                      setting["output"], preprocess,
-                      (workflow.get("execution") or {}).get("fit_seed"))
+        param = kept or Param(setting["learner"], setting["estimator"], setting["params"], {},
+                              setting["output"], preprocess,
+                              (workflow.get("execution") or {}).get("fit_seed"))
         X, y = self.data() if X is None and y is None else self._user_data(X, y)
         weight = self.cube["sample_weight"].values if "sample_weight" in self.cube else None
         return fit_model(param, X, y, ~np.asarray(self.cube["is_test"].values, dtype=bool),

@@ -50,7 +50,9 @@ BAD = [
      "KFold shuffles without a random_state"),
     ("not-a-partition", QUICK.replace(
         "{folds: 5, seed: 0}", "{splitter: {class: sklearn.model_selection.ShuffleSplit, "
-        "n_splits: 3, random_state: 0}}"), "ShuffleSplit does not partition the samples"),
+        "n_splits: 3, random_state: 0}}").replace("[kfold]", "[kfold, corrected_kfold]"),
+     "ShuffleSplit does not partition the samples (some are tested several times); the "
+     "estimators need"),
     ("nan-target", _csv_workflow(features="[a, b]"), "data.target: 1 NaN or infinite target values"),
     ("estimator-import", QUICK.replace("sklearn.linear_model.Ridge", "sklearn.linear_model.Rigde"),
      "learners[0].class: 'sklearn.linear_model.Rigde' does not import"),

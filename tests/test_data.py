@@ -153,3 +153,68 @@ def test_synthetic_parameters_are_checked_before_drawing(params, fragment):
     with pytest.raises(InputError, match=rf"^wf\.yaml: {fragment}"):
         load_data({"source": "synthetic", "name": "sparse_linear", "params": params},
                   "regression", where="wf.yaml")
+
+
+def test_from_arrays_keeps_what_the_fits_receive_and_stores_numbers():
+    import pandas as pd
+    import scipy.sparse as sp
+
+    from cvflow.workflow.data import from_arrays
+
+    X = np.arange(12.0).reshape(6, 2)
+    y = np.array([0, 1, 0, 1, 0, 1])
+    d = from_arrays(X.tolist(), y.tolist(), "classification")
+    assert d.fit_X == X.tolist() and d.fit_y == y.tolist()
+    np.testing.assert_array_equal(d.X, X)
+    np.testing.assert_array_equal(d.y, y)
+    series = pd.Series(y, index=np.arange(6) * 10)
+    d = from_arrays(X, series, "classification")
+    assert d.given_X is None and d.fit_X is d.X          # a numpy X: the stored one
+    assert d.fit_y is series and d.classes == [0, 1]
+    sparse = sp.coo_matrix(np.where(X > 5, X, 0.0))
+    d = from_arrays(sparse, y, "classification")
+    assert sp.issparse(d.fit_X) and d.fit_X.format == "csr"
+    np.testing.assert_array_equal(d.X, sparse.toarray())
+    d = from_arrays(X.astype(object), y.astype(float), "regression")   # numbers, as check_array
+    assert d.X.dtype == np.float64 and d.given_X is None
+
+
+def test_from_arrays_without_a_target():
+    from cvflow.workflow.data import from_arrays
+
+    d = from_arrays(np.eye(4), None, "classification")
+    assert not d.supervised and d.fit_y is None and d.classes is None
+    assert np.isnan(d.y).all() and d.y.shape == (4,)
+
+
+def test_from_arrays_refuses_what_it_cannot_store_with_one_line():
+    from cvflow.workflow.data import from_arrays
+
+    X = np.zeros((4, 2))
+    with pytest.raises(InputError, match=r"^data: X has shape \(4, 2, 1\); give a 2-d array"):
+        from_arrays(X[..., None], np.arange(4.0), "regression")
+    with pytest.raises(InputError, match=r"^data: X: Complex data not supported"):
+        from_arrays(X + 1j, np.arange(4.0), "regression")
+    with pytest.raises(InputError, match=r"^data: y has shape \(4, 2\); cvflow stores one "
+                                         "target per sample"):
+        from_arrays(X, np.zeros((4, 2)), "regression")
+    with pytest.raises(InputError, match="labels mix strings and other values"):
+        from_arrays(X, np.array(["a", 1, "b", 2], dtype=object), "classification")
+    with pytest.warns(Warning, match="A column-vector y was passed"):
+        d = from_arrays(X, np.arange(4.0)[:, None], "regression")
+    assert d.y.shape == (4,) and d.given_y is None
+
+
+def test_from_arrays_gives_an_array_for_what_cannot_be_sliced_and_takes_every_sparse_format():
+    import scipy.sparse as sp
+    from sklearn.utils.estimator_checks import _NotAnArray
+
+    from cvflow.workflow.data import from_arrays
+
+    X = np.arange(12.0).reshape(6, 2)
+    d = from_arrays(_NotAnArray(X), _NotAnArray(np.arange(6.0)), "regression")
+    assert d.given_X is None and d.given_y is None          # sklearn.utils.indexable's arrays
+    np.testing.assert_array_equal(d.fit_X, X)
+    d = from_arrays(sp.dok_matrix(X), np.arange(6.0), "regression")
+    assert d.fit_X.format == "csr"
+    np.testing.assert_array_equal(d.X, X)

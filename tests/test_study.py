@@ -324,11 +324,10 @@ def test_refused_before_any_store(tmp_path):
         cvflow.Study(bad).run(X, y, store=store)
     with pytest.raises(InputError, match="stratified splitter needs class labels"):
         cvflow.Study(Ridge(), cv=StratifiedKFold(3)).run(X, y, store=store)
-    with pytest.raises(InputError, match="ShuffleSplit does not partition the samples"):
-        cvflow.Study(Ridge(), cv=ShuffleSplit(3, random_state=0)).validate(X, y)
-    with pytest.raises(InputError, match=r"func: .*lambda.*module-level function"):
-        cvflow.Study(TransformedTargetRegressor(Ridge(), func=lambda v: v,
-                                                inverse_func=lambda v: v)).validate(X, y)
+    with pytest.raises(InputError, match=r"ShuffleSplit does not partition the samples .*"
+                                         r"estimators\[1\] \(corrected_kfold\) needs folds"):
+        cvflow.Study(Ridge(), cv=ShuffleSplit(3, random_state=0),
+                     estimators=["kfold", "corrected_kfold"]).validate(X, y)
     with pytest.raises(InputError, match="a fitted Ridge"):
         cvflow.Study(Ridge().fit(X, y)).validate(X, y)
     assert not store.exists() and not list(tmp_path.iterdir())
@@ -393,14 +392,194 @@ class LocalScaler(StandardScaler):
     """A transformer defined in a test module: importable, so describable."""
 
 
-def test_learners_must_be_importable_by_name():
-    from cvflow.objects import describe
+def test_a_class_in_a_test_module_or_a_private_module_is_described_by_name():
+    from sklearn.utils._mocking import CheckingClassifier
+
+    from cvflow.objects import build, describe, unbuildable
 
     assert describe(LocalScaler())["class"] == "test_study.LocalScaler"
+    # exported by no public package: named by its own (private) module, and rebuilt from it
+    desc = describe(CheckingClassifier(foo_param=2))
+    assert desc == {"class": "sklearn.utils._mocking.CheckingClassifier", "foo_param": 2}
+    assert type(build(desc)) is CheckingClassifier and not unbuildable(desc)
+
+
+def test_objects_no_name_imports_are_fitted_recorded_and_not_rebuilt(tmp_path):
+    """A __main__ class, a lambda, a local class and an array value: fitted as given (here on
+    threads), the store describes them, Study.from_store and to_yaml refuse with one line, the
+    report reads the store."""
+    from sklearn.preprocessing import FunctionTransformer, SplineTransformer
+
+    from cvflow.objects import unbuildable
+
     main_cls = type("MainScaler", (StandardScaler,), {"__module__": "__main__"})
-    with pytest.raises(InputError, match=r"learners\['s'\].steps\[0\]\[1\]: MainScaler is "
-                                         "defined in __main__"):
-        cvflow.Study({"s": make_pipeline(main_cls(), Ridge())}).config("regression")
+
+    class Shift(BaseEstimator):              # a local class
+        def __init__(self, by=0.0):
+            self.by = by
+
+        def fit(self, X, y=None):
+            return self
+
+        def transform(self, X):
+            return np.asarray(X) + self.by
+
+    rng = np.random.default_rng(3)
+    X = rng.uniform(0, 1, size=(40, 2))
+    y = np.sin(6 * X[:, 0]) + 0.1 * rng.normal(size=40)
+    knots = [np.linspace(0, 1, k)[:, None].repeat(2, axis=1) for k in (4, 6)]
+    pipe = Pipeline([("scale", main_cls()), ("double", FunctionTransformer(lambda v: 2 * v)),
+                     ("shift", Shift()), ("spline", SplineTransformer()), ("ridge", Ridge())])
+    grid = {"spline__knots": knots, "shift__by": [0.0, 1.0]}
+    study = cvflow.Study(pipe, param_grid=grid, cv=KFold(4, shuffle=True, random_state=0))
+    result = study.run(X, y, store=tmp_path / "s.zarr", cluster="threads", progress=False)
+    cube = result.cube
+    assert not cube["failed"].values.any()
+    # the predictions are the objects' own, fitted as cross_val_predict fits them
+    fold = cube["fold"].values[0]
+    for h, point in enumerate(ParameterGrid_points(grid)):
+        oof = cross_val_predict(clone_with(pipe, point), X, y, cv=PredefinedSplit(fold))
+        for j in range(4):
+            s = int(cube["fold_split"].values[0, j])
+            np.testing.assert_allclose(cube["pred"].values[h, s][fold == j], oof[fold == j],
+                                       rtol=1e-12, atol=1e-12)
+    workflow = json.loads(cube.attrs["workflow"])
+    kept = unbuildable(workflow["learners"])
+    assert any(k.startswith("__main__.MainScaler") for k in kept)
+    assert any("<lambda>" in k for k in kept) and any("Shift" in k for k in kept)
+    assert any(k.startswith("ndarray(shape=(4, 2)") for k in kept)
+    # two different arrays, two descriptions (a fingerprint each)
+    assert len(set(cube["param_json"].values)) == 4
+    with pytest.raises(InputError, match=r"^Study.from_store: .* cannot be rebuilt: its study "
+                                         r"fitted __main__.MainScaler"):
+        cvflow.Study.from_store(tmp_path / "s.zarr")
+    with pytest.raises(InputError, match=r"^Study.to_yaml: __main__.MainScaler is a Python "
+                                         "object that no name imports"):
+        study.to_yaml(tmp_path / "s.yaml", X, y)
+    assert not (tmp_path / "s.yaml").exists()
+    reopened = cvflow.StudyResult.from_store(tmp_path / "s.zarr")
+    assert reopened.selected["kfold"]["index"] == result.selected["kfold"]["index"]
+    assert "K-fold" in repr(reopened)
+    with pytest.raises(InputError, match=r"refit: param \d+ of .* fitted .*no name imports"):
+        reopened.refit()
+    # the run's own result refits its objects: the full split's predictions
+    full = int(cube.attrs["full_split"])
+    h = result.selected["kfold"]["index"]
+    np.testing.assert_allclose(result.refit().predict(X), cube["pred"].values[h, full],
+                               rtol=1e-12, atol=1e-12)
+
+
+def ParameterGrid_points(grid):
+    """The grid's points in cvflow's order (the grid's names, the last varying fastest)."""
+    import itertools
+
+    names = list(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*grid.values())]
+
+
+def clone_with(estimator, point):
+    from sklearn.base import clone
+
+    return clone(estimator).set_params(**clone(point, safe=False))
+
+
+def test_a_main_class_fits_on_worker_processes(tmp_path):
+    """A class and a lambda of a script's __main__ travel to worker processes by value."""
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from sklearn.base import BaseEstimator, RegressorMixin
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import FunctionTransformer
+        import cvflow
+
+        class Mean(RegressorMixin, BaseEstimator):
+            def __init__(self, shrink=1.0):
+                self.shrink = shrink
+            def fit(self, X, y):
+                self.m_ = self.shrink * np.mean(y)
+                return self
+            def predict(self, X):
+                return np.full(len(X), self.m_)
+
+        if __name__ == "__main__":
+            X = np.arange(40.0).reshape(20, 2)
+            y = np.arange(20.0)
+            pipe = make_pipeline(FunctionTransformer(lambda v: v + 1), Mean())
+            study = cvflow.Study(pipe, param_grid={{"mean__shrink": [0.5, 1.0]}}, cv=4)
+            result = study.run(X, y, store={str(tmp_path / "s.zarr")!r}, cluster="local",
+                               workers=1, progress=False)
+            cube = result.cube
+            assert not cube["failed"].values.any(), set(cube["error"].values.ravel())
+            full = int(cube.attrs["full_split"])
+            print(cube["pred"].values[:, full, 0].tolist())
+    """)
+    (tmp_path / "main.py").write_text(script)
+    done = subprocess.run([sys.executable, "main.py"], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == str([0.5 * 9.5, 9.5])
+
+
+def test_grid_names_are_left_to_set_params_as_gridsearchcv_leaves_them():
+    """A Pipeline step replaced by the grid, a name get_params lacks but set_params takes, and
+    set_params' own refusal."""
+    from sklearn.decomposition import PCA
+    from sklearn.feature_selection import SelectKBest
+
+    class Routed(BaseEstimator):             # set_params takes "inner__x" it does not list
+        def __init__(self, inner=None):
+            self.inner = inner
+
+        def set_params(self, **params):
+            self.routed_ = {k: v for k, v in params.items() if k.startswith("inner__")}
+            return super().set_params(**{k: v for k, v in params.items()
+                                         if not k.startswith("inner__")})
+
+        def fit(self, X, y):
+            return self
+
+        def predict(self, X):
+            return np.zeros(len(X))
+
+    X, y = np.random.default_rng(0).normal(size=(30, 6)), np.arange(30.0)
+    pipe = Pipeline([("reduce", PCA(2)), ("ridge", Ridge())])
+    steps = {"reduce": [PCA(3), SelectKBest(k=3)], "ridge__alpha": [0.1, 1.0]}
+    wf = cvflow.Study(pipe, param_grid=steps, cv=3).workflow(X, y)
+    assert [type(p.build().named_steps["reduce"]).__name__ for p in wf.params] == \
+        ["PCA", "PCA", "SelectKBest", "SelectKBest"]
+    assert cvflow.Study(Routed(), param_grid={"inner__x": [1, 2]}, cv=3).validate(X, y)
+    with pytest.raises(InputError, match=r"grid.reduce__k: Invalid parameter 'k' for "
+                                         r"estimator PCA\(n_components=3\)"):
+        cvflow.Study(pipe, param_grid={"reduce": [PCA(3)], "reduce__k": [2]}, cv=3).workflow(X, y)
+    # a workflow file's description: only the constructor's arguments go to it
+    from cvflow.workflow.params import Param
+
+    model = Param("p", "sklearn.pipeline.Pipeline",
+                  {"steps": [["reduce", {"class": "sklearn.decomposition.PCA"}],
+                             ["ridge", {"class": "sklearn.linear_model.Ridge"}]]},
+                  {"reduce": {"class": "sklearn.feature_selection.SelectKBest", "k": 2},
+                   "ridge__alpha": 3.0}).build()
+    assert isinstance(model.named_steps["reduce"], SelectKBest)
+    assert model.named_steps["reduce"].k == 2 and model.named_steps["ridge"].alpha == 3.0
+
+
+def test_splitters_that_do_not_partition_give_one_repeat_per_split():
+    from sklearn.model_selection import GroupShuffleSplit, LeavePGroupsOut
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(40, 2)), rng.normal(size=40)
+    groups = np.repeat(np.arange(5), 8)
+    for cv, g in [(ShuffleSplit(4, test_size=0.25, random_state=0), None),
+                  (LeavePGroupsOut(2), groups), (GroupShuffleSplit(3, random_state=1), groups)]:
+        built = cvflow.Study(Ridge(), cv=cv).workflow(X, y, g).build()
+        d = built.design
+        splits = list(cv.split(X, y, g))
+        assert d.fold.shape == (len(splits), 40) and d.fold_split.shape == (len(splits), 1)
+        for k, (train, test) in enumerate(splits):
+            np.testing.assert_array_equal(np.flatnonzero(d.fold[k] == 0), np.sort(test))
+            np.testing.assert_array_equal(np.flatnonzero(d.train[d.fold_split[k, 0]]),
+                                          np.sort(train))
 
 
 def test_cli_run_refuses_a_bad_pipeline_before_any_store(tmp_path, capsys):
@@ -451,3 +630,24 @@ def test_dataframe_pipeline_from_python_stdin_without_guard(tmp_path):
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert float(done.stdout.split()[-1]) <= 1e-10
+
+
+def test_without_a_target_the_learners_predictions_are_stored(tmp_path):
+    """y=None: unstratified folds, fit(X) without y, predict stored (cluster labels here); the
+    target-based estimates are NaN (a fit-time scorer is what scores such a study)."""
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(n_samples=45, random_state=0)
+    kmeans = KMeans(random_state=0, init="random", n_init=1)
+    study = cvflow.Study(kmeans, param_grid={"n_clusters": [2, 3]}, cv=3)
+    result = study.run(X, None, store=tmp_path / "s.zarr", cluster="threads", progress=False)
+    cube = result.cube
+    assert cube.attrs["task"] == "regression" and np.isnan(cube["y"].values).all()
+    assert not cube["failed"].values.any()
+    for h, k in enumerate([2, 3]):
+        for s in range(cube.sizes["split"]):
+            train = cube["train"].values[s]
+            want = KMeans(random_state=0, init="random", n_init=1, n_clusters=k).fit(X[train])
+            np.testing.assert_array_equal(cube["pred"].values[h, s], want.predict(X))
+    assert np.isnan(result["kfold"]["estimate"].values).all()

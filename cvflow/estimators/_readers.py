@@ -57,7 +57,9 @@ def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray, *, pooled: bool = True
         per_repeat = fold_sum.sum(axis=2) / sizes.sum(axis=1)
     else:
         per_repeat = fold_score.mean(axis=2)
-    se = fold_score.std(axis=2, ddof=1) / np.sqrt(sizes.shape[1])
+    k = sizes.shape[1]        # 1: a splitter's splits one by one, no fold-to-fold spread
+    se = (fold_score.std(axis=2, ddof=1) / np.sqrt(k) if k > 1
+          else np.full(fold_score.shape[:2], np.nan))
     dims = ("param", "repeat", "outer")
     return xr.Dataset({
         "estimate": ("param", per_repeat.mean(axis=1)),

@@ -184,11 +184,14 @@ def corrected_repeated_se(values: np.ndarray) -> np.ndarray:
     sqrt((1/(K·R) + 1/(K − 1)) · s²), s² the sample variance over all K·R values.
 
     s² pools the within-repeat and between-repeat variation of the fold values; the 1/(K − 1)
-    = n_test/n_train term accounts for the overlap of the training sets. NaN in, NaN out.
+    = n_test/n_train term accounts for the overlap of the training sets. NaN in, NaN out;
+    NaN with one fold a repeat (K = 1: the splits of a splitter that does not partition).
     """
     r, k = values.shape[-2:]
     flat = values.reshape(values.shape[:-2] + (r * k,))
-    s2 = flat.var(axis=-1, ddof=1) if r * k > 1 else np.full(flat.shape[:-1], np.nan)
+    if k < 2 or r * k < 2:       # one fold a repeat (a splitter's splits, one by one): undefined
+        return np.full(flat.shape[:-1], np.nan)
+    s2 = flat.var(axis=-1, ddof=1)
     return np.sqrt((1.0 / (k * r) + 1.0 / (k - 1)) * s2)
 
 

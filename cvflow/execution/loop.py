@@ -99,7 +99,7 @@ def time_on_workers(client, ctx: TaskContext, study, path_aware: bool) -> float:
 
     d = study.data
     seconds = _one_task_result(client, submit_data(
-        client, time_fits, ctx, study.params, d.fit_X, d.y, study.design.train[0], d.positive,
+        client, time_fits, ctx, study.params, d.fit_X, d.fit_y, study.design.train[0], d.positive,
         path_aware, key=f"cvflow-timing-{ctx.run_id}"))
     if seconds is None:
         log.warning("timing the fits on the workers failed (KilledWorker); blocks are sized for "
@@ -170,7 +170,7 @@ class Loop:
         c = self.client
         self.inputs = {
             "X": submit_data(c, _value, d.fit_X, key=f"cvflow-X-{stamp}"),
-            "y": submit_data(c, _value, d.y, key=f"cvflow-y-{stamp}"),
+            "y": submit_data(c, _value, d.fit_y, key=f"cvflow-y-{stamp}"),
             "w": None if d.sample_weight is None else submit_data(c, _value, d.sample_weight,
                                                                   key=f"cvflow-w-{stamp}")}
 
@@ -197,7 +197,7 @@ class Loop:
         lost = [name for name, f in self.inputs.items() if f is not None and f.status == "error"]
         stamp = time.time_ns()
         for name in lost:
-            value = {"X": self.data.fit_X, "y": self.data.y, "w": self.data.sample_weight}[name]
+            value = {"X": self.data.fit_X, "y": self.data.fit_y, "w": self.data.sample_weight}[name]
             self.inputs[name] = submit_data(self.client, _value, value,
                                             key=f"cvflow-{name}-{stamp}")
         self.submit([self.blocks.pop(future.key)])

@@ -36,7 +36,7 @@ def seconds_per_fit(workflow: Workflow, study: BuiltWorkflow) -> float:
     # timed as blocks fit them: a path-aware ridge grid costs one SVD per split, not one per alpha
     d = study.data
     return estimate_seconds_per_fit(
-        study.params, d.fit_X, d.y, study.design.train[0], positive=d.positive,
+        study.params, d.fit_X, d.fit_y, study.design.train[0], positive=d.positive,
         path_aware=bool(workflow.execution.get("path_aware", True)))
 
 

@@ -98,7 +98,8 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
     error = np.full((n_p, n_s), "", dtype=object)
     scoring = scoring if scoring is not None and scoring.scorers else None
     scored = None if scoring is None else _Scored(scoring, (n_p, n_s))
-    path_aware = fits_paths(params, X, sample_weight, path_aware, scoring)
+    # a target given as a list or a Series, or none: one fit each, as the learners see it
+    path_aware = isinstance(y, np.ndarray) and fits_paths(params, X, sample_weight, path_aware, scoring)
     groups = paths.plan(params) if path_aware else [paths.Group((h,)) for h in range(n_p)]
     for s in range(n_s):
         for group in groups:

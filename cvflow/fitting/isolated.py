@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from .learners import fit_and_score, pred_shape
+from ..objects import importable
 from ..workflow.params import Param, import_estimator
 
 
@@ -55,7 +56,11 @@ def timeout_message(seconds: float) -> str:
 # --- the wire: length-prefixed pickles (our own child: nothing untrusted crosses it) -----------
 
 def _send(stream, obj) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    import cloudpickle
+
+    # by value what no name imports in the child (a __main__ class, a lambda: Param.source),
+    # as distributed ships them to its workers; pickle.loads reads it back
+    data = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(struct.pack("<Q", len(data)) + data)
     stream.flush()
 
@@ -167,8 +172,8 @@ def fit_cells(params: list[Param], X, y, train: np.ndarray, cells: list[tuple[in
     ``scoring`` (:class:`cvflow.fitting.scoring.Scoring`, sent by value: it pickles its
     scorers with cloudpickle) each value has a fourth item, the fit's scores (None when its
     child died)."""
-    data = (X, y, positive, sample_weight, sorted({params[h].estimator for h, _ in cells}),
-            scoring)
+    data = (X, y, positive, sample_weight,
+            sorted({params[h].estimator for h, _ in cells if importable(params[h].estimator)}), scoring)
     out: dict = {}
     child = None
     try:

@@ -57,23 +57,53 @@ def _per_class(model, X: np.ndarray, output: str, classes: np.ndarray) -> np.nda
     values = np.asarray(getattr(model, output)(X), dtype=np.float64)
     if values.ndim == 1:               # a 2-class model (a class missing from the training set)
         values = np.column_stack([-values, values]) if output == "decision_function" else values
-    out = np.full((X.shape[0], len(classes)), 0.0 if output == "predict_proba" else -np.inf)
+    out = np.full((n_rows(X), len(classes)), 0.0 if output == "predict_proba" else -np.inf)
     out[:, np.searchsorted(classes, known)] = values
     return out
 
 
+def pairwise(model) -> bool:
+    """Whether ``model`` takes a precomputed kernel or distance matrix (its pairwise tag)."""
+    from sklearn.utils import get_tags
+
+    try:
+        return bool(get_tags(model).input_tags.pairwise)
+    except Exception:  # noqa: BLE001 - an estimator without tags is not pairwise
+        return False
+
+
+def columns(X, rows: np.ndarray):
+    """The columns ``rows`` of a pairwise X (a kernel between samples): X[:, train]."""
+    if not (isinstance(X, np.ndarray) or hasattr(X, "tocsr")):
+        # scikit-learn's own words (_safe_split)
+        raise ValueError("Precomputed kernels or affinity matrices have to be passed as arrays "
+                         "or sparse matrices.")
+    rows = np.asarray(rows)
+    return X[:, np.flatnonzero(rows) if rows.dtype == bool else rows]
+
+
 def fit_model(param: Param, X, y, train: np.ndarray, sample_weight=None):
-    """``param``'s estimator fitted on the training rows (with their sample weights)."""
+    """``param``'s estimator fitted on the training rows (with their sample weights), as
+    ``GridSearchCV`` fits: ``fit(X)`` without a target, a pairwise X as X[train][:, train]."""
     model = param.build(train)
     kwargs = {} if sample_weight is None else {
         sample_weight_key(model): np.asarray(sample_weight)[train]}
-    model.fit(take(X, train), y[train], **kwargs)
+    X_train = take(X, train)
+    if pairwise(model):
+        if hasattr(X, "shape") and X.shape[0] != X.shape[1]:
+            raise ValueError("X should be a square kernel matrix")    # _safe_split's words
+        X_train = columns(X_train, train)
+    if y is None:
+        model.fit(X_train, **kwargs)
+    else:
+        model.fit(X_train, take(y, train), **kwargs)
     return model
 
 
 def fit_one(param: Param, X, y, train: np.ndarray, positive=None,
             sample_weight=None) -> tuple[np.ndarray, float, str]:
-    """Fit ``param`` on the training rows and predict every sample.
+    """Fit ``param`` on the training rows and predict every sample (a pairwise X: from its
+    columns of the training samples).
 
     Returns (predictions, seconds, error message or ""); a raising fit gives NaN predictions.
     """
@@ -100,7 +130,8 @@ def fit_and_score(param: Param, X, y, train: np.ndarray, positive=None, sample_w
                 None if scoring is None else no_scores(scoring))
     unstored = ""
     try:
-        pred = predict_output(model, X, param.output, positive)
+        pred = predict_output(model, columns(X, train) if pairwise(model) else X, param.output,
+                              positive)
         if pred.shape != shape:
             raise ValueError(f"prediction has shape {pred.shape}, expected {shape}")
     except Exception as exc:  # noqa: BLE001 - as a failing fit, unless scorers score it
@@ -122,4 +153,9 @@ def _message(exc: BaseException) -> str:
 
 def pred_shape(X, positive) -> tuple[int, ...]:
     """Shape of one fit's stored predictions: (n,) or, multiclass, (n, C)."""
-    return (X.shape[0],) + ((len(positive),) if isinstance(positive, tuple) else ())
+    return (n_rows(X),) + ((len(positive),) if isinstance(positive, tuple) else ())
+
+
+def n_rows(X) -> int:
+    """Samples in X: its first dimension, or its length (a list)."""
+    return int(X.shape[0]) if hasattr(X, "shape") else len(X)

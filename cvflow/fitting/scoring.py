@@ -15,8 +15,21 @@ import numpy as np
 
 
 def take(X, rows: np.ndarray):
-    """Rows of a numpy array or a pandas DataFrame."""
-    return X.iloc[rows] if hasattr(X, "iloc") else X[rows]
+    """Rows of X as scikit-learn's ``_safe_indexing`` gives them (its name is private): a
+    pandas object (or anything with ``iloc``) by position, a list as a list, a numpy array or
+    sparse matrix by fancy indexing. ``rows`` is a boolean mask or positions; None stays None
+    (no target)."""
+    if X is None:
+        return None
+    rows = np.asarray(rows)
+    index = np.flatnonzero(rows) if rows.dtype == bool else rows
+    if hasattr(X, "iloc"):
+        return X.iloc[index]
+    if isinstance(X, list):
+        return [X[i] for i in index]
+    if isinstance(X, tuple):
+        return tuple(X[i] for i in index)
+    return X[index]
 
 
 def estimator_score(estimator, X, y, sample_weight=None) -> float:

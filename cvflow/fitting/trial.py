@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 
 from ..errors import InputError, ReproducibilityWarning
-from .learners import fit_model, predict_output, take
+from .learners import columns, fit_model, pairwise, predict_output, take
 from ..workflow.params import Param
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,9 @@ def _trial(param: Param, X, y, rows: np.ndarray, sample_weight, positive,
         if model_out is not None:
             model_out.append(model)
         try:
-            return predict_output(model, take(X, rows), param.output, positive)
+            X_rows = take(X, rows)
+            return predict_output(model, columns(X_rows, rows) if pairwise(model) else X_rows,
+                                  param.output, positive)
         except Exception as exc:  # noqa: BLE001 - with scorers, the fit is what matters
             if not scored:
                 raise
@@ -152,7 +154,7 @@ def check_learners(workflow, data, where: str) -> dict[str, list[str]]:
     the first learner's trial model): the store holds one score per key.
     """
     rows = trial_rows(data.y, data.is_test, workflow.task)
-    X = data.fit_X
+    X, y = data.fit_X, data.fit_y
     scored = bool(workflow.config.get("scorers"))
     keys: dict[str, list[str]] | None = None
     by_learner: dict[str, list[Param]] = {}
@@ -163,7 +165,7 @@ def check_learners(workflow, data, where: str) -> dict[str, list[str]]:
         for param in dict.fromkeys([0, len(params) // 2, len(params) - 1]):
             try:
                 models: list = []
-                pred = _trial(params[param], X, data.y, rows, data.sample_weight, data.positive,
+                pred = _trial(params[param], X, y, rows, data.sample_weight, data.positive,
                               scored, models)
             except Exception as exc:  # noqa: BLE001 - any failure of the trial is reported
                 first_error = first_error or exc
@@ -189,7 +191,7 @@ def _check_reproducible(param: Param, X, data, rows, pred: np.ndarray | None, na
     unset = _unset_random_states(param.build())
     if not unset:
         return
-    again = _trial(param, X, data.y, rows, data.sample_weight, data.positive, scored)
+    again = _trial(param, X, data.fit_y, rows, data.sample_weight, data.positive, scored)
     if not np.array_equal(pred, again, equal_nan=True):
         warnings.warn(f"learner {name!r}: two fits on the same rows predict differently "
                       f"({', '.join(unset)} unset), so reruns and resumed runs will differ; set "

@@ -110,8 +110,11 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         ``best_score_``). ``False`` with several scorings: no ``best_*`` attributes.
     cv : int, splitter or iterable of (train, test), default None (5 folds)
         As ``GridSearchCV``'s (``check_cv``: an int is ``StratifiedKFold`` for a classifier
-        on a binary or multiclass target, else ``KFold``, unshuffled). The test sets must
-        partition the samples once per repeat (cvflow's estimators are defined on folds).
+        on a binary or multiclass target, else ``KFold``, unshuffled). A shuffling splitter
+        without ``random_state`` is seeded once per ``fit`` from numpy's global random state.
+        A scikit-learn splitter whose test sets do not partition the samples (``ShuffleSplit``,
+        ``LeavePGroupsOut``, ...) is read split by split, for ``select="kfold"`` only; an
+        iterable of splits must partition them (cvflow's other estimators need folds).
     verbose : int, default 0
         ``GridSearchCV``'s lines on stdout: > 0 the number of fits before the run; > 1 one
         ``[CV] END`` line per fit after the run (> 2 with its scores and split number).

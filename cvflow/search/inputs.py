@@ -94,7 +94,7 @@ def splitter_of(cv, X, y, groups):
     which must partition the samples (one repeat)."""
     module = type(cv).__module__
     if module.startswith("sklearn.") and not type(cv).__name__.startswith("_"):
-        return cv
+        return seeded(cv)
     labels = np.full(len(y), -1)
     for j, (_, test) in enumerate(cv.split(X, y, groups)):
         if (labels[test] >= 0).any():
@@ -105,6 +105,26 @@ def splitter_of(cv, X, y, groups):
         raise ValueError("SearchCV: cv never tests some samples; cvflow needs test folds that "
                          "partition the samples (KFold, StratifiedKFold, GroupKFold, ...)")
     return PredefinedSplit(labels)
+
+
+def seeded(cv):
+    """``cv``, or a copy seeded from numpy's global random state when it shuffles without a
+    ``random_state`` (``KFold(shuffle=True)``, ``ShuffleSplit()``, the Repeated splitters).
+
+    DESIGN CHOICE: GridSearchCV draws such folds once per ``fit`` from numpy's global random
+    state; a study needs its folds named in its store, so SearchCV draws a seed from that same
+    state once per ``fit`` (``numpy.random.seed`` before it makes it reproducible, as for
+    GridSearchCV) and the store records the seeded splitter.
+    """
+    if getattr(cv, "random_state", 0) is not None or not getattr(cv, "shuffle", True):
+        return cv
+    from copy import copy
+
+    from sklearn.utils import check_random_state
+
+    out = copy(cv)
+    out.random_state = int(check_random_state(None).randint(np.iinfo(np.int32).max))
+    return out
 
 
 def output_of(estimator, candidates: list[dict], losses: list[Loss], n_classes: int,

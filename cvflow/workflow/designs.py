@@ -144,33 +144,68 @@ def splitter_fold_labels(cv, y: np.ndarray, is_test: np.ndarray, *,
     cvflow is defined on folds. Anything else is refused, and so is a splitter that raises
     on the data (a stratified splitter on a continuous target).
     """
+    labels, per_split = splitter_splits(cv, y, is_test, groups=groups, name=name)
+    if per_split is not None:
+        raise InputError(not_a_partition(cv, labels, per_split, name))
+    return labels
+
+
+def splitter_splits(cv, y: np.ndarray, is_test: np.ndarray, *, groups: np.ndarray | None = None,
+                    name: str = "design.splitter") -> tuple[np.ndarray, np.ndarray | None]:
+    """(fold labels, None) of a splitter whose test sets partition the samples once per repeat
+    (see :func:`splitter_fold_labels`); else its splits one by one: (labels (S, n), training
+    masks (S, 1, n)), split k as repeat k of one fold, its test samples labelled 0, the others
+    -1 (LeavePGroupsOut, ShuffleSplit, GroupShuffleSplit, StratifiedShuffleSplit: a sample
+    may be tested several times or never, and a training set is not the rest of the data).
+
+    Only estimators that score each fold fit on its own test fold read such folds (``kfold``:
+    GridSearchCV's mean of the split scores); the workflow checks that (``Workflow.build``).
+    """
     analysis = np.flatnonzero(~is_test)
     kind = type(cv).__name__
     g = None if groups is None else np.asarray(groups)[analysis]
     try:
-        tests = [np.asarray(test) for _, test in cv.split(np.zeros((analysis.size, 1)),
-                                                           y[analysis], g)]
+        splits = [(np.asarray(train), np.asarray(test))
+                  for train, test in cv.split(np.zeros((analysis.size, 1)), y[analysis], g)]
     except ValueError as exc:
         raise InputError(f"{name}: {kind} cannot split these data: "
                          f"{str(exc).splitlines()[0]}") from None
+    if not splits:
+        raise InputError(f"{name}: {kind} gave no splits")
+    tests = [test for _, test in splits]
     folds, repeats = splitter_folds(cv)
     per = folds or (len(tests) // repeats if repeats else 0)
-    if not per or len(tests) != per * repeats:
-        raise InputError(f"{name}: {kind} gave {len(tests)} splits, not {repeats} repeat(s) of "
-                         f"folds; cvflow's estimators need a partition splitter")
     labels = np.full((repeats, y.shape[0]), -1, dtype=np.int32)
-    for r in range(repeats):
+    partition = bool(per) and len(tests) == per * repeats
+    for r in range(repeats if partition else 0):
         count = np.zeros(analysis.size, dtype=np.int64)
-        for j, test in enumerate(tests[r * per:(r + 1) * per]):
+        for j, (train, test) in enumerate(splits[r * per:(r + 1) * per]):
             count[test] += 1
             labels[r, analysis[test]] = j
-        if not (count == 1).all():
-            raise InputError(
-                f"{name}: {kind} does not partition the samples (some are tested "
-                f"{'never' if (count == 0).any() else 'several times'} in a repeat); the "
-                "estimators need every sample in exactly one test fold per repeat: use KFold, "
-                "StratifiedKFold, GroupKFold, StratifiedGroupKFold or their Repeated forms")
-    return labels
+            rest = np.setdiff1d(np.arange(analysis.size), test)
+            partition = partition and np.array_equal(np.sort(train), rest)
+        partition = partition and bool((count == 1).all())
+    if partition:
+        return labels, None
+    labels = np.full((len(splits), y.shape[0]), -1, dtype=np.int32)
+    train_masks = np.zeros((len(splits), 1, y.shape[0]), dtype=bool)
+    for k, (train, test) in enumerate(splits):
+        labels[k, analysis[test]] = 0
+        train_masks[k, 0, analysis[train]] = True
+    return labels, train_masks
+
+
+def not_a_partition(cv, labels: np.ndarray, train: np.ndarray,
+                    name: str = "design.splitter") -> str:
+    """The one line refusing a splitter that does not partition the samples."""
+    tested = (labels >= 0).sum(axis=0)
+    how = ("some are tested several times" if (tested > 1).any() else
+           "some are never tested" if (tested == 0).any() else
+           "its training sets are not the rest of the samples")
+    return (f"{name}: {type(cv).__name__} does not partition the samples ({how}); "
+            "the estimators need every sample in exactly one test fold per repeat: use KFold, "
+            "StratifiedKFold, GroupKFold, StratifiedGroupKFold or their Repeated forms (only "
+            "kfold, GridSearchCV's mean of the split scores, reads other splitters)")
 
 
 def timeseries_folds(is_test: np.ndarray, *, folds: int, gap: int = 0,

@@ -80,11 +80,21 @@ def _generated_count(where: str, key: str, kind: str, args: list) -> int | float
 
 
 def parse_learners(where: str, raw: Any, task: str, fit_seed: int | None = None, *, loss=None,
-                   python: bool = False) -> list[Param]:
+                   python: bool = False, objects: dict | None = None) -> list[Param]:
     """The params of every learner entry (normalised in place). ``loss`` (a declared
     :class:`cvflow.estimators.losses.Loss` or None) decides the output of a learner that names none
     (:func:`cvflow.workflow.params.infer_output`); ``python``: the workflow of a
-    :class:`cvflow.Study`, whose messages name its arguments, not the file's keys."""
+    :class:`cvflow.Study`, whose messages name its arguments, not the file's keys.
+
+    ``objects`` (the Python face): learner name -> (estimator, list of grids of objects), the
+    objects the entries describe, value for value. Their params fit the objects
+    (``Param.source``), and their classes need not import by name.
+
+    DESIGN CHOICE: a grid name is checked against ``get_params(deep=True)``; one it lacks (a
+    Pipeline step replaced by the grid, an estimator whose ``set_params`` takes more) is left
+    to ``set_params``, as ``GridSearchCV`` leaves it: every grid point is built once, and the
+    first refusal is the error (``set_params``' own message on the Python face).
+    """
     if not isinstance(raw, list) or not raw:
         fail(where, "learners", "give a non-empty list of learners")
     params: list[Param] = []
@@ -97,8 +107,9 @@ def parse_learners(where: str, raw: Any, task: str, fit_seed: int | None = None,
         if name in names:
             fail(where, f"{key}.name", f"duplicate learner name {name!r}")
         names.add(name)
+        source = (objects or {}).get(name)
         try:
-            cls = import_estimator(str(entry["estimator"]))
+            cls = type(source[0]) if source is not None else import_estimator(str(entry["estimator"]))
         except InputError as exc:
             raise InputError(f"{where}: {key}.class: {str(exc).removeprefix('estimator: ')}") \
                 from None
@@ -127,7 +138,8 @@ def parse_learners(where: str, raw: Any, task: str, fit_seed: int | None = None,
             # the loss chose it: kept in the workflow (and so in the store's fit hash)
             entry["output"] = output
         steps = _preprocess(where, f"{key}.preprocess", entry.get("preprocess"))
-        valid = _valid_names(where, key, str(entry["estimator"]), cls, fixed)
+        valid = (set(source[0].get_params(deep=True)) if source is not None
+                 else _valid_names(where, key, str(entry["estimator"]), cls, fixed))
         for pname in fixed:
             if valid is not None and pname not in valid:
                 fail(where, f"{key}.params.{pname}", f"{cls.__name__} has no parameter {pname!r}")
@@ -140,16 +152,38 @@ def parse_learners(where: str, raw: Any, task: str, fit_seed: int | None = None,
                          f"{limits.count_text(total)} params" + (
                              f" ({' x '.join(str(len(v)) for v in values.values())} here)"
                              if len(values) > 1 else ""))
-            for pname in values:
-                replaced = "__" in pname and pname.partition("__")[0] in values  # a step from the grid
-                if valid is not None and pname not in valid and not replaced:
-                    fail(where, f"{gkey}.{pname}", f"{cls.__name__} has no parameter {pname!r}"
-                         + ("; nested parameters are written step__param" if "__" not in pname
-                            else ""))
-            for hyper in expand_grid(values) if values else [{}]:
-                params.append(Param(name, str(entry["estimator"]), dict(fixed), hyper, output,
-                                    steps, fit_seed))
+            hypers = expand_grid(values)
+            # the Python face: the same grid point as objects, fitted (Param.source)
+            points = (expand_grid(source[1][g_index]) if source is not None
+                      else [None] * len(hypers))
+            new = [Param(name, str(entry["estimator"]), dict(fixed), hyper, output, steps,
+                         fit_seed, None if point is None else (source[0], point))
+                   for hyper, point in zip(hypers, points)]
+            unknown = [p for p in values if valid is not None and p not in valid]
+            # an estimator (or None) as a value replaces a part whose names the others set
+            replaces = source is not None and any(
+                v is None or hasattr(v, "get_params") for vs in source[1][g_index].values()
+                for v in vs)
+            if unknown or replaces:
+                _set_params_decides(where, gkey, unknown or list(values), new, cls, python)
+            params += new
     return params
+
+
+def _set_params_decides(where: str, gkey: str, unknown: list[str], params: list[Param], cls,
+                        python: bool) -> None:
+    """Build every grid point of a grid naming parameters ``get_params`` lacks: the first
+    that ``set_params`` refuses is the error (see :func:`parse_learners`)."""
+    for param in params:
+        try:
+            param.build()
+        except Exception as exc:  # noqa: BLE001 - set_params' own refusal, or a constructor's
+            pname = next((p for p in unknown if repr(p) in str(exc)), unknown[0])
+            if python:
+                fail(where, f"{gkey}.{pname}", str(exc).splitlines()[0] if str(exc)
+                     else type(exc).__name__)
+            fail(where, f"{gkey}.{pname}", f"{cls.__name__} has no parameter {pname!r}"
+                 + ("; nested parameters are written step__param" if "__" not in pname else ""))
 
 
 def learner_name(entry: dict) -> str:

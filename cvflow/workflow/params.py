@@ -9,6 +9,7 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +30,10 @@ class Param:
     preprocess: tuple[tuple[str, str], ...] = ()
     # the workflow's execution.fit_seed: unset random_state params get a seed per (param, split)
     fit_seed: int | None = None
+    # the Python face's own objects, (estimator, {name: value} of this grid point): what is
+    # fitted, while ``fixed`` and ``hyper`` describe it (cvflow.objects); in memory only, never
+    # stored, shipped to worker processes by value as distributed ships objects
+    source: tuple[Any, dict] | None = field(default=None, compare=False, repr=False)
 
     def settings(self) -> dict:
         return {**self.fixed, **self.hyper}
@@ -46,17 +51,30 @@ class Param:
         ``preprocess`` a scikit-learn Pipeline, so the transformers learn from the training
         rows only.
 
-        Settings are descriptions (:mod:`cvflow.objects`): nested estimators and functions
-        are built anew on every call; nested keys (``ridge__alpha``) go through ``set_params``.
-        With ``fit_seed`` and the training rows ``train``, every unset ``random_state`` gets
-        the seed of this (param, training set), see :func:`fit_seed`.
+        With ``source`` (the Python face), the estimator is cloned and the grid point's values,
+        cloned too, go through ``set_params``, as ``GridSearchCV`` builds each candidate.
+        Otherwise the settings are descriptions (:mod:`cvflow.objects`): nested estimators and
+        functions are built anew on every call; the constructor's own arguments go to it, every
+        other key (``ridge__alpha``, a Pipeline step ``reduce``) through ``set_params``. With
+        ``fit_seed`` and the training rows ``train``, every unset ``random_state`` gets the
+        seed of this (param, training set), see :func:`fit_seed`.
         """
-        cls = import_estimator(self.estimator)
-        settings = build_params(self.settings(), cls, self.learner)
-        model = cls(**{k: v for k, v in settings.items() if "__" not in k})
-        nested = {k: v for k, v in settings.items() if "__" in k}
-        if nested:
-            model.set_params(**nested)
+        if self.source is not None:
+            from sklearn.base import clone
+
+            estimator, values = self.source
+            model = clone(estimator)
+            if values:
+                model.set_params(**clone(values, safe=False))
+        else:
+            cls = import_estimator(self.estimator)
+            settings = build_params(self.settings(), cls, self.learner)
+            names = init_names(cls)
+            ctor = {k for k in settings if (k in names if names is not None else "__" not in k)}
+            model = cls(**{k: v for k, v in settings.items() if k in ctor})
+            rest = {k: v for k, v in settings.items() if k not in ctor}
+            if rest:
+                model.set_params(**rest)
         if self.fit_seed is not None and train is not None:
             seed_random_states(model, fit_seed(self.fit_seed, self.to_json(), train))
         if not self.preprocess:
@@ -65,6 +83,21 @@ class Param:
 
         steps = [import_estimator(path)(**json.loads(params)) for path, params in self.preprocess]
         return make_pipeline(*steps, model)
+
+
+def init_names(cls) -> set[str] | None:
+    """The keyword arguments of ``cls``'s constructor; None when it takes ``**kwargs`` or its
+    signature is unknown (then every key without ``__`` goes to it)."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(cls.__init__).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind == p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and p.name != "self"}
 
 
 def fit_seed(seed: int, param_json: str, train: np.ndarray) -> int:

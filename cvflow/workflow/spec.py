@@ -17,8 +17,9 @@ import yaml
 from .data import Data, load_data
 from ..objects import CLASS
 from ..objects import build as build_description
-from .designs import (Design, complete_subset_count, fold_labels, make_design, requested_splits,
-                      splitter_fold_labels, splitter_folds, subset_splits, timeseries_folds)
+from .designs import (Design, complete_subset_count, fold_labels, make_design, not_a_partition,
+                      requested_splits, splitter_folds, splitter_splits, subset_splits,
+                      timeseries_folds)
 from . import limits
 from ..errors import InputError
 from ..estimators.registry import lookup
@@ -92,6 +93,8 @@ class Workflow:
     # scorers given in Python as objects (``Study(scorers=...)``), by name; they travel with
     # the tasks by value, the config holds their spelling (cvflow.workflow.scorers)
     scorer_objects: dict | None = None
+    # the Python face's objects (parse_workflow's ``objects``): learner name -> its class
+    classes: dict[str, type] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -183,12 +186,23 @@ class Workflow:
             name = learner_name(entry)
             if name in self.given_outputs:
                 continue
-            cls = import_estimator(str(entry["estimator"]))
+            cls = self.classes.get(name) or import_estimator(str(entry["estimator"]))
             output = infer_output(cls, self.task, decl, n_classes)
             if output != default_output(cls, self.task):
                 entry["output"] = output
             self.params = [replace(p, output=output) if p.learner == name else p
                            for p in self.params]
+
+    def _per_split(self, cv, fold: np.ndarray, fold_train: np.ndarray) -> None:
+        """A splitter that does not partition the samples gives one repeat of one fold per
+        split (:func:`cvflow.workflow.designs.splitter_splits`): refused unless every estimator
+        scores each fold fit on its own test fold only (``kfold``: GridSearchCV's mean of the
+        split scores), as on time-ordered folds; nested, paired and subset roles need folds."""
+        for i, (name, _) in enumerate(self.estimators):
+            spec = lookup(name, search=self.path.parent)
+            if not spec.time_ordered or set(spec.needs) - {"fold", "full"}:
+                raise InputError(f"{not_a_partition(cv, fold, fold_train)}; estimators[{i}] "
+                                 f"({name}) needs folds that partition the samples")
 
     def build(self) -> BuiltWorkflow:
         """Load the data and build the deduplicated design (raises InputError on bad input).
@@ -222,7 +236,9 @@ class Workflow:
                     gap=cv.gap if cv else d.get("gap", 0),
                     max_train_size=cv.max_train_size if cv else d.get("max_train_size"))
             elif cv is not None:
-                fold = splitter_fold_labels(cv, data.y, data.is_test, groups=data.groups)
+                fold, fold_train = splitter_splits(cv, data.y, data.is_test, groups=data.groups)
+                if fold_train is not None:
+                    self._per_split(cv, fold, fold_train)
             else:
                 fold = fold_labels(data.y, data.is_test, folds=d["folds"], repeats=d["repeats"],
                                    splitter=d["splitter"], seed=d["seed"], groups=data.groups,
@@ -302,8 +318,13 @@ def _seed(where: str, key: str, value: Any) -> None:
         fail(where, key, f"{value!r}; give a whole number in 0..{2**32 - 1} (or null)")
 
 
-def parse_workflow(config: Any, path: Path) -> Workflow:
-    """Validate a parsed YAML mapping into a Workflow."""
+def parse_workflow(config: Any, path: Path, *, objects: dict | None = None) -> Workflow:
+    """Validate a parsed YAML mapping into a Workflow.
+
+    ``objects`` (:class:`cvflow.Study`): learner name -> (estimator, list of grids of objects)
+    that ``config``'s learners describe; the params fit these objects (see
+    :func:`cvflow.workflow.learners.parse_learners`).
+    """
     where = str(path)
     if not isinstance(config, dict):
         fail(where, "(top level)", "the workflow must be a YAML mapping")
@@ -359,7 +380,8 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
         declared = None                  # check_loss below says why
     given = {i for i, e in enumerate(c["learners"]) if isinstance(e, dict) and e.get("output")} \
         if isinstance(c["learners"], list) else set()   # not a list: parse_learners says why
-    params = parse_learners(where, c["learners"], task, fit_seed, loss=declared, python=python)
+    params = parse_learners(where, c["learners"], task, fit_seed, loss=declared, python=python,
+                            objects=objects)
     try:
         c["loss"] = check_loss(c["loss"], task, {p.output for p in params}, search=path.parent,
                                fix=OUTPUT_FIX[python])
@@ -446,7 +468,8 @@ def parse_workflow(config: Any, path: Path) -> Workflow:
         c["racing"] = _racing(where, c["racing"], estimators, c["loss"], design, path.parent)
     workflow = Workflow(path=path, config=c, params=params, estimators=estimators,
                         execution=execution,
-                        given_outputs={learner_name(c["learners"][i]) for i in given})
+                        given_outputs={learner_name(c["learners"][i]) for i in given},
+                        classes={n: type(est) for n, (est, _) in (objects or {}).items()})
     if design["folds"] is not None:      # else the splitter decides, from the data (build)
         subset = design.get("subset") or {}
         try:
