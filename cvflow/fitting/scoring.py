@@ -126,7 +126,7 @@ def _apply(scoring: Scoring, model, X, y, rows: np.ndarray, errors: list[str],
     if not rows.any():
         return out
     index = np.flatnonzero(rows)
-    Xr, yr = take(X, index), y[index]
+    Xr, yr = take(X, index), take(y, index)
     weights = None if sample_weight is None else np.asarray(sample_weight)[index]
     k = 0
     for name, scorer in scoring.scorers.items():
