@@ -162,3 +162,57 @@ def test_bad_timing_arguments(tmp_path):
     with pytest.raises(ValueError, match=r"stale_after \(1.0\) must exceed heartbeat \(2.0\)"):
         with run_lock(tmp_path / "s.zarr", heartbeat=2, stale_after=1):
             pass
+
+
+def test_a_symlinked_store_is_the_same_store_for_the_lock(tmp_path):
+    """Issue 32: the lock keyed on the name given, so a run through ``link.zarr -> real.zarr``
+    took ``link.zarr.lock`` while another held ``real.zarr.lock``."""
+    real = tmp_path / "real.zarr"
+    real.mkdir()
+    link = tmp_path / "link.zarr"
+    link.symlink_to(real)
+    (tmp_path / "dir").symlink_to(tmp_path)          # an alias of a parent directory too
+    assert lock_path(link) == lock_path(real) == lock_path(tmp_path / "dir" / "link.zarr")
+    with run_lock(real):
+        for alias in (link, tmp_path / "dir" / "real.zarr"):
+            with pytest.raises(StoreError, match=r"is being written by another cvflow run"):
+                with run_lock(alias):
+                    pass
+    with run_lock(link):
+        assert read_lock(real) is not None
+        with pytest.raises(StoreError, match=r"is being written by another cvflow run"):
+            with run_lock(real):
+                pass
+
+
+def test_a_run_through_a_symlink_is_refused_while_another_runs(tmp_path):
+    """Two ``cvflow run`` processes: A on real.zarr (one fit held open at a gate), B on
+    link.zarr -> real.zarr while A runs: B is refused with one line (it used to write the same
+    store beside A, both exiting 0); A finishes."""
+    import fault_helpers as fh
+    from cvtest import QUICK
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(QUICK.replace("class: sklearn.linear_model.Ridge",
+                                "class: fault_helpers.GatedRidge\n"
+                                f"    params: {{gate: {str(tmp_path / 'gate')!r}, "
+                                f"claim: {str(tmp_path / 'claim')!r}, limit: 600}}")
+                  + "execution: {fits_per_task: 1}\n")
+    real, link = tmp_path / "real.zarr", tmp_path / "link.zarr"
+    a = fh.start_run(wf, real, "--cluster", "threads", dashboard=())
+    try:
+        fh.wait_for_done(real, 1, a, timeout=240)
+        link.symlink_to(real)
+        b = subprocess.run([sys.executable, "-m", "cvflow", "run", str(wf), "--store", str(link),
+                            "--cluster", "threads"], capture_output=True, text=True,
+                           env=fh.cli_env(), timeout=240)
+        (tmp_path / "gate").touch()
+        rc, _, err = fh.finish(a)
+    finally:
+        (tmp_path / "gate").touch()
+        fh.reap(a)
+    assert b.returncode == 2, b.stderr[-2000:]
+    lines = b.stderr.strip().splitlines()
+    assert len(lines) == 1 and "link.zarr is being written by another cvflow run" in lines[0], \
+        b.stderr[-2000:]
+    assert rc == 0, err[-2000:]

@@ -49,10 +49,10 @@ from .coords import RESERVED, hyperparameter_coord, param_coords  # noqa: F401 -
 from .damage import listed_damage
 from .damage import verify  # noqa: F401 - cvflow.store.cube.verify, as the docs name it
 from ..errors import StoreError
-from .group import (CREATING, FORMAT_ATTR, LAZY_VARIABLES, STORE_FORMAT, STORE_FORMAT_ATTR,
+from .group import (FORMAT_ATTR, LAZY_VARIABLES, STORE_FORMAT, STORE_FORMAT_ATTR, marker,
                     open_group, read_mask)
 from .integrity import DamagedStore
-from .location import exists, is_url, resolve, sibling, storage_options
+from .location import exists, is_url, resolve, storage_options
 
 # the encoding key where open_cube keeps the dask name of the store's own `pred`: read_pred
 # knows an untouched one by it
@@ -83,7 +83,7 @@ def open_cube(store: str | os.PathLike) -> xr.Dataset:
     if not exists(location):
         raise StoreError(f"store: {location} does not exist")
     cube = None
-    if not exists(sibling(location, CREATING)):          # else a creation was cut: no store
+    if not exists(marker(location)):          # else a creation was cut: no store
         try:
             cube = open_dataset(location)
         except Exception as exc:  # noqa: BLE001 - anything unreadable is not a cvflow store

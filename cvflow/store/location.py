@@ -60,6 +60,18 @@ def is_url(location: str) -> bool:
     return scheme(location) is not None
 
 
+def identity(location: str) -> str:
+    """What a store *is*, whatever it is called: a local path with every symbolic link resolved
+    (``os.path.realpath``), a URL as it is (its bucket and key).
+
+    DESIGN CHOICE: the run lock, the fence and the creation marker are keyed on this, not on
+    the name given: two runs on ``real.zarr`` and on ``link.zarr -> real.zarr`` are two runs
+    on one store, and the second is refused (tests/test_lock.py, the symlinked-store test).
+    Messages keep the name the user gave (:func:`resolve`).
+    """
+    return location if is_url(location) else os.path.realpath(location)
+
+
 def storage_options(location: str) -> dict | None:
     """fsspec options for ``location`` (config ``cvflow.storage-options``); None if local."""
     if not is_url(location):

@@ -47,15 +47,16 @@ from typing import Iterator
 
 
 from ..errors import StoreError
-from .location import filesystem, is_url, resolve, sibling
+from .location import filesystem, identity, is_url, resolve, sibling
 from .. import config
 
 log = logging.getLogger(__name__)
 
 
 def lock_path(store: str | os.PathLike) -> Path | str:
-    """The lock of ``store``: ``<store>.lock`` (a Path, or a URL for a store at a URL)."""
-    location = sibling(resolve(store), ".lock")
+    """The lock of ``store``: ``<store>.lock`` beside the store itself (symbolic links resolved,
+    :func:`cvflow.store.location.identity`; a Path, or a URL for a store at a URL)."""
+    location = sibling(identity(resolve(store)), ".lock")
     return location if is_url(location) else Path(location)
 
 
