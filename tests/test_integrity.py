@@ -117,6 +117,46 @@ def test_overwrite_removes_only_a_store_holding_nothing_else(finished, copy, tmp
     assert "24 fits performed" in result.stdout
 
 
+def test_a_planted_link_beside_a_store_is_never_followed(finished, tmp_path):
+    """Issue 32: a dangling `s.zarr.creating -> victim` made `run` create the file `victim`
+    (the marker was opened for writing through the link); a link in the lock's place is
+    refused too. One line, exit 2, nothing written anywhere."""
+    wf = finished[0]
+    victim = tmp_path / "elsewhere" / "victim"
+    victim.parent.mkdir()
+    store = tmp_path / "s.zarr"
+    for name, pattern in (("s.zarr.creating", r"s\.zarr\.creating is a symbolic link \(to "
+                                              r".*victim\), not a creation marker cvflow wrote; "
+                                              r"cvflow never writes through a link"),
+                          ("s.zarr.lock", r"the run lock .*s\.zarr\.lock is a symbolic link "
+                                          r"\(to .*victim\); cvflow never follows a link")):
+        link = tmp_path / name
+        link.symlink_to(victim)
+        result = run_cli("run", wf, "--store", store, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        _one_line(result, pattern)
+        assert not victim.exists() and not store.exists()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", name]
+        link.unlink()
+    # planted between the check and the marker's write: the write does not follow it either
+    from unittest import mock
+
+    from test_store import _template
+
+    check = creation.clear_interrupted
+
+    def check_then_plant(location):
+        out = check(location)
+        (tmp_path / "s.zarr.creating").symlink_to(victim)
+        return out
+
+    with mock.patch.object(creation, "clear_interrupted", check_then_plant), \
+            pytest.raises(StoreError, match="s.zarr.creating appeared while the store was being "
+                                            "created"):
+        creation.create(store, _template()[0])
+    assert not victim.exists() and not store.exists()
+
+
 def test_an_interrupted_creation_of_ours_is_still_replaced(tmp_path):
     """The marker names its store: the next creation removes the cut one (and only it)."""
     from test_store import _template

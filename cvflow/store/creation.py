@@ -24,8 +24,8 @@ from ..errors import OTHER_STORE, StoreError
 from .group import (FORMAT_ATTR, STORE_FORMAT, STORE_FORMAT_ATTR, is_store, marker,
                     open_group, quiet_consolidation)
 from .integrity import COMPRESSORS, WHOLE
-from .location import (exists, get, identity, is_file, listing, put, put_all, remove, resolve,
-                       storage_options)
+from .location import (create_new, exists, get, identity, is_file, is_link, link_target, listing,
+                       put_all, remove, resolve, storage_options)
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,12 @@ def create(store: str | os.PathLike, template: xr.Dataset) -> None:
     # creation atomic on a disk and on an object store alike (an object store cannot rename a
     # directory): a store whose marker remains was cut mid-creation, is not a store
     # (is_store) and is removed by the next run (callers hold the run lock, cvflow.store.lock).
-    put(creating, _marker(location))
+    try:
+        create_new(creating, _marker(location))
+    except FileExistsError:
+        raise StoreError(f"store: {location}: {creating} appeared while the store was being "
+                         "created (another process writes beside it); nothing was written: "
+                         f"remove it, or choose {OTHER_STORE}") from None
     # DESIGN CHOICE: the store is made in a zarr MemoryStore (every array's metadata, the
     # small variables' chunks, one consolidation), then its objects are copied to the
     # location in one batch (concurrent on an object store); larger variables (X) are then
@@ -314,6 +319,11 @@ def clear_interrupted(store: str | os.PathLike) -> bool:
     # copy, a name clash) beside a user's directory once made this delete the directory.
     location = resolve(store)
     creating = marker(location)
+    if is_link(creating):
+        raise StoreError(f"store: {location}: {creating} is a symbolic link (to "
+                         f"{link_target(creating)}), not a creation marker cvflow wrote; cvflow "
+                         "never writes through a link beside a store (nothing was written): "
+                         "remove it yourself")
     content = get(creating)
     if content is None:
         return False

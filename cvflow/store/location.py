@@ -163,6 +163,38 @@ def sibling(location: str, suffix: str) -> str:
     return location.rstrip("/") + suffix
 
 
+def is_link(location: str) -> bool:
+    """Whether ``location`` is a symbolic link (an object store has none)."""
+    return not is_url(location) and os.path.islink(location)
+
+
+def link_target(location: str) -> str:
+    """Where the symbolic link ``location`` points (as written in the link)."""
+    try:
+        return os.readlink(location)
+    except OSError:
+        return "?"
+
+
+def create_new(location: str, data: bytes) -> None:
+    """Write a new small file (or object) at ``location``: FileExistsError if anything is
+    there, a symbolic link included, even a dangling one, which is never followed.
+
+    DESIGN CHOICE: what cvflow creates beside a store (its creation marker) is created with
+    ``O_CREAT | O_EXCL | O_NOFOLLOW``: a link planted at that name cannot make cvflow write a
+    file where the link points (tests/test_integrity.py, the planted-link test). On an object
+    store there are no links; the object is written as :func:`put` does.
+    """
+    if is_url(location):
+        put(location, data)
+        return
+    os.makedirs(os.path.dirname(location) or ".", exist_ok=True)
+    fd = os.open(location, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
 def put(location: str, data: bytes) -> None:
     """Write one small object (or local file) at ``location``."""
     if not is_url(location):

@@ -47,7 +47,7 @@ from typing import Iterator
 
 
 from ..errors import StoreError
-from .location import filesystem, identity, is_url, resolve, sibling
+from .location import filesystem, identity, is_url, link_target, resolve, sibling
 from .. import config
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,15 @@ def lock_path(store: str | os.PathLike) -> Path | str:
     :func:`cvflow.store.location.identity`; a Path, or a URL for a store at a URL)."""
     location = sibling(identity(resolve(store)), ".lock")
     return location if is_url(location) else Path(location)
+
+
+class LinkedLock(StoreError):
+    """A symbolic link stands where a store's lock file goes: cvflow never follows it."""
+
+    def __init__(self, path):
+        super().__init__(f"store: the run lock {path} is a symbolic link (to "
+                         f"{link_target(os.fspath(path))}); cvflow never follows a link beside "
+                         "a store (nothing was written): remove it")
 
 
 class _FileSlot:
@@ -112,11 +121,18 @@ class _FileSlot:
         return tmp
 
     def read(self) -> tuple[bytes | None, object, float | None]:
-        """(content or None if absent, version, modification time)."""
+        """(content or None if absent, version, modification time); a symbolic link at the
+        lock's name is never followed (:class:`LinkedLock`)."""
         try:
-            return self.path.read_bytes(), None, self.path.stat().st_mtime
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except (FileNotFoundError, NotADirectoryError):
             return None, None, None
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise LinkedLock(self.path) from None
+            raise
+        with os.fdopen(fd, "rb") as f:
+            return f.read(), None, os.fstat(f.fileno()).st_mtime
 
     def replace(self, data: bytes, version: object) -> object:
         tmp = self._temporary(data)
@@ -316,7 +332,10 @@ class RunLock:
         self._thread.start()
 
     def _owned(self) -> bool:
-        record = read_lock(self.store)
+        try:
+            record = read_lock(self.store)
+        except LinkedLock:          # replaced by a link: not ours any more
+            return False
         return bool(record) and record.get("token") == self.token
 
     def _beat(self) -> None:
