@@ -556,3 +556,30 @@ def test_a_listing_check_costs_no_array_open(study, monkeypatch):
     monkeypatch.setattr(zarr, "open_array", fail)
     monkeypatch.setattr(zarr, "open_group", fail)
     assert damage.listed_damage(study[1]) == []
+
+
+def test_a_store_named_through_a_symbolic_link(finished, copy, tmp_path):
+    """Issue 32: a dangling link as --store raised FileExistsError (exit 1) and left a
+    `.creating` marker; --overwrite through a link raised OSError. Both are refused with one
+    line, nothing written; a link to a store resumes it as its own path would."""
+    wf = finished[0]
+    dangling = tmp_path / "new.zarr"
+    dangling.symlink_to(tmp_path / "missing" / "s.zarr")
+    before = tree_digest(tmp_path)
+    result = run_cli("run", wf, "--store", dangling, cwd=tmp_path)
+    assert result.returncode == 2
+    _one_line(result, r"new\.zarr is a symbolic link to .*missing/s\.zarr, which does not exist; "
+                      r"cvflow creates a store only at a path of its own: give --store ")
+    assert tree_digest(tmp_path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.zarr", "s.zarr"]
+    link = tmp_path / "link.zarr"
+    link.symlink_to(copy)
+    result = run_cli("run", wf, "--store", link, "--overwrite", cwd=tmp_path)
+    assert result.returncode == 2
+    _one_line(result, r"link\.zarr is a symbolic link \(to .*s\.zarr\); refusing to overwrite it "
+                      rf"through it \(nothing was removed\): give --store {re.escape(str(copy))}")
+    assert tree_digest(tmp_path) == before and link.is_symlink()
+    result = run_cli("run", wf, "--store", link, cwd=tmp_path)      # resumed: nothing to fit
+    assert result.returncode == 0, result.stderr
+    assert "0 fits performed" in result.stdout
+    assert tree_digest(tmp_path) == before

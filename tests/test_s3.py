@@ -269,6 +269,23 @@ def test_urls_that_are_not_stores_are_refused(s3, tmp_path):
         cvflow.open(f"s3://{BUCKET}/absent.zarr")
 
 
+def test_a_missing_bucket_is_refused_with_one_line(s3, tmp_path):
+    """Issue 32: a store in a bucket that does not exist failed at the run lock with the object
+    store's own error (OSError, exit 1). Refused with one line naming the bucket (exit 2)."""
+    workflow = tmp_path / "wf.yaml"
+    workflow.write_text(QUICK + "execution: {cluster: threads}\n")
+    url = "s3://no-such-bucket-here/s.zarr"
+    out = _cli("run", str(workflow), "--store", url)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert (f"store: {url}: the bucket 'no-such-bucket-here' does not exist (or these "
+            "credentials cannot see it); create it first (e.g. aws s3 mb "
+            "s3://no-such-bucket-here)") in lines[0]
+    for cmd in ("status", "report", "verify"):
+        out = _cli(cmd, url)
+        assert out.returncode == 2 and "does not exist" in out.stderr, out.stderr
+
+
 @pytest.mark.slow
 def test_client_sigkill_then_rerun_completes_to_the_reference_cube(s3, tmp_path):
     # ~30 s: time to cut it; after 6 fits the other 18 take ~22 s on 2 workers, the margin for

@@ -218,6 +218,10 @@ def create(store: str | os.PathLike, template: xr.Dataset) -> None:
     clear_interrupted(location)
     if exists(location):
         raise StoreError(f"store: {location} already exists")
+    if is_link(location):
+        raise StoreError(f"store: {location} is a symbolic link to {link_target(location)}, "
+                         "which does not exist; cvflow creates a store only at a path of its "
+                         f"own: give --store {identity(location)} (or remove the link)")
     specs = [_array_spec(name, variable) for name, variable in template.variables.items()]
     zdtypes = {spec["dtype"]: parse_dtype(spec["dtype"], zarr_format=3) for spec in specs}
     # DESIGN CHOICE: a creation marker beside the store, written first and removed last, makes
@@ -337,6 +341,7 @@ def clear_interrupted(store: str | os.PathLike) -> bool:
                          "for this store; nothing was removed: remove or rename it yourself")
     fix = f"remove {creating} if the directory is yours, or choose {OTHER_STORE}"
     beside = f"is beside a creation marker ({creating}) but "
+    _refuse_link(location, "replace its interrupted creation")
     if root is False:
         raise StoreError(f"store: {location} {beside}is not a cvflow store; refusing to replace "
                          f"it (nothing was removed): {fix}")
@@ -347,11 +352,22 @@ def clear_interrupted(store: str | os.PathLike) -> bool:
     return True
 
 
+def _refuse_link(location: str, action: str) -> None:
+    """StoreError when ``location`` is a symbolic link: a store is removed or replaced only at
+    its own path (removing through a link would leave the link dangling, or remove the link
+    and not the store)."""
+    if is_link(location):
+        raise StoreError(f"store: {location} is a symbolic link (to {link_target(location)}); "
+                         f"refusing to {action} through it (nothing was removed): give --store "
+                         f"{identity(location)}")
+
+
 def remove_store(store: str | os.PathLike) -> None:
     """Delete a complete cvflow store (``--overwrite``); StoreError, and nothing removed, unless
     it provably is one: a cvflow store (:func:`is_store`) holding nothing else."""
     location = resolve(store)
     fix = f"move your files elsewhere, or choose {OTHER_STORE}"
+    _refuse_link(location, "overwrite it")
     if not is_store(location):
         raise StoreError(f"store: {location} exists but is not a cvflow store; refusing to "
                          f"overwrite it (nothing was removed): {fix}")

@@ -49,8 +49,7 @@ from .coords import RESERVED, hyperparameter_coord, param_coords  # noqa: F401 -
 from .damage import listed_damage
 from .damage import verify  # noqa: F401 - cvflow.store.cube.verify, as the docs name it
 from ..errors import StoreError
-from .group import (FORMAT_ATTR, LAZY_VARIABLES, STORE_FORMAT, STORE_FORMAT_ATTR, marker,
-                    open_group, read_mask)
+from .group import FORMAT_ATTR, LAZY_VARIABLES, marker, open_group, read_mask
 from .integrity import DamagedStore
 from .location import exists, is_url, resolve, storage_options
 
@@ -92,9 +91,7 @@ def open_cube(store: str | os.PathLike) -> xr.Dataset:
             cube = None
     if cube is None or FORMAT_ATTR not in cube.attrs:
         raise StoreError(f"store: {location} exists but is not a cvflow store")
-    if int(cube.attrs.get(STORE_FORMAT_ATTR, 1)) > STORE_FORMAT:
-        raise StoreError(f"store: {location} has store format {cube.attrs[STORE_FORMAT_ATTR]}, "
-                         f"newer than this cvflow's ({STORE_FORMAT}); upgrade cvflow to read it")
+    attributes.check_format(location, cube.attrs)
     # DESIGN CHOICE: a chunk written when the store was created or grown that is gone reads as
     # fill values (a deleted `fold` chunk made every estimate silently wrong): one listing of
     # the store (cheap, whatever it holds) refuses it before anything is read or reduced
