@@ -128,3 +128,16 @@ def test_a_format_that_is_no_format_refuses_a_run_untouched(v1, tmp_path):
         assert tree_digest(store) == before
         assert sorted(p.name for p in tmp_path.iterdir()) == ["regression.zarr", "wf.yaml"]
 
+
+def test_status_and_verify_refuse_a_newer_format_as_open_does(v1, capsys):
+    """Issue 32: status said "complete" and verify "0 damaged" (exit 0) of a format-99 store
+    that open refuses."""
+    store = v1("regression")
+    _format(store, 99)
+    for command in ("status", "verify", "report"):
+        assert main([command, str(store)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        err = captured.err.strip().splitlines()
+        assert len(err) == 1 and "has store format 99, newer than this cvflow's (2); " \
+            "upgrade cvflow to read it" in err[0], err

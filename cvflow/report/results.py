@@ -302,12 +302,17 @@ def status(path: str | Path) -> dict:
 
     Reads only the small (param, split) variables, so it works while a run is writing.
     """
-    from ..store.attributes import RACING_ATTR
+    from ..store.attributes import RACING_ATTR, check_newer
     from ..store.cube import read_attr
     from ..store.damage import status_damage
-    from ..store.group import read_mask
+    from ..store.group import STORE_FORMAT_ATTR, read_mask
+    from ..store.location import resolve
 
     try:
+        # a store of a newer format is refused as cvflow.open refuses it (a damaged format is
+        # listed under `damaged`, with the other attributes)
+        stored = read_attr(path, STORE_FORMAT_ATTR)
+        check_newer(resolve(path), {} if stored is None else {STORE_FORMAT_ATTR: stored})
         done, failed, errors, learners = (read_mask(path, name)
                                           for name in ("done", "failed", "error", "learner"))
         learners = np.asarray([str(v) for v in learners])

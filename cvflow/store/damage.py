@@ -181,6 +181,7 @@ def verify(store: str | os.PathLike) -> integrity.Report:
     if not is_store(location):
         raise StoreError(f"store: {location} exists but is not a cvflow store")
     group = open_group(location)
+    attributes.check_newer(location, group.attrs)
     arrays = {name: group[name] for name in sorted(group.array_keys())}
     objects = _objects(location, arrays)
     damage: list[Damage] = []
