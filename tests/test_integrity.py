@@ -583,3 +583,55 @@ def test_a_store_named_through_a_symbolic_link(finished, copy, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "0 fits performed" in result.stdout
     assert tree_digest(tmp_path) == before
+
+
+def _edit_array_metadata(path, name, change):
+    meta = json.loads((path / name / "zarr.json").read_text())
+    change(meta)
+    (path / name / "zarr.json").write_text(json.dumps(meta))
+
+
+def _no_crc32c(meta):
+    def drop(codecs):
+        return [{**c, "configuration": {**c["configuration"], "codecs": drop(
+            c["configuration"]["codecs"])}} if "codecs" in (c.get("configuration") or {}) else c
+                for c in codecs if c["name"] != "crc32c"]
+
+    meta["codecs"] = drop(meta["codecs"])
+
+
+def _double_params(meta):
+    meta["shape"][0] *= 2
+
+
+@pytest.mark.parametrize("name, change, what", [
+    ("pred", _no_crc32c, r"codecs: \[bytes, zstd, crc32c\] there, \[bytes, zstd\] here"),
+    ("pred", _double_params, r"shape: \[4, 6, 442\] there, \[8, 6, 442\] here"),
+    ("done", _double_params, r"shape: \[4, 6\] there, \[8, 6\] here"),
+], ids=["pred-codec", "pred-shape", "done-shape"])
+def test_an_array_metadata_at_odds_with_the_consolidated_copy(finished, copy, tmp_path, name,
+                                                               change, what):
+    """Issue 32: a crc32c codec removed from pred/zarr.json only: verify said 0 damaged, report
+    refused the chunk as corrupt, run refitted everything and wrote chunks without checksums;
+    a doubled shape there: verify 0 damaged, run exit 1 with `ValueError: could not broadcast`.
+    Now report and run refuse it naming the array (exit 2, the store untouched), status and
+    verify list it (exit 1)."""
+    wf = finished[0]
+    _edit_array_metadata(copy, name, change)
+    problem = (rf"{name}/zarr\.json is inconsistent with the consolidated metadata in the root "
+               rf"zarr\.json \({what}\)")
+    before = tree_digest(copy)
+    for args in (("report", copy), ("run", wf, "--store", copy)):
+        result = run_cli(*args, cwd=tmp_path)
+        assert result.returncode == 2 and "fits performed" not in result.stdout, result.stderr
+        _one_line(result, problem + r"; the store is damaged .*: restore it from a copy, or rerun "
+                                    r"with --overwrite")
+    with pytest.raises(StoreError, match=problem):
+        store.open_cube(copy)
+    for command in ("status", "verify"):
+        result = run_cli(command, copy, cwd=tmp_path)
+        assert result.returncode == 1, result.stderr
+        assert re.search(problem, result.stdout), result.stdout
+        assert re.search("restore (it|the store) from a copy", result.stdout), result.stdout
+        assert "`cvflow run` refits the" not in result.stdout
+    assert tree_digest(copy) == before

@@ -63,6 +63,9 @@ def is_store(store: str | os.PathLike) -> bool:
     return complete and not exists(marker(location))
 
 
-def read_mask(store: str | os.PathLike, name: str) -> np.ndarray:
-    """A small (param, split) variable read eagerly (done, failed, fit_seconds, error)."""
-    return integrity.read(resolve(store), name)
+def read_mask(store: str | os.PathLike, name: str, *, consolidated: bool = False) -> np.ndarray:
+    """A small (param, split) variable read eagerly (done, failed, fit_seconds, error), opened
+    from its own ``zarr.json`` (or from the root's consolidated metadata, as xarray opens it)."""
+    location = resolve(store)
+    return integrity.read(location, name,
+                          array=open_group(location)[name] if consolidated else None)

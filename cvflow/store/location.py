@@ -158,6 +158,27 @@ def get(location: str) -> bytes | None:
         return None
 
 
+def get_all(location: str, keys) -> dict[str, bytes | None]:
+    """The bytes of small objects under ``location`` by their "/"-separated key within it (None
+    for one that is absent); on an object store in one concurrent batch."""
+    keys = list(keys)
+    if not is_url(location):
+        return {key: get(os.path.join(location, *key.split("/"))) for key in keys}
+    fs, path = filesystem(location)
+    paths = {f"{path.rstrip('/')}/{key}": key for key in keys}
+    found = fs.cat(list(paths), on_error="return") if paths else {}
+    out: dict[str, bytes | None] = {}
+    for full, key in paths.items():
+        value = found.get(full) if isinstance(found, dict) else None
+        if isinstance(value, (FileNotFoundError, IsADirectoryError)) or value is None:
+            out[key] = None
+        elif isinstance(value, BaseException):
+            raise value
+        else:
+            out[key] = bytes(value)
+    return out
+
+
 def sibling(location: str, suffix: str) -> str:
     """``<location><suffix>``: an object beside the store (its lock, its creation marker)."""
     return location.rstrip("/") + suffix
