@@ -35,6 +35,8 @@ SCHEMA: dict[str, tuple] = {
     "cvflow.cluster.profiles": (dict,),
     "cvflow.limits.params": (object,),          # checked by workflow.limits, with its message
     "cvflow.limits.fits": (object,),
+    "cvflow.limits.splits": (object,),
+    "cvflow.limits.design-values": (object,),
     "cvflow.limits.yaml-alias-nodes": (object,),
     "cvflow.limits.synthetic-values": (object,),
     "cvflow.reduce.in-memory-bytes": (Real,),

@@ -117,6 +117,46 @@ def test_overwrite_removes_only_a_store_holding_nothing_else(finished, copy, tmp
     assert "24 fits performed" in result.stdout
 
 
+def test_a_planted_link_beside_a_store_is_never_followed(finished, tmp_path):
+    """Issue 32: a dangling `s.zarr.creating -> victim` made `run` create the file `victim`
+    (the marker was opened for writing through the link); a link in the lock's place is
+    refused too. One line, exit 2, nothing written anywhere."""
+    wf = finished[0]
+    victim = tmp_path / "elsewhere" / "victim"
+    victim.parent.mkdir()
+    store = tmp_path / "s.zarr"
+    for name, pattern in (("s.zarr.creating", r"s\.zarr\.creating is a symbolic link \(to "
+                                              r".*victim\), not a creation marker cvflow wrote; "
+                                              r"cvflow never writes through a link"),
+                          ("s.zarr.lock", r"the run lock .*s\.zarr\.lock is a symbolic link "
+                                          r"\(to .*victim\); cvflow never follows a link")):
+        link = tmp_path / name
+        link.symlink_to(victim)
+        result = run_cli("run", wf, "--store", store, cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        _one_line(result, pattern)
+        assert not victim.exists() and not store.exists()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", name]
+        link.unlink()
+    # planted between the check and the marker's write: the write does not follow it either
+    from unittest import mock
+
+    from test_store import _template
+
+    check = creation.clear_interrupted
+
+    def check_then_plant(location):
+        out = check(location)
+        (tmp_path / "s.zarr.creating").symlink_to(victim)
+        return out
+
+    with mock.patch.object(creation, "clear_interrupted", check_then_plant), \
+            pytest.raises(StoreError, match="s.zarr.creating appeared while the store was being "
+                                            "created"):
+        creation.create(store, _template()[0])
+    assert not victim.exists() and not store.exists()
+
+
 def test_an_interrupted_creation_of_ours_is_still_replaced(tmp_path):
     """The marker names its store: the next creation removes the cut one (and only it)."""
     from test_store import _template
@@ -516,3 +556,82 @@ def test_a_listing_check_costs_no_array_open(study, monkeypatch):
     monkeypatch.setattr(zarr, "open_array", fail)
     monkeypatch.setattr(zarr, "open_group", fail)
     assert damage.listed_damage(study[1]) == []
+
+
+def test_a_store_named_through_a_symbolic_link(finished, copy, tmp_path):
+    """Issue 32: a dangling link as --store raised FileExistsError (exit 1) and left a
+    `.creating` marker; --overwrite through a link raised OSError. Both are refused with one
+    line, nothing written; a link to a store resumes it as its own path would."""
+    wf = finished[0]
+    dangling = tmp_path / "new.zarr"
+    dangling.symlink_to(tmp_path / "missing" / "s.zarr")
+    before = tree_digest(tmp_path)
+    result = run_cli("run", wf, "--store", dangling, cwd=tmp_path)
+    assert result.returncode == 2
+    _one_line(result, r"new\.zarr is a symbolic link to .*missing/s\.zarr, which does not exist; "
+                      r"cvflow creates a store only at a path of its own: give --store ")
+    assert tree_digest(tmp_path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.zarr", "s.zarr"]
+    link = tmp_path / "link.zarr"
+    link.symlink_to(copy)
+    result = run_cli("run", wf, "--store", link, "--overwrite", cwd=tmp_path)
+    assert result.returncode == 2
+    _one_line(result, r"link\.zarr is a symbolic link \(to .*s\.zarr\); refusing to overwrite it "
+                      rf"through it \(nothing was removed\): give --store {re.escape(str(copy))}")
+    assert tree_digest(tmp_path) == before and link.is_symlink()
+    result = run_cli("run", wf, "--store", link, cwd=tmp_path)      # resumed: nothing to fit
+    assert result.returncode == 0, result.stderr
+    assert "0 fits performed" in result.stdout
+    assert tree_digest(tmp_path) == before
+
+
+def _edit_array_metadata(path, name, change):
+    meta = json.loads((path / name / "zarr.json").read_text())
+    change(meta)
+    (path / name / "zarr.json").write_text(json.dumps(meta))
+
+
+def _no_crc32c(meta):
+    def drop(codecs):
+        return [{**c, "configuration": {**c["configuration"], "codecs": drop(
+            c["configuration"]["codecs"])}} if "codecs" in (c.get("configuration") or {}) else c
+                for c in codecs if c["name"] != "crc32c"]
+
+    meta["codecs"] = drop(meta["codecs"])
+
+
+def _double_params(meta):
+    meta["shape"][0] *= 2
+
+
+@pytest.mark.parametrize("name, change, what", [
+    ("pred", _no_crc32c, r"codecs: \[bytes, zstd, crc32c\] there, \[bytes, zstd\] here"),
+    ("pred", _double_params, r"shape: \[4, 6, 442\] there, \[8, 6, 442\] here"),
+    ("done", _double_params, r"shape: \[4, 6\] there, \[8, 6\] here"),
+], ids=["pred-codec", "pred-shape", "done-shape"])
+def test_an_array_metadata_at_odds_with_the_consolidated_copy(finished, copy, tmp_path, name,
+                                                               change, what):
+    """Issue 32: a crc32c codec removed from pred/zarr.json only: verify said 0 damaged, report
+    refused the chunk as corrupt, run refitted everything and wrote chunks without checksums;
+    a doubled shape there: verify 0 damaged, run exit 1 with `ValueError: could not broadcast`.
+    Now report and run refuse it naming the array (exit 2, the store untouched), status and
+    verify list it (exit 1)."""
+    wf = finished[0]
+    _edit_array_metadata(copy, name, change)
+    problem = (rf"{name}/zarr\.json is inconsistent with the consolidated metadata in the root "
+               rf"zarr\.json \({what}\)")
+    before = tree_digest(copy)
+    for args in (("report", copy), ("run", wf, "--store", copy)):
+        result = run_cli(*args, cwd=tmp_path)
+        assert result.returncode == 2 and "fits performed" not in result.stdout, result.stderr
+        _one_line(result, problem + r"; the store is damaged .*: restore it from a copy, or rerun "
+                                    r"with --overwrite")
+    with pytest.raises(StoreError, match=problem):
+        store.open_cube(copy)
+    for command in ("status", "verify"):
+        result = run_cli(command, copy, cwd=tmp_path)
+        assert result.returncode == 1, result.stderr
+        assert re.search(problem, result.stdout), result.stdout
+        assert re.search("restore (it|the store) from a copy", result.stdout), result.stdout
+        assert "`cvflow run` refits the" not in result.stdout
+    assert tree_digest(copy) == before

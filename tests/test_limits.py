@@ -122,6 +122,39 @@ def test_absurd_designs_are_refused_from_their_sizes(tmp_path, capsys, design, f
     assert fragment in err
 
 
+def test_a_design_under_the_fits_limit_that_cannot_be_built_is_refused(tmp_path):
+    """Issue 32: ``folds: 2, repeats: 1000000`` (2 x 10^6 fits, under the fits limit) had
+    ``cvflow validate`` building folds for minutes with over 1 GB. Refused from its sizes, in a
+    fresh process that would otherwise outlive the deadline."""
+    wf = _write(tmp_path, QUICK.replace("{folds: 5, seed: 0}", "{folds: 2, repeats: 1000000, "
+                                        "seed: 0}").replace(GRID, "{alpha: [1.0]}"))
+    proc = subprocess.run([sys.executable, "-m", "cvflow", "validate", str(wf)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert (f"{wf}: design: 2,000,001 splits (training sets), over the limit of 1,000,000 "
+            "(cvflow.limits.splits); raise it with DASK_CVFLOW__LIMITS__SPLITS=2000001"
+            ) in proc.stderr
+    # the fold labels count even when no estimator fits a fold split
+    full = QUICK.replace("{folds: 5, seed: 0}", "{folds: 2, repeats: 1000000, seed: 0}").replace(
+        "[kfold]", "[{ustat: {compare: [0, 1]}}]").replace("seed: 0}", "seed: 0, subset: "
+                                                          "{size: 10, pairs: 2}}")
+    with pytest.raises(InputError, match=r"design.repeats: 1,000,000 repeats of 2 folds make "
+                                         r"2,000,000 folds, over the limit of 1,000,000 "
+                                         r"\(cvflow.limits.splits\)"):
+        load_workflow(_write(tmp_path, full))
+
+
+def test_the_values_a_design_holds_are_counted_once_the_data_are_known(tmp_path, capsys):
+    """(splits + repeats) x samples: 4,000 repeats of 5 folds on 442 samples hold 10.6 M values;
+    counted before the fold labels are drawn."""
+    text = QUICK.replace("{folds: 5, seed: 0}", "{folds: 5, repeats: 4000, seed: 0}")
+    with dask.config.set({"cvflow.limits.design-values": 10_000_000}):
+        err = _validate(tmp_path, capsys, text)
+    assert ("design: (20,001 splits + 4,000 repeats) x 442 samples = 10,608,442 training-set and "
+            "fold values, over the limit of 10,000,000 (cvflow.limits.design-values); raise it "
+            "with DASK_CVFLOW__LIMITS__DESIGN_VALUES=10608442") in err
+
+
 def test_pairs_of_nested_estimators_count(tmp_path, capsys):
     """stability_nested adds repeats x C(K, 2) pair splits; the count is the requested one."""
     text = QUICK.replace("{folds: 5, seed: 0}", "{folds: 5, repeats: 100000, seed: 0}").replace(

@@ -162,3 +162,117 @@ def test_bad_timing_arguments(tmp_path):
     with pytest.raises(ValueError, match=r"stale_after \(1.0\) must exceed heartbeat \(2.0\)"):
         with run_lock(tmp_path / "s.zarr", heartbeat=2, stale_after=1):
             pass
+
+
+def test_a_symlinked_store_is_the_same_store_for_the_lock(tmp_path):
+    """Issue 32: the lock keyed on the name given, so a run through ``link.zarr -> real.zarr``
+    took ``link.zarr.lock`` while another held ``real.zarr.lock``."""
+    real = tmp_path / "real.zarr"
+    real.mkdir()
+    link = tmp_path / "link.zarr"
+    link.symlink_to(real)
+    (tmp_path / "dir").symlink_to(tmp_path)          # an alias of a parent directory too
+    assert lock_path(link) == lock_path(real) == lock_path(tmp_path / "dir" / "link.zarr")
+    with run_lock(real):
+        for alias in (link, tmp_path / "dir" / "real.zarr"):
+            with pytest.raises(StoreError, match=r"is being written by another cvflow run"):
+                with run_lock(alias):
+                    pass
+    with run_lock(link):
+        assert read_lock(real) is not None
+        with pytest.raises(StoreError, match=r"is being written by another cvflow run"):
+            with run_lock(real):
+                pass
+
+
+def test_a_run_through_a_symlink_is_refused_while_another_runs(tmp_path):
+    """Two ``cvflow run`` processes: A on real.zarr (one fit held open at a gate), B on
+    link.zarr -> real.zarr while A runs: B is refused with one line (it used to write the same
+    store beside A, both exiting 0); A finishes."""
+    import fault_helpers as fh
+    from cvtest import QUICK
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(QUICK.replace("class: sklearn.linear_model.Ridge",
+                                "class: fault_helpers.GatedRidge\n"
+                                f"    params: {{gate: {str(tmp_path / 'gate')!r}, "
+                                f"claim: {str(tmp_path / 'claim')!r}, limit: 600}}")
+                  + "execution: {fits_per_task: 1}\n")
+    real, link = tmp_path / "real.zarr", tmp_path / "link.zarr"
+    a = fh.start_run(wf, real, "--cluster", "threads", dashboard=())
+    try:
+        fh.wait_for_done(real, 1, a, timeout=240)
+        link.symlink_to(real)
+        b = subprocess.run([sys.executable, "-m", "cvflow", "run", str(wf), "--store", str(link),
+                            "--cluster", "threads"], capture_output=True, text=True,
+                           env=fh.cli_env(), timeout=240)
+        (tmp_path / "gate").touch()
+        rc, _, err = fh.finish(a)
+    finally:
+        (tmp_path / "gate").touch()
+        fh.reap(a)
+    assert b.returncode == 2, b.stderr[-2000:]
+    lines = b.stderr.strip().splitlines()
+    assert len(lines) == 1 and "link.zarr is being written by another cvflow run" in lines[0], \
+        b.stderr[-2000:]
+    assert rc == 0, err[-2000:]
+
+
+@pytest.mark.parametrize("beat", [time.time() + 10**9, float("nan"), float("inf"), "soon"],
+                         ids=["future", "nan", "inf", "text"])
+def test_a_heartbeat_that_is_no_time_of_ours_goes_stale_by_the_files_age(tmp_path, caplog, beat):
+    """Issue 32: a heartbeat far in the future (or NaN) was never stale: every run was refused
+    for ever ("heartbeat -998204179311 s ago"). The lock file's age stands for it."""
+    store = tmp_path / "s.zarr"
+    path = _write(store, host="elsewhere", pid=1, started=time.time(), heartbeat=beat, token="x")
+    old = time.time() - 300
+    os.utime(path, (old, old))
+    with caplog.at_level("WARNING", logger="cvflow.store.lock"), \
+            run_lock(store, heartbeat=1, stale_after=120) as lock:
+        assert read_lock(store)["token"] == lock.token
+    assert f"taking over the stale lock of {store}: its heartbeat " in caplog.text
+    assert "and the lock file has not changed for 300 s" in caplog.text
+
+
+def test_a_fresh_lock_with_no_time_for_a_heartbeat_is_taken_after_stale_after(tmp_path, caplog):
+    """Just written, with a heartbeat in the future: judged after stale_after seconds of this
+    machine's clock during which it did not change, with a warning naming the lock."""
+    store = tmp_path / "s.zarr"
+    _write(store, host="elsewhere", pid=1, started=time.time(), heartbeat=time.time() + 3600,
+           token="x")
+    with caplog.at_level("WARNING", logger="cvflow.store.lock"), \
+            run_lock(store, heartbeat=0.1, stale_after=1) as lock:
+        assert read_lock(store)["token"] == lock.token
+    assert (f"the run lock {lock_path(store)} has a heartbeat 3600 s in the future (pid 1 on "
+            "elsewhere") in caplog.text
+    assert "it is taken over if it does not change for 1 s" in caplog.text
+    assert "its heartbeat 3600 s in the future, and it did not change for 1 s" in caplog.text
+
+
+def test_a_live_owner_with_a_clock_ahead_keeps_its_lock(tmp_path):
+    """An owner whose clock runs an hour ahead still refreshes its lock: it is alive."""
+    import threading
+
+    store = tmp_path / "s.zarr"
+    stop = threading.Event()
+
+    def owner():                         # rewrites its lock whole, as cvflow does
+        tmp = tmp_path / "tmp"
+        while not stop.is_set():
+            tmp.write_text(json.dumps({"host": "elsewhere", "pid": 1, "started": time.time(),
+                                       "heartbeat": time.time() + 3600, "token": "x"}))
+            os.replace(tmp, lock_path(store))
+            stop.wait(0.05)
+
+    thread = threading.Thread(target=owner)
+    thread.start()
+    try:
+        time.sleep(0.2)
+        with pytest.raises(StoreError, match=r"s\.zarr is being written by another cvflow run "
+                                             r"\(pid 1 on elsewhere, .*heartbeat 3600 s in the "
+                                             r"future\)"):
+            with run_lock(store, heartbeat=0.2, stale_after=2):
+                pass
+    finally:
+        stop.set()
+        thread.join()

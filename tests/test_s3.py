@@ -208,6 +208,34 @@ def test_damage_and_foreign_objects_on_s3(s3, tmp_path):
     assert sorted(_objects(theirs)) == [f"{theirs[5:]}/notes.txt"] and _objects(theirs + ".creating")
 
 
+def test_an_array_metadata_at_odds_with_the_consolidated_copy_on_s3(s3, tmp_path):
+    """Issue 32, on an object store: pred/zarr.json without its crc32c codec (the consolidated
+    copy keeps it) is named by report and run (exit 2, nothing written) and listed by status
+    and verify (exit 1)."""
+    from cvflow.store.location import filesystem
+
+    workflow = tmp_path / "wf.yaml"
+    workflow.write_text(QUICK + "execution: {fits_per_task: 4, cluster: threads}\n")
+    url = _url()
+    assert _cli("run", str(workflow), "--store", url).returncode == 0
+    fs, path = filesystem(url)
+    meta = json.loads(fs.cat_file(f"{path}/pred/zarr.json"))
+    meta["codecs"] = [c for c in meta["codecs"] if c["name"] != "crc32c"]
+    fs.pipe_file(f"{path}/pred/zarr.json", json.dumps(meta).encode())
+    before = {k: v["ETag"] for k, v in fs.find(path, detail=True).items()}
+    problem = ("pred/zarr.json is inconsistent with the consolidated metadata in the root "
+               "zarr.json (codecs: [bytes, zstd, crc32c] there, [bytes, zstd] here)")
+    for args in (("report", url), ("run", str(workflow), "--store", url)):
+        out = _cli(*args)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and problem in lines[0], out.stderr
+    for cmd in ("status", "verify"):
+        out = _cli(cmd, url)
+        assert out.returncode == 1 and problem in out.stdout, out.stdout + out.stderr
+    fs.invalidate_cache()
+    assert {k: v["ETag"] for k, v in fs.find(path, detail=True).items()} == before
+
+
 def test_second_run_on_a_held_url_is_refused(s3):
     from cvflow.store.lock import read_lock, run_lock
 
@@ -267,6 +295,23 @@ def test_urls_that_are_not_stores_are_refused(s3, tmp_path):
 
     with pytest.raises(StoreError, match="does not exist"):
         cvflow.open(f"s3://{BUCKET}/absent.zarr")
+
+
+def test_a_missing_bucket_is_refused_with_one_line(s3, tmp_path):
+    """Issue 32: a store in a bucket that does not exist failed at the run lock with the object
+    store's own error (OSError, exit 1). Refused with one line naming the bucket (exit 2)."""
+    workflow = tmp_path / "wf.yaml"
+    workflow.write_text(QUICK + "execution: {cluster: threads}\n")
+    url = "s3://no-such-bucket-here/s.zarr"
+    out = _cli("run", str(workflow), "--store", url)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert (f"store: {url}: the bucket 'no-such-bucket-here' does not exist (or these "
+            "credentials cannot see it); create it first (e.g. aws s3 mb "
+            "s3://no-such-bucket-here)") in lines[0]
+    for cmd in ("status", "report", "verify"):
+        out = _cli(cmd, url)
+        assert out.returncode == 2 and "does not exist" in out.stderr, out.stderr
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ tests/data/make_v1_stores.sh from cvflow 5973b8d) open and reduce unchanged."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -79,3 +80,64 @@ def test_newer_store_format_is_refused(v1):
     group.attrs["cvflow_format"] = 99
     with pytest.raises(StoreError, match="store format 99, newer than this cvflow's"):
         cvflow.open(store)
+
+
+def _format(store: Path, value) -> None:
+    group = zarr.open_group(str(store), mode="r+")
+    group.attrs["cvflow_format"] = value
+
+
+@pytest.mark.parametrize("value, kind", [(None, r"a NoneType \(null\)"), (0, r"a int \(0\)"),
+                                         ("2", r'a str \("2"\)'), (2.5, r"a float \(2\.5\)")],
+                         ids=["null", "zero", "text", "fraction"])
+def test_a_format_that_is_no_format_is_damage_everywhere(v1, capsys, value, kind):
+    """Issue 32: ``cvflow_format: null`` raised a TypeError in report (exit 1); 0, "2" and 2.5
+    were accepted. open and report refuse it (exit 2, one line); status and verify list it
+    (exit 1)."""
+    store = v1("regression")
+    _format(store, value)
+    problem = (rf"attribute cvflow_format is {kind}, not a store format \(a whole number from 1; "
+               r"this cvflow writes 2\)")
+    with pytest.raises(StoreError, match=problem + "; the store is damaged: restore it"):
+        cvflow.open(store)
+    assert main(["report", str(store)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(problem, err[0]), err
+    for command in ("status", "verify"):
+        assert main([command, str(store)]) == 1
+        out = capsys.readouterr().out
+        assert re.search(problem, out), out
+
+
+def test_a_format_that_is_no_format_refuses_a_run_untouched(v1, tmp_path):
+    from cvtest import QUICK, run_cli, tree_digest
+
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(QUICK + "execution: {cluster: threads}\n")
+    store = v1("regression")
+    for value, message in ((None, "attribute cvflow_format is a NoneType (null), not a store "
+                                  "format"),
+                           ("2", 'attribute cvflow_format is a str ("2"), not a store format'),
+                           (99, "has store format 99, newer than this cvflow's (2); upgrade "
+                                "cvflow to read it")):
+        _format(store, value)
+        before = tree_digest(store)
+        result = run_cli("run", wf, "--store", store, cwd=tmp_path)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr
+        assert tree_digest(store) == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["regression.zarr", "wf.yaml"]
+
+
+def test_status_and_verify_refuse_a_newer_format_as_open_does(v1, capsys):
+    """Issue 32: status said "complete" and verify "0 damaged" (exit 0) of a format-99 store
+    that open refuses."""
+    store = v1("regression")
+    _format(store, 99)
+    for command in ("status", "verify", "report"):
+        assert main([command, str(store)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        err = captured.err.strip().splitlines()
+        assert len(err) == 1 and "has store format 99, newer than this cvflow's (2); " \
+            "upgrade cvflow to read it" in err[0], err

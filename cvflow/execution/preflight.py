@@ -100,13 +100,19 @@ def check_store_writable(location: str) -> None:
     creates the directories in between). Permissions at a URL are the object store's and
     show at the first write.
     """
-    from ..store.location import is_url
+    from ..store.location import identity, is_url
 
     if is_url(location):
+        _check_bucket(location)
         return
+    if os.path.islink(location) and not os.path.exists(location):
+        raise InputError(f"store: {location} is a symbolic link to {os.readlink(location)}, "
+                         "which does not exist; cvflow creates a store only at a path of its "
+                         f"own: give --store {identity(location)} (or remove the link)")
     if os.path.lexists(location) and not os.path.isdir(location):
         return          # not a store at all: the run refuses it by name (store.is_store)
-    parent = os.path.dirname(location.rstrip(os.sep)) or os.sep
+    # the lock goes beside the store itself (symbolic links resolved: cvflow.store.lock)
+    parent = os.path.dirname(identity(location).rstrip(os.sep)) or os.sep
     ancestor = parent
     while not os.path.lexists(ancestor):
         ancestor = os.path.dirname(ancestor)
@@ -119,6 +125,26 @@ def check_store_writable(location: str) -> None:
     for root, dirs, _ in os.walk(location):
         _writable(root, location, "the run writes its chunks there")
         dirs.sort()
+
+
+def _check_bucket(location: str) -> None:
+    """InputError when the bucket of a store at a URL does not exist (a write would fail at the
+    run lock, with the object store's own error). A bucket that cannot be checked (no
+    permission to list it) is left to the first write."""
+    from ..store.location import filesystem
+
+    fs, path = filesystem(location)
+    parts = path.strip("/").split("/")
+    if len(parts) < 2 or not parts[0]:
+        return
+    try:
+        found = fs.exists(parts[0])
+    except Exception:  # noqa: BLE001 - permissions, the network: the first write says
+        return
+    if not found:
+        raise InputError(f"store: {location}: the bucket {parts[0]!r} does not exist (or these "
+                         "credentials cannot see it); create it first (e.g. aws s3 mb "
+                         f"{location.split('://')[0]}://{parts[0]}) or choose {OTHER_STORE}")
 
 
 def _writable(directory: str, location: str, why: str) -> None:

@@ -144,9 +144,12 @@ def check_fence(ctx: TaskContext) -> None:
     """LockLostError unless the run that sent this task still holds the store's run lock."""
     if ctx.token is None:
         return
-    from ..store.lock import read_lock
+    from ..store.lock import LinkedLock, read_lock
 
-    record = read_lock(ctx.store)
+    try:
+        record = read_lock(ctx.store)
+    except LinkedLock:               # a link in its place: no run holds it
+        record = None
     if not record or record.get("token") != ctx.token:
         raise LockLostError(f"store: {ctx.store}: this run no longer holds the run lock "
                             f"({'another run took it' if record else 'the lock is gone'}); "

@@ -303,22 +303,39 @@ def status(path: str | Path) -> dict:
 
     Reads only the small (param, split) variables, so it works while a run is writing.
     """
-    from ..store.attributes import RACING_ATTR
+    from ..store.attributes import RACING_ATTR, check_newer
     from ..store.cube import read_attr
-    from ..store.damage import status_damage
-    from ..store.group import read_mask
+    from ..store.damage import metadata_damage, status_damage
+    from ..store.group import STORE_FORMAT_ATTR, marker, read_mask
+    from ..store.location import exists, resolve
 
+    nothing = {"store": str(path), "total": 0, "done": 0, "failed": 0, "complete": False,
+               "learners": {}, "failures": {}, "damaged": []}
+    if exists(marker(resolve(path))):        # the run is still creating the store
+        return nothing
     try:
-        done, failed, errors, learners = (read_mask(path, name)
-                                          for name in ("done", "failed", "error", "learner"))
+        # a store of a newer format is refused as cvflow.open refuses it (a damaged format is
+        # listed under `damaged`, with the other attributes)
+        stored = read_attr(path, STORE_FORMAT_ATTR)
+        check_newer(resolve(path), {} if stored is None else {STORE_FORMAT_ATTR: stored})
+        # an array's zarr.json at odds with the consolidated metadata: listed, and the status
+        # read as xarray reads the store (report and run refuse it)
+        inconsistent = [str(d) for d in metadata_damage(path)]
+        try:
+            done, failed, errors, learners = (
+                read_mask(path, name, consolidated=bool(inconsistent))
+                for name in ("done", "failed", "error", "learner"))
+        except Exception:  # noqa: BLE001 - named below; the counts are not known
+            if not inconsistent:
+                raise
+            return {**nothing, "damaged": inconsistent}
         learners = np.asarray([str(v) for v in learners])
         # what is damaged, seen cheaply (one listing, the small variables, the attributes;
         # `cvflow verify` reads every chunk): the pred chunks of done fits missing (their fits
         # are not in the store though `done` says so), and any damage report and run refuse
-        damaged = status_damage(path, done, failed, read=("learner",))
+        damaged = inconsistent or status_damage(path, done, failed, read=("learner",))
     except (KeyError, FileNotFoundError):  # the run is still creating the store: nothing done yet
-        return {"store": str(path), "total": 0, "done": 0, "failed": 0, "complete": False,
-                "learners": {}, "failures": {}, "damaged": []}
+        return nothing
     # an extension (cvflow.execution.extend) may resize arrays between these reads: use the common part
     rows = min(len(learners), done.shape[0], failed.shape[0], errors.shape[0])
     cols = min(done.shape[1], failed.shape[1], errors.shape[1])

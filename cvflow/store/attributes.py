@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import RESTORE, StoreError
+from .group import STORE_FORMAT, STORE_FORMAT_ATTR
 
 # DESIGN CHOICE: each attribute's type as cvflow writes it (cvflow.workflow.spec, cvflow.store.creation,
 # cvflow.execution.extend, cvflow.execution.racing): plain text, or JSON text of a list or an object. Absent is
@@ -87,6 +88,42 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def format_problem(attrs) -> str | None:
+    """What is wrong with a store's ``cvflow_format`` (absent: format 1), or None."""
+    if STORE_FORMAT_ATTR not in attrs:
+        return None
+    value = attrs[STORE_FORMAT_ATTR]
+    if _is_int(value) and value >= 1:
+        return None
+    return (f"attribute {STORE_FORMAT_ATTR} is {_kind(value)}, not a store format (a whole "
+            f"number from 1; this cvflow writes {STORE_FORMAT})")
+
+
+class NewerFormat(StoreError):
+    """A store written by a newer cvflow, in a format this one does not read."""
+
+    def __init__(self, location: str, value: int):
+        super().__init__(f"store: {location} has store format {value}, newer than this "
+                         f"cvflow's ({STORE_FORMAT}); upgrade cvflow to read it")
+
+
+def check_newer(location: str, attrs) -> None:
+    """:class:`NewerFormat` when the store's format is newer than this cvflow reads: every
+    reader refuses it alike (``open``, ``report``, ``run``, ``status``, ``verify``; exit 2)."""
+    value = attrs.get(STORE_FORMAT_ATTR, 1)
+    if format_problem(attrs) is None and value > STORE_FORMAT:
+        raise NewerFormat(location, int(value))
+
+
+def check_format(location: str, attrs) -> None:
+    """:func:`check_newer`, and :class:`DamagedAttribute` for a ``cvflow_format`` that is no
+    store format (null, 0, "2", 2.5): what ``cvflow.open`` refuses before it reads anything."""
+    problem = format_problem(attrs)
+    if problem is not None:
+        raise DamagedAttribute(location, problem)
+    check_newer(location, attrs)
+
+
 def problems(attrs: dict, sizes: dict[str, int], read: Callable[[str], np.ndarray],
              block: tuple[int, ...] | None) -> list[str]:
     """What is wrong with a store's root attributes (empty if nothing).
@@ -97,6 +134,9 @@ def problems(attrs: dict, sizes: dict[str, int], read: Callable[[str], np.ndarra
     shape of one stored ``pred`` object (its shard, or chunk), None if unknown.
     """
     out, decoded = _type_problems(attrs)
+    problem = format_problem(attrs)
+    if problem is not None:
+        out.insert(0, problem)
     n_params, n_splits = sizes.get("param", 0), sizes.get("split", 0)
     if "full_split" in attrs:
         full = attrs["full_split"]

@@ -21,10 +21,11 @@ from .coords import param_coords
 from ..config import VERSION
 from .cube import open_dataset
 from ..errors import OTHER_STORE, StoreError
-from .group import (CREATING, FORMAT_ATTR, STORE_FORMAT, STORE_FORMAT_ATTR, UNSCORED_FORMAT,
-                    is_store, open_group, quiet_consolidation)
+from .group import (FORMAT_ATTR, STORE_FORMAT, STORE_FORMAT_ATTR, UNSCORED_FORMAT,
+                    is_store, marker, open_group, quiet_consolidation)
 from .integrity import COMPRESSORS, WHOLE
-from .location import exists, get, is_file, listing, put, put_all, remove, resolve, sibling, storage_options
+from .location import (create_new, exists, get, identity, is_file, is_link, link_target, listing,
+                       put_all, remove, resolve, storage_options)
 
 log = logging.getLogger(__name__)
 
@@ -229,17 +230,26 @@ def create(store: str | os.PathLike, template: xr.Dataset) -> None:
     writes (node for node, chunk for chunk: tests/test_store.py), made through zarr's own API.
     """
     location = resolve(store)
-    marker = sibling(location, CREATING)
+    creating = marker(location)
     clear_interrupted(location)
     if exists(location):
         raise StoreError(f"store: {location} already exists")
+    if is_link(location):
+        raise StoreError(f"store: {location} is a symbolic link to {link_target(location)}, "
+                         "which does not exist; cvflow creates a store only at a path of its "
+                         f"own: give --store {identity(location)} (or remove the link)")
     specs = [_array_spec(name, variable) for name, variable in template.variables.items()]
     zdtypes = {spec["dtype"]: parse_dtype(spec["dtype"], zarr_format=3) for spec in specs}
     # DESIGN CHOICE: a creation marker beside the store, written first and removed last, makes
     # creation atomic on a disk and on an object store alike (an object store cannot rename a
     # directory): a store whose marker remains was cut mid-creation, is not a store
     # (is_store) and is removed by the next run (callers hold the run lock, cvflow.store.lock).
-    put(marker, _marker(location))
+    try:
+        create_new(creating, _marker(location))
+    except FileExistsError:
+        raise StoreError(f"store: {location}: {creating} appeared while the store was being "
+                         "created (another process writes beside it); nothing was written: "
+                         f"remove it, or choose {OTHER_STORE}") from None
     # DESIGN CHOICE: the store is made in a zarr MemoryStore (every array's metadata, the
     # small variables' chunks, one consolidation), then its objects are copied to the
     # location in one batch (concurrent on an object store); larger variables (X) are then
@@ -276,12 +286,13 @@ def create(store: str | os.PathLike, template: xr.Dataset) -> None:
 
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(write, large))
-    remove(marker)
+    remove(creating)
 
 
 def _marker(location: str) -> bytes:
-    """The creation marker's content: it names the store it was written for."""
-    return json.dumps({"cvflow": "creating", "store": location}).encode()
+    """The creation marker's content: it names the store it was written for (the store itself,
+    symbolic links resolved: a run through any alias recognises it)."""
+    return json.dumps({"cvflow": "creating", "store": identity(location)}).encode()
 
 
 # what a cvflow store holds: the root's and each array's zarr.json, and the arrays' chunks
@@ -327,25 +338,44 @@ def clear_interrupted(store: str | os.PathLike) -> bool:
     # DESIGN CHOICE: nothing that is not ours is ever removed. A stray `<store>.creating` (a
     # copy, a name clash) beside a user's directory once made this delete the directory.
     location = resolve(store)
-    marker = sibling(location, CREATING)
-    content = get(marker)
+    creating = marker(location)
+    if is_link(creating):
+        raise StoreError(f"store: {location}: {creating} is a symbolic link (to "
+                         f"{link_target(creating)}), not a creation marker cvflow wrote; cvflow "
+                         "never writes through a link beside a store (nothing was written): "
+                         "remove it yourself")
+    content = get(creating)
     if content is None:
         return False
     root = _cvflow_root(location) if exists(location) else None
-    named = content == _marker(location) or (content == b"" and root is not False)
+    # the store itself, or (written before markers named it) the path as given
+    named = (content in (_marker(location), json.dumps({"cvflow": "creating", "store": location}
+                                                       ).encode())
+             or (content == b"" and root is not False))
     if not named:
-        raise StoreError(f"store: {location}: {marker} is not a creation marker cvflow wrote for "
-                         "this store; nothing was removed: remove or rename it yourself")
-    fix = f"remove {marker} if the directory is yours, or choose {OTHER_STORE}"
-    beside = f"is beside a creation marker ({marker}) but "
+        raise StoreError(f"store: {location}: {creating} is not a creation marker cvflow wrote "
+                         "for this store; nothing was removed: remove or rename it yourself")
+    fix = f"remove {creating} if the directory is yours, or choose {OTHER_STORE}"
+    beside = f"is beside a creation marker ({creating}) but "
+    _refuse_link(location, "replace its interrupted creation")
     if root is False:
         raise StoreError(f"store: {location} {beside}is not a cvflow store; refusing to replace "
                          f"it (nothing was removed): {fix}")
     _check_only_ours(location, beside=beside, action="replace", fix=fix)
     log.warning("removing %s: its creation was interrupted", location)
     remove(location)
-    remove(marker)
+    remove(creating)
     return True
+
+
+def _refuse_link(location: str, action: str) -> None:
+    """StoreError when ``location`` is a symbolic link: a store is removed or replaced only at
+    its own path (removing through a link would leave the link dangling, or remove the link
+    and not the store)."""
+    if is_link(location):
+        raise StoreError(f"store: {location} is a symbolic link (to {link_target(location)}); "
+                         f"refusing to {action} through it (nothing was removed): give --store "
+                         f"{identity(location)}")
 
 
 def remove_store(store: str | os.PathLike) -> None:
@@ -353,6 +383,7 @@ def remove_store(store: str | os.PathLike) -> None:
     it provably is one: a cvflow store (:func:`is_store`) holding nothing else."""
     location = resolve(store)
     fix = f"move your files elsewhere, or choose {OTHER_STORE}"
+    _refuse_link(location, "overwrite it")
     if not is_store(location):
         raise StoreError(f"store: {location} exists but is not a cvflow store; refusing to "
                          f"overwrite it (nothing was removed): {fix}")

@@ -59,10 +59,9 @@ from .coords import RESERVED, hyperparameter_coord, param_coords  # noqa: F401 -
 from .damage import listed_damage
 from .damage import verify  # noqa: F401 - cvflow.store.cube.verify, as the docs name it
 from ..errors import StoreError
-from .group import (CREATING, FORMAT_ATTR, LAZY_VARIABLES, STORE_FORMAT, STORE_FORMAT_ATTR,
-                    open_group, read_mask)
+from .group import FORMAT_ATTR, LAZY_VARIABLES, marker, open_group, read_mask
 from .integrity import DamagedStore
-from .location import exists, is_url, resolve, sibling, storage_options
+from .location import exists, is_url, resolve, storage_options
 
 # the encoding key where open_cube keeps the dask name of the store's own `pred`: read_pred
 # knows an untouched one by it
@@ -95,7 +94,7 @@ def open_cube(store: str | os.PathLike, *, scores: bool = True) -> xr.Dataset:
     if not exists(location):
         raise StoreError(f"store: {location} does not exist")
     cube = None
-    if not exists(sibling(location, CREATING)):          # else a creation was cut: no store
+    if not exists(marker(location)):          # else a creation was cut: no store
         try:
             cube = open_dataset(location)
         except Exception as exc:  # noqa: BLE001 - anything unreadable is not a cvflow store
@@ -106,9 +105,7 @@ def open_cube(store: str | os.PathLike, *, scores: bool = True) -> xr.Dataset:
         raise StoreError(f"store: {location} exists but is not a cvflow store")
     if not scores:
         cube = cube.drop_vars([n for n in integrity.SCORE_VARIABLES if n in cube.variables])
-    if int(cube.attrs.get(STORE_FORMAT_ATTR, 1)) > STORE_FORMAT:
-        raise StoreError(f"store: {location} has store format {cube.attrs[STORE_FORMAT_ATTR]}, "
-                         f"newer than this cvflow's ({STORE_FORMAT}); upgrade cvflow to read it")
+    attributes.check_format(location, cube.attrs)
     # DESIGN CHOICE: a chunk written when the store was created or grown that is gone reads as
     # fill values (a deleted `fold` chunk made every estimate silently wrong): one listing of
     # the store (cheap, whatever it holds) refuses it before anything is read or reduced

@@ -16,7 +16,7 @@ from . import attributes, integrity
 from ..errors import StoreError
 from .group import LAZY_VARIABLES, is_store, open_group, read_mask
 from .integrity import Damage
-from .location import exists, get, is_url, listing, resolve
+from .location import exists, get, get_all, is_url, listing, resolve
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,80 @@ def _objects(location: str, names) -> dict[str, dict[str, int]]:
         if name in objects and rest:
             objects[name][rest] = size
     return objects
+
+
+# what decides how an array's chunks are read and decoded; attributes are xarray's, and
+# storage transformers are absent from cvflow's arrays
+_READ_KEYS = ("node_type", "zarr_format", "shape", "data_type", "chunk_grid",
+              "chunk_key_encoding", "codecs", "fill_value", "dimension_names")
+
+
+def _consolidated(location: str) -> dict | None:
+    """The arrays' metadata in the root zarr.json (the consolidated copy), by name; None when
+    the store has none (written before cvflow consolidated it) or it does not decode."""
+    raw = get(location.rstrip("/") + "/zarr.json")
+    try:
+        nodes = json.loads(raw or b"{}")["consolidated_metadata"]["metadata"]
+        return {name: node for name, node in nodes.items()
+                if isinstance(node, dict) and node.get("node_type") == "array" and "/" not in name}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _shown(key: str, value) -> str:
+    if key == "codecs":                 # by name, a sharded array's inner codecs in brackets
+        def names(codecs) -> str:
+            out = []
+            for codec in codecs or ():
+                inner = ((codec.get("configuration") or {}).get("codecs")
+                         if isinstance(codec, dict) else None)
+                name = codec.get("name") if isinstance(codec, dict) else codec
+                out.append(f"{name}[{names(inner)}]" if inner else str(name))
+            return ", ".join(out)
+        return f"[{names(value)}]" if isinstance(value, list) else repr(value)
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def metadata_damage(store: str | os.PathLike, nodes: dict | None = None) -> list[Damage]:
+    """The arrays whose own ``zarr.json`` disagrees with their entry in the root's consolidated
+    metadata (``nodes``, read if None) on how their chunks are read (shape, data type, chunk
+    grid and keys, codecs, fill value, dimensions), or is missing; sorted by variable.
+
+    DESIGN CHOICE: xarray reads a store through the consolidated copy, zarr's array API (the
+    run's writes, the status reads, cvflow's checks of chunks) through each array's own: two
+    copies of one truth, neither checksummed. A crc32c codec removed from ``pred/zarr.json``
+    only made ``verify`` say 0 damaged while ``run`` refitted everything and wrote chunks
+    without checksums; a doubled shape there crashed ``run`` with a raw ValueError. Every open
+    compares them (one more read per array, concurrent on an object store) and names the
+    first difference; which copy is right cannot be known, so nothing is refitted. An array
+    whose own ``zarr.json`` does not decode is left to its readers
+    (:class:`cvflow.store.integrity.DamagedMetadata`)."""
+    location = resolve(store)
+    nodes = _consolidated(location) if nodes is None else nodes
+    if not nodes:
+        return []
+    names = sorted(nodes)
+    own = get_all(location, [f"{name}/zarr.json" for name in names])
+    out = []
+    for name in names:
+        raw = own[f"{name}/zarr.json"]
+        if raw is None:
+            out.append(Damage(name, (), "missing"))
+            continue
+        try:
+            meta = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(meta, dict):
+            continue
+        for key in _READ_KEYS:
+            if meta.get(key) != nodes[name].get(key):
+                out.append(Damage(name, (), "inconsistent with the consolidated metadata in the "
+                                  f"root zarr.json ({key}: {_shown(key, nodes[name].get(key))} "
+                                  f"there, {_shown(key, meta.get(key))} here)"))
+                break
+    return out
 
 
 def listed_damage(store: str | os.PathLike, *, done: np.ndarray | None = None,
@@ -45,14 +119,16 @@ def listed_damage(store: str | os.PathLike, *, done: np.ndarray | None = None,
     # listing check took on the lasso store); a store without it opens its arrays
     location = resolve(store)
     arrays: dict = {}
-    raw = get(location.rstrip("/") + "/zarr.json")
+    nodes = _consolidated(location)
     try:
-        nodes = json.loads(raw or b"{}")["consolidated_metadata"]["metadata"]
-        arrays = {name: integrity.ArrayLayout.from_json(node) for name, node in sorted(nodes.items())
-                  if node.get("node_type") == "array" and "/" not in name}
+        if nodes is None:
+            raise ValueError
+        arrays = {name: integrity.ArrayLayout.from_json(node) for name, node in sorted(nodes.items())}
     except (ValueError, KeyError, TypeError, AttributeError):
         _, arrays, _ = _listed(location, listing=False)
-    return _listed_damage(arrays, _objects(location, arrays), done, failed)
+        nodes = None
+    return (metadata_damage(location, nodes or {})
+            + _listed_damage(arrays, _objects(location, arrays), done, failed))
 
 
 def _listed(location: str, *, listing: bool = True
@@ -85,7 +161,9 @@ def status_damage(store: str | os.PathLike, done: np.ndarray, failed: np.ndarray
     (:func:`listed_damage`, ``pred``'s chunks of done fits included), the corrupt chunks of
     the small variables (all but ``pred``, ``X`` and the status variables, each read whole:
     a run never writes them) but those in ``read`` (already read by the caller), and the root
-    attributes that are not as cvflow wrote them (:func:`cvflow.store.attributes.problems`)."""
+    attributes that are not as cvflow wrote them (:func:`cvflow.store.attributes.problems`).
+    The two copies of the arrays' metadata are compared by the caller first
+    (:func:`metadata_damage`: with them inconsistent, which chunks exist is not known)."""
     location = resolve(store)
     group, arrays, objects = _listed(location)
     # pred opened from its own zarr.json, as its readers open it: metadata that does not
@@ -209,6 +287,7 @@ def verify(store: str | os.PathLike) -> integrity.Report:
     if not is_store(location):
         raise StoreError(f"store: {location} exists but is not a cvflow store")
     group = open_group(location)
+    attributes.check_newer(location, group.attrs)
     arrays = {name: group[name] for name in sorted(group.array_keys())}
     objects = _objects(location, arrays)
     damage: list[Damage] = []
@@ -220,7 +299,10 @@ def verify(store: str | os.PathLike) -> integrity.Report:
     # DESIGN CHOICE: `arrays` come from the consolidated metadata, but readers open each
     # variable from its own zarr.json (no checksum): a damaged one is listed, not skipped
     # (test_integrity.py::test_verify_lists_a_corrupt_variable_metadata_object).
+    damage += metadata_damage(location)
     for name in arrays:
+        if any(d.variable == name for d in damage):
+            continue
         try:
             integrity.open_array(location, name)
         except integrity.DamagedMetadata as exc:

@@ -13,7 +13,7 @@ import numpy as np
 import zarr
 
 from . import integrity
-from .location import exists, resolve, sibling, storage_options
+from .location import exists, identity, resolve, sibling, storage_options
 
 FORMAT_ATTR = "cvflow_version"
 # Store format: 1 (no attribute) before multiclass; 2 adds the `class` dim of multiclass `pred`;
@@ -46,6 +46,12 @@ warnings.filterwarnings("ignore", message="Consolidated metadata is currently no
                         category=UserWarning, module=r"zarr\.")
 
 
+def marker(location: str) -> str:
+    """The creation marker of the store at ``location``: ``<store>.creating`` beside the store
+    itself (symbolic links resolved: one store, one marker, whatever it is called)."""
+    return sibling(identity(location), CREATING)
+
+
 def open_group(location: str, mode: Literal["r", "r+"] = "r"):
     return zarr.open_group(location, mode=mode, storage_options=storage_options(location))
 
@@ -57,9 +63,12 @@ def is_store(store: str | os.PathLike) -> bool:
         complete = FORMAT_ATTR in open_group(location).attrs
     except Exception:  # noqa: BLE001 - anything unreadable is not a cvflow store
         return False
-    return complete and not exists(sibling(location, CREATING))
+    return complete and not exists(marker(location))
 
 
-def read_mask(store: str | os.PathLike, name: str) -> np.ndarray:
-    """A small (param, split) variable read eagerly (done, failed, fit_seconds, error)."""
-    return integrity.read(resolve(store), name)
+def read_mask(store: str | os.PathLike, name: str, *, consolidated: bool = False) -> np.ndarray:
+    """A small (param, split) variable read eagerly (done, failed, fit_seconds, error), opened
+    from its own ``zarr.json`` (or from the root's consolidated metadata, as xarray opens it)."""
+    location = resolve(store)
+    return integrity.read(location, name,
+                          array=open_group(location)[name] if consolidated else None)

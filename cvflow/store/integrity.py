@@ -69,7 +69,7 @@ class Damage:
 
 def damage_message(location: str, damage: Damage) -> str:
     """The one-line error for a damaged chunk, with what to do about it."""
-    if damage.variable in FITTED:
+    if damage.variable in FITTED and damage.chunk != ():
         return (f"store: {location}: {damage}; run `cvflow run` to refit it, or "
                 f"`cvflow verify {location}` to list every damaged chunk")
     return (f"store: {location}: {damage}; the store is damaged ({damage.variable} cannot be "

@@ -47,16 +47,26 @@ from typing import Iterator
 
 
 from ..errors import StoreError
-from .location import filesystem, is_url, resolve, sibling
+from .location import filesystem, identity, is_url, link_target, resolve, sibling
 from .. import config
 
 log = logging.getLogger(__name__)
 
 
 def lock_path(store: str | os.PathLike) -> Path | str:
-    """The lock of ``store``: ``<store>.lock`` (a Path, or a URL for a store at a URL)."""
-    location = sibling(resolve(store), ".lock")
+    """The lock of ``store``: ``<store>.lock`` beside the store itself (symbolic links resolved,
+    :func:`cvflow.store.location.identity`; a Path, or a URL for a store at a URL)."""
+    location = sibling(identity(resolve(store)), ".lock")
     return location if is_url(location) else Path(location)
+
+
+class LinkedLock(StoreError):
+    """A symbolic link stands where a store's lock file goes: cvflow never follows it."""
+
+    def __init__(self, path):
+        super().__init__(f"store: the run lock {path} is a symbolic link (to "
+                         f"{link_target(os.fspath(path))}); cvflow never follows a link beside "
+                         "a store (nothing was written): remove it")
 
 
 class _FileSlot:
@@ -111,11 +121,18 @@ class _FileSlot:
         return tmp
 
     def read(self) -> tuple[bytes | None, object, float | None]:
-        """(content or None if absent, version, modification time)."""
+        """(content or None if absent, version, modification time); a symbolic link at the
+        lock's name is never followed (:class:`LinkedLock`)."""
         try:
-            return self.path.read_bytes(), None, self.path.stat().st_mtime
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except (FileNotFoundError, NotADirectoryError):
             return None, None, None
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise LinkedLock(self.path) from None
+            raise
+        with os.fdopen(fd, "rb") as f:
+            return f.read(), None, os.fstat(f.fileno()).st_mtime
 
     def replace(self, data: bytes, version: object) -> object:
         tmp = self._temporary(data)
@@ -205,10 +222,29 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+# seconds a heartbeat may be ahead of this machine's clock (another host's clock, NTP steps)
+CLOCK_SKEW = 60.0
+
+
+def bad_heartbeat(record: dict) -> str | None:
+    """What is wrong with a lock's heartbeat (``"heartbeat nan is not a time"``, ``"heartbeat
+    3600 s in the future"``), or None when it is a time up to :data:`CLOCK_SKEW` ahead (or
+    absent: the lock file's age stands for it)."""
+    beat = record.get("heartbeat")
+    if beat is None:
+        return None
+    if isinstance(beat, bool) or not isinstance(beat, (int, float)) or not math.isfinite(beat):
+        return f"heartbeat {beat!r} is not a time"
+    ahead = beat - time.time()
+    if ahead > CLOCK_SKEW:
+        return f"heartbeat {ahead:.0f} s in the future"
+    return None
+
+
 def _age(record: dict, mtime: float | None) -> float:
     """Seconds since the owner last showed life (heartbeat, else the lock's mtime)."""
     beat = record.get("heartbeat")
-    if not isinstance(beat, (int, float)):
+    if bad_heartbeat(record) is not None or not isinstance(beat, (int, float)):
         if mtime is None:
             return float("inf")
         beat = mtime
@@ -239,6 +275,15 @@ def is_stale(record: dict, mtime: float | None, *, stale_after: float) -> str | 
         if not _pid_alive(record["pid"]):
             return f"pid {record['pid']} on {record['host']} is gone"
     age = _age(record, mtime)
+    bad = bad_heartbeat(record)
+    if bad is not None:
+        # DESIGN CHOICE: a heartbeat that is no time, or far ahead of ours, says nothing of its
+        # owner's life (it once kept every run out for ever: "heartbeat -998204179311 s ago").
+        # The lock file's own age stands for it when that is a time of ours; otherwise
+        # RunLock.acquire watches the record for stale_after seconds of this machine's clock.
+        if mtime is not None and -CLOCK_SKEW <= age and age > stale_after:
+            return f"its {bad}, and the lock file has not changed for {age:.0f} s"
+        return None
     if age > stale_after:
         return f"no heartbeat for {age:.0f} s (stale after {stale_after:.0f} s)"
     return None
@@ -247,10 +292,14 @@ def is_stale(record: dict, mtime: float | None, *, stale_after: float) -> str | 
 def describe(record: dict) -> str:
     """One line about who holds a lock: ``pid 123 on host, started 2024-.. (heartbeat 3 s ago)``."""
     started = record.get("started")
-    when = (_dt.datetime.fromtimestamp(started).isoformat(timespec="seconds")
-            if isinstance(started, (int, float)) else "?")
+    try:
+        when = _dt.datetime.fromtimestamp(started).isoformat(timespec="seconds")
+    except (TypeError, ValueError, OverflowError, OSError):      # not a time
+        when = "?"
     beat = record.get("heartbeat")
-    ago = f", heartbeat {time.time() - beat:.0f} s ago" if isinstance(beat, (int, float)) else ""
+    bad = bad_heartbeat(record)
+    ago = (f", {bad}" if bad is not None else f", heartbeat {time.time() - beat:.0f} s ago"
+           if isinstance(beat, (int, float)) and not isinstance(beat, bool) else "")
     return f"pid {record.get('pid', '?')} on {record.get('host', '?')}, started {when}{ago}"
 
 
@@ -295,6 +344,10 @@ class RunLock:
             if reason is None and not record:    # unreadable and young: wait, then judge
                 time.sleep(min(UNREADABLE_GRACE, self.stale_after))
                 continue
+            if reason is None and bad_heartbeat(record) is not None:
+                reason = self._unchanged(data, record)
+                if reason == "":
+                    continue                     # released meanwhile: try again
             if reason is None:
                 raise StoreError(
                     f"store: {self.store} is being written by another cvflow run "
@@ -314,8 +367,29 @@ class RunLock:
                                         daemon=True)
         self._thread.start()
 
+    def _unchanged(self, data: bytes | None, record: dict) -> str | None:
+        """Watch a lock whose heartbeat is no time of ours for ``stale_after`` seconds of this
+        machine's clock: the reason it is stale if it never changed, None if its owner
+        rewrote it (alive), "" if it was released."""
+        bad = bad_heartbeat(record)
+        log.warning("the run lock %s has a %s (%s); it is taken over if it does not change for "
+                    "%.0f s (cvflow.lock.stale-after)", self.path, bad, describe(record),
+                    self.stale_after)
+        first = time.monotonic()
+        while (left := self.stale_after - (time.monotonic() - first)) > 0:
+            time.sleep(min(self.heartbeat, left))
+            now = self._slot.read()[0]
+            if now is None:
+                return ""
+            if now != data:
+                return None
+        return f"its {bad}, and it did not change for {self.stale_after:.0f} s"
+
     def _owned(self) -> bool:
-        record = read_lock(self.store)
+        try:
+            record = read_lock(self.store)
+        except LinkedLock:          # replaced by a link: not ours any more
+            return False
         return bool(record) and record.get("token") == self.token
 
     def _beat(self) -> None:

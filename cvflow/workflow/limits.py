@@ -9,6 +9,12 @@ raise it, before numpy or the YAML constructor allocates anything:
   the axis lengths of each grid (a generator's count is read before it runs);
 - ``cvflow.limits.fits`` (default 10^7): params x splits (the splits the estimators ask
   for, counted from the design before its training sets are built);
+- ``cvflow.limits.splits`` (default 10^6): the training sets of a design (the splits the
+  estimators ask for, counted before any is built: building one costs ~50 us of Python, so
+  10^6 take about a minute);
+- ``cvflow.limits.design-values`` (default 10^9, ~1 GB): the values a design holds, its
+  training-set masks and fold labels, (splits + repeats) x samples, counted once the data's
+  size is known, before the fold labels are drawn;
 - ``cvflow.limits.yaml-alias-nodes`` (default 10^5): nodes that YAML aliases add to a
   workflow file (the expanded document minus the written one);
 - ``cvflow.limits.synthetic-values`` (default 10^8, 800 MB): values a synthetic data
@@ -32,16 +38,16 @@ from .. import config
 # paper reproductions and what the 10^6-fit benchmark uses (1000 alphas); 10^7 fits is 10x the
 # largest study measured here (README "Scale"), past which the client's in-memory status
 # (README: "past ~10^7 fits this is what to change next") is the bottleneck.
-_ENV = {"params": "PARAMS", "fits": "FITS", "yaml-alias-nodes": "YAML_ALIAS_NODES",
-        "synthetic-values": "SYNTHETIC_VALUES"}
+_ENV = {"params": "PARAMS", "fits": "FITS", "splits": "SPLITS", "design-values": "DESIGN_VALUES",
+        "yaml-alias-nodes": "YAML_ALIAS_NODES", "synthetic-values": "SYNTHETIC_VALUES"}
 
 
 # DESIGN CHOICE: no limit is below these counts, so a workflow under them is checked without
 # reading the config: `cvflow validate` imports no Dask (tests/test_startup.py; `import
 # dask.config` costs ~150 ms, 230 modules). A limit configured lower counts as its floor; the
 # limits guard a machine against absurd sizes, they are not quotas.
-FLOORS = {"params": 10_000, "fits": 100_000, "yaml-alias-nodes": 10_000,
-          "synthetic-values": 1_000_000}
+FLOORS = {"params": 10_000, "fits": 100_000, "splits": 100_000, "design-values": 10_000_000,
+          "yaml-alias-nodes": 10_000, "synthetic-values": 1_000_000}
 
 
 def limit(name: str) -> int:

@@ -227,6 +227,13 @@ class Workflow:
         d = self.config["design"]
         kinds = self.splits_needed()
         try:
+            s = d.get("subset") or {}
+            n_subsets = (0 if "subset" not in kinds or not s
+                         else complete_subset_count(int((~data.is_test).sum()), s["size"])
+                         if s.get("complete") else 2 * s.get("pairs", 0))
+            if d["folds"] is not None:       # the design's size, before its folds are drawn
+                check_size(len(self.params), kinds, folds=d["folds"], repeats=d["repeats"],
+                           subsets=n_subsets, n_samples=int(data.X.shape[0]))
             fold_train = None
             cv = (build_description(d["splitter"], "design.splitter")
                   if isinstance(d["splitter"], dict) else None)
@@ -243,15 +250,11 @@ class Workflow:
                 fold = fold_labels(data.y, data.is_test, folds=d["folds"], repeats=d["repeats"],
                                    splitter=d["splitter"], seed=d["seed"], groups=data.groups,
                                    shuffle=d["shuffle"])
-            s = d.get("subset") or {}
             if "subset" in kinds and not s:
                 raise InputError("design.subset: the ustat estimators need design.subset "
                                  "{size: g, pairs: P}")
-            n_subsets = (0 if "subset" not in kinds
-                         else complete_subset_count(int((~data.is_test).sum()), s["size"])
-                         if s.get("complete") else 2 * s.get("pairs", 0))
             check_size(len(self.params), kinds, folds=int(fold.max()) + 1 if fold.size else 0,
-                       repeats=fold.shape[0], subsets=n_subsets)
+                       repeats=fold.shape[0], subsets=n_subsets, n_samples=int(fold.shape[1]))
             subsets = None
             if "subset" in kinds:
                 subsets = subset_splits(data.is_test, size=s["size"], pairs=s.get("pairs", 0),
@@ -507,17 +510,30 @@ def _racing(where: str, raw: Any, estimators, loss: str, design: dict, base: Pat
 
 
 def check_size(n_params: int, kinds: set[str], *, folds: int, repeats: int,
-               subsets: int = 0) -> None:
-    """InputError (naming the design) when params x the requested splits exceed the limit
-    ``cvflow.limits.fits`` (:mod:`cvflow.workflow.limits`), counted from sizes before any training set
-    is built; so are the fold labels (repeats x folds: the cube keeps them whatever the
-    estimators read)."""
+               subsets: int = 0, n_samples: int | None = None) -> None:
+    """InputError (naming the design) when the design is larger than a limit of
+    :mod:`cvflow.workflow.limits`, counted from sizes before any training set is built:
+    params x the requested splits (``cvflow.limits.fits``), the requested splits and the fold
+    labels, repeats x folds, that the cube keeps whatever the estimators read
+    (``cvflow.limits.splits``), and with ``n_samples`` the values the design holds, (splits +
+    repeats) x samples (``cvflow.limits.design-values``)."""
     splits = requested_splits(kinds, folds=folds, repeats=repeats, subsets=subsets)
     text = limits.count_text
     limits.check("fits", n_params * splits, f"design: {text(n_params)} params x "
                  f"{text(splits)} splits = {text(n_params * splits)} fits")
     limits.check("fits", repeats * folds, f"design.repeats: {text(repeats)} repeats of "
                  f"{text(folds)} folds make {text(repeats * folds)} folds")
+    # DESIGN CHOICE: a design under the fits limit could still take minutes and gigabytes to
+    # build (folds: 2, repeats: 10^6 on 442 samples: 2 x 10^6 training sets, over 1 GB, still
+    # building after 240 s): its splits and values are bounded too, from the same sizes
+    limits.check("splits", splits, f"design: {text(splits)} splits (training sets)")
+    limits.check("splits", repeats * folds, f"design.repeats: {text(repeats)} repeats of "
+                 f"{text(folds)} folds make {text(repeats * folds)} folds")
+    if n_samples is not None:
+        values = (splits + repeats) * n_samples
+        limits.check("design-values", values, f"design: ({text(splits)} splits + "
+                     f"{text(repeats)} repeats) x {text(n_samples)} samples = {text(values)} "
+                     "training-set and fold values")
 
 
 def _check_against_grid(where: str, estimators, params: list[Param], design: dict,
