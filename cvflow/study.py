@@ -252,11 +252,19 @@ class Study:
 
         return "classification" if type_of_target(y) == "binary" else "regression"
 
-    def workflow(self, X, y, groups=None, *, sample_weight=None) -> Workflow:
-        """The validated workflow of this study on these data (InputError on bad input)."""
+    def workflow(self, X, y, groups=None, *, sample_weight=None, fit_params=None) -> Workflow:
+        """The validated workflow of this study on these data (InputError on bad input).
+
+        ``fit_params``: other parameters of every learner's ``fit`` (``GridSearchCV``'s
+        ``fit(**params)``), a sample-aligned one taken by each fit's training rows; they reach
+        the fits only (not stored: a store resumed with other ones is not told apart)."""
         task = self._task(y)
         config, objects = self._config(task)
         wf = parse_workflow(config, WHERE, objects=objects)
+        if fit_params:
+            from dataclasses import replace
+
+            wf.params = [replace(p, fit_params=dict(fit_params)) for p in wf.params]
         wf.data = from_arrays(X, y, task, groups=groups, sample_weight=sample_weight,
                               where=str(WHERE))
         # the scorer objects themselves run (by value on the workers), not their spelling
@@ -276,19 +284,20 @@ class Study:
                 f"{len(built.params) * built.design.n_splits} fits")
 
     def run(self, X, y, groups=None, *, sample_weight=None, store=None, cluster=None,
-            workers=None, overwrite=False, client=None, progress=None) -> "StudyResult":
+            workers=None, overwrite=False, client=None, progress=None,
+            fit_params=None) -> "StudyResult":
         """Fit every (param, split) not yet in ``store`` and return the results over it.
 
         Goes through :func:`cvflow.execution.run.run` exactly as ``cvflow run`` does (the same
         validation first, the same resume and extension rules). ``store`` defaults to
         ``<name>.zarr``; ``cluster``, ``workers``, ``client`` and ``progress`` as there: by
         default the execution choice, a progress bar (notebook-aware with tqdm) and a summary
-        on stderr; ``progress=False`` runs silently.
+        on stderr; ``progress=False`` runs silently. ``fit_params`` as :meth:`workflow`'s.
         """
         from .execution.run import run
         from .execution.preflight import check_run
 
-        wf = self.workflow(X, y, groups, sample_weight=sample_weight)
+        wf = self.workflow(X, y, groups, sample_weight=sample_weight, fit_params=fit_params)
         path = Path(store) if store is not None else Path(f"{self.name}.zarr")
         check_run(wf, path, cluster=cluster, workers=workers, client=client)
         done = run(wf, store=path, cluster=cluster, workers=workers, overwrite=overwrite,

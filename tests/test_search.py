@@ -186,8 +186,6 @@ def test_refusals_are_one_clear_line(diabetes):
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
             cvflow.SearchCV(Ridge(), RIDGE_GRID, cluster="threads", **kwargs).fit(X, y)
-    with pytest.raises(ValueError, match="fit parameter 'check_input' is not supported"):
-        cvflow.SearchCV(Ridge(), RIDGE_GRID).fit(X, y, check_input=False)
 
 
 def test_scikit_learn_conventions(diabetes):
@@ -544,3 +542,41 @@ def test_score_refuses_extra_params_without_routing(diabetes):
     for fitted in (search, ref):
         with pytest.raises(ValueError, match="is only supported if enable_metadata_routing=True"):
             fitted.score(X, y, metadata=1)
+
+
+class OffsetRidge(Ridge):
+    """A Ridge whose fit takes a per-sample offset and a scalar (fit parameters)."""
+
+    def fit(self, X, y, offset=None, scale=1.0):
+        return super().fit(X, (y - offset) * scale)
+
+
+def test_fit_params_reach_every_fit_and_the_refit_as_gridsearchcv(diabetes):
+    """A sample-aligned fit parameter is taken by each fit's training rows, a scalar passed
+    as it is (GridSearchCV's rule); the refit gets them whole."""
+    X, y = diabetes
+    offset = np.linspace(0.0, 10.0, len(y))
+    kw = dict(cv=KFold(3, shuffle=True, random_state=0), scoring="neg_mean_squared_error",
+              return_train_score=True)
+    ours = cvflow.SearchCV(OffsetRidge(), {"alpha": [0.1, 1.0]}, cluster="threads", **kw).fit(
+        X, y, offset=offset, scale=2.0)
+    ref = GridSearchCV(OffsetRidge(), {"alpha": [0.1, 1.0]}, **kw).fit(
+        X, y, offset=offset, scale=2.0)
+    assert_same_search(ours, ref)
+    np.testing.assert_allclose(ours.predict(X), ref.predict(X), **TOL)
+
+
+def test_a_fit_failing_for_its_fit_params_raises_its_own_error():
+    from sklearn.utils._mocking import CheckingClassifier
+
+    X, y = np.arange(100.0).reshape(10, 10), np.array([0] * 5 + [1] * 5)
+    for search in (GridSearchCV(CheckingClassifier(expected_fit_params=["spam", "eggs"]),
+                                {"foo_param": [1, 2]}, cv=2, error_score="raise"),
+                   cvflow.SearchCV(CheckingClassifier(expected_fit_params=["spam", "eggs"]),
+                                   {"foo_param": [1, 2]}, cv=2, error_score="raise",
+                                   cluster="threads")):
+        with pytest.raises(AssertionError, match=r"Expected fit parameter\(s\) \['eggs'\]"):
+            search.fit(X, y, spam=np.ones(10))
+        with pytest.raises(AssertionError, match="Fit parameter spam has length 1; expected"):
+            search.fit(X, y, spam=np.ones(1), eggs=np.zeros(10))
+        search.fit(X, y, spam=np.ones(10), eggs=np.zeros(10))

@@ -56,10 +56,11 @@ class BlockResult:
 def fits_paths(params: list[Param], X, sample_weight=None, path_aware: bool = True,
                scoring: Scoring | None = None) -> bool:
     """Whether :func:`fit_block` fits path-aware groups of ``params`` as paths: a numpy ``X``,
-    no sample weights, no ``fit_seed``, no scorers (they score a fitted model, which a path
+    no sample weights nor other fit parameters, no ``fit_seed``, no scorers (they score a fitted model, which a path
     kernel does not make)."""
     return (path_aware and sample_weight is None and isinstance(X, np.ndarray)
-            and all(p.fit_seed is None for p in params) and not (scoring and scoring.scorers))
+            and all(p.fit_seed is None and not p.fit_params for p in params)
+            and not (scoring and scoring.scorers))
 
 
 def only_paths(params: list[Param], X, sample_weight=None, path_aware: bool = True,

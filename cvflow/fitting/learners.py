@@ -88,6 +88,7 @@ def fit_model(param: Param, X, y, train: np.ndarray, sample_weight=None):
     model = param.build(train)
     kwargs = {} if sample_weight is None else {
         sample_weight_key(model): np.asarray(sample_weight)[train]}
+    kwargs.update(fit_params_of(param.fit_params, n_rows(X), train))
     X_train = take(X, train)
     if pairwise(model):
         if hasattr(X, "shape") and X.shape[0] != X.shape[1]:
@@ -98,6 +99,22 @@ def fit_model(param: Param, X, y, train: np.ndarray, sample_weight=None):
     else:
         model.fit(X_train, take(y, train), **kwargs)
     return model
+
+
+def fit_params_of(fit_params: dict | None, n_samples: int, train: np.ndarray) -> dict:
+    """The fit parameters of one fit, as ``GridSearchCV`` slices them: an array-like of
+    ``n_samples`` values (an array, a list, a Series) taken by the training rows, anything
+    else (a scalar, a callable, a tuple of validation arrays) passed as it is."""
+    def aligned(value) -> bool:
+        if isinstance(value, (str, bytes, tuple, dict)) or not (
+                hasattr(value, "shape") or hasattr(value, "__len__")):
+            return False
+        try:
+            return n_rows(value) == n_samples
+        except TypeError:
+            return False
+
+    return {k: take(v, train) if aligned(v) else v for k, v in (fit_params or {}).items()}
 
 
 def fit_one(param: Param, X, y, train: np.ndarray, positive=None,

@@ -265,8 +265,10 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         groups : array-like of shape (n_samples,), optional
             Group labels for a group splitter (``GroupKFold``), as ``GridSearchCV``'s.
         **fit_params
-            ``sample_weight`` (stored with the data, passed to every fit and the refit, and
-            weighting the test scores as ``GridSearchCV``'s scorers weight them).
+            Passed to every fit and to the refit, as ``GridSearchCV`` passes them: a
+            sample-aligned value taken by each fit's training rows, any other as it is.
+            ``sample_weight`` is also stored with the data and weighs the test scores as
+            ``GridSearchCV``'s scorers weigh them; the others are not stored.
 
         Returns
         -------
@@ -274,10 +276,6 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         """
         from ..study import Study
 
-        unknown = sorted(set(fit_params) - {"sample_weight"})
-        if unknown:
-            raise ValueError(f"SearchCV.fit: fit parameter {unknown[0]!r} is not supported; cvflow "
-                             "stores the data of every fit and passes only sample_weight")
         self._check_options()
         sc = self._scorings()         # first, as GridSearchCV: no scoring at all is a TypeError
         self.multimetric_ = sc.multimetric
@@ -326,7 +324,9 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         weights = fit_params.get("sample_weight")
         result = study.run(X, y, groups, sample_weight=weights, store=store,
                            client=default_client(self.cluster), cluster=self.cluster,
-                           workers=self._workers(), progress=None if self.progress else False)
+                           workers=self._workers(), progress=None if self.progress else False,
+                           fit_params={k: v for k, v in fit_params.items()
+                                       if k != "sample_weight"})
         self.store_, self.result_ = str(store), result
         self._failures(X, y_arr, estimator, candidates, fit_params)
         sc = self._results(result, sc, weighted=weights is not None)

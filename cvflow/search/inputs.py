@@ -54,9 +54,10 @@ def refit_failed(cube, X, y, estimator, params: dict, split: int, fit_params: di
     a failure raises the learner's own exception (``error_score="raise"``)."""
     index = int(np.asarray(cube["fold_split"].values).ravel()[split])
     rows = np.flatnonzero(np.asarray(cube["train"].values[index], dtype=bool))
+    from ..fitting.learners import fit_params_of, n_rows
+
     model = clone(estimator).set_params(**clone(params, safe=False))
-    weights = fit_params.get("sample_weight")
-    extra = {} if weights is None else {"sample_weight": np.asarray(weights)[rows]}
+    extra = fit_params_of(fit_params, n_rows(X), rows)
     model.fit(rows_of(X, rows), y[rows], **weights_for(model, extra))
 
 

@@ -34,6 +34,10 @@ class Param:
     # fitted, while ``fixed`` and ``hyper`` describe it (cvflow.objects); in memory only, never
     # stored, shipped to worker processes by value as distributed ships objects
     source: tuple[Any, dict] | None = field(default=None, compare=False, repr=False)
+    # the Python face's fit parameters beyond sample_weight ({name: value}, as GridSearchCV's
+    # fit(**params)): a sample-aligned value is taken by the training rows, any other passed
+    # as it is (cvflow.fitting.learners.fit_model); in memory only, never stored
+    fit_params: dict | None = field(default=None, compare=False, repr=False)
 
     def settings(self) -> dict:
         return {**self.fixed, **self.hyper}
