@@ -158,7 +158,9 @@ def fit_and_score(param: Param, X, y, train: np.ndarray, positive=None, sample_w
     seconds = time.perf_counter() - t0
     if scoring is None:
         return pred, seconds, "", None
-    scores = score_fit(scoring, model, X, y, train, sample_weight)
+    # a pairwise learner is scored from its columns of the training samples, as it predicts
+    scores = score_fit(scoring, model, columns(X, train) if pairwise(model) else X, y, train,
+                       sample_weight)
     if unstored:
         scores.errors.insert(0, unstored)
     return pred, seconds, "", scores

@@ -96,13 +96,15 @@ def scorer_keys(scorers: dict, model, X, y, rows: np.ndarray) -> dict[str, list[
     from sklearn.metrics._scorer import _BaseScorer
 
     index = np.flatnonzero(rows)
+    # a pairwise learner is scored from its columns of the trial rows, as its fits are
+    Xr = take(columns(X, rows) if pairwise(model) else X, index)
     out = {}
     for name, scorer in scorers.items():
         if isinstance(scorer, (str, _BaseScorer)):
             continue
         try:
             with trial_running():
-                value = scorer(model, take(X, index), y[index])
+                value = scorer(model, Xr, take(y, index))
         except Exception as exc:  # noqa: BLE001 - a scorer failing here scores NaN in the fits
             log.debug("scorer %r on a trial fit: %s", name, exc)
             continue
@@ -133,11 +135,11 @@ def scorer_probe(workflow, data) -> dict[str, list[str]]:
         seen.add(param.learner)
         try:
             with trial_running():
-                model = fit_model(param, data.fit_X, data.y, rows, data.sample_weight)
+                model = fit_model(param, data.fit_X, data.fit_y, rows, data.sample_weight)
         except Exception as exc:  # noqa: BLE001 - its fits say why
             log.debug("scorer probe: learner %r does not fit (%s)", param.learner, exc)
             continue
-        return scorer_keys(workflow.scorers, model, data.fit_X, data.y, rows)
+        return scorer_keys(workflow.scorers, model, data.fit_X, data.fit_y, rows)
     return {}
 
 
@@ -175,7 +177,7 @@ def check_learners(workflow, data, where: str) -> dict[str, list[str]]:
                             "points fit", name, first_error)
             _check_reproducible(params[param], X, data, rows, pred, name, scored)
             if scored and keys is None:
-                keys = scorer_keys(workflow.scorers, models[0], X, data.y, rows)
+                keys = scorer_keys(workflow.scorers, models[0], X, y, rows)
             break
         else:
             message = f"{type(first_error).__name__}: {first_error}".splitlines()[0][:300]

@@ -310,7 +310,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
                       if losses else None,
                       task=task, fit_seed=self.fit_seed, name="search", racing=self.racing,
                       output=output_of(estimator, candidates, [d for d, _ in losses.values()],
-                                     n_classes, task) if losses else None,
+                                     n_classes, task),
                       scorers=sc.scorers or None,
                       train_scores=bool(sc.scorers) and bool(self.return_train_score),
                       # DESIGN CHOICE: a learner that cannot fit is recorded fit by fit and

@@ -136,9 +136,10 @@ def output_of(estimator, candidates: list[dict], losses: list[Loss], n_classes: 
     predict). None for regression."""
     if task != "classification":
         return None
-    allowed = set.intersection(*[set(d.multiclass_outputs or d.outputs if n_classes > 2
-                                     else d.outputs) for d in losses])
     order = ("decision_function", "predict_proba", "predict")
+    # only scorers computed at fit time: any output serves (they score the model itself)
+    allowed = set.intersection(*[set(d.multiclass_outputs or d.outputs if n_classes > 2
+                                     else d.outputs) for d in losses]) if losses else set(order)
     if not is_classifier(estimator):
         order = ("predict",) + order[:2]
     # every candidate, not the estimator given: a Pipeline whose None step the grid fills, an
@@ -150,6 +151,8 @@ def output_of(estimator, candidates: list[dict], losses: list[Loss], n_classes: 
     for output in order:
         if output in allowed and all(hasattr(m, output) for m in models or [estimator]):
             return output
+    if not losses:
+        return None                          # the study's default: the scorers need none
     names = ", ".join(d.label for d in losses)
     raise ValueError(f"SearchCV: no output of {type(estimator).__name__} serves every scoring "
                      f"({names}); score them in separate searches")
