@@ -384,3 +384,18 @@ def test_a_callable_returning_a_dict_is_multimetric(data, tmp_path):
     full = int(cube.attrs["full_split"])
     np.testing.assert_array_equal(np.delete(counts, full, axis=1),
                                   np.broadcast_to(np.delete(tested, full), (3, 3)))
+
+
+def test_without_a_target_the_estimators_own_score_selects():
+    """KMeans with scoring=None and no y: GridSearchCV scores each fit with score(X)."""
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(n_samples=60, random_state=0)
+    grid = {"n_clusters": [2, 3, 4]}
+    est = KMeans(random_state=0, init="random", n_init=1)
+    ref = GridSearchCV(est, grid, cv=3).fit(X)
+    ours = cvflow.SearchCV(est, grid, cv=3, cluster="threads").fit(X)
+    assert_same(ours, ref)
+    with pytest.raises(ValueError, match="y is required to score with a loss"):
+        cvflow.SearchCV(est, grid, cv=3, scoring="r2", cluster="threads").fit(X)

@@ -32,12 +32,13 @@ def take(X, rows: np.ndarray):
     return X[index]
 
 
-def estimator_score(estimator, X, y, sample_weight=None) -> float:
+def estimator_score(estimator, X, y=None, sample_weight=None) -> float:
     """The estimator's own ``score(X, y)``: ``GridSearchCV``'s scoring when none is given
-    (with ``sample_weight`` when its ``score`` takes them)."""
+    (``score(X)`` without a target; with ``sample_weight`` when its ``score`` takes them)."""
+    target = () if y is None else (y,)
     if sample_weight is None or not accepts_sample_weight(estimator.score):
-        return estimator.score(X, y)
-    return estimator.score(X, y, sample_weight=sample_weight)
+        return estimator.score(X, *target)
+    return estimator.score(X, *target, sample_weight=sample_weight)
 
 
 def _scoring(scorers: bytes, analysis: np.ndarray, train: bool, keys: dict) -> Scoring:
@@ -134,7 +135,8 @@ def _apply(scoring: Scoring, model, X, y, rows: np.ndarray, errors: list[str],
         try:
             kwargs = ({"sample_weight": weights}
                       if weights is not None and accepts_sample_weight(scorer) else {})
-            value = scorer(model, Xr, yr, **kwargs)
+            # without a target, as GridSearchCV: scorer(estimator, X)
+            value = scorer(model, Xr, *(() if yr is None else (yr,)), **kwargs)
             if keys is None and isinstance(value, dict):
                 raise TypeError(f"returned a dict ({', '.join(map(str, value))}) but one number "
                                 "on the trial fit; give each score its own scorer")

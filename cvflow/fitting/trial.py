@@ -104,7 +104,7 @@ def scorer_keys(scorers: dict, model, X, y, rows: np.ndarray) -> dict[str, list[
             continue
         try:
             with trial_running():
-                value = scorer(model, Xr, take(y, index))
+                value = scorer(model, Xr, *(() if y is None else (take(y, index),)))
         except Exception as exc:  # noqa: BLE001 - a scorer failing here scores NaN in the fits
             log.debug("scorer %r on a trial fit: %s", name, exc)
             continue

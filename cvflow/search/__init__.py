@@ -280,12 +280,15 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         sc = self._scorings()         # first, as GridSearchCV: no scoring at all is a TypeError
         self.multimetric_ = sc.multimetric
         key = sc.key
-        if y is None:
-            raise ValueError("SearchCV.fit: y is required (cvflow studies are supervised)")
+        if y is None and sc.losses:      # scorers alone score fit(X)'s models without a target
+            raise ValueError("SearchCV.fit: y is required to score with a loss (it compares the "
+                             "stored predictions with the target); without y give a scorer, "
+                             "e.g. scoring=None for an estimator's own score")
         estimator = clone(self.estimator)
-        y_arr = np.asarray(y)
+        y_arr = None if y is None else np.asarray(y)
         losses = {name: self._loss(s) for name, s in sc.losses.items()}
-        task = task_of(estimator, [d for d, _ in losses.values()], y_arr)
+        task = ("regression" if y is None       # no target: predict stored as it is
+                else task_of(estimator, [d for d, _ in losses.values()], y_arr))
         for name, s in sc.losses.items():
             check_task(estimator, s, losses[name][0], task)
         classifier = task == "classification"

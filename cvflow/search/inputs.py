@@ -58,7 +58,7 @@ def refit_failed(cube, X, y, estimator, params: dict, split: int, fit_params: di
 
     model = clone(estimator).set_params(**clone(params, safe=False))
     extra = fit_params_of(fit_params, n_rows(X), rows)
-    model.fit(rows_of(X, rows), y[rows], **weights_for(model, extra))
+    model.fit(rows_of(X, rows), None if y is None else y[rows], **weights_for(model, extra))
 
 
 def weights_for(model, fit_params: dict) -> dict:
@@ -96,7 +96,7 @@ def splitter_of(cv, X, y, groups):
     module = type(cv).__module__
     if module.startswith("sklearn.") and not type(cv).__name__.startswith("_"):
         return seeded(cv)
-    labels = np.full(len(y), -1)
+    labels = np.full(len(y) if y is not None else len(X), -1)
     for j, (_, test) in enumerate(cv.split(X, y, groups)):
         if (labels[test] >= 0).any():
             raise ValueError("SearchCV: cv tests some samples twice; cvflow needs test folds "
@@ -151,8 +151,8 @@ def output_of(estimator, candidates: list[dict], losses: list[Loss], n_classes: 
     for output in order:
         if output in allowed and all(hasattr(m, output) for m in models or [estimator]):
             return output
-    if not losses:
-        return None                          # the study's default: the scorers need none
+    if not losses:            # the scorers need none: predict, stored where it is one array
+        return "predict"
     names = ", ".join(d.label for d in losses)
     raise ValueError(f"SearchCV: no output of {type(estimator).__name__} serves every scoring "
                      f"({names}); score them in separate searches")
