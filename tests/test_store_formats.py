@@ -97,7 +97,7 @@ def test_a_format_that_is_no_format_is_damage_everywhere(v1, capsys, value, kind
     store = v1("regression")
     _format(store, value)
     problem = (rf"attribute cvflow_format is {kind}, not a store format \(a whole number from 1; "
-               r"this cvflow writes 2\)")
+               r"this cvflow writes 2, 3 with scorers\)")
     with pytest.raises(StoreError, match=problem + "; the store is damaged: restore it"):
         cvflow.open(store)
     assert main(["report", str(store)]) == 2
@@ -118,7 +118,7 @@ def test_a_format_that_is_no_format_refuses_a_run_untouched(v1, tmp_path):
     for value, message in ((None, "attribute cvflow_format is a NoneType (null), not a store "
                                   "format"),
                            ("2", 'attribute cvflow_format is a str ("2"), not a store format'),
-                           (99, "has store format 99, newer than this cvflow's (2); upgrade "
+                           (99, "has store format 99, newer than this cvflow's (3); upgrade "
                                 "cvflow to read it")):
         _format(store, value)
         before = tree_digest(store)
@@ -139,5 +139,5 @@ def test_status_and_verify_refuse_a_newer_format_as_open_does(v1, capsys):
         captured = capsys.readouterr()
         assert captured.out == ""
         err = captured.err.strip().splitlines()
-        assert len(err) == 1 and "has store format 99, newer than this cvflow's (2); " \
+        assert len(err) == 1 and "has store format 99, newer than this cvflow's (3); " \
             "upgrade cvflow to read it" in err[0], err

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import RESTORE, StoreError
-from .group import STORE_FORMAT, STORE_FORMAT_ATTR
+from .group import STORE_FORMAT, STORE_FORMAT_ATTR, UNSCORED_FORMAT
 
 # DESIGN CHOICE: each attribute's type as cvflow writes it (cvflow.workflow.spec, cvflow.store.creation,
 # cvflow.execution.extend, cvflow.execution.racing): plain text, or JSON text of a list or an object. Absent is
@@ -96,7 +96,7 @@ def format_problem(attrs) -> str | None:
     if _is_int(value) and value >= 1:
         return None
     return (f"attribute {STORE_FORMAT_ATTR} is {_kind(value)}, not a store format (a whole "
-            f"number from 1; this cvflow writes {STORE_FORMAT})")
+            f"number from 1; this cvflow writes {UNSCORED_FORMAT}, {STORE_FORMAT} with scorers)")
 
 
 class NewerFormat(StoreError):
