@@ -316,7 +316,6 @@ def test_a_run_never_forks_its_threaded_process(tmp_path, cluster):
         # the learner's os._exit ends the client: the price of threads, which auto picks for a
         # study this short (as GridSearchCV(n_jobs=None) fits in the caller's process)
         assert proc.returncode == 3, proc.stderr[-2000:]
-        assert "threads" in proc.stderr, proc.stderr[-2000:]
         return
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["forks", "0", "local", "4"], proc.stdout

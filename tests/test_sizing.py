@@ -100,7 +100,7 @@ def test_estimate_charges_path_aware_ridge_per_alpha(clock, monkeypatch):
     from cvflow.fitting import block as fit
     from cvflow.fitting import paths
 
-    real_path, real_one = paths.fit_path, fit.fit_one
+    real_path, real_one = paths.fit_path, fit.fit_and_score
 
     def path(*args, **kwargs):
         clock.tick(1.0)
@@ -111,7 +111,7 @@ def test_estimate_charges_path_aware_ridge_per_alpha(clock, monkeypatch):
         return real_one(*args, **kwargs)
 
     monkeypatch.setattr(fit.paths, "fit_path", path)
-    monkeypatch.setattr(fit, "fit_one", one)
+    monkeypatch.setattr(fit, "fit_and_score", one)
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(300, 10)), rng.normal(size=300)
     train = np.arange(300) < 240
