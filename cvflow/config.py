@@ -21,15 +21,16 @@ VERSION = "0.1.0"     # cvflow.__version__; stores record it (cvflow_version)
 DEFAULTS = Path(__file__).with_name("config.yaml")
 
 # DESIGN CHOICE: the schema names the type of every leaf a module reads with `get`, beside the
-# YAML that gives its default (dask keeps `dask-schema.yaml` beside `dask.yaml` the same way).
-# None in a type tuple: the key may be null.
+# YAML that gives its default (dask keeps `dask-schema.yaml` beside `dask.yaml` the same way);
+# the default lives only in config.yaml (tests/test_config.py). A null is always accepted
+# (the reading module treats it as unset); `object` leaves are checked where they are read.
 SCHEMA: dict[str, tuple] = {
     "cvflow.lock.heartbeat": (Real,),
     "cvflow.lock.stale-after": (Real,),
     "cvflow.execution.stall-seconds": (Real,),
     "cvflow.execution.no-worker-seconds": (Real,),
     "cvflow.execution.allowed-failures": (int,),
-    "cvflow.storage-options": (dict, type(None)),
+    "cvflow.storage-options": (dict,),
     "cvflow.cluster.default": (str,),
     "cvflow.cluster.auto": (dict,),
     "cvflow.cluster.profiles": (dict,),
@@ -72,8 +73,7 @@ def get(key: str, default: Any = _MISSING) -> Any:
     load()
     value = dask.config.get(key) if default is _MISSING else dask.config.get(key, default=default)
     types = SCHEMA.get(key)
-    if types is not None and value is not None and not isinstance(value, types):
-        if value is not default:
-            names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-            raise InputError(f"config {key}: {value!r} ({type(value).__name__}); give a {names}")
+    if types is not None and value is not None and value is not default and not isinstance(value, types):
+        names = " or ".join(t.__name__ for t in types)
+        raise InputError(f"config {key}: {value!r} ({type(value).__name__}); give a {names}")
     return value

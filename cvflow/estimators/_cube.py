@@ -110,7 +110,7 @@ IN_MEMORY_BYTES = 256 * 2**20
 def fits_budget(nbytes: int) -> bool:
     """Whether ``nbytes`` of a lazy selection may be read into memory (see IN_MEMORY_BYTES)."""
 
-    return nbytes <= config.get("cvflow.reduce.in-memory-bytes", default=IN_MEMORY_BYTES)
+    return nbytes <= config.get("cvflow.reduce.in-memory-bytes")
 
 
 def compute_here(array):
@@ -357,7 +357,7 @@ def _param_groups(data) -> list[slice]:
     float32 cube). Per group, memory stays near the budget; each chunk is read once per group.
     """
 
-    budget = config.get("cvflow.reduce.in-memory-bytes", default=IN_MEMORY_BYTES)
+    budget = config.get("cvflow.reduce.in-memory-bytes")
     n_params, chunk = data.shape[0], max(data.chunks[0])
     per_param = data.dtype.itemsize * int(np.prod(data.shape[1:]))
     size = max(1, budget // max(per_param, 1))

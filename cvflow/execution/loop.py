@@ -279,11 +279,9 @@ class Watchdog:
     """
 
     def __init__(self, client):
-
         self.client = client
-        self.stall_seconds = float(config.get("cvflow.execution.stall-seconds", default=300))
-        self.no_worker_seconds = float(config.get("cvflow.execution.no-worker-seconds",
-                                                       default=300))
+        self.stall_seconds = float(config.get("cvflow.execution.stall-seconds"))
+        self.no_worker_seconds = float(config.get("cvflow.execution.no-worker-seconds"))
         self.last_progress = time.monotonic()
         self.last_said = self.last_revived = 0.0
 

@@ -301,7 +301,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
 
 def _probe_seconds() -> float:
 
-    auto = config.get("cvflow.cluster.auto", default={}) or {}
+    auto = config.get("cvflow.cluster.auto") or {}
     return float(auto.get("probe_seconds", 3.0))
 
 

@@ -110,7 +110,7 @@ def env_options(env: Mapping[str, str] | None = None) -> dict:
 
 
 def _packaged(name: str) -> dict | None:
-    profiles = config.get("cvflow.cluster.profiles", default={}) or {}
+    profiles = config.get("cvflow.cluster.profiles") or {}
     found = profiles.get(name)
     return copy.deepcopy(dict(found)) if isinstance(found, Mapping) else None
 
@@ -118,7 +118,7 @@ def _packaged(name: str) -> dict | None:
 def resolve(cluster: str | os.PathLike | None) -> str:
     """The cluster's name: ``cluster`` itself, or the configured default when None."""
     if cluster is None:
-        cluster = config.get("cvflow.cluster.default", default=AUTO)
+        cluster = config.get("cvflow.cluster.default")
     return os.fspath(cluster)
 
 
@@ -160,7 +160,7 @@ def load_profile(cluster: str | os.PathLike | None = None, *,
             raise InputError(f"{name}: kind: {kind!r} is not one of {', '.join(KINDS)}")
         prof = _merge(_packaged(kind) or {"kind": kind}, loaded)
     else:
-        known = sorted((config.get("cvflow.cluster.profiles", default={}) or {}))
+        known = sorted((config.get("cvflow.cluster.profiles") or {}))
         raise InputError(f"--cluster: {name!r} is not auto, a profile ({', '.join(known)}), "
                          "a profile file (.yaml) or a scheduler address tcp://HOST:PORT")
     prof = _merge(prof, env_options(env))
@@ -303,7 +303,7 @@ def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | 
     if name != AUTO:
         name = REMOVED.get(name, name)
         return name, f"{name} (as asked)"
-    auto = config.get("cvflow.cluster.auto", default={}) or {}
+    auto = config.get("cvflow.cluster.auto") or {}
     warm = warm_alive()
     start = float(auto.get("warm_seconds" if warm else "process_start_seconds",
                            0.3 if warm else 2.0)) * _busy()
@@ -391,7 +391,7 @@ def quiet_options(options, seconds: float, workers: int | None) -> dict:
     study (its web server and plotting library cost more than such a study takes), on a free
     loopback port for one long enough to watch (config
     ``cvflow.cluster.auto.dashboard_after_seconds`` of estimated fitting)."""
-    auto = config.get("cvflow.cluster.auto", default={}) or {}
+    auto = config.get("cvflow.cluster.auto") or {}
     out = parse_options(options)
     long = seconds >= float(auto.get("dashboard_after_seconds", 10.0))
     out.setdefault("dashboard_port", 0 if long else None)
@@ -660,7 +660,7 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
         # that ends its process, a time limit) takes no queued innocent task down with it.
         stack.enter_context(dask.config.set({
             "distributed.scheduler.allowed-failures":
-                config.get("cvflow.execution.allowed-failures", default=1),
+                config.get("cvflow.execution.allowed-failures"),
             "distributed.scheduler.worker-saturation": 1.0}))
         if kind == "local":
             # also while a warm cluster runs the study: a worker its nanny restarts is spawned

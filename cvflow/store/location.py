@@ -78,7 +78,7 @@ def storage_options(location: str) -> dict | None:
         return None
 
 
-    return dict(config.get("cvflow.storage-options", default=None) or {})
+    return dict(config.get("cvflow.storage-options") or {})
 
 
 def filesystem(location: str):
