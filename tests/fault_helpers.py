@@ -271,6 +271,20 @@ def assert_only_culprits_failed(dying: Path, clean: Path, message: str) -> None:
     assert a["pred"][~culprit].tobytes() == b["pred"][~culprit].tobytes()
 
 
+class EnvRidge(Ridge):
+    """Ridge whose fit raises unless the environment variable ``needs`` is set in the process
+    that fits: a learner that sees which environment its worker inherited."""
+
+    def __init__(self, alpha=1.0, needs="CVFLOW_TEST_MARK"):
+        super().__init__(alpha=alpha)
+        self.needs = needs
+
+    def fit(self, X, y, sample_weight=None):
+        if self.needs not in os.environ:
+            raise RuntimeError(f"{self.needs} is not set in this worker's environment")
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
 class TaggedRidge(Ridge):
     """Ridge with a string hyperparameter ``tag`` it ignores, raising ``ValueError(error)``
     when ``tag == fail_tag``: a learner whose grid labels and failure messages are whatever

@@ -261,3 +261,35 @@ def test_workers_whose_nanny_closed_for_good_are_replaced():
         assert len(client.scheduler_info()["workers"]) == 2
         assert client.submit(_double, 3).result() == 6
         assert replace_lost_workers(client) == 0
+
+
+def test_kept_workers_are_not_reused_after_the_environment_changed(tmp_path):
+    """A whole process: a run on worker processes (kept warm for the session), then an
+    environment variable set (as credentials or an S3 endpoint are) and a second run whose
+    learner fails unless its worker sees that variable. Reference: a fresh cluster inherits the
+    client's environment, so no fit of the second run may fail."""
+    import subprocess
+    import sys
+    import textwrap
+
+    import fault_helpers as fh
+
+    first = fh._ridge_workflow(tmp_path / "a.yaml", "plain", "SlowRidge", "delay: 0.0", (1.0,), 2,
+                               "cluster: local")
+    second = fh._ridge_workflow(tmp_path / "b.yaml", "env", "EnvRidge",
+                                "needs: CVFLOW_TEST_MARK", (1.0, 2.0), 2, "cluster: local")
+    script = textwrap.dedent(f"""\
+        import os, cvflow
+        a = cvflow.run({str(first)!r}, store={str(tmp_path / 'a.zarr')!r})
+        os.environ["CVFLOW_TEST_MARK"] = "1"
+        b = cvflow.run({str(second)!r}, store={str(tmp_path / 'b.zarr')!r})
+        print(a.execution, "|", b.execution, "|", b.failed)
+        """)
+    env = fh.cli_env()
+    env.pop("CVFLOW_TEST_MARK", None)
+    out = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    first_route, second_route, failed = out.stdout.strip().splitlines()[-1].split(" | ")
+    assert first_route == second_route == "local (as asked)"
+    assert failed == "0"

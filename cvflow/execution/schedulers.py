@@ -455,14 +455,15 @@ def _local(prof: dict):
 # more than most studies' fits; loky's reusable executor, which GridSearchCV(n_jobs=2) uses,
 # pays that once per session. So the local cluster a run starts (`keep`, :func:`connect`) is
 # kept for the rest of this Python session and reused by every later run asking the same
-# profile: one per process, checked before each reuse (its workers connected within
+# profile in the same environment (workers inherit it when they start: credentials, endpoints):
+# one per process, checked before each reuse (its workers connected within
 # WARM_CHECK_SECONDS, lost ones replaced within WARM_REVIVE_SECONDS, else started anew), and
 # closed when the interpreter exits (atexit) or by close_warm(). A run asking another local
 # profile gets a cluster of its own, closed after it, as before.
 WARM_CHECK_SECONDS = 10.0
 WARM_REVIVE_SECONDS = 60.0
 WARM_CLOSE_SECONDS = 10.0
-_WARM: dict | None = None          # {"key", "cluster", "client"} of the warm cluster
+_WARM: dict | None = None          # {"key", "cluster", "client", "environment"}
 _WARM_LOCK = threading.Lock()
 _AT_EXIT = False
 
@@ -471,6 +472,16 @@ def _warm_key(prof: dict) -> str:
     """What makes two local profiles one cluster: all but its name and dashboard port."""
     return yaml.safe_dump({k: v for k, v in prof.items() if k not in ("name", "dashboard_port")},
                           sort_keys=True)
+
+
+# pytest sets this one for every test; nothing a worker does depends on it
+_VOLATILE_ENVIRONMENT = ("PYTEST_CURRENT_TEST",)
+
+
+def _environment() -> dict[str, str]:
+    """The environment worker processes started now would inherit (credentials, endpoints,
+    threading limits): workers kept from an earlier run that saw another are not reused."""
+    return {k: v for k, v in os.environ.items() if k not in _VOLATILE_ENVIRONMENT}
 
 
 def warm_alive() -> bool:
@@ -527,6 +538,11 @@ def warm_client(prof: dict):
         w = _WARM
         if w is not None and w["key"] != key:
             return None
+        if w is not None and w["environment"] != _environment():
+            log.info("the environment changed since the worker processes were started; "
+                     "starting new ones")
+            close_warm()
+            w = None
         if w is not None and not _healthy(w):
             log.warning("the worker processes kept from an earlier run do not answer; "
                         "starting new ones")
@@ -543,7 +559,8 @@ def warm_client(prof: dict):
                 except BaseException:
                     started.close(timeout=WARM_CLOSE_SECONDS)
                     raise
-            _WARM = w = {"key": key, "cluster": started, "client": client}
+            _WARM = w = {"key": key, "cluster": started, "client": client,
+                         "environment": _environment()}
             if not _AT_EXIT:
                 atexit.register(close_warm)
                 _AT_EXIT = True
