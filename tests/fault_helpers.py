@@ -385,3 +385,53 @@ def read_while(proc: subprocess.Popen, store, *, shapes: tuple) -> dict:
         except Exception as exc:  # noqa: BLE001 - counted
             seen["errors"][f"status: {type(exc).__name__}: {exc}"] += 1
     return seen
+
+
+class ForkingRidge(Ridge):
+    """Ridge whose fit forks a grandchild that lives ``linger`` seconds (its pid written to a
+    new file in ``pids``) when ``alpha == fork_at``, then: ``then="return"`` fits as usual,
+    ``"exit"`` ends its process (``os._exit(3)``), ``"hang"`` never returns. The grandchild
+    inherits every descriptor of the fitting process (a child's pipes, a worker's sockets)."""
+
+    def __init__(self, alpha=1.0, fork_at=None, then="return", pids=None, linger=600.0):
+        super().__init__(alpha=alpha)
+        self.fork_at, self.then, self.pids, self.linger = fork_at, then, pids, linger
+
+    def fit(self, X, y, sample_weight=None):
+        from cvflow.fitting.trial import in_trial
+
+        if self.fork_at is not None and self.alpha == self.fork_at and not in_trial():
+            pid = os.fork()
+            if pid == 0:                                    # the grandchild: it only lingers
+                try:
+                    Path(self.pids, f"{os.getpid()}").touch()
+                    time.sleep(self.linger)
+                finally:
+                    os._exit(0)
+            while not Path(self.pids, f"{pid}").exists():
+                time.sleep(0.01)
+            if self.then == "exit":
+                os._exit(3)
+            while self.then == "hang":
+                time.sleep(3600)
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
+def pids_alive(directory, wait: float = 30.0) -> list[int]:
+    """The pids named by the files in ``directory`` still alive (zombies count as ended)
+    after at most ``wait`` seconds."""
+    import psutil
+
+    def alive(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    pids = [int(p.name) for p in Path(directory).iterdir()]
+    deadline = time.monotonic() + wait
+    while True:
+        living = [pid for pid in pids if alive(pid)]
+        if not living or time.monotonic() > deadline:
+            return living
+        time.sleep(0.1)

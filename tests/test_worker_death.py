@@ -54,6 +54,35 @@ def test_fit_over_the_memory_limit_or_the_time_limit_is_stopped_in_its_child(tmp
     assert error == "timed out after 2 s (execution.fit_timeout); the fit was stopped"
 
 
+def test_a_fit_that_forks_neither_hangs_its_child_nor_outlives_it(tmp_path):
+    """Issue 32: a fit in a child process that forked left a grandchild holding the child's
+    stdout; the worker waited for end-of-file there as long as the grandchild lived (600 s, a
+    study that never finished). Each mode: the fit forks a grandchild that would live 10
+    minutes, then returns, exits or hangs; every fit is recorded at once (the hang at its
+    time limit) and no grandchild outlives fit_cells."""
+    from cvflow.fitting.isolated import fit_cells
+    from cvflow.workflow.params import Param
+
+    X, y = np.arange(20.0).reshape(10, 2), np.arange(10.0)
+    train = (np.arange(10) < 8)[None, :]
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    params = [Param("r", "fault_helpers.ForkingRidge",
+                    hyper={"alpha": a, "fork_at": a, "then": then, "pids": str(pids)})
+              for a, then in ((1.0, "exit"), (2.0, "return"), (3.0, "hang"))]
+    params.append(Param("r", "sklearn.linear_model.Ridge", hyper={"alpha": 4.0}))
+    out = fit_cells(params, X, y, train, [(h, 0) for h in range(4)], timeout=5.0)
+    assert out[(0, 0)][2].startswith("worker died: the fit ended its process with exit status 3")
+    assert out[(2, 0)][2] == "timed out after 5 s (execution.fit_timeout); the fit was stopped"
+    for h in (1, 3):
+        pred, _, error = out[(h, 0)]
+        assert error == ""
+        expected = Ridge(alpha=params[h].hyper["alpha"]).fit(X[:8], y[:8]).predict(X)
+        np.testing.assert_allclose(pred, expected, rtol=1e-12)
+    assert len(list(pids.iterdir())) == 3
+    assert fh.pids_alive(pids) == []
+
+
 @pytest.mark.slow
 def test_block_that_kills_its_workers_is_split_and_completes(tmp_path):
     clean, dying = tmp_path / "clean.zarr", tmp_path / "dying.zarr"
