@@ -347,3 +347,105 @@ class FullFitGatedRidge(GatedRidge):
     training size, so only the full fit (the last stage, after every look) waits."""
 
 
+
+
+def slow_grow(pause: float = 0.5) -> None:
+    """Make this process's grows (cvflow.store.creation.grow) pause after each of their writes:
+    a reader in another process then meets every state between them. For a CLI process:
+    ``python -c "import fault_helpers; fault_helpers.slow_grow(); from cvflow.cli import
+    console; console()" run ...`` (see :func:`start_slow_grow`)."""
+    from cvflow.store import creation
+
+    write = creation._write
+
+    def slow(*args, **kwargs):
+        write(*args, **kwargs)
+        time.sleep(pause)
+
+    creation._write = slow
+
+
+def start_slow_grow(workflow: Path, store, *args: str) -> subprocess.Popen:
+    """``cvflow run`` whose grow pauses between its writes (:func:`slow_grow`), in its own
+    session."""
+    code = ("import sys, fault_helpers; fault_helpers.slow_grow(); sys.argv[0] = 'cvflow'; "
+            "from cvflow.cli import console; console()")
+    return subprocess.Popen([sys.executable, "-c", code, "run", str(workflow), "--store",
+                             str(store), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=cli_env(), start_new_session=True)
+
+
+def read_while(proc: subprocess.Popen, store, *, shapes: tuple) -> dict:
+    """Open the store (``cvflow.open``) and read its status in a loop while ``proc`` runs:
+    ``{"shapes": set of (params, splits) opened, "status": set of totals, "errors": Counter}``.
+    ``shapes`` are those a whole study may have (before and after a grow)."""
+    from collections import Counter
+
+    import cvflow
+    from cvflow.report.results import status
+
+    seen: dict = {"shapes": set(), "status": set(), "errors": Counter()}
+    while proc.poll() is None:
+        try:
+            cube = cvflow.open(store)
+            shape = (cube.sizes["param"], cube.sizes["split"])
+            seen["shapes"].add(shape)
+            if shape not in shapes:
+                seen["errors"][f"a mixed store {shape}"] += 1
+        except Exception as exc:  # noqa: BLE001 - counted: the test asserts there are none
+            seen["errors"][f"open: {type(exc).__name__}: {exc}"] += 1
+        try:
+            seen["status"].add(status(store)["total"])
+        except Exception as exc:  # noqa: BLE001 - counted
+            seen["errors"][f"status: {type(exc).__name__}: {exc}"] += 1
+    return seen
+
+
+class ForkingRidge(Ridge):
+    """Ridge whose fit forks a grandchild that lives ``linger`` seconds (its pid written to a
+    new file in ``pids``) when ``alpha == fork_at``, then: ``then="return"`` fits as usual,
+    ``"exit"`` ends its process (``os._exit(3)``), ``"hang"`` never returns. The grandchild
+    inherits every descriptor of the fitting process (a child's pipes, a worker's sockets)."""
+
+    def __init__(self, alpha=1.0, fork_at=None, then="return", pids=None, linger=600.0):
+        super().__init__(alpha=alpha)
+        self.fork_at, self.then, self.pids, self.linger = fork_at, then, pids, linger
+
+    def fit(self, X, y, sample_weight=None):
+        from cvflow.fitting.trial import in_trial
+
+        if self.fork_at is not None and self.alpha == self.fork_at and not in_trial():
+            pid = os.fork()
+            if pid == 0:                                    # the grandchild: it only lingers
+                try:
+                    Path(self.pids, f"{os.getpid()}").touch()
+                    time.sleep(self.linger)
+                finally:
+                    os._exit(0)
+            while not Path(self.pids, f"{pid}").exists():
+                time.sleep(0.01)
+            if self.then == "exit":
+                os._exit(3)
+            while self.then == "hang":
+                time.sleep(3600)
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
+def pids_alive(directory, wait: float = 30.0) -> list[int]:
+    """The pids named by the files in ``directory`` still alive (zombies count as ended)
+    after at most ``wait`` seconds."""
+    import psutil
+
+    def alive(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    pids = [int(p.name) for p in Path(directory).iterdir()]
+    deadline = time.monotonic() + wait
+    while True:
+        living = [pid for pid in pids if alive(pid)]
+        if not living or time.monotonic() > deadline:
+            return living
+        time.sleep(0.1)

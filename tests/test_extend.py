@@ -360,3 +360,101 @@ def test_rerun_with_another_loss_and_estimators_updates_the_report(tmp_path):
     got = json.loads(run_cli("report", store, "--json").stdout)
     assert list(got) == ["kfold", "bbc_cv"]          # kept: the store still serves bbc_cv
     assert got["kfold"]["estimate"]["values"][0] > 1000        # squared (absolute is ~45)
+
+
+GROW = """\
+name: grow
+data: {source: sklearn, name: diabetes}
+task: regression
+learners:
+  - name: ridge
+    class: sklearn.linear_model.Ridge
+    grid: {alpha: ALPHAS}
+design: {folds: 3, seed: 0}
+estimators: ESTIMATORS
+execution: {cluster: threads, fits_per_task: 2}
+"""
+
+
+def test_readers_during_a_grow_see_the_old_or_the_new_study(tmp_path):
+    """Issue 32: ``cvflow.open`` (so report, status, the live page) in a loop while another
+    run appends params and splits said "exists but is not a cvflow store" in 3 of 5 runs. A
+    reader in this process, the grow in a ``cvflow run`` process made to pause between its
+    writes: every open sees the old study (2 params x 4 splits) or the new one (4 x 7: nested
+    CV's pair splits), and status reads as well."""
+    import fault_helpers as fh
+    from cvtest import run_cli
+
+    store = tmp_path / "s.zarr"
+    first = tmp_path / "a.yaml"
+    first.write_text(GROW.replace("ALPHAS", "[0.1, 1.0]").replace("ESTIMATORS", "[kfold]"))
+    second = tmp_path / "b.yaml"
+    second.write_text(GROW.replace("ALPHAS", "[0.1, 1.0, 10.0, 100.0]")
+                      .replace("ESTIMATORS", "[kfold, nested_cv]"))
+    assert run_cli("run", first, "--store", store).returncode == 0
+    proc = fh.start_slow_grow(second, store)
+    try:
+        seen = fh.read_while(proc, store, shapes=((2, 4), (4, 7)))
+        rc, _, err = fh.finish(proc)
+    finally:
+        fh.reap(proc)
+    assert rc == 0, err[-2000:]
+    assert not seen["errors"], seen["errors"]
+    assert (2, 4) in seen["shapes"] and seen["status"] <= {8, 28}
+    assert cvflow.open(store).sizes["param"] == 4
+    assert not (tmp_path / "s.zarr.growing").exists()
+
+
+@pytest.mark.parametrize("writes, mid_write", [(0, True), (1, False), (2, True)],
+                         ids=["in-the-first-write", "after-the-first", "in-the-last"])
+def test_a_grow_cut_anywhere_is_finished_by_the_next_run(tmp_path, writes, mid_write):
+    """A ``cvflow run`` killed (SIGKILL) inside its grow: after ``writes`` whole writes of it,
+    and ``mid_write`` with the root zarr.json as an xarray write leaves it before it
+    consolidates again (no consolidated metadata). The same command again finishes the grow:
+    the cube equals an uncut run's, verify finds nothing (the grow used to be left with the
+    old role tables and attributes: "nested_cv needs the pair splits", or a damaged
+    workflow_params attribute)."""
+    import os
+    import signal
+    import time
+
+    import fault_helpers as fh
+    from cvtest import run_cli
+
+    first = tmp_path / "a.yaml"
+    first.write_text(GROW.replace("ALPHAS", "[0.1, 1.0]").replace("ESTIMATORS", "[kfold]"))
+    second = tmp_path / "b.yaml"
+    second.write_text(GROW.replace("ALPHAS", "[0.1, 1.0, 10.0, 100.0]")
+                      .replace("ESTIMATORS", "[kfold, nested_cv]"))
+    reference, store = tmp_path / "ref.zarr", tmp_path / "s.zarr"
+    for path in (reference, store):
+        assert run_cli("run", first, "--store", path).returncode == 0
+    assert run_cli("run", second, "--store", reference).returncode == 0
+    marker = tmp_path / "s.zarr.growing"
+    proc = fh.start_slow_grow(second, store)
+    try:
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 240
+        while len(seen) < writes + 1 and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                content = marker.read_bytes()
+            except FileNotFoundError:
+                content = None
+            if content and content not in seen:
+                seen.append(content)
+            time.sleep(0.005)
+        assert len(seen) == writes + 1, (seen, proc.poll())
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        fh.reap(proc)
+    assert marker.exists()
+    if mid_write:
+        root = json.loads((store / "zarr.json").read_text())
+        root.pop("consolidated_metadata", None)      # (the cut may have left it so already)
+        (store / "zarr.json").write_text(json.dumps(root))
+    result = run_cli("run", second, "--store", store)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "its last extension was cut; finishing it" in result.stderr
+    fh.assert_same_cube(store, reference)
+    assert run_cli("verify", store).returncode == 0 and not marker.exists()

@@ -236,6 +236,30 @@ def test_an_array_metadata_at_odds_with_the_consolidated_copy_on_s3(s3, tmp_path
     assert {k: v["ETag"] for k, v in fs.find(path, detail=True).items()} == before
 
 
+def test_readers_during_a_grow_on_s3_see_the_old_or_the_new_study(s3, tmp_path):
+    """Issue 32, on an object store: readers in a loop while a run (pausing between its
+    writes) appends params and splits see the old study or the new one, never neither."""
+    from test_extend import GROW
+
+    url = _url()
+    first = tmp_path / "a.yaml"
+    first.write_text(GROW.replace("ALPHAS", "[0.1, 1.0]").replace("ESTIMATORS", "[kfold]"))
+    second = tmp_path / "b.yaml"
+    second.write_text(GROW.replace("ALPHAS", "[0.1, 1.0, 10.0, 100.0]")
+                      .replace("ESTIMATORS", "[kfold, nested_cv]"))
+    assert _cli("run", str(first), "--store", url).returncode == 0
+    proc = fh.start_slow_grow(second, url)
+    try:
+        seen = fh.read_while(proc, url, shapes=((2, 4), (4, 7)))
+        rc, _, err = fh.finish(proc)
+    finally:
+        fh.reap(proc)
+    assert rc == 0, err[-2000:]
+    assert not seen["errors"], seen["errors"]
+    assert (2, 4) in seen["shapes"] and seen["status"] <= {8, 28}
+    assert not _objects(url + ".growing")
+
+
 def test_second_run_on_a_held_url_is_refused(s3):
     from cvflow.store.lock import read_lock, run_lock
 

@@ -54,6 +54,113 @@ def test_fit_over_the_memory_limit_or_the_time_limit_is_stopped_in_its_child(tmp
     assert error == "timed out after 2 s (execution.fit_timeout); the fit was stopped"
 
 
+def test_a_fit_that_forks_neither_hangs_its_child_nor_outlives_it(tmp_path):
+    """Issue 32: a fit in a child process that forked left a grandchild holding the child's
+    stdout; the worker waited for end-of-file there as long as the grandchild lived (600 s, a
+    study that never finished). Each mode: the fit forks a grandchild that would live 10
+    minutes, then returns, exits or hangs; every fit is recorded at once (the hang at its
+    time limit) and no grandchild outlives fit_cells."""
+    from cvflow.fitting.isolated import fit_cells
+    from cvflow.workflow.params import Param
+
+    X, y = np.arange(20.0).reshape(10, 2), np.arange(10.0)
+    train = (np.arange(10) < 8)[None, :]
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    params = [Param("r", "fault_helpers.ForkingRidge",
+                    hyper={"alpha": a, "fork_at": a, "then": then, "pids": str(pids)})
+              for a, then in ((1.0, "exit"), (2.0, "return"), (3.0, "hang"))]
+    params.append(Param("r", "sklearn.linear_model.Ridge", hyper={"alpha": 4.0}))
+    out = fit_cells(params, X, y, train, [(h, 0) for h in range(4)], timeout=5.0)
+    assert out[(0, 0)][2].startswith("worker died: the fit ended its process with exit status 3")
+    assert out[(2, 0)][2] == "timed out after 5 s (execution.fit_timeout); the fit was stopped"
+    for h in (1, 3):
+        pred, _, error = out[(h, 0)]
+        assert error == ""
+        expected = Ridge(alpha=params[h].hyper["alpha"]).fit(X[:8], y[:8]).predict(X)
+        np.testing.assert_allclose(pred, expected, rtol=1e-12)
+    assert len(list(pids.iterdir())) == 3
+    assert fh.pids_alive(pids) == []
+
+
+def test_processes_a_fit_forks_in_a_worker_do_not_outlive_the_run(tmp_path):
+    """Issue 32: processes forked by a learner's fit in the worker processes were reparented
+    to init when the cluster closed, and lived on after ``cvflow.run`` returned. A fresh
+    interpreter runs a study whose fits of one alpha each fork a grandchild that would live
+    10 minutes (on worker processes); once ``run`` has returned, none is alive."""
+    import subprocess
+    import sys
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(f"""\
+name: forks
+data: {{source: sklearn, name: diabetes}}
+task: regression
+learners:
+  - name: ridge
+    class: fault_helpers.ForkingRidge
+    params: {{fork_at: 1.0, pids: {str(pids)!r}}}
+    grid: {{alpha: [0.1, 1.0]}}
+design: {{folds: 3, seed: 0}}
+estimators: [kfold]
+execution: {{cluster: local, workers: 2, fits_per_task: 1}}
+""")
+    code = ("import sys, cvflow\n"
+            "r = cvflow.run(sys.argv[1], store=sys.argv[2], progress=False)\n"
+            "print('done', r.fits_executed, r.failed, flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(wf), str(tmp_path / "s.zarr")],
+                          capture_output=True, text=True, env=fh.cli_env(), timeout=280)
+    assert proc.returncode == 0 and "done 8 0" in proc.stdout, proc.stderr[-3000:]
+    assert len(list(pids.iterdir())) == 4                     # alpha 1: 3 folds + full fit
+    assert fh.pids_alive(pids, wait=5) == []
+    assert "ended 4 process(es) that learners' fits left running" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_study_whose_fits_fork_then_die_or_hang_finishes(tmp_path):
+    """Issue 32: a study of hostile learners never finished (580 s): after a block's workers
+    died, its refit in a child process waited for a grandchild the fit had forked. One alpha
+    forks then ends its process, one forks then hangs (fit_timeout 15 s); the study finishes
+    with exactly those fits failed, each with what happened, and no grandchild left."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    rc, out, err = fh.finish(fh.start_run(_forking_workflow(tmp_path, pids), tmp_path / "s.zarr",
+                                          "--workers", "2", dashboard=()), timeout=900)
+    assert rc == 0, err[-3000:]
+    cube = fh.cube_arrays(tmp_path / "s.zarr")
+    assert cube["done"].all()
+    failed = {str(e) for e in cube["error"][cube["failed"]]}
+    assert any(e.startswith("worker died: the fit ended its process with exit status 3")
+               for e in failed), failed
+    assert any(e.startswith("timed out after 15 s") for e in failed), failed
+    assert cube["failed"].sum() == 8 and (~cube["failed"]).sum() == 8
+    assert fh.pids_alive(pids, wait=10) == []
+
+
+def _forking_workflow(tmp_path, pids):
+    path = tmp_path / "forks.yaml"
+    path.write_text(f"""\
+name: forks
+data: {{source: sklearn, name: diabetes}}
+task: regression
+learners:
+  - name: exits
+    class: fault_helpers.ForkingRidge
+    params: {{fork_at: 1.0, then: exit, pids: {str(pids)!r}}}
+    grid: {{alpha: [0.1, 1.0]}}
+  - name: hangs
+    class: fault_helpers.ForkingRidge
+    params: {{fork_at: 1.0, then: hang, pids: {str(pids)!r}}}
+    grid: {{alpha: [0.1, 1.0]}}
+design: {{folds: 3, seed: 0}}
+estimators: [kfold]
+execution: {{cluster: local, fits_per_task: 4, fit_timeout: 15}}
+""")
+    return path
+
+
 @pytest.mark.slow
 def test_block_that_kills_its_workers_is_split_and_completes(tmp_path):
     clean, dying = tmp_path / "clean.zarr", tmp_path / "dying.zarr"

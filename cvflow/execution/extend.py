@@ -382,8 +382,14 @@ def reconcile(path: str, workflow, study) -> tuple[list[Param], Design]:
     Returns the store-ordered params and design the engine must use (their indices are the
     store's). Raises :class:`StoreError` when the change would invalidate stored fits.
     """
+    cut = creation.grow_was_cut(path)      # before the store is read: its metadata put back
     ext = plan(path, workflow, study)
-    if ext.changes:
+    if cut:
+        # DESIGN CHOICE: a grow cut after it appended params or splits leaves a store whose
+        # role tables and attributes are the old ones: grown again from the template, it is
+        # finished (tests/test_extend.py, the cut-grow test), whatever else changed or not
+        log.warning("store %s: its last extension was cut; finishing it", path)
+    if ext.changes or cut:
         log.info("store %s: appending %d params and %d splits", path,
                  len(ext.params) - ext.n_stored_params, ext.design.n_splits - ext.n_stored_splits)
         chunks = cube_store.block_chunks(path)

@@ -37,6 +37,7 @@ import yaml
 
 from ..errors import InputError
 from .. import config
+from . import processes
 
 if TYPE_CHECKING:
     import distributed
@@ -463,7 +464,7 @@ def _local(prof: dict):
 WARM_CHECK_SECONDS = 10.0
 WARM_REVIVE_SECONDS = 60.0
 WARM_CLOSE_SECONDS = 10.0
-_WARM: dict | None = None          # {"key", "cluster", "client", "environment"}
+_WARM: dict | None = None   # {"key", "cluster", "client", "token", "environment"}
 _WARM_LOCK = threading.Lock()
 _AT_EXIT = False
 
@@ -524,6 +525,7 @@ def close_warm() -> None:
             closing(timeout=WARM_CLOSE_SECONDS)
         except Exception as exc:  # noqa: BLE001 - at exit, or a cluster already gone
             log.debug("closing the warm cluster: %s", exc)
+    processes.end(w["token"])
 
 
 def warm_client(prof: dict):
@@ -552,14 +554,14 @@ def warm_client(prof: dict):
             # kept: it serves a dashboard (a free loopback port unless the profile names one);
             # a run links to it only when asked or long enough to watch (quiet_options)
             port = prof.get("dashboard_port")
-            with clean_main():
+            with clean_main(), processes.tagged() as token:
                 started = _local({**prof, "dashboard_port": 0 if port is None else port})
                 try:
                     client = Client(started, set_as_default=False)
                 except BaseException:
                     started.close(timeout=WARM_CLOSE_SECONDS)
                     raise
-            _WARM = w = {"key": key, "cluster": started, "client": client,
+            _WARM = w = {"key": key, "cluster": started, "client": client, "token": token,
                          "environment": _environment()}
             if not _AT_EXIT:
                 atexit.register(close_warm)
@@ -686,8 +688,12 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
             if kept is not None:
                 log.info("cluster %s (%s, kept for this session): dashboard %s", prof["name"],
                          kind, kept.dashboard_link or None)
-                yield kept
+                # what learners' fits leave running in its workers ends with the run
+                with processes.ended_after_run(kept, (_WARM or {}).get("token")):
+                    yield kept
                 return
+            # what learners' fits leave running in the workers ends when the cluster closes
+            stack.enter_context(processes.ended_at_close())
         elif kind == "threads":
             stack.enter_context(one_blas_thread())
             # an in-process scheduler's address names no host: link to where the dashboard listens

@@ -11,13 +11,14 @@ culprit and a new child takes the rest.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import select
 import signal
 import struct
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -95,72 +96,144 @@ def main() -> None:
 # --- the parent ---------------------------------------------------------------------------------
 
 class _Child:
-    """One child process with the data loaded; its resident memory watched against a limit."""
+    """One child process with the data loaded; its resident memory watched against a limit.
+
+    DESIGN CHOICE: every wait on the child has an end. The child runs in a session (process
+    group) of its own, and the parent never blocks on its pipes: it sends and receives through
+    ``select`` in steps of :data:`INTERVAL`, and between steps checks the child's exit status
+    (without reaping it), its memory and the fit's deadline. A fit that forks leaves a
+    grandchild holding the child's stdout: waiting for end-of-file there hung a study for as
+    long as the grandchild lived (issue 32; 600 s, once 3600 s). Now the child's exit ends the
+    wait (what it wrote is drained for :data:`EXIT_GRACE` seconds), and its whole process group
+    is killed before it is reaped: no descendant outlives its fit (tests/test_worker_death.py).
+    """
 
     INTERVAL = 0.05
+    START_TIMEOUT = 300.0        # seconds for a child to import cvflow and load the data
+    EXIT_GRACE = 1.0             # seconds to read what an ended child left in its pipe
 
     def __init__(self, data: tuple, memory_limit: int | None):
         # the worker's import path (a spawned worker inherits its client's), one BLAS thread
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
                    OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
         self.proc = subprocess.Popen([sys.executable, "-m", "cvflow.fitting.isolated"], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     start_new_session=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.inp, self.out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        os.set_blocking(self.inp, False)
+        os.set_blocking(self.out, False)
         self.limit, self.over = memory_limit, None
         self.timed_out = False
-        try:
-            _send(self.proc.stdin, data)
-            self.started = _receive(self.proc.stdout) == "ready"
-        except (EOFError, BrokenPipeError, OSError):
-            self.started = False                     # it died at start: fit() says so
+        self.note: str | None = None
+        self._psutil = None
+        answer = self._exchange(data, time.monotonic() + self.START_TIMEOUT)
+        self.started = answer == "ready"
+        if not self.started and self.note is None and self.timed_out:
+            self.note = (f"worker died: the fit's child process did not start within "
+                         f"{self.START_TIMEOUT:g} s")
 
     def fit(self, param: Param, train: np.ndarray, timeout: float | None):
         """(pred, seconds, error), or None when the child died (see :meth:`why`)."""
         if not self.started:
             return None
-        done = threading.Event()
-        watch = threading.Thread(target=self._watch, args=(done, timeout), daemon=True)
-        watch.start()
-        try:
-            _send(self.proc.stdin, (param, train))
-            return _receive(self.proc.stdout)
-        except (EOFError, BrokenPipeError, OSError):
-            return None
-        finally:
-            done.set()
-            watch.join()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return self._exchange((param, train), deadline)
 
-    def _watch(self, done: threading.Event, timeout: float | None) -> None:
+    def _exited(self) -> bool:
+        """Whether the child has ended (it is not reaped: its process group can still be
+        killed safely, its pid not reused)."""
+        try:
+            return os.waitid(os.P_PID, self.proc.pid,
+                             os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
+    def _kill_group(self) -> None:
+        """SIGKILL the child's process group: the child and whatever it started."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _over_memory(self) -> bool:
+        if not self.limit:
+            return False
         import psutil
 
-        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            proc = psutil.Process(self.proc.pid)
-            while not done.wait(self.INTERVAL):
-                if self.limit:
-                    rss = proc.memory_info().rss
-                    if rss > self.limit:
-                        self.over = (rss, self.limit)
-                        self.proc.kill()
-                        return
-                if deadline is not None and time.monotonic() > deadline:
-                    self.timed_out = True
-                    self.proc.kill()
-                    return
-        except (psutil.Error, ProcessLookupError):
-            return                                   # the child has ended
+            if self._psutil is None:
+                self._psutil = psutil.Process(self.proc.pid)
+            rss = self._psutil.memory_info().rss
+        except psutil.Error:
+            return False
+        if rss > self.limit:
+            self.over = (rss, self.limit)
+            return True
+        return False
+
+    def _exchange(self, message, deadline: float | None):
+        """Send ``message``, then receive one answer; None (the child's process group
+        killed) when the child ended, outgrew the memory limit or passed ``deadline``."""
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        outgoing = memoryview(struct.pack("<Q", len(data)) + data)
+        sent, got = 0, bytearray()
+        ended: float | None = None
+        while True:
+            if self._over_memory():
+                self._kill_group()
+                return None
+            if deadline is not None and time.monotonic() > deadline:
+                self.timed_out = True
+                self._kill_group()
+                return None
+            if ended is None and self._exited():
+                ended = time.monotonic()
+            if ended is not None and time.monotonic() - ended > self.EXIT_GRACE:
+                self._kill_group()                 # a descendant may hold the pipe open
+                return None
+            writing = [self.inp] if sent < len(outgoing) and ended is None else []
+            readable, writable, _ = select.select([self.out], writing, [], self.INTERVAL)
+            if writable:
+                try:
+                    sent += os.write(self.inp, outgoing[sent:sent + 2**16])
+                except BlockingIOError:
+                    pass
+                except (BrokenPipeError, OSError):
+                    ended = ended or time.monotonic()
+            if readable:
+                try:
+                    chunk = os.read(self.out, 2**20)
+                except BlockingIOError:
+                    continue
+                if not chunk:                      # end of file: every writer has gone
+                    self._kill_group()
+                    return None
+                got += chunk
+                if len(got) >= 8:
+                    (size,) = struct.unpack("<Q", got[:8])
+                    if len(got) >= 8 + size:
+                        return pickle.loads(bytes(got[8:8 + size]))
 
     def why(self, timeout: float | None) -> str:
+        self._kill_group()
         code = self.proc.wait()
+        if self.note is not None:
+            return self.note
         return timeout_message(timeout) if self.timed_out else death_message(code, self.over)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        """End the child (its stdin closed: it returns), then its whole process group, so a
+        process the learner's fit started does not outlive the block."""
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()                       # type: ignore[union-attr]
+        deadline = time.monotonic() + 10
+        while not self._exited() and time.monotonic() < deadline:
+            time.sleep(self.INTERVAL)
+        self._kill_group()
+        self.proc.wait()
+        with contextlib.suppress(OSError):
+            self.proc.stdout.close()                      # type: ignore[union-attr]
 
 
 def fit_cells(params: list[Param], X, y, train: np.ndarray, cells: list[tuple[int, int]], *,
@@ -182,7 +255,7 @@ def fit_cells(params: list[Param], X, y, train: np.ndarray, cells: list[tuple[in
                 child = _Child(data, memory_limit)
             fitted = child.fit(params[h], train[s], timeout)
             if fitted is None:
-                reason = child.why(timeout)
+                reason = child.why(timeout)           # its process group is killed
                 child = None
                 fitted = (np.full(pred_shape(X, positive), np.nan),
                           timeout or 0.0 if reason.startswith("timed out") else 0.0, reason, None)

@@ -301,8 +301,16 @@ def to_json(results: dict[str, xr.Dataset], cube: xr.Dataset | None = None) -> d
 def status(path: str | Path) -> dict:
     """Fits done / total / failed and failures grouped by message, per learner too.
 
-    Reads only the small (param, split) variables, so it works while a run is writing.
+    Reads only the small (param, split) variables, so it works while a run is writing; while
+    a run grows the store it reads the store before or after (:func:`cvflow.store.group.stable`).
     """
+    from ..store.group import stable
+    from ..store.location import resolve
+
+    return stable(resolve(path), lambda: _status(path))
+
+
+def _status(path: str | Path) -> dict:
     from ..store.attributes import RACING_ATTR, check_newer
     from ..store.cube import read_attr
     from ..store.damage import metadata_damage, status_damage

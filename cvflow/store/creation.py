@@ -21,11 +21,11 @@ from .coords import param_coords
 from ..config import VERSION
 from .cube import open_dataset
 from ..errors import OTHER_STORE, StoreError
-from .group import (FORMAT_ATTR, STORE_FORMAT, STORE_FORMAT_ATTR, UNSCORED_FORMAT,
-                    is_store, marker, open_group, quiet_consolidation)
+from .group import (FORMAT_ATTR, STORE_FORMAT, STORE_FORMAT_ATTR, UNSCORED_FORMAT, grow_marker,
+                    grow_record, is_store, marker, open_group, quiet_consolidation)
 from .integrity import COMPRESSORS, WHOLE
 from .location import (create_new, exists, get, identity, is_file, is_link, link_target, listing,
-                       put_all, remove, resolve, storage_options)
+                       put, put_all, remove, resolve, storage_options)
 
 log = logging.getLogger(__name__)
 
@@ -395,6 +395,36 @@ def remove_store(store: str | os.PathLike) -> None:
 # growing a store (an extended study, cvflow.execution.extend decides what may change)
 
 
+def grow_was_cut(store: str | os.PathLike) -> bool:
+    """Whether a grow of the store was cut (its marker remains); if so, each array's own
+    ``zarr.json`` that a cut write left ahead of the consolidated metadata is put back to the
+    consolidated copy (the store as its last whole write of the grow left it), so that the
+    grow can be done again. Only for the holder of the store's run lock: no other run can be
+    growing it."""
+    location = resolve(store)
+    raw = get(grow_marker(location))
+    if raw is None:
+        return False
+    from .damage import _consolidated, metadata_damage
+
+    try:
+        saved = json.loads(raw).get("root")
+    except (ValueError, AttributeError):
+        saved = None
+    if _consolidated(location) is None and isinstance(saved, str):
+        log.warning("store %s: putting back its root zarr.json as the cut extension's last "
+                    "whole write left it", location)
+        put(location.rstrip("/") + "/zarr.json", saved.encode())
+    nodes = _consolidated(location) or {}
+    behind = {d.variable for d in metadata_damage(location, nodes)}
+    if behind:
+        log.warning("store %s: putting back the metadata of %s as the consolidated metadata "
+                    "has it", location, ", ".join(sorted(behind)))
+        put_all(location, {f"{name}/zarr.json": json.dumps(nodes[name], indent=2).encode()
+                           for name in behind})
+    return True
+
+
 def grow(store: str | os.PathLike, template: xr.Dataset, *, n_params: int, n_splits: int) -> None:
     """Grow the store to ``template``'s shape; its first ``n_params`` params and ``n_splits``
     splits are the stored ones, whose fits keep their bytes.
@@ -407,11 +437,34 @@ def grow(store: str | os.PathLike, template: xr.Dataset, *, n_params: int, n_spl
     """
     location = resolve(store)
     stored = open_dataset(location)
+    # DESIGN CHOICE: readers see the store before the grow or after it (group.stable): the
+    # marker is there from before the first write to after the last (a grow that fails or is
+    # cut leaves it; it is not waited for once no live run holds the lock, and the next grow
+    # removes it). xarray's appends replace the root's attributes with the appended part's:
+    # they carry the stored ones, so that a plain `xr.open_zarr` meanwhile still sees a
+    # cvflow store (it saw none: "not a cvflow store", issue 32); the last write sets the new.
+    growing = grow_marker(location)
+    if is_link(growing):
+        raise StoreError(f"store: {location}: {growing} is a symbolic link (to "
+                         f"{link_target(growing)}); cvflow never writes through a link beside a "
+                         "store (nothing was written): remove it yourself")
+    root = location.rstrip("/") + "/zarr.json"
+    put(growing, grow_record(get(root)))
+    before = dict(stored.attrs)
+
+    def write(ds: xr.Dataset, **kwargs) -> None:
+        ds = ds.copy(deep=False)
+        ds.attrs = dict(before)             # the stored attributes, not the template's
+        _write(ds, location, **kwargs)
+        # xarray rewrites the root without its consolidated metadata before it consolidates
+        # again: a write cut there is put back to the root as this whole write left it
+        put(growing, grow_record(get(root)))
+
     # a hyperparameter the store lacks: created at the stored length first (append needs it)
     new = [n for n in template.coords if n not in stored.variables]
     if new:
-        _write(xr.Dataset(coords={n: template[n].isel(param=slice(0, n_params)) for n in new}),
-               location, mode="a")
+        write(xr.Dataset(coords={n: template[n].isel(param=slice(0, n_params)) for n in new}),
+              mode="a")
 
     def tail(dim: str, **index) -> xr.Dataset:
         names = [n for n in template.variables if dim in template[n].dims]
@@ -419,17 +472,17 @@ def grow(store: str | os.PathLike, template: xr.Dataset, *, n_params: int, n_spl
             [n for n in template.coords if dim not in template[n].dims], errors="ignore")
 
     if template.sizes["split"] > n_splits:
-        _write(tail("split", param=slice(0, n_params), split=slice(n_splits, None)), location,
-               append_dim="split", safe_chunks=False)
+        write(tail("split", param=slice(0, n_params), split=slice(n_splits, None)),
+              append_dim="split", safe_chunks=False)
     if template.sizes["param"] > n_params:
-        _write(tail("param", param=slice(n_params, None)), location, append_dim="param",
-               safe_chunks=False)
+        write(tail("param", param=slice(n_params, None)), append_dim="param", safe_chunks=False)
     grown = {"param", "split"}
     rest = template.drop_vars([n for n in template.data_vars
                                if grown & set(template[n].dims)])
     if template.sizes["group"] != stored.sizes["group"]:
         # the subset design added to a store without one: its role table grows from (0, 2)
-        _write(rest[["subset_split"]].isel(group=slice(stored.sizes["group"], None)),
-               location, append_dim="group")
+        write(rest[["subset_split"]].isel(group=slice(stored.sizes["group"], None)),
+              append_dim="group")
         rest = rest.drop_vars("subset_split")
     _write(rest, location, mode="a")
+    remove(growing)

@@ -59,7 +59,7 @@ from .coords import RESERVED, hyperparameter_coord, param_coords  # noqa: F401 -
 from .damage import listed_damage
 from .damage import verify  # noqa: F401 - cvflow.store.cube.verify, as the docs name it
 from ..errors import StoreError
-from .group import FORMAT_ATTR, LAZY_VARIABLES, marker, open_group, read_mask
+from .group import FORMAT_ATTR, LAZY_VARIABLES, marker, open_group, read_mask, stable
 from .integrity import DamagedStore
 from .location import exists, is_url, resolve, storage_options
 
@@ -93,6 +93,11 @@ def open_cube(store: str | os.PathLike, *, scores: bool = True) -> xr.Dataset:
     location = resolve(store)
     if not exists(location):
         raise StoreError(f"store: {location} does not exist")
+    # one state of the store, before or after a grow by another run (group.stable)
+    return stable(location, lambda: _open_cube(location, scores))
+
+
+def _open_cube(location: str, scores: bool) -> xr.Dataset:
     cube = None
     if not exists(marker(location)):          # else a creation was cut: no store
         try:

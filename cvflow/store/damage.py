@@ -14,7 +14,7 @@ import zarr
 
 from . import attributes, integrity
 from ..errors import StoreError
-from .group import LAZY_VARIABLES, is_store, open_group, read_mask
+from .group import LAZY_VARIABLES, is_store, open_group, read_mask, stable
 from .integrity import Damage
 from .location import exists, get, get_all, is_url, listing, resolve
 
@@ -284,6 +284,11 @@ def verify(store: str | os.PathLike) -> integrity.Report:
     location = resolve(store)
     if not exists(location):
         raise StoreError(f"store: {location} does not exist")
+    # one state of the store, before or after a grow by another run (group.stable)
+    return stable(location, lambda: _verify(location))
+
+
+def _verify(location: str) -> integrity.Report:
     if not is_store(location):
         raise StoreError(f"store: {location} exists but is not a cvflow store")
     group = open_group(location)

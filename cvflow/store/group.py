@@ -5,15 +5,17 @@ metadata rewritten quietly. The schema is :mod:`cvflow.store.cube`'s.
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from contextlib import contextmanager
-from typing import Literal
+from typing import Callable, Literal, TypeVar
 
 import numpy as np
 import zarr
 
 from . import integrity
-from .location import exists, identity, resolve, sibling, storage_options
+from ..errors import StoreError
+from .location import exists, get, identity, resolve, sibling, storage_options
 
 FORMAT_ATTR = "cvflow_version"
 # Store format: 1 (no attribute) before multiclass; 2 adds the `class` dim of multiclass `pred`;
@@ -23,6 +25,10 @@ FORMAT_ATTR = "cvflow_version"
 STORE_FORMAT_ATTR, STORE_FORMAT = "cvflow_format", 3
 UNSCORED_FORMAT = 2             # the format of a store without scorers
 CREATING = ".creating"     # the creation marker beside a store (see creation.create)
+GROWING = ".growing"       # the grow marker beside a store (see creation.grow, stable)
+# a reader waits at most this long for a live run to finish growing the store it reads
+GROW_WAIT = 120.0
+T = TypeVar("T")
 # Variables open_cube leaves lazy: `pred` (a dask array, one chunk per store chunk) and `X`
 # (read from the store when its values are asked: Study.data, refit; no reducer reads it).
 LAZY_VARIABLES = ("pred", "X")
@@ -50,6 +56,98 @@ def marker(location: str) -> str:
     """The creation marker of the store at ``location``: ``<store>.creating`` beside the store
     itself (symbolic links resolved: one store, one marker, whatever it is called)."""
     return sibling(identity(location), CREATING)
+
+
+def grow_marker(location: str) -> str:
+    """The grow marker of the store at ``location``: ``<store>.growing`` beside the store
+    itself, present while a run appends params or splits (:func:`cvflow.store.creation.grow`)."""
+    return sibling(identity(location), GROWING)
+
+
+def grow_record(root: bytes | None) -> bytes:
+    """The grow marker's content: who grows the store (this process), and the root
+    ``zarr.json`` as the grow's last whole write left it (``root``: its bytes), to put back if
+    the grow is cut in the middle of a write (:func:`cvflow.store.creation.grow_was_cut`)."""
+    import json
+    import socket
+
+    return json.dumps({"cvflow": "growing", "host": socket.gethostname(), "pid": os.getpid(),
+                       "root": None if root is None else root.decode()}).encode()
+
+
+def _growing(location: str) -> bool:
+    """Whether a live run grows the store: its grow marker is there, its writer (the process
+    the marker names, when on this host) is alive, and a live run holds the store's lock. A
+    marker left by a grow that was cut is not waited for (the next run, holding the lock,
+    sees its writer dead)."""
+    import json
+    import socket
+
+    from .lock import _parse, _pid_alive, _slot, is_stale
+    from .. import config
+
+    raw = get(grow_marker(location))
+    if raw is None:
+        return False
+    try:
+        writer = json.loads(raw)
+    except ValueError:
+        writer = {}
+    if (isinstance(writer, dict) and writer.get("host") == socket.gethostname()
+            and isinstance(writer.get("pid"), int) and not _pid_alive(writer["pid"])):
+        return False
+    try:
+        data, _, mtime = _slot(location).read()
+    except StoreError:                 # a link in the lock's place: no run holds it
+        return False
+    record = _parse(data)
+    if not record:
+        return record == {}            # being written: a run is taking it
+    return is_stale(record, mtime, stale_after=float(config.get("cvflow.lock.stale-after"))) is None
+
+
+def stable(location: str, read: Callable[[], T], *, wait: float | None = None) -> T:
+    """``read()`` of the store at ``location`` as one state of it: the state before a grow or
+    after it, never a mix (nor an error of a mix: "not a cvflow store", a damaged attribute).
+
+    DESIGN CHOICE: a grow (an extended study, :func:`cvflow.store.creation.grow`) rewrites many
+    objects: each grown array's metadata and tail chunks, the role tables, the root's
+    attributes and consolidated metadata, in four xarray writes. Zarr has no commit over
+    several objects and an object store cannot rename a prefix, so the writer cannot switch
+    them at once (copying the store first would cost its size). It marks the grow instead
+    (``<store>.growing``, written before the first write and removed after the last), and a
+    reader checks, as a sequence lock: the marker absent and the root ``zarr.json`` (every
+    array's shape, the attributes) the same bytes before and after its read, else it reads
+    again; while a live run grows the store it waits, at most ``wait`` seconds
+    (:data:`GROW_WAIT`), then raises StoreError saying so. A marker left by a run that was cut
+    (its process is gone, or no live run holds the lock) is not waited for: a store a grow
+    left half grown is read as it is (the next run grows it again). Readers in a loop during grows:
+    tests/test_extend.py (local) and tests/test_s3.py.
+    """
+    wait = GROW_WAIT if wait is None else wait
+    deadline = time.monotonic() + wait
+    pause = 0.02
+
+    def version() -> tuple[bool, bytes | None]:
+        return _growing(location), get(location.rstrip("/") + "/zarr.json")
+
+    while True:
+        before = version()
+        if not before[0]:
+            try:
+                out, error = read(), None
+            except Exception as exc:  # noqa: BLE001 - raised below unless the store changed
+                out, error = None, exc
+            if version() == before:
+                if error is not None:
+                    raise error
+                return out                                   # type: ignore[return-value]
+        if time.monotonic() > deadline:
+            raise StoreError(f"store: {location} is being extended by another cvflow run "
+                             f"(params or splits appended; waited {wait:.0f} s); read it again "
+                             "when that run has grown it")
+        time.sleep(pause)
+        pause = min(2 * pause, 0.5)
 
 
 def open_group(location: str, mode: Literal["r", "r+"] = "r"):
