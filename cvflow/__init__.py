@@ -36,7 +36,7 @@ _LAZY = {"estimators": (".estimators", None), "run": (".execution.run", "run"),
 # for one release. Removed in 0.3.
 MOVED = {
     "attributes": "store.attributes", "blocks": "execution.sizing", "checks": "fitting.trial",
-    "cluster": "execution.schedulers", "coords": "store.coords", "data": "workflow.data",
+    "coords": "store.coords", "data": "workflow.data",
     "describe": "objects", "designs": "workflow.designs", "engine": "execution.run",
     "extend": "execution.extend", "failures": "report.failures", "fit": "fitting.block",
     "integrity": "store.integrity", "isolated": "fitting.isolated",
@@ -50,7 +50,8 @@ MOVED = {
 }
 # modules whose names went to several new ones: the old name answers each of their names
 SPLIT = {"racing": ("execution.racing", "report.racing", "workflow.racing"),
-         "learners": ("fitting.learners", "workflow.params")}
+         "learners": ("fitting.learners", "workflow.params"),
+         "cluster": ("execution.schedulers", "execution.profiles")}
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):

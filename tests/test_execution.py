@@ -204,10 +204,10 @@ def test_a_run_that_lost_its_lock_stops_and_writes_no_more(tmp_path):
     (1.0, 2, False, None, True, "local"), (1.0, 2, False, None, False, "threads"),
     (0.01, 2, True, 5, False, "local"), (0.01, 2, False, 5, False, "local")])
 def test_auto_choice(seconds, workers, safe, timeout, warm, chosen, monkeypatch):
-    import cvflow.cluster
+    from cvflow.execution import schedulers
 
-    monkeypatch.setattr(cvflow.cluster, "warm_alive", lambda: warm)
-    monkeypatch.setattr(cvflow.cluster, "_busy", lambda: 1.0)      # as on idle cores
+    monkeypatch.setattr(schedulers, "warm_alive", lambda: warm)
+    monkeypatch.setattr(schedulers, "_busy", lambda: 1.0)      # as on idle cores
     with dask.config.set({"cvflow.cluster.auto": {"process_start_seconds": 2.0,
                                                   "warm_seconds": 0.3}}):
         name, why = choose("auto", seconds=seconds, workers=workers, in_process_safe=safe,

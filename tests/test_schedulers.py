@@ -10,8 +10,9 @@ import dask.config
 import pytest
 import yaml
 
-from cvflow.execution.schedulers import (connect, env_options, load_profile, parse_options, slurm_kwargs,
-                            store_warning, walltime_seconds)
+from cvflow.execution.profiles import (env_options, load_profile, parse_options, store_warning,
+                                      walltime_seconds)
+from cvflow.execution.schedulers import connect, slurm_kwargs
 from cvflow.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]

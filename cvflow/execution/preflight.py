@@ -62,7 +62,7 @@ def check_cluster(workflow, *, cluster=None, workers=None, dashboard_port=None, 
     override merged as the run merges them (``cluster`` or the workflow's
     ``execution.cluster``; profile files, ``--cluster-option``, ``CVFLOW_CLUSTER__*``).
     ``cvflow validate`` checks the workflow's own choice this way."""
-    from .schedulers import ADDRESS, load_profile, parse_options
+    from .profiles import ADDRESS, load_profile, parse_options
 
     check_workers(workers)
     check_dashboard_port(dashboard_port)
@@ -86,7 +86,7 @@ def check_cluster(workflow, *, cluster=None, workers=None, dashboard_port=None, 
 
 
 def _keys(profile: dict) -> set[str]:
-    from .schedulers import KEYS
+    from .profiles import KEYS
 
     return KEYS.get(profile["kind"], set())
 

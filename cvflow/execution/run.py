@@ -177,7 +177,7 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
     tls : bool, optional
         Dask TLS with temporary certificates (default: the cluster profile's ``tls``).
     cluster_options : list of "key=value" or dict, optional
-        Overrides of the cluster profile (see :func:`cvflow.execution.schedulers.load_profile`).
+        Overrides of the cluster profile (see :func:`cvflow.execution.profiles.load_profile`).
 
     Returns
     -------
@@ -227,8 +227,9 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                 client, progress, tls, cluster_options, pool: ThreadPoolExecutor,
                 lock) -> RunResult:
     from .sizing import gil_share
-    from .schedulers import AUTO, choose, connect, serves_dashboard
-    from .schedulers import resolve as resolve_cluster
+    from .profiles import AUTO
+    from .profiles import resolve as resolve_cluster
+    from .schedulers import choose, connect, serves_dashboard
     from ..fitting.block import only_paths
 
     t_start = time.perf_counter()

@@ -6,26 +6,17 @@ where to fit (:func:`choose`): Dask's scheduler in this process with thread work
 ``LocalCluster`` of worker processes started by distributed's nannies (profile ``local``), where
 a fit that kills its process or outlives ``execution.fit_timeout`` costs only itself.
 
-A *profile* is a small mapping that says which cluster to start and how (see
-``cvflow/config.yaml`` for the packaged defaults, and ``cluster/local.yaml``,
-``cluster/slurm.yaml`` for the same profiles as editable files)::
+A *profile* (:mod:`cvflow.execution.profiles`) says which cluster to start and how::
 
     with connect("slurm", options=["jobqueue.queue=short", "adaptive.maximum=8"]) as client:
         print(client.dashboard_link)
-
-Precedence, lowest first: the packaged profile of the same ``kind`` (through ``dask.config``,
-key ``cvflow.cluster.profiles``), the profile file, ``CVFLOW_CLUSTER__KEY__SUBKEY=value``
-environment variables, ``options`` (``key.subkey=value`` strings, values parsed as YAML), and
-finally the explicit ``workers``, ``dashboard_port`` and ``tls`` arguments.
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
-import copy
 import logging
 import os
-import re
 import sys
 import threading
 import types
@@ -38,222 +29,13 @@ import yaml
 from ..errors import InputError
 from .. import config
 from . import processes
+from .profiles import (ADDRESS, AUTO, REMOVED, load_profile, parse_options, resolve,
+                       store_warning)
 
 if TYPE_CHECKING:
     import distributed
 
 log = logging.getLogger(__name__)
-
-config.load()    # the profiles below read dask.config directly (set, merge)
-
-ENV_PREFIX = "CVFLOW_CLUSTER__"
-KINDS = ("local", "slurm", "threads")
-AUTO = "auto"
-# `forked` (worker processes forked from the client) could hang: a fork copies the locks other
-# threads hold (zarr's event-loop lock, session 6); it is read as `local` with a warning
-REMOVED = {"forked": "local"}
-KEYS = {
-    "threads": {"kind", "workers", "host", "dashboard_port", "tls"},
-    "local": {"kind", "workers", "threads_per_worker", "memory_limit", "host", "dashboard_port",
-              "tls"},
-    "slurm": {"kind", "workers", "adaptive", "host", "interface", "dashboard_port", "tls",
-              "lifetime", "lifetime_stagger", "jobqueue"},
-}
-ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://")
-SHARED_WARNING_PREFIXES = ("/tmp", "/var/tmp", "/dev/shm", "/run")
-
-
-# --- profiles -----------------------------------------------------------------------------------
-
-def _merge(base: dict, top: Mapping) -> dict:
-    """Deep merge ``top`` into a copy of ``base`` (mappings merged, anything else replaced)."""
-    out = copy.deepcopy(base)
-    for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def _nest(path: Sequence[str], value) -> dict:
-    out: dict = value
-    for key in reversed(path):
-        out = {key: out}
-    return out
-
-
-def parse_options(options: Sequence[str] | Mapping | None, *, where: str = "--cluster-option") -> dict:
-    """``["jobqueue.queue=gpu", "adaptive=null"]`` -> nested dict; values are parsed as YAML."""
-    if not options:
-        return {}
-    if isinstance(options, Mapping):
-        return dict(options)
-    out: dict = {}
-    for item in options:
-        key, sep, text = str(item).partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"{where}: {item!r} is not KEY=VALUE (e.g. jobqueue.queue=debug)")
-        try:
-            value = yaml.safe_load(text) if text.strip() else None
-        except yaml.YAMLError as err:
-            raise InputError(f"{where}: {item!r}: value is not valid YAML ({err})") from None
-        out = _merge(out, _nest(key.strip().replace("-", "_").split("."), value))
-    return out
-
-
-def env_options(env: Mapping[str, str] | None = None) -> dict:
-    """Overrides from ``CVFLOW_CLUSTER__A__B=value`` variables (keys lower-cased, YAML values)."""
-    env = os.environ if env is None else env
-    items = [f"{k[len(ENV_PREFIX):].lower().replace('__', '.')}={v}"
-             for k, v in sorted(env.items()) if k.startswith(ENV_PREFIX) and len(k) > len(ENV_PREFIX)]
-    return parse_options(items, where="environment CVFLOW_CLUSTER__*")
-
-
-def _packaged(name: str) -> dict | None:
-    profiles = config.get("cvflow.cluster.profiles") or {}
-    found = profiles.get(name)
-    return copy.deepcopy(dict(found)) if isinstance(found, Mapping) else None
-
-
-def resolve(cluster: str | os.PathLike | None) -> str:
-    """The cluster's name: ``cluster`` itself, or the configured default when None."""
-    if cluster is None:
-        cluster = config.get("cvflow.cluster.default")
-    return os.fspath(cluster)
-
-
-def load_profile(cluster: str | os.PathLike | None = None, *,
-                 options: Sequence[str] | Mapping | None = None,
-                 env: Mapping[str, str] | None = None) -> dict:
-    """Resolve ``cluster`` (None, a profile name, a YAML file) into a complete profile dict.
-
-    The result has a ``name`` key (the profile name or file) besides the profile keys.
-
-    Raises
-    ------
-    cvflow.errors.InputError
-        Unknown profile, unreadable file, unknown key, or an invalid value.
-    """
-    name = resolve(cluster)
-    if name == AUTO:
-        name = "local"   # without a study to time, auto is the process cluster
-    if name in REMOVED:
-        log.warning("--cluster %s was removed (forking a process that runs threads can hang); "
-                    "using %s", name, REMOVED[name])
-        name = REMOVED[name]
-    where = "--cluster"
-    packaged = _packaged(name)
-    if packaged is not None:
-        prof = packaged
-    elif name.endswith((".yaml", ".yml")) or os.path.sep in name or os.path.exists(name):
-        where = name
-        try:
-            loaded = yaml.safe_load(Path(name).read_text())
-        except FileNotFoundError:
-            raise InputError(f"--cluster: profile file {name} does not exist") from None
-        except (OSError, yaml.YAMLError) as err:
-            raise InputError(f"{name}: cannot read the cluster profile ({err})") from None
-        if not isinstance(loaded, Mapping):
-            raise InputError(f"{name}: a cluster profile must be a mapping with a 'kind' key")
-        kind = loaded.get("kind")
-        if kind not in KINDS:
-            raise InputError(f"{name}: kind: {kind!r} is not one of {', '.join(KINDS)}")
-        prof = _merge(_packaged(kind) or {"kind": kind}, loaded)
-    else:
-        known = sorted((config.get("cvflow.cluster.profiles") or {}))
-        raise InputError(f"--cluster: {name!r} is not auto, a profile ({', '.join(known)}), "
-                         "a profile file (.yaml) or a scheduler address tcp://HOST:PORT")
-    prof = _merge(prof, env_options(env))
-    prof = _merge(prof, parse_options(options))
-    _check(prof, where)
-    prof["name"] = name
-    return prof
-
-
-def _seconds(value, what: str, where: str) -> float:
-    from dask.utils import parse_timedelta
-
-    try:
-        return float(parse_timedelta(value, default="s"))
-    except (ValueError, KeyError, TypeError):
-        raise InputError(f"{where}: {what}: {value!r} is not a duration (e.g. 55m, 3600)") from None
-
-
-def walltime_seconds(walltime: str) -> float:
-    """SLURM walltime (``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH[:MM[:SS]]``) in seconds."""
-    text = str(walltime).strip()
-    days, _, rest = text.rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    if days:
-        parts += [0] * (3 - len(parts))
-        h, m, s = parts
-    else:
-        h, m, s = {1: (0, parts[0], 0), 2: (0, *parts), 3: tuple(parts)}[len(parts)]
-    return ((int(days or 0) * 24 + h) * 60 + m) * 60 + s
-
-
-def _check(prof: dict, where: str) -> None:
-    kind = prof.get("kind")
-    if kind not in KINDS:
-        raise InputError(f"{where}: kind: {kind!r} is not one of {', '.join(KINDS)}")
-    unknown = sorted(set(prof) - KEYS[kind] - {"name"})
-    if unknown:
-        raise InputError(f"{where}: unknown key {unknown[0]!r} in a {kind} profile; "
-                         f"known: {', '.join(sorted(KEYS[kind]))}")
-    workers = prof.get("workers")
-    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)
-                                or workers < 1):
-        raise InputError(f"{where}: workers: {workers!r} must be a positive integer or null")
-    port = prof.get("dashboard_port")
-    if port is not None and (not isinstance(port, int) or not 0 <= port < 65536):
-        raise InputError(f"{where}: dashboard_port: {port!r} must be 0..65535 (0: any free port)")
-    if kind == "slurm":
-        adaptive = prof.get("adaptive")
-        if adaptive is not None:
-            if not isinstance(adaptive, Mapping) or set(adaptive) - {"minimum", "maximum"}:
-                raise InputError(f"{where}: adaptive: expected {{minimum: N, maximum: M}} or null, "
-                                 f"got {adaptive!r}")
-            lo, hi = adaptive.get("minimum", 0), adaptive.get("maximum", 1)
-            if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi and hi >= 1):
-                raise InputError(f"{where}: adaptive: need 0 <= minimum <= maximum, maximum >= 1; "
-                                 f"got minimum={lo!r} maximum={hi!r}")
-        jq = prof.get("jobqueue") or {}
-        if not isinstance(jq, Mapping):
-            raise InputError(f"{where}: jobqueue: must be a mapping of SLURMCluster arguments")
-        if prof.get("lifetime"):
-            life = _seconds(prof["lifetime"], "lifetime", where)
-            stagger = _seconds(prof.get("lifetime_stagger") or 0, "lifetime_stagger", where)
-            if jq.get("walltime"):
-                try:
-                    wall = walltime_seconds(jq["walltime"])
-                except (ValueError, KeyError):
-                    raise InputError(f"{where}: jobqueue.walltime: {jq['walltime']!r} is not a "
-                                     "SLURM time (HH:MM:SS or D-HH:MM:SS)") from None
-                if life + stagger >= wall:
-                    raise InputError(
-                        f"{where}: lifetime {prof['lifetime']} + lifetime_stagger "
-                        f"{prof.get('lifetime_stagger')} must end before jobqueue.walltime "
-                        f"{jq['walltime']} so workers retire before SLURM kills them")
-
-
-def store_warning(store: str | os.PathLike | None, kind: str) -> str | None:
-    """A warning when a SLURM run's store may not be visible to the compute nodes, else None."""
-    if store is None or kind != "slurm":
-        return None
-    text = os.fspath(store)
-    if "://" in text:
-        return None
-    if not os.path.isabs(text):
-        return (f"store {text} is a relative path; SLURM workers resolve it from the submission "
-                f"directory, which must be on a file system every node sees ({os.path.abspath(text)})")
-    real = os.path.realpath(text)
-    top = next((p for p in SHARED_WARNING_PREFIXES if real == p or real.startswith(p + "/")), None)
-    if top:
-        return (f"store {text} is under {top}, usually local to each node; SLURM workers write "
-                "the store directly, so put it on "
-                "a shared file system (home, project or scratch)")
-    return None
 
 
 # --- connecting ---------------------------------------------------------------------------------
