@@ -44,7 +44,7 @@ SCHEMA: dict[str, tuple] = {
 }
 
 _MISSING = object()
-_loaded = False
+_loaded: dict | None = None          # the packaged defaults, once merged
 
 
 def load() -> None:
@@ -52,12 +52,12 @@ def load() -> None:
     # DESIGN CHOICE: loaded on first use, not at import: importing dask.config costs ~150 ms
     # (230 modules), which `cvflow status` and `cvflow --help` do not pay (tests/test_startup.py).
     global _loaded
-    if not _loaded:
+    if _loaded is None:
         import dask.config
         import yaml
 
-        dask.config.update_defaults(yaml.safe_load(DEFAULTS.read_text()))
-        _loaded = True
+        _loaded = yaml.safe_load(DEFAULTS.read_text())
+        dask.config.update_defaults(_loaded)
 
 
 def get(key: str, default: Any = _MISSING) -> Any:
@@ -71,7 +71,14 @@ def get(key: str, default: Any = _MISSING) -> Any:
     import dask.config
 
     load()
-    value = dask.config.get(key) if default is _MISSING else dask.config.get(key, default=default)
+    try:
+        value = dask.config.get(key) if default is _MISSING else dask.config.get(key, default=default)
+    except KeyError:
+        # a `dask.config.set` of a cvflow key entered before the defaults were merged removes,
+        # when it exits, the keys it found missing: the defaults are merged again (under what
+        # is set now) and the key read again
+        dask.config.update(dask.config.config, _loaded or {}, priority="old")
+        value = dask.config.get(key)
     types = SCHEMA.get(key)
     if types is not None and value is not None and value is not default and not isinstance(value, types):
         names = " or ".join(t.__name__ for t in types)

@@ -48,7 +48,7 @@ def fit_cube(X, y, params: list[Param], design: Design, *, task: str = "regressi
     data = Data(X=X, y=y, feature_names=[f"x{j}" for j in range(X.shape[1])], is_test=is_test,
                 classes=classes)
     cube = cube_template(data, design, params, attrs=_attrs(task, loss, classes),
-                         chunks=(len(params), design.n_splits)).load()
+                         chunks=(len(params), design.n_splits)).copy(deep=True)
     res = fit_block(params, X, y, design.train, params_slice=slice(0, len(params)),
                     splits_slice=slice(0, design.n_splits), positive=data.positive)
     cube["pred"][:] = res.pred
@@ -78,7 +78,7 @@ def cube_from_predictions(pred, y, design: Design, *, task: str = "regression", 
                 is_test=~design.train.any(axis=0) & (design.fold[0] < 0) if design.fold.size
                 else np.zeros(len(y), bool), classes=classes)
     cube = cube_template(data, design, params, attrs=_attrs(task, loss, classes),
-                         chunks=(n_params, design.n_splits)).load()
+                         chunks=(n_params, design.n_splits)).copy(deep=True)
     cube["pred"][:] = pred
     cube["failed"][:] = np.isnan(pred).reshape(pred.shape[:2] + (-1,)).all(axis=-1)
     cube["done"][:] = True

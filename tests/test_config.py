@@ -64,3 +64,28 @@ def test_a_null_override_is_unset_not_an_error():
     config.load()
     with dask.config.set({"cvflow.storage-options": None}):
         assert config.get("cvflow.storage-options") is None
+
+
+def test_a_setting_entered_before_the_defaults_leaves_them_in_place():
+    """A fresh process: ``dask.config.set`` of one cvflow key entered before cvflow merged its
+    defaults removes, on exit, the keys it found missing (Dask's rule); every default must still
+    read as config.yaml says afterwards (reference: the packaged file)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""\
+        import dask.config, yaml
+        from cvflow import config
+        with dask.config.set({"cvflow.reduce.in-memory-bytes": 0}):
+            inside = config.get("cvflow.reduce.in-memory-bytes")
+        after = {k: config.get(k) for k in ("cvflow.reduce.in-memory-bytes", "cvflow.lock.heartbeat")}
+        packaged = yaml.safe_load(config.DEFAULTS.read_text())["cvflow"]
+        assert inside == 0, inside
+        assert after == {"cvflow.reduce.in-memory-bytes": packaged["reduce"]["in-memory-bytes"],
+                         "cvflow.lock.heartbeat": packaged["lock"]["heartbeat"]}, after
+        print("ok")
+        """)
+    out = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]

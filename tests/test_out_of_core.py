@@ -143,7 +143,9 @@ def test_lazy_reduction_under_a_default_client(scheduler, monkeypatch):
     monkeypatch.setattr(cube_module, "ROLE_BLOCK_BYTES", 1)
     monkeypatch.setattr(cube_module, "KERNEL_BLOCK_BYTES", 1)
     cube, design, generated = lazy_cube(100, 2_000, bp=50)
-    with connect("threads", workers=1) as client, dask.config.set(
+    # a dashboard asked for: distributed's in-process scheduler (without one, the threads
+    # route runs Dask's threaded scheduler and no Client exists)
+    with connect("threads", workers=1, dashboard_port=0) as client, dask.config.set(
             {"cvflow.reduce.in-memory-bytes": 0, "scheduler": scheduler}):
         from distributed import default_client
 

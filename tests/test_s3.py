@@ -164,7 +164,7 @@ def test_create_on_s3_writes_what_xarray_writes(s3, monkeypatch, in_place):
     creation.create(ours, template)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
-        template.to_zarr(ref, compute=False, consolidated=True, zarr_format=3, mode="w-",
+        creation.lazy_blocks(template).to_zarr(ref, compute=False, consolidated=True, zarr_format=3, mode="w-",
                          storage_options=storage_options(ref),
                          encoding=reference_encoding(template))
 

@@ -181,7 +181,7 @@ def test_create_writes_what_xarrays_to_zarr_writes(tmp_path, monkeypatch, case):
     creation.create(ours, template)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Consolidated metadata", category=UserWarning)
-        template.to_zarr(ref, compute=False, consolidated=True, zarr_format=3, mode="w-",
+        creation.lazy_blocks(template).to_zarr(ref, compute=False, consolidated=True, zarr_format=3, mode="w-",
                          encoding=reference_encoding(template))
     nodes, expected = _nodes(ours), _nodes(ref)
     assert set(nodes) == set(expected) and len(nodes) == len(template.variables) + 1

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import queue
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -71,12 +72,21 @@ class Block:
 FALLBACK_SECONDS_PER_FIT = 0.05
 
 
+class _NeverRaised(Exception):
+    """Stands for distributed's KilledWorker where distributed is not loaded (no worker dies)."""
+
+
+def _killed_worker() -> type[Exception]:
+    """distributed's KilledWorker, when distributed runs the tasks (it is imported then)."""
+    module = sys.modules.get("distributed")
+    return module.KilledWorker if module is not None else _NeverRaised
+
+
 def _one_task_result(client, future):
     """The result of a one-off task (the timing, the check), released once read; None when it
     killed its workers (KilledWorker: cancelled). StallError when the workers make no
     progress (:class:`Watchdog`)."""
-    from distributed import KilledWorker
-
+    KilledWorker = _killed_worker()
     watchdog = Watchdog(client)
     try:
         while True:
@@ -239,8 +249,7 @@ class Loop:
 
     def _take(self, future) -> dict | None:
         """A finished task's block summary, or None (the block was sent again)."""
-        from distributed import KilledWorker
-
+        KilledWorker = _killed_worker()
         try:
             return future.result()
         except KilledWorker as exc:

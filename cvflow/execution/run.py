@@ -278,7 +278,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
             dashboard=dashboard_port is not None, in_process_safe=in_process_safe,
             fit_timeout=fit_timeout, gil_share=gil_share(study.params, path_aware))
         log.info("execution: %s", execution)
-        if auto and cluster == "local" and dashboard_port is None:
+        if auto and cluster in ("local", "threads") and dashboard_port is None:
             # a short study: no dashboard; one long enough to watch: on a free loopback port
             # (a fit_timeout study's learners are timed on the workers, later: none)
             cluster_options = quiet_options(cluster_options, (per_fit or 0.0) * n_fits, workers)
@@ -292,12 +292,24 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                execution=execution, t_start=t_start, scoring=scoring)
     if client is not None:
         return run.on(client, dashboard=True)
-    from ..report import live
+    if resolve_cluster(cluster) != "threads" or serves_dashboard(cluster, dashboard_port,
+                                                                 cluster_options):
+        from ..report import live
 
-    live.enable_routes()        # the scheduler started here serves <dashboard>/cvflow
+        live.enable_routes()    # the scheduler started here serves <dashboard>/cvflow
     with connect(cluster, workers=workers, dashboard_port=dashboard_port, tls=tls,
                  options=cluster_options, store=path, keep=True) as c:
         return run.on(c, dashboard=serves_dashboard(cluster, dashboard_port, cluster_options))
+
+
+def _store_event(c, name: str):
+    """The event the blocks wait on for the store's creation: this process's on Dask's threaded
+    scheduler (cvflow.execution.threaded), else the scheduler's ``distributed.Event``."""
+    if hasattr(c, "event"):
+        return c.event(name)
+    from distributed import Event
+
+    return Event(name, client=c)
 
 
 def _probe_seconds() -> float:
@@ -438,8 +450,6 @@ class _Run:
                                      labels=labels(params))
             first = racing.stage_blocks(race, 0, done, chunks)
             blocks = [Block(ps, ss, cells) for ps, ss, cells in first]
-        from distributed import Event
-
         if dashboard:
             result.dashboard = getattr(c, "dashboard_link", None) or None   # "" when none
         monitor = (live.start(c, self.workflow, params, design, d, path) if result.dashboard
@@ -448,7 +458,7 @@ class _Run:
         notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": result.dashboard,
                 "live": result.live, "execution": result.execution})
         recorder = _Recorder(path, fresh, result, notify, n_todo, monitor)
-        ready = None if creating is None else Event(f"cvflow-store-{run_id}", client=c)
+        ready = None if creating is None else _store_event(c, f"cvflow-store-{run_id}")
         ctx = dataclasses.replace(ctx, ready=ready and ready.name)
         loop = Loop(c, ctx, params=params, train=design.train, data=d, path_aware=self.path_aware,
                     record=recorder.block, idle=recorder.idle, lock_lost=lambda: self.lock.lost,

@@ -35,6 +35,8 @@ from .profiles import (ADDRESS, AUTO, REMOVED, load_profile, parse_options, reso
 if TYPE_CHECKING:
     import distributed
 
+    from .threaded import ThreadedClient
+
 log = logging.getLogger(__name__)
 
 
@@ -403,9 +405,11 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
             dashboard_port: int | None = None, tls: bool | None = None,
             options: Sequence[str] | Mapping | None = None,
             store: str | os.PathLike | None = None,
-            keep: bool = False) -> Iterator[distributed.Client]:
-    """Yield a ``distributed.Client``; closes (and cancels the jobs of) what it started on exit,
-    except the session's warm local cluster (``keep``).
+            keep: bool = False) -> Iterator[distributed.Client | ThreadedClient]:
+    """Yield a ``distributed.Client`` (on the threads route without a dashboard, a
+    :class:`~cvflow.execution.threaded.ThreadedClient` making the same calls); closes (and
+    cancels the jobs of) what it started on exit, except the session's warm local cluster
+    (``keep``).
 
     Parameters
     ----------
@@ -432,11 +436,11 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
     workers of one thread each, started without re-running the caller's ``__main__``
     (:func:`clean_main`); the threads profile runs a scheduler in this process.
     """
-    from distributed import Client
-
     from .sizing import one_blas_thread
 
     if cluster is not None and ADDRESS.match(os.fspath(cluster)):
+        from distributed import Client
+
         # TLS to a running scheduler uses the certificates of the Dask config
         # (distributed.comm.tls); temporary ones could not match the scheduler's.
         with Client(os.fspath(cluster)) as client:
@@ -453,6 +457,20 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
     if warning:
         log.warning(warning)
     kind = prof["kind"]
+    if kind == "threads" and prof.get("dashboard_port") is None:
+        # DESIGN CHOICE: without a dashboard, the threads route needs no distributed scheduler:
+        # Dask's threaded scheduler runs the same tasks (cvflow.execution.threaded), and a short
+        # study pays neither distributed's import and start (~0.3 s) nor its close
+        from .threaded import ThreadedClient
+
+        with one_blas_thread(), ThreadedClient(int(prof.get("workers") or os.cpu_count()
+                                                   or 1)) as threaded:
+            log.info("cluster %s (Dask's threaded scheduler, %d threads)", prof["name"],
+                     threaded.workers)
+            yield threaded
+        return
+    from distributed import Client
+
     with contextlib.ExitStack() as stack:
         # DESIGN CHOICE: a task whose worker died is retried once on another worker, then the
         # loop splits its block into single fits (cvflow.execution.loop): a fit that kills its process

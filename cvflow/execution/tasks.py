@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ class TaskContext:
     token: str | None = None         # the run lock's token; None: no fencing (no lock held)
     fit_timeout: float | None = None  # seconds; None: no limit
     client_pid: int = 0              # a fit in the client's own process is never killed
-    ready: str | None = None         # the distributed.Event set once the store is created
+    ready: str | None = None         # the name of the event set once the store is created
 
     def timeouts_key(self, task: str) -> list[str]:
         """The scheduler metadata key of the fits of ``task`` that ran out of time."""
@@ -159,9 +160,14 @@ def check_fence(ctx: TaskContext) -> None:
 def _wait_ready(ctx: TaskContext) -> None:
     """Wait for the client's word that it created the store; StoreError if that failed or took
     more than ``STORE_READY_TIMEOUT`` seconds."""
-    from distributed import Event
+    from .threaded import event
 
-    if not (Event(ctx.ready).wait(timeout=STORE_READY_TIMEOUT) and is_store(ctx.store)):
+    ready = event(ctx.ready)              # this process's (threaded route), or distributed's
+    if ready is None:
+        from distributed import Event
+
+        ready = Event(ctx.ready)
+    if not (ready.wait(timeout=STORE_READY_TIMEOUT) and is_store(ctx.store)):
         raise StoreError(f"store: {ctx.store} was not created (or not within "
                          f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
 
@@ -296,11 +302,10 @@ def _stored(store: str, params_slice: slice, splits_slice: slice,
 
 def _worker_memory_limit() -> int | None:
     """The memory limit in bytes of the Dask worker running this task, or None."""
+    distributed = sys.modules.get("distributed")     # not loaded: no Dask worker runs this
     try:
-        from distributed import get_worker
-
-        return get_worker().memory_manager.memory_limit or None
-    except (ImportError, ValueError, AttributeError):
+        return distributed.get_worker().memory_manager.memory_limit or None
+    except (ValueError, AttributeError):
         return None
 
 

@@ -34,17 +34,46 @@ def _version() -> str:
     return VERSION
 
 
+# DESIGN CHOICE: the template's block variables (written later by the tasks and the client)
+# were dask arrays of fill values; importing dask.array costs ~0.2 s, as much as a small
+# search's fits. They are read-only views of their fill value (no memory), their chunks in
+# their encoding; grow's xarray appends get dask arrays again (lazy_blocks), written as before.
+def unwritten(shape: tuple, fill, dtype) -> np.ndarray:
+    """A variable written later: its fill value broadcast to ``shape`` (a read-only view)."""
+    return np.broadcast_to(np.asarray(fill, dtype=dtype), shape)
+
+
+def is_unwritten(data) -> bool:
+    """Whether a template variable's data is a fill-value view (:func:`unwritten`)."""
+    return (isinstance(data, np.ndarray) and data.ndim > 0 and not any(data.strides)
+            and not data.flags.writeable)
+
+
+def lazy_blocks(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with each fill-value variable a dask array of its fill value, chunked as stored
+    (shards, else chunks): what ``to_zarr(compute=False)`` leaves unwritten."""
+    import dask.array as da
+
+    out = ds.copy(deep=False)
+    for name, variable in ds.variables.items():
+        if is_unwritten(variable.data):
+            chunks = variable.encoding.get("shards") or variable.encoding["chunks"]
+            fill = variable.data.flat[0] if variable.size else 0
+            out[name] = variable.copy(data=da.full(variable.shape, fill, dtype=variable.dtype,
+                                                   chunks=tuple(chunks)))
+    return out
+
+
 def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
                   dtype: str = "float64", scorers=(), train_scores: bool = False) -> xr.Dataset:
-    """The cube as a lazy Dataset: block variables are dask arrays of fill values.
+    """The cube as a Dataset whose block variables are fill-value views (:func:`unwritten`):
+    what the tasks and the client write later.
 
     ``data`` is a :class:`cvflow.workflow.data.Data`, ``design`` a :class:`cvflow.workflow.designs.Design`,
     ``params`` a list of :class:`cvflow.workflow.params.Param`; ``chunks`` = (params, splits) per block.
     ``scorers`` (their names) adds the fit-time scores ``score`` (and with ``train_scores``
     ``train_score``) along ``scorer``, and ``score_time`` (store format 3).
     """
-    import dask.array as da
-
     n_params, n_splits, n = len(params), design.n_splits, data.X.shape[0]
     scorers = [str(name) for name in scorers]
     bp, bs = min(chunks[0], n_params), min(chunks[1], n_splits)
@@ -59,22 +88,14 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
     # small (param, split) status variables, writes them in batches as results come back. One
     # chunk each keeps the store at ~one file per task (not five) and needs no lock.
     status = (n_params, n_splits)
-    # named by what defines them (no tokenizing, ~half the template's cost); distinct names:
-    # identical dask graphs would otherwise load into one shared array
-    key = f"{n_params}x{n_splits}x{n}x{len(classes)}-{bp}x{bs}-{np.dtype(dtype).name}"
     ds = xr.Dataset(
         {
             "pred": (("param", "split", "sample") + class_dim,
-                     da.full((n_params, n_splits, n) + per_class, np.nan, dtype=dtype,
-                             chunks=block + (n,) + per_class, name=f"cvflow-pred-{key}")),
-            "done": (("param", "split"),
-                     da.zeros((n_params, n_splits), dtype=bool, chunks=status, name=f"cvflow-done-{key}")),
-            "failed": (("param", "split"),
-                       da.zeros((n_params, n_splits), dtype=bool, chunks=status, name=f"cvflow-failed-{key}")),
+                     unwritten((n_params, n_splits, n) + per_class, np.nan, dtype)),
+            "done": (("param", "split"), unwritten(status, False, bool)),
+            "failed": (("param", "split"), unwritten(status, False, bool)),
             "error": (("param", "split"), np.full((n_params, n_splits), "", dtype=object)),
-            "fit_seconds": (("param", "split"),
-                            da.full((n_params, n_splits), np.nan, chunks=status,
-                                    name=f"cvflow-fit_seconds-{key}")),
+            "fit_seconds": (("param", "split"), unwritten(status, np.nan, np.float64)),
             "train": (("split", "sample"), design.train),
             "fold": (("repeat", "sample"), design.fold),
             "fold_split": (("repeat", "outer"), design.fold_split),
@@ -110,13 +131,14 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
         k = len(scorers)
         for name in ("score",) + (("train_score",) if train_scores else ()):
             ds[name] = (("param", "split", "scorer"),
-                        da.full((n_params, n_splits, k), np.nan, chunks=status + (k,),
-                                name=f"cvflow-{name}-{key}-{k}"))
-        ds["score_time"] = (("param", "split"),
-                            da.full((n_params, n_splits), np.nan, chunks=status,
-                                    name=f"cvflow-score_time-{key}"))
+                        unwritten((n_params, n_splits, k), np.nan, np.float64))
+        ds["score_time"] = (("param", "split"), unwritten(status, np.nan, np.float64))
         ds = ds.assign_coords(scorer=("scorer", np.asarray(scorers, dtype=object)))
     ds["error"].encoding["chunks"] = status
+    for name, variable in ds.data_vars.items():      # a block's chunk, the status' one chunk
+        if is_unwritten(variable.data):
+            variable.encoding["chunks"] = ((block + (n,) + per_class) if name == "pred"
+                                           else variable.shape)
     inner = _inner_params(bp, bs * n * int(np.prod(per_class, dtype=int)) * np.dtype(dtype).itemsize)
     if inner < bp:
         # DESIGN CHOICE: a block of many params (a path task writes every param of its
@@ -160,7 +182,7 @@ def _write(ds: xr.Dataset, location: str, **kwargs) -> None:
     encoding = {name: {"compressors": COMPRESSORS} for name in ds.variables
                 if name not in existing}
     with quiet_consolidation():
-        ds.to_zarr(location, compute=False, consolidated=True, zarr_format=3,
+        lazy_blocks(ds).to_zarr(location, compute=False, consolidated=True, zarr_format=3,
                    storage_options=storage_options(location), encoding=encoding,
                    write_empty_chunks=True, **kwargs)
 
@@ -178,18 +200,15 @@ def _attr_value(value):
 
 def _array_spec(name, variable: xr.Variable) -> dict:
     """``zarr.Group.create_array`` arguments for one template variable, as xarray's
-    ``to_zarr(zarr_format=3)`` encodes it, plus ``data``: its values, or None for a dask
+    ``to_zarr(zarr_format=3)`` encodes it, plus ``data``: its values, or None for a fill-value
     (block) variable, left unwritten."""
     unknown = set(variable.encoding) - _ENCODINGS
     if unknown or variable.encoding.get("coordinates", None) is not None:
         raise ValueError(f"store: variable {name!r} has encodings create does not write: "
                          f"{sorted(unknown) or variable.encoding['coordinates']!r}")
-    from dask import is_dask_collection   # dask is imported where used (cvflow status)
-
     float_ = variable.dtype.kind == "f"
-    lazy = is_dask_collection(variable.data)
-    chunks = variable.encoding.get("chunks") or (
-        tuple(c[0] for c in variable.chunks) if lazy else "auto")
+    lazy = is_unwritten(variable.data)
+    chunks = variable.encoding.get("chunks") or "auto"
     return {
         "name": name,
         "shape": variable.shape,
