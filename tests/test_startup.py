@@ -81,8 +81,15 @@ def test_validate_imports_the_learners_but_no_dask_and_no_store(store):
 def test_a_small_run_in_this_process_runs_on_dask_and_starts_no_web_server(store, tmp_path):
     got = _program("run", str(store / "wf.yaml"), "--store", str(tmp_path / "s.zarr"),
                    "--cluster", "threads")
-    assert {"sklearn", "zarr", "cvflow.execution.run", "distributed"} <= got    # every route is Dask
-    assert "bokeh" not in got                # no dashboard unless a port is asked for
+    # every route is Dask: without a dashboard, its threaded scheduler, not distributed's
+    assert {"sklearn", "zarr", "cvflow.execution.run", "dask"} <= got
+    assert not {"bokeh", "distributed", "tornado"} & got      # no web server, nothing to start
+
+
+def test_a_run_asking_for_a_dashboard_in_this_process_starts_distributed(store, tmp_path):
+    got = _program("run", str(store / "wf.yaml"), "--store", str(tmp_path / "s.zarr"),
+                   "--cluster", "threads", "--dashboard-port", "0")
+    assert {"distributed", "bokeh"} <= got
 
 
 def test_a_refused_command_exits_2_through_the_same_ending(store):
