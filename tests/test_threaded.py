@@ -91,3 +91,29 @@ def test_a_tasks_future_argument_is_its_value_and_stacks_name_the_running_task()
         assert "_wait" in " ".join(stacks["threads"]["uses-data"])
         gate.set()
         assert running.result(timeout=60) == 41
+
+
+@pytest.mark.parametrize("watch_after", [None, "0"])
+def test_a_default_run_long_enough_to_watch_serves_its_dashboard(tmp_path, watch_after):
+    """`cvflow run` with its defaults, a whole process: a short study prints no dashboard (it
+    runs on Dask's threaded scheduler); one whose fits are estimated past
+    ``cvflow.cluster.auto.dashboard_after_seconds`` (0 here) prints the dashboard and the live
+    study page on a loopback port, without being asked."""
+    import fault_helpers as fh
+    from cvtest import REPO
+
+    env = fh.cli_env()
+    if watch_after is not None:
+        env["DASK_CVFLOW__CLUSTER__AUTO__DASHBOARD_AFTER_SECONDS"] = watch_after
+    out = subprocess.run([sys.executable, "-m", "cvflow", "run",
+                          str(REPO / "workflows" / "quickstart.yaml"), "--store",
+                          str(tmp_path / "q.zarr")], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "execution: threads" in out.stderr
+    links = [line.split(": ", 1)[1] for line in out.stderr.splitlines()
+             if line.startswith(("dashboard: ", "live study page: "))]
+    if watch_after is None:
+        assert links == []
+    else:
+        assert len(links) == 2 and all(u.startswith("http://127.0.0.1:") for u in links), links
