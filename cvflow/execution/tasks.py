@@ -157,11 +157,18 @@ def check_fence(ctx: TaskContext) -> None:
                             "its blocks are not written")
 
 
+# the stores this process saw created (their events' names): a block checks its store once per
+# process, not once per block (opening it parses every array's metadata, ~15 ms)
+_SEEN_READY: set[str] = set()
+
+
 def _wait_ready(ctx: TaskContext) -> None:
     """Wait for the client's word that it created the store; StoreError if that failed or took
     more than ``STORE_READY_TIMEOUT`` seconds."""
     from .threaded import event
 
+    if ctx.ready in _SEEN_READY:
+        return
     ready = event(ctx.ready)              # this process's (threaded route), or distributed's
     if ready is None:
         from distributed import Event
@@ -170,6 +177,7 @@ def _wait_ready(ctx: TaskContext) -> None:
     if not (ready.wait(timeout=STORE_READY_TIMEOUT) and is_store(ctx.store)):
         raise StoreError(f"store: {ctx.store} was not created (or not within "
                          f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
+    _SEEN_READY.add(ctx.ready)
 
 
 # --- the bodies ----------------------------------------------------------------------------------
