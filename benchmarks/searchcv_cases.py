@@ -16,6 +16,8 @@ never cvflow, so the GridSearchCV side pays no cvflow import. Each case is a fun
   ``learning_rate`` in [0.05, 0.1] x ``max_depth`` in [2, 3, 4] (6 params), R^2.
 - d: case a with ``fit(X, y, sample_weight=w)``, ``w = compute_sample_weight("balanced", y)``.
 - e: case b nested: ``cross_validate(search, X, y, cv=3)``.
+- g: a study whose fits take seconds: ``SVC(gamma=0.001)`` over 8 Cs (``logspace(-1, 3, 8)``) on
+  digits (n = 1797, 64 features, 10 classes), cv=5.
 - quickstart: ``GridSearchCV(Ridge(), {"alpha": logspace(-3, 3, 20)}, cv=KFold(5),
   scoring="neg_mean_squared_error")`` on diabetes, as ``plain_quickstart.py`` (the plain script
   that ``cvflow run workflows/quickstart.yaml`` is compared with).
@@ -83,6 +85,14 @@ def case_e():
     return est, grid, X, y, fit_params, {**options, "nested": 3}
 
 
+def case_g():
+    from sklearn.datasets import load_digits
+    from sklearn.svm import SVC
+
+    X, y = load_digits(return_X_y=True)
+    return SVC(gamma=0.001), {"C": [float(c) for c in np.logspace(-1, 3, 8)]}, X, y, {}, {}
+
+
 def case_quickstart():
     from sklearn.datasets import load_diabetes
     from sklearn.linear_model import Ridge
@@ -93,7 +103,7 @@ def case_quickstart():
             {"cv": KFold(5), "scoring": "neg_mean_squared_error"})
 
 
-CASES = {"a": case_a, "b": case_b, "c": case_c, "d": case_d, "e": case_e,
+CASES = {"a": case_a, "b": case_b, "c": case_c, "d": case_d, "e": case_e, "g": case_g,
          "quickstart": case_quickstart, "cart": case_a}
 
 

@@ -11,7 +11,7 @@ average is recorded before and after every case. A process that exits with an er
 failure: its last stderr line is recorded instead of a time and the tool is not run again for
 that case. A process still running after ``DEADLINE`` seconds is killed and counted as hung.
 
-The cases are in ``searchcv_cases.py`` (a, b, c, d, e); ``f`` is two whole-workflow cases:
+The cases are in ``searchcv_cases.py`` (a, b, c, d, e, g); ``f`` is two whole-workflow cases:
 ``f-quickstart`` (``cvflow run workflows/quickstart.yaml`` vs the plain GridSearchCV script of
 ``plain_quickstart.py``, with n_jobs None and 2) and ``f-cart`` (``cvflow run
 benchmarks/cart_breast_cancer.yaml`` vs case a's GridSearchCV). SearchCV gets only the
@@ -53,6 +53,7 @@ DESCRIPTION = {
     "c": "DataFrame + ColumnTransformer(one-hot, scale) + HGB regressor, 6 params, ISLR Auto, cv=5",
     "d": "case a with fit(X, y, sample_weight=balanced)",
     "e": "nested: cross_validate(search of case b, cv=3)",
+    "g": "SVC(gamma=0.001), 8 Cs, digits, cv=5 (fits of seconds)",
     "f-quickstart": "`cvflow run workflows/quickstart.yaml` vs plain GridSearchCV script",
     "f-cart": "`cvflow run benchmarks/cart_breast_cancer.yaml` vs GridSearchCV of case a",
 }
@@ -229,7 +230,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1, help="untimed rounds per case")
-    ap.add_argument("--cases", default="a,b,c,d,e,f")
+    ap.add_argument("--cases", default="a,b,c,d,e,f,g")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args()
     cases = []
@@ -237,7 +238,7 @@ def main() -> None:
         cases += ["f-quickstart", "f-cart"] if c == "f" else [c]
     unknown = [c for c in cases if c not in DESCRIPTION]
     if unknown:
-        raise SystemExit(f"unknown case {unknown[0]!r}; cases: a, b, c, d, e, f "
+        raise SystemExit(f"unknown case {unknown[0]!r}; cases: a, b, c, d, e, g, f "
                          "(= f-quickstart, f-cart)")
     meta = {"when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "commit": git_commit(), "repeats": args.repeats, "warmup": args.warmup,
