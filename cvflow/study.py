@@ -252,19 +252,26 @@ class Study:
 
         return "classification" if type_of_target(y) == "binary" else "regression"
 
-    def workflow(self, X, y, groups=None, *, sample_weight=None, fit_params=None) -> Workflow:
+    def workflow(self, X, y, groups=None, *, sample_weight=None, fit_params=None,
+                 fit_hooks=None) -> Workflow:
         """The validated workflow of this study on these data (InputError on bad input).
 
         ``fit_params``: other parameters of every learner's ``fit`` (``GridSearchCV``'s
         ``fit(**params)``), a sample-aligned one taken by each fit's training rows; they reach
-        the fits only (not stored: a store resumed with other ones is not told apart)."""
+        the fits only (not stored: a store resumed with other ones is not told apart).
+        ``fit_hooks``: one per param in grid order, each entered around that param's fits
+        (``Param.fit_hook``: ``SearchCV``'s scikit-learn callbacks); in memory only."""
+        from dataclasses import replace
+
         task = self._task(y)
         config, objects = self._config(task)
         wf = parse_workflow(config, WHERE, objects=objects)
         if fit_params:
-            from dataclasses import replace
-
             wf.params = [replace(p, fit_params=dict(fit_params)) for p in wf.params]
+        if fit_hooks is not None:
+            if len(fit_hooks) != len(wf.params):
+                raise ValueError(f"Study: {len(fit_hooks)} fit_hooks for {len(wf.params)} params")
+            wf.params = [replace(p, fit_hook=hook) for p, hook in zip(wf.params, fit_hooks)]
         wf.data = from_arrays(X, y, task, groups=groups, sample_weight=sample_weight,
                               where=str(WHERE))
         # the scorer objects themselves run (by value on the workers), not their spelling
@@ -285,19 +292,21 @@ class Study:
 
     def run(self, X, y, groups=None, *, sample_weight=None, store=None, cluster=None,
             workers=None, overwrite=False, client=None, progress=None,
-            fit_params=None) -> "StudyResult":
+            fit_params=None, fit_hooks=None) -> "StudyResult":
         """Fit every (param, split) not yet in ``store`` and return the results over it.
 
         Goes through :func:`cvflow.execution.run.run` exactly as ``cvflow run`` does (the same
         validation first, the same resume and extension rules). ``store`` defaults to
         ``<name>.zarr``; ``cluster``, ``workers``, ``client`` and ``progress`` as there: by
         default the execution choice, a progress bar (notebook-aware with tqdm) and a summary
-        on stderr; ``progress=False`` runs silently. ``fit_params`` as :meth:`workflow`'s.
+        on stderr; ``progress=False`` runs silently. ``fit_params`` and ``fit_hooks`` as
+        :meth:`workflow`'s.
         """
         from .execution.run import run
         from .execution.preflight import check_run
 
-        wf = self.workflow(X, y, groups, sample_weight=sample_weight, fit_params=fit_params)
+        wf = self.workflow(X, y, groups, sample_weight=sample_weight, fit_params=fit_params,
+                           fit_hooks=fit_hooks)
         path = Path(store) if store is not None else Path(f"{self.name}.zarr")
         check_run(wf, path, cluster=cluster, workers=workers, client=client)
         done = run(wf, store=path, cluster=cluster, workers=workers, overwrite=overwrite,

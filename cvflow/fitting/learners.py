@@ -1,6 +1,7 @@
 """One fit of one param: build its estimator, fit it on a training set, predict every sample."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -94,10 +95,11 @@ def fit_model(param: Param, X, y, train: np.ndarray, sample_weight=None):
         if hasattr(X, "shape") and X.shape[0] != X.shape[1]:
             raise ValueError("X should be a square kernel matrix")    # _safe_split's words
         X_train = columns(X_train, train)
-    if y is None:
-        model.fit(X_train, **kwargs)
-    else:
-        model.fit(X_train, take(y, train), **kwargs)
+    y_train = None if y is None else take(y, train)
+    hook = param.fit_hook or (lambda *args: contextlib.nullcontext())
+    with hook(model, train, X_train, y_train,
+              None if sample_weight is None else np.asarray(sample_weight)[train]):
+        model.fit(X_train, **kwargs) if y is None else model.fit(X_train, y_train, **kwargs)
     return model
 
 

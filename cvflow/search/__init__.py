@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, MetaEstimatorMixin, clone, is_classifier
+from sklearn.callback import CallbackSupportMixin, with_callbacks
 from sklearn.exceptions import FitFailedWarning
 from sklearn.model_selection import ParameterGrid, check_cv
 from sklearn.utils import get_tags
@@ -34,8 +35,10 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ..estimators.losses import Loss, from_scoring
+from ..fitting.learners import n_rows
 from ..fitting.scoring import estimator_score
 from . import scorings
+from .callbacks import SearchTasks
 from .inputs import (Scorings, check_task, default_client, output_of, refit_failed,
                      sorted_grid, splitter_of, task_of, weights_for)
 
@@ -71,7 +74,7 @@ def _delegate(method: str):
     return available_if(_has(method))(call)
 
 
-class SearchCV(MetaEstimatorMixin, BaseEstimator):
+class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
     """Exhaustive search over a grid, selected by any cvflow criterion, as a scikit-learn estimator.
 
     ``GridSearchCV``'s parameters come first, in its order and with its defaults; cvflow's
@@ -255,8 +258,12 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
 
     # -- fit -----------------------------------------------------------------------------------
 
+    @with_callbacks
     def fit(self, X, y=None, groups=None, **fit_params):
         """Run every candidate on every split as a cvflow study, select, refit.
+
+        scikit-learn's callbacks (``set_callbacks``) are called as ``GridSearchCV`` calls
+        them, on whichever threads or processes the fits run (:mod:`cvflow.search.callbacks`).
 
         Parameters
         ----------
@@ -280,6 +287,7 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         sc = self._scorings()         # first, as GridSearchCV: no scoring at all is a TypeError
         self.multimetric_ = sc.multimetric
         key = sc.key
+        tasks = SearchTasks(self, X, y, fit_params.get("sample_weight"))
         if y is None and sc.losses:      # scorers alone score fit(X)'s models without a target
             raise ValueError("SearchCV.fit: y is required to score with a loss (it compares the "
                              "stored predictions with the target); without y give a scorer, "
@@ -325,13 +333,16 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
             self.__dict__.pop(name, None)           # a refit with other settings: no stale ones
         store = self._new_store()
         weights = fit_params.get("sample_weight")
+        hooks = tasks.hooks(len(candidates), [train for train, _ in
+                                              splitter.split(X, y_arr, groups)], n_rows(X))
         result = study.run(X, y, groups, sample_weight=weights, store=store,
                            client=default_client(self.cluster), cluster=self.cluster,
                            workers=self._workers(), progress=None if self.progress else False,
                            fit_params={k: v for k, v in fit_params.items()
-                                       if k != "sample_weight"})
+                                       if k != "sample_weight"}, fit_hooks=hooks)
         self.store_, self.result_ = str(store), result
         self._failures(X, y_arr, estimator, candidates, fit_params)
+        tasks.searched()
         sc = self._results(result, sc, weighted=weights is not None)
         self.n_splits_ = n_splits
         self._scorer(estimator, sc)
@@ -341,11 +352,13 @@ class SearchCV(MetaEstimatorMixin, BaseEstimator):
         if self.refit:
             start = time.perf_counter()
             best = clone(estimator).set_params(**clone(self.best_params_, safe=False))
-            best.fit(X, y, **weights_for(best, fit_params))
+            with tasks.refit(best):
+                best.fit(X, y, **weights_for(best, fit_params))
             self.refit_time_ = time.perf_counter() - start
             self.best_estimator_ = best
             if hasattr(best, "feature_names_in_"):        # as GridSearchCV: only when it has them
                 self.feature_names_in_ = best.feature_names_in_
+        tasks.done()
         return self
 
     def _check_options(self) -> None:

@@ -38,6 +38,11 @@ class Param:
     # fit(**params)): a sample-aligned value is taken by the training rows, any other passed
     # as it is (cvflow.fitting.learners.fit_model); in memory only, never stored
     fit_params: dict | None = field(default=None, compare=False, repr=False)
+    # the Python face's hook around each of this param's fits (scikit-learn's callbacks of a
+    # SearchCV, cvflow.search.callbacks): ``fit_hook(model, train, X_train, y_train,
+    # sample_weight)`` is a context manager entered around ``model.fit``; in memory only, never
+    # stored; it turns the path kernels off (each fit is the learner's own)
+    fit_hook: Any = field(default=None, compare=False, repr=False)
 
     def settings(self) -> dict:
         return {**self.fixed, **self.hyper}
