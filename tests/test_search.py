@@ -453,6 +453,45 @@ def test_sample_weight_classification_as_gridsearchcv(scoring):
         X, y, sample_weight=w))
 
 
+@pytest.mark.parametrize("cluster", ["threads", None])
+def test_balanced_sample_weight_of_the_benchmark_as_gridsearchcv(cluster):
+    """benchmarks/searchcv_cases.py case d: a tree fitted with balanced weights. Its best_score_
+    was the mean of unweighted fold accuracies (0.9384878125, at 8336b7b) where GridSearchCV
+    weights each fold's accuracy by the fold's weights (0.9395102193): scikit-learn 1.9 passes
+    sample_weight to every scorer that takes it (BaseSearchCV._get_routed_params_for_fit)."""
+    from sklearn.tree import DecisionTreeClassifier
+    from sklearn.utils.class_weight import compute_sample_weight
+
+    X, y = load_breast_cancer(return_X_y=True)
+    w = compute_sample_weight("balanced", y)
+    grid = {"max_depth": [2, 4, 8]}
+    ours = cvflow.SearchCV(DecisionTreeClassifier(random_state=0), grid, cv=5,
+                           cluster=cluster).fit(X, y, sample_weight=w)
+    ref = GridSearchCV(DecisionTreeClassifier(random_state=0), grid, cv=5).fit(
+        X, y, sample_weight=w)
+    assert_same_search(ours, ref)
+    assert ours.best_score_ == pytest.approx(0.9395102193289899, rel=1e-12)
+    np.testing.assert_array_equal(ours.predict(X), ref.predict(X))       # the weighted refit
+
+
+def test_balanced_sample_weight_multiclass_scorings_as_gridsearchcv():
+    """Weighted test and train scores of a multiclass target on unequal folds, for scorings
+    that are cvflow losses and per-fold metrics alike."""
+    from sklearn.tree import DecisionTreeClassifier
+    from sklearn.utils.class_weight import compute_sample_weight
+
+    X, y = load_wine(return_X_y=True)
+    w = compute_sample_weight("balanced", y)
+    scoring = ["accuracy", "balanced_accuracy", "f1_macro", "f1_weighted", "roc_auc_ovr",
+               "neg_log_loss", "precision_macro", "recall_macro"]
+    kw = dict(cv=4, scoring=scoring, refit="balanced_accuracy", return_train_score=True)
+    grid = {"max_depth": [1, 2, 4]}
+    ours = cvflow.SearchCV(DecisionTreeClassifier(random_state=0), grid, cluster="threads",
+                           **kw).fit(X, y, sample_weight=w)
+    assert_same_search(ours, GridSearchCV(DecisionTreeClassifier(random_state=0), grid,
+                                          **kw).fit(X, y, sample_weight=w))
+
+
 def test_sample_weight_of_a_pipeline_goes_to_its_last_step(diabetes):
     """GridSearchCV refuses fit(sample_weight=...) for a Pipeline (every fit fails); cvflow
     passes the weights to the last step, in the fold fits and the refit alike."""
