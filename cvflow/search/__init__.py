@@ -35,7 +35,6 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
 from ..estimators.losses import Loss, from_scoring
-from ..fitting.learners import n_rows
 from ..fitting.scoring import estimator_score
 from . import scorings
 from .callbacks import SearchTasks
@@ -333,8 +332,7 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
             self.__dict__.pop(name, None)           # a refit with other settings: no stale ones
         store = self._new_store()
         weights = fit_params.get("sample_weight")
-        hooks = tasks.hooks(len(candidates), [train for train, _ in
-                                              splitter.split(X, y_arr, groups)], n_rows(X))
+        hooks = tasks.hooks(len(candidates), splitter, X, y_arr, groups)
         result = study.run(X, y, groups, sample_weight=weights, store=store,
                            client=default_client(self.cluster), cluster=self.cluster,
                            workers=self._workers(), progress=None if self.progress else False,

@@ -133,11 +133,13 @@ class SearchTasks:
                 max_subtasks=1 + (search.refit is not False))
             self.root.call_on_fit_task_begin(estimator=search, X=X, y=y, metadata=self.metadata)
 
-    def hooks(self, n_candidates: int, trains: list, n_samples: int) -> list[Evaluations] | None:
-        """Start the ``search`` task; each candidate's hook over the CV training sets
-        ``trains`` (index arrays, in split order), None without callbacks."""
+    def hooks(self, n_candidates: int, splitter, X, y, groups) -> list[Evaluations] | None:
+        """Start the ``search`` task; each candidate's hook over the training sets of
+        ``splitter``'s splits (in split order), None without callbacks."""
         if not self.active:
             return None
+        trains = [train for train, _ in splitter.split(X, y, groups)]
+        n_samples = X.shape[0] if hasattr(X, "shape") else len(np.asarray(X))
         n_splits = len(trains)
         self.grid = self.root.subcontext(task_name="search", max_subtasks=n_candidates * n_splits,
                                          sequential_subtasks=False)
