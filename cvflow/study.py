@@ -272,8 +272,10 @@ class Study:
             if len(fit_hooks) != len(wf.params):
                 raise ValueError(f"Study: {len(fit_hooks)} fit_hooks for {len(wf.params)} params")
             wf.params = [replace(p, fit_hook=hook) for p, hook in zip(wf.params, fit_hooks)]
+        # several targets a sample: only a study scored at fit time (no loss reads the cube)
         wf.data = from_arrays(X, y, task, groups=groups, sample_weight=sample_weight,
-                              where=str(WHERE))
+                              where=str(WHERE), several_targets=self.loss is None
+                              and bool(self.scorers))
         # the scorer objects themselves run (by value on the workers), not their spelling
         wf.scorer_objects = {n: s for n, s in self._scorers().items() if not isinstance(s, str)}
         return wf

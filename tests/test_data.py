@@ -191,13 +191,24 @@ def test_from_arrays_refuses_what_it_cannot_store_with_one_line():
     from cvflow.workflow.data import from_arrays
 
     X = np.zeros((4, 2))
-    with pytest.raises(InputError, match=r"^data: X has shape \(4, 2, 1\); give a 2-d array"):
-        from_arrays(X[..., None], np.arange(4.0), "regression")
+    with pytest.raises(InputError, match=r"^data: X has shape \(4,\); give a 2-d array"):
+        from_arrays(X[:, 0], np.arange(4.0), "regression")
     with pytest.raises(InputError, match=r"^data: X: Complex data not supported"):
         from_arrays(X + 1j, np.arange(4.0), "regression")
-    with pytest.raises(InputError, match=r"^data: y has shape \(4, 2\); cvflow stores one "
-                                         "target per sample"):
+    with pytest.raises(InputError, match=r"^data: y has shape \(4, 2\); cvflow's losses read "
+                                         "one target per sample"):
         from_arrays(X, np.zeros((4, 2)), "regression")
+
+
+def test_from_arrays_stores_more_dimensions_flat_and_fits_them_as_given():
+    from cvflow.workflow.data import from_arrays
+
+    X = np.arange(24.0).reshape(4, 3, 2)
+    Y = np.array([[0, 1], [1, 1], [0, 1], [0, 0]])
+    d = from_arrays(X, Y, "classification", several_targets=True)
+    np.testing.assert_array_equal(d.X, X.reshape(4, 6))
+    assert d.given_X is X and d.given_y is Y
+    np.testing.assert_array_equal(d.y, [1, 2, 1, 0])   # index among the sorted distinct rows
     with pytest.raises(InputError, match="labels mix strings and other values"):
         from_arrays(X, np.array(["a", 1, "b", 2], dtype=object), "classification")
     with pytest.warns(Warning, match="A column-vector y was passed"):

@@ -204,10 +204,45 @@ def test_column_vector_y_warns_and_is_raveled(clf_data):
     with pytest.warns(DataConversionWarning, match="A column-vector y was passed"):
         ours.fit(X, y[:, None])
     assert_same(ours, ref.fit(X, y), X)
-    with pytest.raises(InputError, match=r"y has shape \(80, 2\); cvflow stores one target per "
-                                         "sample"):
-        cvflow.SearchCV(Ridge(), {"alpha": [1.0]}, cluster="threads").fit(
-            X, np.column_stack([y, y]).astype(float))
+
+
+@pytest.mark.parametrize("scoring", [None, "neg_mean_squared_error", "r2"])
+def test_several_targets_scored_at_fit_time_as_gridsearchcv(clf_data, scoring):
+    """A multioutput y: every scoring computed where each fit runs, as GridSearchCV scores it."""
+    X, y = clf_data
+    Y = np.column_stack([X[:, 0] + y, X[:, 1] - y])
+    ours, ref = search(Ridge(), {"alpha": [0.1, 10.0]}, cv=3, scoring=scoring,
+                       return_train_score=True)
+    assert_same(ours.fit(X, Y), ref.fit(X, Y), X)
+
+
+def test_multilabel_and_nd_inputs_as_gridsearchcv():
+    """A multilabel y, and an X and a y of more than two dimensions fitted as given."""
+    from sklearn.datasets import make_multilabel_classification
+    from sklearn.tree import DecisionTreeClassifier
+
+    X, Y = make_multilabel_classification(n_samples=60, return_indicator=True, random_state=0)
+    ours, ref = search(DecisionTreeClassifier(random_state=0), {"max_depth": [1, 3]}, cv=3)
+    assert_same(ours.fit(X, Y), ref.fit(X, Y), X)
+    X4, Y3 = X.reshape(60, 5, 2, 2), np.stack([Y, 1 - Y], axis=2)
+    model = CheckingClassifier(check_X=lambda x: x.shape[1:] == (5, 2, 2),
+                               check_y=lambda v: v.shape[1:] == (5, 2), methods_to_check=["fit"])
+    ours, ref = search(model, {"foo_param": [0, 1]}, cv=3)
+    ours.fit(X4, Y3), ref.fit(X4, Y3)
+    np.testing.assert_array_equal(ours.cv_results_["mean_test_score"],
+                                  ref.cv_results_["mean_test_score"])
+
+
+def test_several_targets_refused_with_a_loss(clf_data, tmp_path):
+    X, y = clf_data
+    Y = np.column_stack([y, y]).astype(float)
+    with pytest.raises(ValueError, match="scoring 'squared' is a cvflow loss of one target per "
+                                         "sample, and y has several"):
+        cvflow.SearchCV(Ridge(), {"alpha": [1.0]}, scoring="squared", cluster="threads").fit(X, Y)
+    with pytest.raises(InputError, match=r"y has shape \(80, 2\); cvflow's losses read one "
+                                         "target per sample"):
+        cvflow.Study(Ridge(), loss="squared").run(X, Y, store=tmp_path / "s.zarr",
+                                                  progress=False)
 
 
 def test_object_and_complex_X(clf_data):

@@ -287,12 +287,14 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         self.multimetric_ = sc.multimetric
         key = sc.key
         tasks = SearchTasks(self, X, y, fit_params.get("sample_weight"))
+        y_arr = None if y is None else np.asarray(y)
+        if y_arr is not None and y_arr.ndim > 1 and y_arr.shape[1:] != (1,):
+            sc = scorings.several_targets(sc, self.scoring)
         if y is None and sc.losses:      # scorers alone score fit(X)'s models without a target
             raise ValueError("SearchCV.fit: y is required to score with a loss (it compares the "
                              "stored predictions with the target); without y give a scorer, "
                              "e.g. scoring=None for an estimator's own score")
         estimator = clone(self.estimator)
-        y_arr = None if y is None else np.asarray(y)
         losses = {name: self._loss(s) for name, s in sc.losses.items()}
         task = ("regression" if y is None       # no target: predict stored as it is
                 else task_of(estimator, [d for d, _ in losses.values()], y_arr))

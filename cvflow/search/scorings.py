@@ -140,3 +140,25 @@ def returned(sc: Scorings, cube, refit) -> Scorings:
 def dict_callable(sc: Scorings) -> bool:
     """A callable scoring whose dict of scores is the scorings (:func:`returned`)."""
     return not sc.losses and list(sc.scorers) == ["score"] and sc.names != ["score"]
+
+
+def several_targets(sc: Scorings, scoring) -> Scorings:
+    """The scorings of a target with several columns (multioutput, multilabel): the cube stores
+    no prediction of such a model, so each scoring is computed at fit time as GridSearchCV
+    computes it (``scoring=None``: the estimator's own ``score``; a scikit-learn name: its
+    scorer). A cvflow loss without a scikit-learn scorer is refused with one line."""
+    from sklearn.metrics import get_scorer_names
+
+    from ..fitting.scoring import estimator_score
+
+    scorers = dict(sc.scorers)
+    for name, loss in sc.losses.items():
+        if scoring is None:
+            scorers[name] = estimator_score
+        elif loss in get_scorer_names():
+            scorers[name] = loss
+        else:
+            raise ValueError(f"SearchCV: scoring {loss!r} is a cvflow loss of one target per "
+                             "sample, and y has several (multioutput or multilabel); give a "
+                             "scikit-learn scoring name or scorer")
+    return sc._replace(losses={}, scorers=scorers)

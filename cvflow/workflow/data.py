@@ -428,7 +428,8 @@ def _unicode(a: np.ndarray) -> np.ndarray:
 SPARSE_DENSE_BYTES = 2**28
 
 
-def from_arrays(X, y, task: str, *, groups=None, sample_weight=None, where: str = "data") -> Data:
+def from_arrays(X, y, task: str, *, groups=None, sample_weight=None, where: str = "data",
+                several_targets: bool = False) -> Data:
     """Check and store what was given in Python: arrays, a pandas DataFrame / Series, lists, a
     scipy sparse matrix, any object indexable by rows (``iloc``); ``y`` may be None.
 
@@ -438,6 +439,12 @@ def from_arrays(X, y, task: str, *, groups=None, sample_weight=None, where: str 
     as CSR, as ``sklearn.utils.indexable`` gives it). NaN in ``X`` is kept for the learners;
     ``y`` may hold numbers or, for classification, any labels; a column vector is raveled
     with scikit-learn's ``DataConversionWarning``; ``y=None`` fits without a target.
+
+    An X of more than two dimensions is stored flat, one row a sample, and fitted as given.
+    ``several_targets`` (a study scored only at fit time: its scorers score the models, no loss
+    reads the stored predictions) also takes a y of several columns or dimensions
+    (multioutput, multilabel), fitted and scored as given; the cube stores the index of each
+    row's target among the distinct targets.
     """
     import scipy.sparse as sp
 
@@ -451,11 +458,12 @@ def from_arrays(X, y, task: str, *, groups=None, sample_weight=None, where: str 
         names = [str(c) for c in X.columns]
     else:
         X_arr = _numbers(X, where)
-        given_X = None if isinstance(X, np.ndarray) or not _indexable(X) else X
+        given_X = (X if np.asarray(X).ndim > 2
+                   or (not isinstance(X, np.ndarray) and _indexable(X)) else None)
         names = [f"x{j}" for j in range(X_arr.shape[1])]
     supervised = y is not None
     if supervised:
-        y_arr, given_y = _target(y, X_arr.shape[0], where)
+        y_arr, given_y = _target(y, X_arr.shape[0], where, several_targets)
     else:
         y_arr, given_y = np.full(X_arr.shape[0], np.nan), None
         task = "regression"
@@ -491,6 +499,8 @@ def _numbers(X, where: str) -> np.ndarray:
     """X as the float64 array the cube stores: numbers of any dtype (object arrays of numbers
     too, as scikit-learn's check_array reads them); InputError for other shapes and kinds."""
     X_arr = np.asarray(X)
+    if X_arr.ndim > 2 and X_arr.shape[0] > 0:       # one sample a row, fitted as given
+        X_arr = X_arr.reshape(X_arr.shape[0], -1)
     if X_arr.ndim != 2:
         raise InputError(f"{where}: X has shape {X_arr.shape}; give a 2-d array or a DataFrame")
     if X_arr.dtype.kind == "c":
@@ -508,18 +518,24 @@ def _numbers(X, where: str) -> np.ndarray:
     return X_arr.astype(np.float64)
 
 
-def _target(y, n: int, where: str) -> tuple[np.ndarray, Any]:
-    """(the stored y, y as the fits receive it or None when that is the stored one)."""
+def _target(y, n: int, where: str, several: bool = False) -> tuple[np.ndarray, Any]:
+    """(the stored y, y as the fits receive it or None when that is the stored one); with
+    ``several``, a y of several targets a sample is stored as each row's index among its
+    distinct rows (what a fold splitter may stratify on) and fitted as given."""
     from sklearn.utils.validation import column_or_1d
 
     y_arr = np.asarray(y)
     if y_arr.ndim == 2 and y_arr.shape[1] == 1:
         # as an estimator given a column vector: DataConversionWarning, then one target a row
         return column_or_1d(y_arr, warn=True), None
+    if y_arr.ndim > 1 and several and y_arr.shape[0] == n:
+        rows = y_arr.reshape(n, -1)
+        return np.unique(rows, axis=0, return_inverse=True)[1].astype(np.int64).ravel(), y
     if y_arr.ndim != 1:
-        raise InputError(f"{where}: y has shape {y_arr.shape}; cvflow stores one target per "
-                         "sample (several targets, multioutput or multilabel, are not "
-                         "supported: search each target on its own)")
+        raise InputError(f"{where}: y has shape {y_arr.shape}; cvflow's losses read one target "
+                         "per sample (several targets, multioutput or multilabel, are scored "
+                         "only by scorers computed at fit time: give SearchCV a scikit-learn "
+                         "scoring name or scorer, or search each target on its own)")
     return y_arr, None if isinstance(y, np.ndarray) or not _indexable(y) else y
 
 
