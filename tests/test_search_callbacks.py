@@ -128,3 +128,22 @@ def test_set_callbacks_refuses_what_gridsearchcv_refuses():
     with pytest.raises(TypeError, match="callbacks must be instances following the FitCallback"):
         search.set_callbacks(FileRecorder)
     assert clone(search.set_callbacks(FileRecorder("x")))._skl_callbacks == search._skl_callbacks
+
+
+@pytest.mark.parametrize("cluster", ["threads", "local"])
+def test_scoring_monitor_of_the_estimator_as_gridsearchcv(data, cluster):
+    """scikit-learn's ScoringMonitor set on the estimator records every lbfgs iteration of
+    every fit in the search's task tree, the same rows and scores as under GridSearchCV: the
+    fits use the instance given (or, in a worker process, copies that send to it)."""
+    from sklearn.callback import ScoringMonitor
+
+    X, y, _ = data
+    rows = []
+    for make in (GridSearchCV, lambda *a, **k: cvflow.SearchCV(*a, cluster=cluster, **k)):
+        monitor = ScoringMonitor(scoring="accuracy")
+        make(LogisticRegression(max_iter=20).set_callbacks(monitor), {"C": [0.1, 1.0]},
+             cv=3).fit(X, y)
+        log, = monitor.get_logs(select="all")
+        rows.append(sorted((r["task_id_path"], r["task_name"], r["accuracy"]) for r in log.data))
+    assert rows[1] == rows[0]
+    assert len(rows[0]) == 7 * 21          # 6 fold fits and the refit: each fit, 20 iterations

@@ -46,7 +46,14 @@ def wanted(search) -> bool:
     """Whether a fit of ``search`` has callbacks to call: its own, a meta-estimator's above it
     (``_parent_callback_ctx``), or those set on an estimator it fits (the estimator, its steps,
     an estimator of the grid). Without any, the fits run without hooks (and cvflow's path
-    kernels stay on)."""
+    kernels stay on).
+
+    DESIGN CHOICE: scikit-learn has no public accessor of an estimator's callbacks; the
+    protocol's own attribute names are read (never written): ``_skl_callbacks``, which
+    ``set_callbacks`` sets and ``clone`` passes on, and ``_parent_callback_ctx``, which
+    ``CallbackContext.propagate_callback_context`` sets. Without them every search would give up
+    the path kernels for callbacks that are not there.
+    """
     if hasattr(search, "_skl_callbacks") or hasattr(search, "_parent_callback_ctx"):
         return True
     grid = search.param_grid
@@ -70,6 +77,24 @@ def _silence(model) -> None:
     for obj in [model, *_params(model).values()]:
         if hasattr(obj, "_skl_callbacks"):
             obj.set_callbacks()
+
+
+def _adopt(model, original) -> None:
+    """``model``'s estimators (itself, its steps, ...) get the callbacks of their counterparts
+    in ``original``, the search's estimator as this hook holds it: the user's own instances in
+    this process, copies pickled from them in a worker process.
+
+    DESIGN CHOICE: the study's params reach the fits as copies even on this process's threads
+    (distributed's in-process workers unpickle them); a callback unpickled in the process that
+    made it is a new instance by scikit-learn's design (``ScoringMonitor`` opens a listener of
+    its own), so what it recorded would be lost. GridSearchCV's fits share the instances.
+    """
+    mine, theirs = {"": model, **_params(model)}, {"": original, **_params(original)}
+    for key, obj in mine.items():
+        src = theirs.get(key)
+        callbacks = getattr(src, "_skl_callbacks", None)
+        if callbacks and type(obj) is type(src) and hasattr(obj, "set_callbacks"):
+            obj.set_callbacks(*callbacks)
 
 
 # the hooks of the searches running in this process, by token: a hook unpickled in the process
@@ -106,6 +131,7 @@ class Evaluations:
             _silence(model)
             yield
             return
+        _adopt(model, self.search.estimator)
         metadata = None if sample_weight is None else {"sample_weight": sample_weight}
         try:
             with ctx.propagate_callback_context(model):
