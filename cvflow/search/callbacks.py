@@ -84,12 +84,12 @@ def _adopt(model, original) -> None:
     in ``original``, the search's estimator as this hook holds it: the user's own instances in
     this process, copies pickled from them in a worker process.
 
-    DESIGN CHOICE: the study's params may reach the fits as copies made in this process
-    (distributed's in-process workers unpickle them; on the way to worker processes a copy was
-    seen unpickled here first); a callback unpickled in the process that made it is a new
-    instance by scikit-learn's design (``ScoringMonitor`` opens a listener of its own), so what
-    it recorded was lost (tests/test_search_callbacks.py, the ScoringMonitor test, on threads
-    and worker processes). GridSearchCV's fits share the instances.
+    DESIGN CHOICE: the study's params may reach the fits as copies unpickled in this process
+    (distributed's in-process workers), and a callback unpickled in the process that made it is
+    a new instance by scikit-learn's design (``ScoringMonitor`` opens a listener of its own):
+    without this, the rows a ScoringMonitor on the estimator recorded in the fits were lost, on
+    threads and on worker processes alike (tests/test_search_callbacks.py). GridSearchCV's fits
+    share the instances.
     """
     mine, theirs = {"": model, **_params(model)}, {"": original, **_params(original)}
     for key, obj in mine.items():
