@@ -7,13 +7,16 @@ role needs (the full fit, nested pairs, subsets) come last. After every stage bu
 mean out-of-fold loss so far) on the paired out-of-fold losses seen so far; a param whose
 loss is significantly larger is dropped, and its later blocks are never submitted.
 
-The rule (:func:`look`) is a one-sided paired z-test of the mean out-of-fold loss
-difference, Bonferroni-corrected over every ordered pair of the ``k`` params that started the
-race and over every look: a param is dropped at a look when its p-value against the leader is
-at most ``alpha / (looks * k * (k - 1))``. The store keeps the race (:func:`record`): per
-dropped param the stage, the leader, the test, the z statistic and p-value.
+The rule (:func:`look`) is a one-sided test of the mean out-of-fold loss difference per unit
+(sample or group), Bonferroni-corrected over every ordered pair of the ``k`` params that
+started the race and over every look: a param is dropped at a look when its p-value against
+the leader is at most ``alpha / (looks * k * (k - 1))``. The test is a finite-sample betting
+test for a bounded loss and a skewness-corrected t-test for an unbounded one
+(:mod:`cvflow.execution.racing_rule`, docs/guide/racing.md). The store keeps the race
+(:meth:`Race.to_json`): per dropped param the stage, the leader, the test's p-value, and the
+mean difference, its standard error and z for reading.
 
-This module holds the rule (numpy kernels: :func:`paired_z`, :func:`look`) and the client's
+This module holds the look (:func:`look`, with :func:`paired_z`) and the client's
 bookkeeping of a race (:class:`Race`); the engine (:mod:`cvflow.execution.run`) runs the stages.
 """
 from __future__ import annotations
