@@ -52,7 +52,7 @@ def test_betting_wealth_is_the_mean_of_the_products_of_the_bets():
 
 def test_skew_corrected_p_by_hand():
     """Hall's transform when the skewness is negative; the plain t when positive; and p = 1
-    below Cochran's n > 25 γ² (a handful of units, one far out)."""
+    below Cochran's n > 25 γ² when skewed to the left (a handful of units, one far below)."""
     rng = np.random.default_rng(3)
     x = -rng.exponential(size=400)                   # left-skewed, then shifted to mean 0.2
     x = x - x.mean() + 0.2
@@ -64,8 +64,10 @@ def test_skew_corrected_p_by_hand():
     assert hall < math.sqrt(n) * w
     assert skew_corrected_p(x) == pytest.approx(norm.sf(hall))
     assert skew_corrected_p(-x + 2 * x.mean()) == pytest.approx(norm.sf(math.sqrt(n) * w))
-    few = np.r_[np.full(30, 0.1), 5.0]
+    few = np.r_[np.full(30, 1.0), -5.0]                # mean 0.81, skewness -5.2: needs 676
+    assert norm.sf(few.mean() / few.std(ddof=1) * math.sqrt(31)) < 1e-4
     assert skew_corrected_p(few) == 1.0
+    assert skew_corrected_p(-few + 2 * few.mean()) < 1e-4   # skewed to the right: no guard
 
 
 # --- the tests' level --------------------------------------------------------------------------
