@@ -19,6 +19,10 @@ class UntrustedCodeWarning(UserWarning):
     (:mod:`cvflow.trust`); the rest of the report goes on without it."""
 
 
+class RacingWarning(UserWarning):
+    """A race whose promise holds only asymptotically (an unbounded loss, no declared range)."""
+
+
 class LockLostError(RuntimeError):
     """A run no longer holds its store's run lock: it stops writing (exit 1)."""
 

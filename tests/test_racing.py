@@ -150,7 +150,7 @@ def test_raced_run_drops_the_hopeless_keeps_the_choice_and_fills_later(tmp_path)
     race = json.loads(cube.attrs["racing"])
     dropped = {d["param"]: d for d in race["dropped"]}
     assert dropped, race
-    assert race["test"].startswith("one-sided paired z-test")
+    assert "skewness correction: asymptotic" in race["test"]      # squared: unbounded
     alphas = cube["alpha"].values
     # the dropped are the largest alphas (hopeless: they shrink everything)
     assert min(alphas[list(dropped)]) > 1.0
@@ -232,3 +232,34 @@ def test_stage_reader_reads_each_stage_s_out_of_fold_losses(tmp_path):
             want[np.ix_(rows, [r], np.flatnonzero(members))] = \
                 ((pred[rows, table[r, j]][:, members] - y[members]) ** 2)[:, None, :]
         np.testing.assert_allclose(reader.add(s), want, rtol=1e-12)
+
+
+def test_study_racing_a_bounded_loss_uses_the_finite_sample_test(tmp_path):
+    """zero_one (declared in [0, 1]): the race uses the betting test, warns of nothing, and drops
+    the hopeless params (C so small that every prediction is the majority class); log_loss
+    (unbounded): the race warns that its promise is asymptotic and names loss_range."""
+    import warnings
+
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.linear_model import LogisticRegression
+
+    import cvflow
+    from cvflow.errors import RacingWarning
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    grid = {"C": [1e-5, 1e-4, 0.1, 1.0]}
+    study = cvflow.Study(LogisticRegression(), param_grid=grid, cv=5, loss="zero_one",
+                         racing={"alpha": 0.05}, execution={"cluster": "threads"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RacingWarning)
+        study.run(X, y, store=str(tmp_path / "z.zarr"))
+    race = json.loads(cvflow.open(str(tmp_path / "z.zarr")).attrs["racing"])
+    assert race["test"].startswith("one-sided betting test") and "0 to 1: finite-sample" in race["test"]
+    assert {d["param"] for d in race["dropped"]} >= {0, 1}
+    assert all(d["bounded"] and d["p_value"] <= race["threshold"] for d in race["dropped"])
+
+    study = cvflow.Study(LogisticRegression(), param_grid=grid, cv=5, loss="log_loss",
+                         racing={"alpha": 0.05}, execution={"cluster": "threads"})
+    with pytest.warns(RacingWarning, match=r"racing on log_loss: an unbounded loss.*loss_range"):
+        study.run(X, y, store=str(tmp_path / "l.zarr"))

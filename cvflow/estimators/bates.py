@@ -261,6 +261,8 @@ def wald_cv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = No
             flat += guardrails.flat_variance(var, scale, f"wald_cv ({kind})")
         se_w = se_w.where(not guardrails.flat(var_within.item(), scale))
         se_a = se_a.where(not guardrails.flat(var_all.item(), scale))
+        analysed = ~np.asarray(sub["is_test"].values, dtype=bool)
+        flat += guardrails.skewed_differences(e.isel(param=0).values[:, analysed], "wald_cv")
     out = xr.Dataset({
         "estimate": estimate, "var_within": var_within, "var_all": var_all,
         "se_within": se_w, "se_all": se_a,

@@ -23,7 +23,7 @@ import xarray as xr
 
 from . import guardrails
 from ._cube import fold_level_groups, loss_name, param_text
-from ._readers import compare_attrs, compare_check, compare_params, fold_scores
+from ._readers import compare_attrs, compare_check, compare_params, fold_scores, out_of_fold
 from .np_roles import corrected_t_stats
 from .registry import Option, declare, fmt, param_refs, probability
 
@@ -77,6 +77,9 @@ def corrected_t(cube: xr.Dataset, *, loss: str | None = None, compare=None,
                 + guardrails.test_set_sizes(sizes) + guardrails.fold_count(r * k, where)
                 + guardrails.flat_variance(float(res["sample_variance"]),
                                            float(np.abs(d).max()), where))
+    if b is not None:
+        e, _ = out_of_fold(cube, name, where, [a, b])
+        warnings += guardrails.skewed_differences(e[0] - e[1], where)
     grouped, group_warnings = fold_level_groups(cube, where)
     out = xr.Dataset({
         **{key: xr.DataArray(float(res[key])) for key in SCALARS + ("ratio",)},

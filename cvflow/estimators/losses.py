@@ -62,6 +62,9 @@ class Loss:
     # scikit-learn's scoring names for this loss (GridSearchCV(scoring=...)); a name starting
     # "neg_" is the loss with its sign flipped
     scorers: tuple[str, ...] = ()
+    # every value the loss can take lies in [low, high] (None: unbounded); racing's
+    # finite-sample test needs it (cvflow.execution.racing_rule)
+    bounds: tuple[float, float] | None = None
 
     @property
     def label(self) -> str:
@@ -78,13 +81,13 @@ DECLARED: dict[str, Loss] = {}
 
 def declare(name: str, *, task, outputs, doc: str, pointwise: bool = True, multiclass: bool = True,
             greater_is_better: bool = False, parameter=None, multiclass_outputs=None,
-            scorers=()):
+            scorers=(), bounds: tuple[float, float] | None = None):
     """Decorator: declare the function below as the loss ``name`` (``scorers``: the
     scikit-learn scoring names it equals, see :func:`from_scoring`)."""
     def register(func):
         DECLARED[name] = Loss(name, func, task, tuple(outputs), doc, pointwise, multiclass,
                               greater_is_better, parameter, multiclass_outputs,
-                              scorers=tuple(scorers))
+                              scorers=tuple(scorers), bounds=bounds)
         return func
     return register
 
@@ -168,7 +171,7 @@ def gamma_deviance(y, pred, output=None, arg=None):
         return 2 * (np.log(pred / y) + y / pred - 1)
 
 
-@declare("zero_one", task="classification", outputs=OUTPUTS,
+@declare("zero_one", task="classification", outputs=OUTPUTS, bounds=(0.0, 1.0),
          doc="1 if the predicted class is wrong; zero_one_loss (binary: decision > 0 or "
              "p > 0.5; multiclass: argmax)")
 def zero_one(target, score, output, arg=None):
@@ -195,7 +198,9 @@ def log_loss(target, score, output=None, arg=None):
     return -((target == 1) * np.log(p) + (target != 1) * np.log(1 - p))
 
 
+# binary (1{y = 1} - p)² is at most 1, the multiclass sum over classes at most 2
 @declare("brier", task="classification", outputs=("predict_proba",), scorers=("neg_brier_score",),
+         bounds=(0.0, 2.0),
          doc="Σ over classes of (1{y = c} - p_c)² (binary: (1{y = 1} - p)²); brier_score_loss")
 def brier(target, score, output=None, arg=None):
     if target.ndim == 2:

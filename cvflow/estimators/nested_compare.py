@@ -197,7 +197,8 @@ def nested_compare(cube: xr.Dataset, *, loss: str | None = None, learners=None,
                 + guardrails.test_set_sizes(sizes) + guardrails.fold_count(r * k, where)
                 + guardrails.flat_variance(float(res["sample_variance"]),
                                            float(np.nanmax(np.abs(fold_diff), initial=0.0)),
-                                           where))
+                                           where)
+                + guardrails.skewed_differences(d, where))
     return guardrails.attach(out, warnings, where)
 
 

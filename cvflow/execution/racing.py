@@ -7,13 +7,16 @@ role needs (the full fit, nested pairs, subsets) come last. After every stage bu
 mean out-of-fold loss so far) on the paired out-of-fold losses seen so far; a param whose
 loss is significantly larger is dropped, and its later blocks are never submitted.
 
-The rule (:func:`look`) is a one-sided paired z-test of the mean out-of-fold loss
-difference, Bonferroni-corrected over every ordered pair of the ``k`` params that started the
-race and over every look: a param is dropped at a look when its p-value against the leader is
-at most ``alpha / (looks * k * (k - 1))``. The store keeps the race (:func:`record`): per
-dropped param the stage, the leader, the test, the z statistic and p-value.
+The rule (:func:`look`) is a one-sided test of the mean out-of-fold loss difference per unit
+(sample or group), Bonferroni-corrected over every ordered pair of the ``k`` params that
+started the race and over every look: a param is dropped at a look when its p-value against
+the leader is at most ``alpha / (looks * k * (k - 1))``. The test is a finite-sample betting
+test for a bounded loss and a skewness-corrected t-test for an unbounded one
+(:mod:`cvflow.execution.racing_rule`, docs/guide/racing.md). The store keeps the race
+(:meth:`Race.to_json`): per dropped param the stage, the leader, the test's p-value, and the
+mean difference, its standard error and z for reading.
 
-This module holds the rule (numpy kernels: :func:`paired_z`, :func:`look`) and the client's
+This module holds the look (:func:`look`, with :func:`paired_z`) and the client's
 bookkeeping of a race (:class:`Race`); the engine (:mod:`cvflow.execution.run`) runs the stages.
 """
 from __future__ import annotations
@@ -21,16 +24,18 @@ from __future__ import annotations
 import json
 import logging
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import RacingWarning
 from ..store.attributes import RACING_ATTR
 from ..workflow.racing import MIN_UNITS
+from .racing_rule import TEST_BOUNDED, TEST_UNBOUNDED, betting_p, skew_corrected_p, unit_means
 
 log = logging.getLogger(__name__)
 
-TEST = "one-sided paired z-test of the out-of-fold loss difference"
 CORRECTION = "Bonferroni over k(k-1) ordered pairs x looks"
 
 
@@ -131,19 +136,9 @@ def paired_z(diff: np.ndarray, units: np.ndarray | None = None) -> tuple[float, 
     return mean, se, int(fewest or 0)
 
 
-def p_value(mean: float, se: float) -> float:
-    """One-sided p-value of H0: the param is not worse than the leader (mean difference ≤ 0)."""
-    from scipy.stats import norm
-
-    if not np.isfinite(mean) or not np.isfinite(se):
-        return float("nan")
-    if se <= 0:
-        return 0.0 if mean > 0 else 1.0
-    return float(norm.sf(mean / se))
-
-
 def look(losses: np.ndarray, alive: np.ndarray, *, alpha: float, k: int, looks: int,
-         units: np.ndarray | None = None, min_units: int = MIN_UNITS) -> list[dict]:
+         units: np.ndarray | None = None, min_units: int = MIN_UNITS,
+         bounds: tuple[float, float] | None = None) -> list[dict]:
     """One look of the race: the survivors beaten by the leader.
 
     Parameters
@@ -157,12 +152,17 @@ def look(losses: np.ndarray, alive: np.ndarray, *, alpha: float, k: int, looks: 
         (:func:`threshold`).
     units, min_units
         See :func:`paired_z`; no param is dropped on fewer than ``min_units`` units.
+    bounds : (low, high), optional
+        The range of the loss: the finite-sample betting test
+        (:func:`cvflow.execution.racing_rule.betting_p`) on the units' differences, which lie
+        in [low - high, high - low]; None, or a loss seen outside it: the skewness-corrected
+        t-test (:func:`cvflow.execution.racing_rule.skew_corrected_p`), asymptotic.
 
     Returns
     -------
     list of dict
         One per param dropped: ``param``, ``leader``, ``mean_difference``, ``se``, ``z``,
-        ``p_value``, ``p_adjusted``, ``units``.
+        ``p_value`` (of the rule's test), ``p_adjusted``, ``units``, ``bounded`` (which test).
     """
     alive = np.asarray(alive, bool)
     seen = np.isfinite(losses)
@@ -174,18 +174,31 @@ def look(losses: np.ndarray, alive: np.ndarray, *, alpha: float, k: int, looks: 
         return []
     leader = int(candidates[np.argmin(means[candidates])])     # ties: the first in grid order
     cut = threshold(alpha, k, looks)
+    bounded = bounds is not None and within(losses[candidates], bounds)
     dropped = []
     for h in candidates:
         if h == leader:
             continue
-        mean, se, n_units = paired_z(losses[h] - losses[leader], units)
-        p = p_value(mean, se)
+        diff = losses[h] - losses[leader]
+        mean, se, n_units = paired_z(diff, units)
+        x = unit_means(diff, units)
+        if bounded:
+            assert bounds is not None
+            p = betting_p(x, width=bounds[1] - bounds[0])
+        else:
+            p = skew_corrected_p(x)
         if n_units >= min_units and np.isfinite(p) and p <= cut:
             dropped.append({"param": int(h), "leader": leader, "mean_difference": mean,
                             "se": se, "z": mean / se if se > 0 else float("inf"),
                             "p_value": p, "p_adjusted": min(1.0, p * alpha / cut),
-                            "units": n_units})
+                            "units": n_units, "bounded": bool(bounded)})
     return dropped
+
+
+def within(losses: np.ndarray, bounds: tuple[float, float]) -> bool:
+    """Whether every seen loss lies in ``bounds`` (the betting test's premise)."""
+    seen = losses[np.isfinite(losses)]
+    return bool(((seen >= bounds[0]) & (seen <= bounds[1])).all())
 
 
 # --- the race of a run -------------------------------------------------------------------------
@@ -206,6 +219,16 @@ class Race:
     # each param as text (:func:`label`): the record names the dropped and their leaders, so a
     # report of a later, extended or re-listed store still says who was dropped
     labels: list[str] | None = None
+    # the loss's range (racing.loss_range, or the loss's declaration): the finite-sample test;
+    # None: the asymptotic one (:mod:`cvflow.execution.racing_rule`)
+    bounds: tuple[float, float] | None = None
+
+    @property
+    def test(self) -> str:
+        """The rule's test, as the record and the reports name it."""
+        if self.bounds is None:
+            return TEST_UNBOUNDED
+        return TEST_BOUNDED.format(lo=self.bounds[0], hi=self.bounds[1])
 
     @property
     def looks(self) -> int:
@@ -238,8 +261,14 @@ class Race:
 
     def look(self, s: int, losses: np.ndarray, units: np.ndarray | None) -> list[dict]:
         """The look after stage ``s`` on ``losses`` (param, repeat, sample); records drops."""
+        if self.bounds is not None and not within(losses[self.alive], self.bounds):
+            warnings.warn(f"racing: a loss outside the range {self.bounds[0]:g} to "
+                          f"{self.bounds[1]:g} given for the race; from this look on it uses "
+                          "the asymptotic test", RacingWarning, stacklevel=2)
+            self.bounds = None
         new = look(losses, self.alive, alpha=self.options["alpha"], k=self.n_params,
-                   looks=self.looks, units=units, min_units=self.options["min_units"])
+                   looks=self.looks, units=units, min_units=self.options["min_units"],
+                   bounds=self.bounds)
         for d in new:
             d["stage"] = s
             if self.labels is not None:
@@ -252,7 +281,7 @@ class Race:
     def to_json(self) -> str:
         return json.dumps({
             "alpha": self.options["alpha"], "stages": self.options["stages"],
-            "min_units": self.options["min_units"], "test": TEST, "correction": CORRECTION,
+            "min_units": self.options["min_units"], "test": self.test, "correction": CORRECTION,
             "params": self.n_params, "looks": self.looks,
             "threshold": threshold(self.options["alpha"], self.n_params, self.looks),
             "stage_splits": [list(st.splits) for st in self.stages],
@@ -285,6 +314,16 @@ class StageReader:
         self.table = self.cube["fold_split"].values
         self.fold = self.cube["fold"].values
         self.losses = np.full((race.n_params,) + self.fold.shape, np.nan)
+
+    def bounds(self) -> tuple[float, float] | None:
+        """The loss's range for the race: ``racing.loss_range`` if given, else the loss's
+        declaration (``zero_one``, ``brier``), else None (unbounded)."""
+        from ..estimators._cube import pointwise
+
+        given = self.race.options.get("loss_range")
+        if given is not None:
+            return (float(given[0]), float(given[1]))
+        return pointwise(self.cube, self.loss, "racing").bounds
 
     def add(self, s: int) -> np.ndarray:
         """The losses (param, repeat, sample) seen so far with stage ``s``'s added."""
@@ -355,7 +394,15 @@ def run_stages(race: Race, *, path: str, done: np.ndarray, chunks: tuple[int, in
             mark_done(done, blocks)
         if s == len(race.stages) - 1:
             break
-        reader = reader or StageReader(path, race, loss)
+        if reader is None:
+            reader = StageReader(path, race, loss)
+            race.bounds = reader.bounds()
+            if race.bounds is None:
+                warnings.warn(f"racing on {loss}: an unbounded loss, so the chance of dropping "
+                              "the best param is at most alpha only asymptotically (a "
+                              "skewness-corrected t-test); give racing.loss_range: [low, high] "
+                              "if the losses are known to lie in a range, for a finite-sample "
+                              "guarantee", RacingWarning, stacklevel=2)
         new = race.look(s, reader.add(s), units)
         # DESIGN CHOICE: the record is written when it changes what a reader learns (the
         # first look: the study is raced; a look that drops params; the last look), not at

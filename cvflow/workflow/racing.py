@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import InputError
 
-RACING_KEYS = {"alpha", "stages", "min_units"}
+RACING_KEYS = {"alpha", "stages", "min_units", "loss_range"}
 STAGINGS = ("auto", "folds", "repeats")
 # DESIGN CHOICE: no param is dropped on fewer than this many independent units (samples, or
 # groups in a grouped design) seen: the test rests on a central limit theorem.
@@ -17,7 +17,9 @@ MIN_UNITS = 30
 
 
 def check_options(value: Any, where: str = "racing") -> dict | None:
-    """The ``racing`` key checked: None (no racing) or ``{alpha, stages, min_units}``.
+    """The ``racing`` key checked: None (no racing) or ``{alpha, stages, min_units}``, with
+    ``loss_range`` (``[low, high]``) when given: the range every loss lies in, which buys
+    racing's finite-sample test for a loss not declared bounded (docs/guide/racing.md).
 
     ``true`` means the defaults, ``false`` / null no racing. InputError (one line naming
     ``where``) otherwise.
@@ -45,4 +47,13 @@ def check_options(value: Any, where: str = "racing") -> dict | None:
     if isinstance(units, bool) or not isinstance(units, int) or units < 2:
         raise InputError(f"{where}.min_units: {units!r}; give an integer >= 2 (default "
                          f"{MIN_UNITS})")
-    return {"alpha": float(alpha), "stages": stages, "min_units": units}
+    out = {"alpha": float(alpha), "stages": stages, "min_units": units}
+    bounds = value.get("loss_range")
+    if bounds is not None:
+        if (not isinstance(bounds, (list, tuple)) or len(bounds) != 2
+                or any(isinstance(b, bool) or not isinstance(b, (int, float)) for b in bounds)
+                or not bounds[0] < bounds[1]):
+            raise InputError(f"{where}.loss_range: {bounds!r}; give [low, high], two numbers "
+                             "with low < high that every loss lies between (e.g. [0, 1])")
+        out["loss_range"] = [float(bounds[0]), float(bounds[1])]
+    return out

@@ -1,0 +1,134 @@
+"""Racing's statistical rule: one-sided tests of "param h is no worse than the leader", as numpy.
+
+A look of a race (:func:`cvflow.execution.racing.look`) compares each survivor with the leader
+on the paired out-of-fold loss differences seen so far and drops it when the p-value of this
+module's test is at most ``alpha / (looks * k * (k - 1))`` (Bonferroni over the looks and the
+ordered pairs; docs/guide/racing.md says why this protects the truly best param).
+
+The unit of the test is the one the rule has always used: the sample (the group, in a grouped
+design). Each unit contributes **one** observation, the mean of its paired differences over
+the repeats (and group members) seen so far (:func:`unit_means`): repeats reuse the same
+samples, so they are not new units. The test assumes these unit observations independent with
+a common mean, the difference of risks: exact for fixed predictors, and for learners the
+first-order statement of Bayle et al. (2020, Thm. 1 and 3, under loss stability).
+
+Two tests, chosen by what is known about the loss:
+
+- **bounded** (the loss has a declared range, ``zero_one``, ``brier``, or ``racing.loss_range``):
+  :func:`betting_p`, the inverse wealth of a mixture of bets on the differences (Waudby-Smith &
+  Ramdas 2024, "Estimating means of bounded random variables by betting", JRSSB, Sect. 4).
+  Its p-value is valid at every sample size, whatever the skewness (Markov's inequality),
+  under the unit assumption above.
+- **unbounded** (squared, log loss, ...): :func:`skew_corrected_p`, the t statistic through
+  Hall's (1992) cubic transformation, which removes the O(n^-1/2) skewness term of its
+  distribution. Valid only asymptotically: no test of a mean is valid at a finite n for every
+  unbounded distribution (Bahadur & Savage 1956); benchmarks/racing_validity.py measures it.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+TEST_BOUNDED = ("one-sided betting test of the mean loss difference per unit (a mixture of "
+                "bets, Waudby-Smith & Ramdas 2024), loss range {lo:g} to {hi:g}: finite-sample")
+TEST_UNBOUNDED = ("one-sided t-test of the mean loss difference per unit with Hall's skewness "
+                  "correction: asymptotic (unbounded loss)")
+# DESIGN CHOICE: a mixture of constant bets, 0.9 halved down to 0.014 (7 bets): the best of
+# them grows the wealth nearly as fast as the growth-optimal bet λ ≈ μ / E x² when that is
+# in the grid, for log 7 ≈ 2 more in log-wealth (about a quarter more units at racing's
+# levels); predictable plug-in bets (Waudby-Smith & Ramdas's empirical-Bernstein ones) are
+# capped at 1/2 and saved 33% of the fits against 55% for the old z-test on a clear-best
+# zero_one grid (benchmarks/racing_validity.py), and depend on the order of the units.
+BETS = 0.9 * 0.5 ** np.arange(7)
+# Cochran's rule (Cochran 1977, Sampling Techniques, Sect. 2.15): a mean of n draws of skewness
+# γ is near enough normal when n > 25 γ²
+SKEW_UNITS = 25
+
+
+def unit_means(diff: np.ndarray, units: np.ndarray | None = None) -> np.ndarray:
+    """One observation per unit seen: the mean of its paired differences seen so far.
+
+    Parameters
+    ----------
+    diff : array (repeat, sample)
+        ℓ_i(h) − ℓ_i(g) of the out-of-fold fits seen; NaN where not seen.
+    units : array (sample,) of int, optional
+        Each sample's unit (its group in a grouped design); None: the samples.
+
+    Returns
+    -------
+    array (m,)
+        The units' means, in the order of their labels (an order that does not depend on
+        the losses, as the betting test needs).
+    """
+    seen = np.isfinite(diff)
+    labels = np.arange(diff.shape[1]) if units is None else np.asarray(units)
+    _, inverse = np.unique(labels, return_inverse=True)
+    index = np.broadcast_to(inverse, diff.shape)[seen]
+    count = np.bincount(index, minlength=inverse.max(initial=-1) + 1)
+    total = np.bincount(index, weights=diff[seen], minlength=len(count))
+    keep = count > 0
+    return total[keep] / count[keep]
+
+
+def betting_wealth(x: np.ndarray) -> float:
+    """K: the wealth of the bets against H0 "the units' mean of ``x`` ≤ 0", ``x`` in [-1, 1].
+
+    K = mean over the bets λ in :data:`BETS` of Π_i (1 + λ x_i) (Waudby-Smith & Ramdas 2024,
+    Sect. 4, the capital process; a mixture over constant bets). Every factor is ≥ 0 (λ < 1)
+    and, when each x_i has mean ≤ 0 given the others, of mean ≤ 1, so E K ≤ 1 under H0 and
+    P(K ≥ 1/δ) ≤ δ (Markov): 1/K is a valid p-value at every n, whatever the skewness. A
+    product of constant bets does not depend on the order of the units.
+    """
+    x = np.asarray(x, float)
+    if not len(x):
+        return 1.0
+    log_wealth = np.log1p(np.multiply.outer(BETS, x)).sum(axis=1)
+    top = float(log_wealth.max())
+    return float(math.exp(top) * np.mean(np.exp(log_wealth - top))) if top < 700 else math.inf
+
+
+def betting_p(x: np.ndarray, *, width: float) -> float:
+    """p-value of H0 "mean of ``x`` ≤ 0" for ``x`` in [-width, width]: min(1, 1/K) of
+    :func:`betting_wealth` on ``x / width``."""
+    if width <= 0 or not len(x):
+        return 1.0
+    return float(min(1.0, 1.0 / betting_wealth(np.asarray(x) / width)))
+
+
+def skew_corrected_p(x: np.ndarray) -> float:
+    """One-sided p-value of H0 "mean of ``x`` ≤ 0": the t statistic, corrected for skewness
+    where skewness makes it liberal, and 1 where that skewness is too strong for a normal tail.
+
+    With W = x̄ / s and γ̂ the sample skewness, Hall (1992, "On the removal of skewness by
+    transformation", JRSSB 54, eq. 2.4) shows √n (W + γ̂W²/3 + γ̂²W³/27 + γ̂/(6n)) is standard
+    normal up to O(1/n) (the cubic is increasing). The p-value is the larger of that one's and
+    the plain t's normal tail: differences skewed to the left (a rival's rare large losses) make
+    the plain t liberal at the upper tail and the correction conservative; to the right, the
+    plain t is the conservative one, and the correction, driven by a noisy γ̂ under heavy
+    tails, is not (benchmarks/racing_validity.py measured 12% drops of equal-risk params with
+    it alone, t3 noise). Skewed to the left, no param is dropped on n < 25 γ̂² units
+    (:data:`SKEW_UNITS`, Cochran's rule for a normal approximation of a mean).
+
+    DESIGN CHOICE: the guard is not applied to right skew, where the t's upper tail is light:
+    there it cost savings (hopeless params of tests/test_racing_promise.py kept in 10% of the
+    data sets, squared-loss differences of skewness ~3) and protected only against a rival's
+    rare large losses absent from the sample, which no test of an unbounded mean can see
+    (Bahadur & Savage 1956): ``racing.loss_range`` is the answer there.
+    """
+    from scipy.stats import norm
+
+    x = np.asarray(x, float)
+    n = len(x)
+    if n < 3:
+        return float("nan")
+    mean, sd = float(x.mean()), float(x.std(ddof=1))
+    if not sd > 0:
+        return 0.0 if mean > 0 else 1.0
+    gamma = float(np.mean((x - mean) ** 3)) / float(x.std()) ** 3
+    if gamma < 0 and n < SKEW_UNITS * gamma ** 2:
+        return 1.0
+    w = mean / sd
+    hall = math.sqrt(n) * (w + gamma * w ** 2 / 3 + gamma ** 2 * w ** 3 / 27 + gamma / (6 * n))
+    return float(norm.sf(min(hall, math.sqrt(n) * w)))
