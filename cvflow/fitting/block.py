@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import paths
+from . import paths, prefix
 from .learners import fit_and_score, pred_shape
 from .scoring import Scoring
 from ..workflow.params import Param
@@ -84,6 +84,13 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
     at a time, so failures are recorded exactly as on the generic route. Path fits need a
     numpy ``X``, no sample weights and no ``fit_seed``.
 
+    Pipeline params whose transformers (every step but the last) have the same settings share
+    them per training set: the prefix is fitted once, on this worker once across blocks while
+    it fits :data:`cvflow.fitting.prefix.CACHE_BYTES`, and each param fits its last step on the
+    transformed rows (:mod:`cvflow.fitting.prefix`; predictions equal the whole fits' bit for
+    bit). Each param is charged its own last step and an equal share of the prefix's seconds
+    among the block's params that used it, nothing when the prefix came from another block.
+
     ``watch(cells)``, when given, is a context manager entered around each fit (a path group:
     its cells together), ``cells`` the block's (param, split) pairs it fits: the worker's
     time limit (:mod:`cvflow.execution.tasks`).
@@ -103,7 +110,16 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
     # a target given as a list or a Series, or none: one fit each, as the learners see it
     path_aware = isinstance(y, np.ndarray) and fits_paths(params, X, sample_weight, path_aware, scoring)
     groups = paths.plan(params) if path_aware else [paths.Group((h,)) for h in range(n_p)]
+
+    def fit(h: int, s: int, fitted=None) -> None:
+        with watch([(h, s)]):
+            pred[h, s], seconds[h, s], error[h, s], scores = fit_and_score(
+                params[h], X, y, train[s], positive, sample_weight, scoring, fitted)
+        if scored is not None:
+            scored.put(h, s, scores)
+
     for s in range(n_s):
+        whole: list[int] = []            # params fitted one by one
         for group in groups:
             index = list(group.index)
             if group.kernel is not None:
@@ -118,12 +134,17 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
                 except Exception as exc:  # noqa: BLE001 - fall back to one fit per param
                     log.debug("path fit of %s failed (%s); fitting one by one",
                               params[index[0]].learner, exc)
-            for h in index:
-                with watch([(h, s)]):
-                    pred[h, s], seconds[h, s], error[h, s], scores = fit_and_score(
-                        params[h], X, y, train[s], positive, sample_weight, scoring)
-                if scored is not None:
-                    scored.put(h, s, scores)
+            whole += index
+        # Pipelines sharing a prefix: fitted once for its group (cvflow.fitting.prefix), kept
+        # until the group's last param is fitted
+        shared, whole = prefix.plan(params, whole, X, train[s], sample_weight)
+        for h in whole:
+            fit(h, s)
+        for g in shared:
+            for i, (h, _, _) in enumerate(g.members):
+                fit(h, s, g.fitted(i, X, y, train[s], positive))
+            seconds[[h for h, _, _ in g.members], s] += g.share
+            g.prefix = None
     failed = error != ""
     result = BlockResult(params_slice, splits_slice, pred, failed, error, seconds)
     return result if scored is None else scored.into(result)

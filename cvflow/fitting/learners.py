@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -87,9 +89,7 @@ def fit_model(param: Param, X, y, train: np.ndarray, sample_weight=None):
     """``param``'s estimator fitted on the training rows (with their sample weights), as
     ``GridSearchCV`` fits: ``fit(X)`` without a target, a pairwise X as X[train][:, train]."""
     model = param.build(train)
-    kwargs = {} if sample_weight is None else {
-        sample_weight_key(model): np.asarray(sample_weight)[train]}
-    kwargs.update(fit_params_of(param.fit_params, n_rows(X), train))
+    kwargs = fit_kwargs(param, model, X, train, sample_weight)
     X_train = take(X, train)
     if pairwise(model):
         if hasattr(X, "shape") and X.shape[0] != X.shape[1]:
@@ -101,6 +101,15 @@ def fit_model(param: Param, X, y, train: np.ndarray, sample_weight=None):
               None if sample_weight is None else np.asarray(sample_weight)[train]):
         model.fit(X_train, **kwargs) if y is None else model.fit(X_train, y_train, **kwargs)
     return model
+
+
+def fit_kwargs(param: Param, model, X, train: np.ndarray, sample_weight=None) -> dict:
+    """The fit keywords of ``model`` (built from ``param``) on the training rows: the sample
+    weights routed to its last step and the param's fit parameters, sliced."""
+    kwargs = {} if sample_weight is None else {
+        sample_weight_key(model): np.asarray(sample_weight)[train]}
+    kwargs.update(fit_params_of(param.fit_params, n_rows(X), train))
+    return kwargs
 
 
 def fit_params_of(fit_params: dict | None, n_samples: int, train: np.ndarray) -> dict:
@@ -130,7 +139,7 @@ def fit_one(param: Param, X, y, train: np.ndarray, positive=None,
 
 
 def fit_and_score(param: Param, X, y, train: np.ndarray, positive=None, sample_weight=None,
-                  scoring: Scoring | None = None
+                  scoring: Scoring | None = None, fitted: Callable | None = None
                   ) -> tuple[np.ndarray, float, str, Scores | None]:
     """:func:`fit_one`, and with ``scoring`` the fitted model scored where it was fitted
     (:func:`cvflow.fitting.scoring.score_fit`): (predictions, seconds of fit and predict,
@@ -139,18 +148,26 @@ def fit_and_score(param: Param, X, y, train: np.ndarray, positive=None, sample_w
     With scorers, a model whose predictions cannot be stored (a learner whose ``predict``
     returns no array of one number per sample) is not a failed fit: its scores are what the
     study asks of it. Its predictions stay NaN and the reason is among the scores' messages.
+
+    ``fitted``, when given, replaces the fit: ``fitted()`` returns (the fitted model, a function
+    of no argument returning its stored predictions); a shared Pipeline prefix
+    (:mod:`cvflow.fitting.prefix`) fits only the last step and predicts from every sample
+    transformed once.
     """
     shape = pred_shape(X, positive)
     t0 = time.perf_counter()
     try:
-        model = fit_model(param, X, y, train, sample_weight)
+        if fitted is None:
+            model = fit_model(param, X, y, train, sample_weight)
+            predict = functools.partial(_predict, model, param, X, train, positive)
+        else:
+            model, predict = fitted()
     except Exception as exc:  # noqa: BLE001 - a failing fit is data, not a crash
         return (np.full(shape, np.nan), time.perf_counter() - t0, _message(exc),
                 None if scoring is None else no_scores(scoring))
     unstored = ""
     try:
-        pred = predict_output(model, columns(X, train) if pairwise(model) else X, param.output,
-                              positive)
+        pred = predict()
         if pred.shape != shape:
             raise ValueError(f"prediction has shape {pred.shape}, expected {shape}")
     except Exception as exc:  # noqa: BLE001 - as a failing fit, unless scorers score it
@@ -166,6 +183,13 @@ def fit_and_score(param: Param, X, y, train: np.ndarray, positive=None, sample_w
     if unstored:
         scores.errors.insert(0, unstored)
     return pred, seconds, "", scores
+
+
+def _predict(model, param: Param, X, train: np.ndarray, positive) -> np.ndarray:
+    """The stored predictions of a fitted ``model`` (a pairwise one: from its columns of the
+    training samples)."""
+    return predict_output(model, columns(X, train) if pairwise(model) else X, param.output,
+                          positive)
 
 
 def _message(exc: BaseException) -> str:
