@@ -302,3 +302,51 @@ def test_nested_cv_inner_folds_share_too(tmp_path):
         for s in range(train.shape[0]):
             want, _ = whole(pipe, {"lr__C": c}, X, y, train[s])
             assert pred[h, s].tobytes() == want.tobytes(), (h, s)
+
+
+def test_cache_is_bounded_fits_once_per_key_and_forgets_dead_data():
+    """The worker's cache: least recently used entries out past its byte limit, one fit for
+    threads asking for the same key at once, entries of collected data dropped."""
+    import gc
+    import threading
+    import time
+
+    cache = prefix.Cache(limit=3 * 800)
+    X, y = np.zeros((10, 10)), np.zeros(10)
+    rows = np.ones(10, bool)
+
+    def entry(i):
+        return prefix.with_data(prefix.Key(bytes([i]) * 32), X, y, rows)
+
+    def fitted():
+        return prefix.Prefix(steps=[], train=np.zeros(50), every=np.zeros(50))   # 800 bytes
+
+    for i in range(4):
+        assert cache.get(entry(i), fitted)[1]
+    assert cache.get(entry(0), fitted)[1] and len(cache.entries) == 3   # 0 was evicted
+    assert not cache.get(entry(2), fitted)[1]
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.2)
+        return fitted()
+
+    threads = [threading.Thread(target=cache.get, args=(entry(9), slow)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    big = prefix.Prefix(steps=[], train=np.zeros(10_000), every=np.zeros(10_000))
+    assert cache.get(entry(7), lambda: big) == (big, True) and entry(7) not in cache.entries
+    other = np.ones((10, 10))
+    k = prefix.with_data(prefix.Key(b"x" * 32), other, y, rows)
+    assert k != prefix.with_data(prefix.Key(b"x" * 32), X, y, rows)
+    cache.get(k, fitted)
+    assert k in cache.entries
+    del other
+    gc.collect()
+    cache.forget_dead()
+    assert not any(e.data[0].ref() is None for e in cache.entries)
+    assert prefix.with_data(prefix.Key(b"x" * 32), [[1.0]], y, rows) is None     # a list X

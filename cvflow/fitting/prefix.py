@@ -247,12 +247,13 @@ def fit_prefix(model, X, y, train: np.ndarray, fit_params: dict) -> Prefix:
     try:
         Xt = part.fit_transform(take(X, train), take(y, train), **prefix_params)
     except Exception as exc:  # noqa: BLE001 - every dependent fit records it
-        return Prefix(seconds=time.perf_counter() - t0, error=exc)
+        # without its traceback: a kept exception would keep the fit's frames (and data) alive
+        return Prefix(seconds=time.perf_counter() - t0, error=exc.with_traceback(None))
     result = Prefix(steps=list(part.steps), train=Xt)
     try:
         result.every = part.transform(X)
     except Exception as exc:  # noqa: BLE001 - as a failing predict of each dependent fit
-        result.every_error = exc
+        result.every_error = exc.with_traceback(None)
     result.seconds = time.perf_counter() - t0
     return result
 
@@ -354,7 +355,7 @@ class Cache:
     def __init__(self, limit: int = CACHE_BYTES):
         self.limit = limit
         self.lock = threading.Lock()
-        self.entries: OrderedDict[Key, Prefix] = OrderedDict()
+        self.entries: OrderedDict[Key, tuple[Prefix, int]] = OrderedDict()   # (prefix, bytes)
         self.pending: dict[Key, threading.Event] = {}
         self.fits = 0            # prefixes fitted through the cache (tests read it)
 
@@ -364,7 +365,7 @@ class Cache:
             with self.lock:
                 if k in self.entries:
                     self.entries.move_to_end(k)
-                    return self.entries[k], False
+                    return self.entries[k][0], False
                 event = self.pending.get(k)
                 if event is None:
                     self.pending[k] = event = threading.Event()
@@ -376,7 +377,7 @@ class Cache:
                 self.fits += 1
                 size = prefix.nbytes
                 if size is not None and size <= self.limit:
-                    self.entries[k] = prefix
+                    self.entries[k] = (prefix, size)
                     self._shrink()
             return prefix, True
         finally:
@@ -388,10 +389,10 @@ class Cache:
         dead = [k for k in self.entries if not all(w is None or w.ref() is not None for w in k.data)]
         for k in dead:
             del self.entries[k]
-        total = sum(p.nbytes or 0 for p in self.entries.values())
+        total = sum(size for _, size in self.entries.values())
         while total > self.limit and self.entries:
-            _, old = self.entries.popitem(last=False)
-            total -= old.nbytes or 0
+            _, (_, size) = self.entries.popitem(last=False)
+            total -= size
 
     def forget_dead(self) -> None:
         """Drop the entries of data no longer alive (called when X or y is collected)."""
