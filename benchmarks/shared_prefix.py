@@ -16,7 +16,7 @@ rounds; medians are reported. Each child counts the PCA fits it made (in every p
 per fit appended to a file; cvflow's trial fits before a run are left out) and its
 ``best_params_``, which must agree. The load average is recorded before and after.
 
-Writes ``benchmarks/results/shared_prefix.md`` (the table) and ``.json`` (every raw time).
+Writes ``benchmarks/results/shared_prefix_NxP.md`` (the table) and ``.json`` (every raw time).
 
 Run: ``python benchmarks/shared_prefix.py [--repeats 3] [--warmup 1] [--n 4000] [--p 400]``
 """
@@ -162,8 +162,9 @@ def main() -> None:
     lines += ["", f"Same best_params_ for every tool: {agree} ({choices['SearchCV']})."]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "shared_prefix.md").write_text("\n".join(lines) + "\n")
-    (out / "shared_prefix.json").write_text(json.dumps(
+    name = f"shared_prefix_{args.n}x{args.p}"
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(
         {"n": args.n, "p": args.p, "load": load, "runs": runs, "medians": med}, indent=1))
     print("\n".join(lines))
 
