@@ -370,3 +370,25 @@ def test_cache_is_bounded_fits_once_per_key_and_forgets_dead_data():
     cache.forget_dead()
     assert not any(e.data[0].ref() is None for e in cache.entries)
     assert prefix.with_data(prefix.Key(b"x" * 32), [[1.0]], y, rows) is None     # a list X
+
+
+def test_a_fit_hook_is_fitted_whole(data):
+    """A param with a fit hook (a SearchCV's scikit-learn callbacks wrap the Pipeline's own fit)
+    is not shared: the hook sees every whole fit."""
+    import contextlib
+
+    X, y, train = data
+    pipe = Pipeline([("pca", CountingPCA(5, random_state=0)), ("lr", LogisticRegression())])
+    calls = []
+
+    def hook(model, rows, X_train, y_train, weights):
+        calls.append(type(model).__name__)
+        return contextlib.nullcontext()
+
+    grid = [{"lr__C": c} for c in CS[:3]]
+    params = [Param("pipe", "sklearn.pipeline.Pipeline", hyper={"lr__C": repr(g["lr__C"])},
+                    output="decision_function", source=(pipe, g), fit_hook=hook) for g in grid]
+    assert prefix.plan(params, [0, 1, 2], X, train[1]) == ([], [0, 1, 2])
+    result = block(params, X, y, train)
+    assert calls == ["Pipeline"] * 3 * len(train) and Counted.fits["CountingPCA"] == 3 * len(train)
+    assert_whole(result, pipe, grid, X, y, train)
