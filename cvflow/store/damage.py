@@ -323,6 +323,9 @@ def _verify(location: str) -> integrity.Report:
                                        reads) if d is not None]
     done, failed = mask("done"), mask("failed")
     if done is not None and failed is not None:       # pred's missing chunks need both
+        # listed again after the masks: a block a run wrote while the chunks were read (its
+        # pred chunk, then done) is done now but was not listed then; it is not missing
+        objects.update(_objects(location, [n for n in integrity.FITTED if n in arrays]))
         for name in (n for n in integrity.FITTED if n in arrays):     # the scores' need done
             must = integrity.required(name, arrays[name], done, failed)
             damage += [d for d in integrity.listed_damage(name, arrays[name], objects[name], must)

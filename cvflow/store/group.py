@@ -15,7 +15,7 @@ import zarr
 
 from . import integrity
 from ..errors import StoreError
-from .location import exists, get, identity, resolve, sibling, storage_options
+from .location import exists, get, identity, is_link, resolve, sibling, storage_options
 
 FORMAT_ATTR = "cvflow_version"
 # Store format: 1 (no attribute) before multiclass; 2 adds the `class` dim of multiclass `pred`;
@@ -87,7 +87,7 @@ def _growing(location: str) -> bool:
     from .. import config
 
     raw = get(grow_marker(location))
-    if raw is None:
+    if raw is None or is_link(grow_marker(location)):    # a grow refuses a link: not one
         return False
     try:
         writer = json.loads(raw)
