@@ -681,3 +681,36 @@ def test_a_link_planted_as_the_grow_marker_is_not_a_grow(copy, tmp_path):
     finally:
         lock.release()
     assert (tmp_path / "precious").read_text() == "precious"
+
+
+@pytest.mark.parametrize("junk", [b"", b"{not json", b'{"cvflow": "creating"}'])
+def test_a_file_that_is_no_grow_record_in_the_markers_place_is_not_a_grow(copy, tmp_path, junk):
+    """An empty or foreign file as ``s.zarr.growing`` (a cut copy, a user's file) made every read
+    of a store with a live lock wait 120 s for "another cvflow run" and exit 2. cvflow writes
+    its marker whole (location.put: written beside, renamed over), so a marker that is no grow
+    record was not written by a grow: the store is read as it is."""
+    from cvflow.store.group import stable
+    from cvflow.store.lock import RunLock
+
+    (tmp_path / "s.zarr.growing").write_bytes(junk)
+    lock = RunLock(copy, heartbeat=5, stale_after=120)
+    lock.acquire()
+    try:
+        assert stable(str(copy), lambda: "read", wait=1) == "read"
+    finally:
+        lock.release()
+
+
+def test_put_writes_a_file_whole_and_never_through_a_link(tmp_path):
+    """location.put replaces a file in one step (a reader sees the old or the new bytes) and
+    replaces a link in its place instead of writing where it points; nothing is left beside."""
+    from cvflow.store.location import put
+
+    (tmp_path / "precious").write_text("precious")
+    (tmp_path / "marker").symlink_to(tmp_path / "precious")
+    put(str(tmp_path / "marker"), b"new")
+    assert not (tmp_path / "marker").is_symlink()
+    assert (tmp_path / "marker").read_bytes() == b"new"
+    assert (tmp_path / "precious").read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["marker", "precious"]
+

@@ -92,8 +92,11 @@ def _growing(location: str) -> bool:
     try:
         writer = json.loads(raw)
     except ValueError:
-        writer = {}
-    if (isinstance(writer, dict) and writer.get("host") == socket.gethostname()
+        writer = None
+    if not (isinstance(writer, dict) and writer.get("cvflow") == "growing"):
+        # not a grow record (cvflow writes its marker whole: put): junk left in its place
+        return False
+    if (writer.get("host") == socket.gethostname()
             and isinstance(writer.get("pid"), int) and not _pid_alive(writer["pid"])):
         return False
     try:

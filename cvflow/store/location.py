@@ -12,6 +12,7 @@ e.g. ``DASK_CVFLOW__STORAGE_OPTIONS='{"anon": true}'``).
 from __future__ import annotations
 
 import os
+import threading
 import re
 
 from ..errors import InputError
@@ -217,22 +218,36 @@ def create_new(location: str, data: bytes) -> None:
 
 
 def put(location: str, data: bytes) -> None:
-    """Write one small object (or local file) at ``location``."""
+    """Write one small object (or local file) at ``location``, whole: a reader sees the old
+    content or the new one, never a part (a local file is written beside and renamed over it,
+    as an object store's put already is)."""
     if not is_url(location):
         os.makedirs(os.path.dirname(location) or ".", exist_ok=True)
-        with open(location, "wb") as f:
-            f.write(data)
+        staged = f"{location}.{os.getpid()}-{threading.get_ident()}.tmp"
+        try:
+            with open(staged, "wb") as f:
+                f.write(data)
+            os.replace(staged, location)       # replaces a link in its place, never follows it
+        finally:
+            if os.path.lexists(staged):
+                os.remove(staged)
         return
     fs, path = filesystem(location)
     fs.pipe_file(path, data)
 
 
+def _write_file(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
 def put_all(location: str, objects: dict[str, bytes]) -> None:
     """Write small objects under ``location``, keyed by their "/"-separated path within it
     (on an object store, in one concurrent batch)."""
-    if not is_url(location):
+    if not is_url(location):            # a store being created: its marker guards it
         for key, data in objects.items():
-            put(os.path.join(location, *key.split("/")), data)
+            _write_file(os.path.join(location, *key.split("/")), data)
         return
     fs, path = filesystem(location)
     fs.pipe({f"{path.rstrip('/')}/{key}": data for key, data in objects.items()})
