@@ -9,10 +9,12 @@ loss is significantly larger is dropped, and its later blocks are never submitte
 
 The rule (:func:`look`) is a one-sided test of the mean out-of-fold loss difference per unit
 (sample or group), Bonferroni-corrected over every ordered pair of the ``k`` params that
-started the race and over every look: a param is dropped at a look when its p-value against
-the leader is at most ``alpha / (looks * k * (k - 1))``. The test is a finite-sample betting
-test for a bounded loss and a skewness-corrected t-test for an unbounded one
-(:mod:`cvflow.execution.racing_rule`, docs/guide/racing.md). The store keeps the race
+started the race and over its tests: a param is dropped at a look when its p-value against
+the leader is at most ``alpha * share / (k * (k - 1))`` (:meth:`Race.cut`). The test is a
+finite-sample betting test for a bounded loss, whose looks in the first repeat are one
+anytime-valid test (``share`` 0.8 for each of them, the later looks sharing 0.2:
+:func:`sequence_looks`), and a skewness-corrected t-test for an unbounded one, every look a
+test (``share`` 1 / looks) (:mod:`cvflow.execution.racing_rule`, docs/guide/racing.md). The store keeps the race
 (:meth:`Race.to_json`): per dropped param the stage, the leader, the test's p-value, and the
 mean difference, its standard error and z for reading.
 
