@@ -196,3 +196,93 @@ def test_declared_ranges():
     assert DECLARED["zero_one"].bounds == (0.0, 1.0)
     assert DECLARED["brier"].bounds == (0.0, 2.0)
     assert DECLARED["squared"].bounds is None and DECLARED["log_loss"].bounds is None
+
+
+# --- the first repeat's looks: one anytime-valid test (issue 33, savings) ------------------------
+
+def test_bounded_race_splits_alpha_as_one_sequence_then_the_later_looks():
+    """5 folds x 3 repeats + a full fit: looks after stages 0-4 (the first repeat's folds) are
+    one anytime-valid test with 0.8 of alpha, the looks after repeats 1 and 2 get 0.1 each; per
+    ordered pair, k(k-1) = 20: 0.05 x 0.8 / 20 = 0.002 and 0.05 x 0.1 / 20 = 0.00025. An
+    unbounded race keeps alpha / (7 x 20) at every look."""
+    from cvflow.execution.racing import sequence_looks
+
+    race = Race.start({"alpha": 0.05, "stages": "auto", "min_units": 30}, _design(), 5)
+    assert race.looks == 7 and sequence_looks(race.stages) == 5
+    race.bounds = (0.0, 1.0)
+    assert [race.cut(s) for s in range(7)] == pytest.approx([0.002] * 5 + [0.00025] * 2)
+    assert sum(race.share(s) for s in range(4, 7)) == pytest.approx(1.0)     # 0.8 once + 0.1 + 0.1
+    race.bounds = None
+    assert [race.cut(s) for s in range(7)] == pytest.approx([0.05 / 140] * 7)
+    staged = Race.start({"alpha": 0.05, "stages": "folds", "min_units": 30}, _design(), 5)
+    assert sequence_looks(staged.stages) == 5 and staged.looks == 15
+    staged.bounds = (0.0, 1.0)
+    assert staged.cut(5) == pytest.approx(0.05 * 0.2 / 10 / 20)
+
+
+def test_bounded_race_drops_at_the_sequence_s_level_by_hand():
+    """Two classifiers, 10 units in fold 0, the rival wrong and the leader right on every one
+    (x_u = 1): K = mean over the 7 bets of (1 + λ)^10 ≈ 95.5, p = 1/K ≈ 0.0105: at most the
+    sequence's 0.05 x 0.8 / 2 = 0.02 (dropped at the first look), above the 7-way split's
+    0.05 / (7 x 2) ≈ 0.0036 (kept before)."""
+    n = 50                                         # 10 units a fold
+    race = Race.start({"alpha": 0.05, "stages": "auto", "min_units": 10}, _design(), 2)
+    race.bounds = (0.0, 1.0)
+    fold = np.repeat(np.arange(FOLDS), n // FOLDS)[None].repeat(REPEATS, 0)
+    losses = np.full((2, REPEATS, n), np.nan)
+    members = fold[0] == 0
+    losses[0, 0, members], losses[1, 0, members] = 0.0, 1.0
+    wealth = sum((1 + 0.9 / 2 ** j) ** 10 for j in range(7)) / 7
+    assert wealth == pytest.approx(95.5, abs=0.1) and wealth == pytest.approx(
+        betting_wealth(np.ones(10)))
+    p = 1 / wealth
+    assert 0.05 / (7 * 2) < p <= 0.05 * 0.8 / 2        # dropped only by the sequence's level
+    out = race.look(0, losses, None)
+    assert [d["param"] for d in out] == [1] and out[0]["p_value"] == pytest.approx(p)
+    assert out[0]["p_adjusted"] == pytest.approx(p * 2 / 0.8)       # p x k(k-1) / share
+
+
+def test_the_sequence_ends_where_a_unit_seen_before_comes_back():
+    """A group split over two folds of the first repeat: the look that revises it leaves the
+    sequence, and it and the looks after it share the rest of alpha (0.2 / 3 each of 3)."""
+    race = Race.start({"alpha": 0.05, "stages": "auto", "min_units": 1}, _design(), 2)
+    race.bounds = (0.0, 1.0)
+    units = np.arange(10) // 2                      # groups {0,1}, {2,3}, ...
+    fold = np.array([0, 1, 2, 2, 3, 3, 4, 4, 0, 0])  # group 0 in folds 0 and 1
+    losses = np.full((2, REPEATS, 10), np.nan)
+    for s in range(FOLDS):
+        m = fold == s
+        losses[:, 0, m] = 0.5
+        race.look(s, losses, units)
+        if s == 0:
+            assert race.broken is None
+    assert race.broken == 1
+    assert race.cut(0) == pytest.approx(0.05 * 0.8 / 2)
+    assert race.cut(1) == race.cut(6) == pytest.approx(0.05 * 0.2 / 6 / 2)
+
+
+def test_the_first_repeat_s_wealth_is_a_supermartingale_ville_bounds_its_maximum():
+    """Null differences in {-1, 0, 1} (mean 0), 5 folds of 40 units: the wealth's maximum over
+    the five looks reaches 1/δ = 20 in at most δ = 5% of 2,000 seeded sequences."""
+    rng = np.random.default_rng(7)
+    hits = 0
+    for _ in range(2000):
+        x = rng.choice([-1.0, 0.0, 1.0], size=200, p=[0.3, 0.4, 0.3])
+        hits += max(betting_wealth(x[:40 * (j + 1)]) for j in range(FOLDS)) >= 20
+    assert hits / 2000 <= 0.05
+
+
+def test_clear_best_zero_one_grid_keeps_its_savings():
+    """Savings bar (issue 33 item 2): classifiers wrong with probability 0.15, 0.25, 0.35, 0.45,
+    0.5, n = 200, 5 x 3, 100 seeded data sets raced: the fold fits skipped are at least 3,300
+    of 7,500 (44%; the rule skips 3,388; with alpha split over all 7 looks, 3,044)."""
+    rng = np.random.default_rng(54)
+    skipped = 0
+    for _ in range(100):
+        wrong = rng.random((5, 1, 200)) < np.array([0.15, 0.25, 0.35, 0.45, 0.5])[:, None, None]
+        race = _race(np.repeat(wrong * 1.0, REPEATS, axis=1), _folds(rng, 200), (0.0, 1.0))
+        assert 0 not in race.dropped
+        for d in race.dropped.values():
+            run = d["stage"] + 1 if d["stage"] < FOLDS else FOLDS * (d["stage"] - FOLDS + 2)
+            skipped += REPEATS * FOLDS - run
+    assert skipped >= 3300

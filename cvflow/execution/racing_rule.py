@@ -2,8 +2,11 @@
 
 A look of a race (:func:`cvflow.execution.racing.look`) compares each survivor with the leader
 on the paired out-of-fold loss differences seen so far and drops it when the p-value of this
-module's test is at most ``alpha / (looks * k * (k - 1))`` (Bonferroni over the looks and the
-ordered pairs; docs/guide/racing.md says why this protects the truly best param).
+module's test is at most ``alpha * share / (k * (k - 1))`` (Bonferroni over the ordered pairs
+and the tests: every look for the t-test, ``share`` = 1 / looks; for the betting test the first
+repeat's looks are one test, its wealth being a supermartingale as the folds bring new units,
+:meth:`cvflow.execution.racing.Race.cut`; docs/guide/racing.md says why this protects the
+truly best param).
 
 The unit of the test is the one the rule has always used: the sample (the group, in a grouped
 design). Each unit contributes **one** observation, the mean of its paired differences over
@@ -18,7 +21,8 @@ Two tests, chosen by what is known about the loss:
   :func:`betting_p`, the inverse wealth of a mixture of bets on the differences (Waudby-Smith &
   Ramdas 2024, "Estimating means of bounded random variables by betting", JRSSB, Sect. 4).
   Its p-value is valid at every sample size, whatever the skewness (Markov's inequality),
-  under the unit assumption above.
+  under the unit assumption above, and over the first repeat's looks at once (Ville's
+  inequality: the wealth is a supermartingale as units arrive).
 - **unbounded** (squared, log loss, ...): :func:`skew_corrected_p`, the t statistic through
   Hall's (1992) cubic transformation, which removes the O(n^-1/2) skewness term of its
   distribution. Valid only asymptotically: no test of a mean is valid at a finite n for every
