@@ -22,8 +22,10 @@ OPTIONS = {"ustat": {"compare": [0, 1]}, "nadeau_bengio": {"compare": [0, 1]},
            "bayes_t": {"compare": [0, 1]}, "compare_all": {"params": [0, 1, 2]},
            "nested_compare": {"learners": ["ridge", "other"]}}
 # DESIGN CHOICE: bbc_cv reads the out-of-fold losses, then the test risk of the K-fold choice
-# (a second, one-param reading of the full split).
-ALLOWED = {"bbc_cv": 2}
+# (a second, one-param reading of the full split); corrected_t comparing two params reads their
+# per-sample out-of-fold losses after the fold scores (a second, two-param reading) for the
+# skewness of their differences (guardrails.skewed_differences).
+ALLOWED = {"bbc_cv": 2, "corrected_t": 2}
 # compare_all runs the registered pairwise test once per pair (its numbers are exactly that
 # test's): a lazy cube is read once per pair, so it is left out of the read-once tests.
 READS_PER_PAIR = {"compare_all"}
