@@ -193,19 +193,20 @@ def describe(result: xr.Dataset) -> list[str]:
     at = result.attrs
     v = {key: float(result[key]) for key in SCALARS}
 
-    def count(x: float) -> str:
-        return "no finite number" if x == math.inf else ("not planned" if math.isnan(x)
-                                                          else f"{x:.0f}")
-    return [f"plan (K = {at.get('folds')}, R = {at.get('repeats')}, n = {at.get('samples')}, "
-            f"loss {at.get('loss')})",
+    n, r = at.get("samples"), at.get("repeats")
+    ns, rs = v["samples_needed"], v["repeats_needed"]
+    by_n = (f"n = {ns:.0f} samples" if math.isfinite(ns) else
+            "no finite n" if math.isinf(ns) else "n not planned") + f" at R = {r}"
+    by_r = (f"R = {rs:.0f} repeats at n = {n}" if math.isfinite(rs) else
+            f"no number of repeats at n = {n}" if math.isinf(rs) else
+            "repeats not planned (one repeat)")
+    return [f"plan (K = {at.get('folds')}, R = {r}, n = {n}, loss {at.get('loss')})",
             f"  a = {param_text(at.get('a') or {})}", f"  b = {param_text(at.get('b') or {})}",
             f"  e_a − e_b: {fmt(v['estimate'])}  se {fmt(v['se'])}  variance: between samples "
             f"{fmt(v['var_sample'])}, within {fmt(v['var_within'])}, between repeats "
             f"{fmt(v['var_repeat'])}",
             f"  to resolve Δ = {fmt(v['delta'])} at alpha {at.get('alpha'):g} with power "
-            f"{at.get('power'):g} (now {fmt(v['power_now'])}): n = "
-            f"{count(v['samples_needed'])} samples at R = {at.get('repeats')}, or R = "
-            f"{count(v['repeats_needed'])} repeats at n = {at.get('samples')}"]
+            f"{at.get('power'):g} (now {fmt(v['power_now'])}): {by_n}; or {by_r}"]
 
 
 def _check_grid(grid: xr.Dataset, design, options: dict, where: str) -> None:
