@@ -13,6 +13,7 @@ from scipy import stats
 from cvflow.errors import InputError
 from cvflow.estimators import plan
 from cvflow.estimators.plan import describe
+from cvflow.report.results import dataset_to_json
 from cvflow.testing import cube_from_predictions, simple_design
 
 from nested_cases import random_cube
@@ -63,7 +64,10 @@ def test_hand_components_and_sizes():
     assert float(out["samples_needed"]) == 6
     assert float(out["repeats_needed"]) == math.inf
     assert out.attrs["a"]["index"] == 0 and out.attrs["repeats"] == 2
-    assert {"few_samples", "few_repeats"} <= codes(out)
+    assert {"few_samples", "few_repeats", "no_finite_plan"} <= codes(out)
+    [w] = [w for w in json.loads(out.attrs["warnings"]) if w["code"] == "no_finite_plan"]
+    assert "no number of repeats at n = 4" in w["message"]
+    assert json.loads(json.dumps(dataset_to_json(out)))["repeats_needed"] is None  # strict JSON
     lines = describe(out)
     assert "n = 6 samples at R = 2; or no number of repeats at n = 4" in lines[-1]
 

@@ -156,8 +156,10 @@ def plan(cube: xr.Dataset, *, loss: str | None = None, compare=None, delta: floa
     else:
         v = components(d)
         out = sizes(v, n, r, dlt, a_level, target)
-        warnings += _warnings(v, dlt, float(np.abs(d).max()), n, r, where) \
-            + guardrails.skewed_differences(d, where)
+        warnings += _warnings(v, dlt, float(np.abs(d).max()), n, r, where)
+        if not any(w["code"] == "no_finite_plan" for w in warnings):
+            warnings += _unreachable(out, n, r, where)
+        warnings += guardrails.skewed_differences(d, where)
     result = xr.Dataset({
         **{key: xr.DataArray(float(x)) for key, x in
            {"estimate": est, "delta": dlt, **v, **out}.items()},
@@ -186,6 +188,17 @@ def _warnings(v: dict, delta: float, scale: float, n: int, r: int, where: str) -
             "few_repeats", f"{where}: the between-repeat variance rests on {r} repeats "
             "(< 5): it is a rough estimate, and so is the plan", repeats=r))
     return out
+
+
+def _unreachable(out: dict, n: int, r: int, where: str) -> list[dict]:
+    """``no_finite_plan`` when Δ ≠ 0 but a count is infinite (JSON shows it as null)."""
+    parts = ([f"no number of samples at R = {r} (the between-repeat variance alone exceeds "
+              "the target)"] if out["samples_needed"] == math.inf else []) + \
+        ([f"no number of repeats at n = {n} (the between-sample variance alone exceeds the "
+          "target): plan samples"] if out["repeats_needed"] == math.inf else [])
+    if not parts:
+        return []
+    return [guardrails.warning("no_finite_plan", f"{where}: {'; '.join(parts)}")]
 
 
 def describe(result: xr.Dataset) -> list[str]:
