@@ -215,3 +215,21 @@ def test_simulation_power_at_planned_repeats():
     mc_se = math.sqrt(0.8 * 0.2 / sets)
     assert abs(power - expected) < 3 * mc_se
     assert abs(power - 0.8) < 3 * mc_se + 0.06        # R is whole: 8 repeats give 0.82
+
+
+def test_missing_fit_gives_nan_and_a_warning():
+    cube, _ = random_cube(n=30, k=3, repeats=2, n_params=2, seed=4)
+    cube["pred"][1, int(cube["fold_split"].values[0, 0])] = np.nan
+    out = plan(cube, compare=[0, 1])
+    assert math.isnan(float(out["samples_needed"])) and math.isnan(float(out["var_sample"]))
+    assert "missing_fits" in codes(out)
+
+
+def test_report_lists_the_plan():
+    from cvflow.report import compute
+    from cvflow.report.results import text
+    cube = hand_cube(D_HAND, FOLD_HAND)
+    report = text(cube, compute(cube, [("plan", {"delta": 4.0})]))
+    assert "plan (K = 2, R = 2, n = 4, loss squared)" in report
+    assert "n = 3 samples at R = 2; or R = 1 repeats at n = 4" in report
+    assert "warning [few_repeats]" in report
