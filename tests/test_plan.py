@@ -233,3 +233,10 @@ def test_report_lists_the_plan():
     assert "plan (K = 2, R = 2, n = 4, loss squared)" in report
     assert "n = 3 samples at R = 2; or R = 1 repeats at n = 4" in report
     assert "warning [few_repeats]" in report
+
+
+def test_grouped_samples_warn():
+    cube = hand_cube(D_HAND, FOLD_HAND)
+    cube["groups"] = ("sample",), np.array([0, 0, 1, 1])
+    assert "groups_ignored" in codes(plan(cube, delta=4.0))
+    assert "groups_ignored" not in codes(plan(hand_cube(D_HAND, FOLD_HAND), delta=4.0))

@@ -29,6 +29,7 @@ no_finite_plan         plan: the difference to resolve is 0 (up to rounding), or
                        of samples (repeats) reaches the power: the count is inf (JSON null)
 repeat_not_estimable   plan on one repeat: the between-repeat variance is taken as 0
 few_repeats            plan: the between-repeat variance rests on fewer than 5 repeats
+groups_ignored         plan on grouped data: its variance treats samples as independent
 =====================  ==================================================================
 """
 from __future__ import annotations

@@ -39,7 +39,7 @@ from scipy import stats
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import loss_name, param_text
+from ._cube import analysis_groups, loss_name, param_text
 from ._readers import compare_attrs, compare_params, out_of_fold
 from .registry import Option, declare, fmt, number, param_refs, probability
 
@@ -160,6 +160,12 @@ def plan(cube: xr.Dataset, *, loss: str | None = None, compare=None, delta: floa
         if not any(w["code"] == "no_finite_plan" for w in warnings):
             warnings += _unreachable(out, n, r, where)
         warnings += guardrails.skewed_differences(d, where)
+        codes, _ = analysis_groups(cube, what=where)
+        if codes is not None:
+            warnings.append(guardrails.warning(
+                "groups_ignored", f"{where}: the samples come in {int(codes.max()) + 1} groups "
+                "but the plan treats them as independent: σ²_s / n understates Var(d̄) when a "
+                "group's differences are alike; read samples_needed as too small"))
     result = xr.Dataset({
         **{key: xr.DataArray(float(x)) for key, x in
            {"estimate": est, "delta": dlt, **v, **out}.items()},
