@@ -21,6 +21,7 @@ from .compare_all import compare_all
 from .paired_5x2cv import paired_5x2cv
 from .bbc_cv import bbc_cv
 from .cv_confidence import cv_confidence
+from .plan import plan
 from .registry import REGISTRY, Estimator, Option, declare, lookup
 # the one in-memory budget rule of every reduction (dask config "cvflow.reduce.in-memory-bytes")
 from ._cube import fits_budget, is_lazy, load_if_small
@@ -29,5 +30,5 @@ from ._cube import shared_terms
 
 __all__ = ["corrected_kfold", "kfold", "stability", "stability_nested", "nested_cv", "nested_compare", "bates_ncv",
            "wald_cv", "ustat", "nadeau_bengio", "corrected_t", "bayes_t", "compare_all", "paired_5x2cv", "bbc_cv",
-           "cv_confidence", "REGISTRY", "Estimator", "Option", "declare", "lookup", "fits_budget",
+           "cv_confidence", "plan", "REGISTRY", "Estimator", "Option", "declare", "lookup", "fits_budget",
            "is_lazy", "load_if_small", "shared_terms"]

@@ -25,6 +25,11 @@ groups_cross_folds     corrected_t / paired_5x2cv on groups whose samples span f
 skewed_differences     a comparison's per-sample loss differences are too skewed for a normal
                        (or t) level at their count: n < SKEWED · skewness² (wald_cv,
                        corrected_t, nested_compare with two params; compare_all through them)
+no_finite_plan         plan: the difference to resolve is 0 (up to rounding), or no number
+                       of samples (repeats) reaches the power: the count is inf (JSON null)
+repeat_not_estimable   plan on one repeat: the between-repeat variance is taken as 0
+few_repeats            plan: the between-repeat variance rests on fewer than 5 repeats
+groups_ignored         plan on grouped data: its variance treats samples as independent
 =====================  ==================================================================
 """
 from __future__ import annotations

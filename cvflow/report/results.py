@@ -244,7 +244,8 @@ def _pred_in_memory_if_small(cube: xr.Dataset) -> xr.Dataset:
 
 
 def _plain(value):
-    """JSON-ready Python values (NaN -> None)."""
+    """JSON-ready Python values (NaN and infinity -> None: strict JSON has neither, as in
+    :func:`cvflow.report.racing._finite`; ``plan``'s infinite counts say so in a warning)."""
     if isinstance(value, np.ndarray):
         return [_plain(v) for v in value.tolist()] if value.dtype != object else \
             [_plain(v) for v in value]
@@ -253,7 +254,7 @@ def _plain(value):
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (np.floating, float)):
-        return None if math.isnan(value) else float(value)
+        return float(value) if math.isfinite(value) else None
     if isinstance(value, (np.integer,)):
         return int(value)
     if isinstance(value, (np.bool_,)):
