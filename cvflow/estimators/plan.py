@@ -133,15 +133,16 @@ def plan(cube: xr.Dataset, *, loss: str | None = None, compare=None, delta: floa
     a_level = probability(alpha, f"{where}.alpha")
     target = probability(power, f"{where}.power")
     if compare is None and int(cube.sizes["param"]) > 2:
-        e, _ = out_of_fold(cube, name, where)
+        every, fold = out_of_fold(cube, name, where)       # one reading: the pair is in it
         with np.errstate(invalid="ignore"):
-            risk = np.where(np.isfinite(e).all(axis=(1, 2)), e.mean(axis=(1, 2)), np.inf)
+            risk = np.where(np.isfinite(every).all(axis=(1, 2)), every.mean(axis=(1, 2)), np.inf)
         a, b = (int(i) for i in np.argsort(risk, kind="stable")[:2])
+        e = every[[a, b]]
     else:
         a, b = compare_params(cube, compare, where)
         if b is None:
             raise InputError(f"{where}.compare: name two params to compare, e.g. compare: [0, 1]")
-    e, fold = out_of_fold(cube, name, where, [a, b])
+        e, fold = out_of_fold(cube, name, where, [a, b])
     if compare is None and np.nanmean(e[0]) > np.nanmean(e[1]):
         a, b, e = b, a, e[::-1]
     d = e[0] - e[1]
