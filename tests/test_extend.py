@@ -376,22 +376,17 @@ execution: {cluster: threads, fits_per_task: 2}
 """
 
 
-def test_readers_during_a_grow_see_the_old_or_the_new_study(tmp_path):
-    """Issue 32: ``cvflow.open`` (so report, status, the live page) in a loop while another
-    run appends params and splits said "exists but is not a cvflow store" in 3 of 5 runs. A
-    reader in this process, the grow in a ``cvflow run`` process made to pause between its
-    writes: every open sees the old study (2 params x 4 splits) or the new one (4 x 7: nested
-    CV's pair splits), and status reads as well."""
+def grow_while_reading(tmp_path, store: str, cli) -> None:
+    """A store of 2 params x 4 splits, then a run (pausing between its writes) growing it to
+    4 x 7 while readers open it in a loop: every open sees the old study or the new one, never
+    an error, and status reads as well. ``cli(*args)`` runs the program (a CompletedProcess)."""
     import fault_helpers as fh
-    from cvtest import run_cli
 
-    store = tmp_path / "s.zarr"
-    first = tmp_path / "a.yaml"
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
     first.write_text(GROW.replace("ALPHAS", "[0.1, 1.0]").replace("ESTIMATORS", "[kfold]"))
-    second = tmp_path / "b.yaml"
     second.write_text(GROW.replace("ALPHAS", "[0.1, 1.0, 10.0, 100.0]")
                       .replace("ESTIMATORS", "[kfold, nested_cv]"))
-    assert run_cli("run", first, "--store", store).returncode == 0
+    assert cli("run", str(first), "--store", store).returncode == 0
     proc = fh.start_slow_grow(second, store)
     try:
         seen = fh.read_while(proc, store, shapes=((2, 4), (4, 7)))
@@ -401,6 +396,18 @@ def test_readers_during_a_grow_see_the_old_or_the_new_study(tmp_path):
     assert rc == 0, err[-2000:]
     assert not seen["errors"], seen["errors"]
     assert (2, 4) in seen["shapes"] and seen["status"] <= {8, 28}
+
+
+def test_readers_during_a_grow_see_the_old_or_the_new_study(tmp_path):
+    """Issue 32: ``cvflow.open`` (so report, status, the live page) in a loop while another
+    run appends params and splits said "exists but is not a cvflow store" in 3 of 5 runs. A
+    reader in this process, the grow in a ``cvflow run`` process made to pause between its
+    writes: every open sees the old study (2 params x 4 splits) or the new one (4 x 7: nested
+    CV's pair splits), and status reads as well."""
+    from cvtest import run_cli
+
+    store = tmp_path / "s.zarr"
+    grow_while_reading(tmp_path, str(store), lambda *a: run_cli(*a))
     assert cvflow.open(store).sizes["param"] == 4
     assert not (tmp_path / "s.zarr.growing").exists()
 

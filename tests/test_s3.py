@@ -239,24 +239,10 @@ def test_an_array_metadata_at_odds_with_the_consolidated_copy_on_s3(s3, tmp_path
 def test_readers_during_a_grow_on_s3_see_the_old_or_the_new_study(s3, tmp_path):
     """Issue 32, on an object store: readers in a loop while a run (pausing between its
     writes) appends params and splits see the old study or the new one, never neither."""
-    from test_extend import GROW
+    from test_extend import grow_while_reading
 
     url = _url()
-    first = tmp_path / "a.yaml"
-    first.write_text(GROW.replace("ALPHAS", "[0.1, 1.0]").replace("ESTIMATORS", "[kfold]"))
-    second = tmp_path / "b.yaml"
-    second.write_text(GROW.replace("ALPHAS", "[0.1, 1.0, 10.0, 100.0]")
-                      .replace("ESTIMATORS", "[kfold, nested_cv]"))
-    assert _cli("run", str(first), "--store", url).returncode == 0
-    proc = fh.start_slow_grow(second, url)
-    try:
-        seen = fh.read_while(proc, url, shapes=((2, 4), (4, 7)))
-        rc, _, err = fh.finish(proc)
-    finally:
-        fh.reap(proc)
-    assert rc == 0, err[-2000:]
-    assert not seen["errors"], seen["errors"]
-    assert (2, 4) in seen["shapes"] and seen["status"] <= {8, 28}
+    grow_while_reading(tmp_path, url, _cli)
     assert not _objects(url + ".growing")
 
 
