@@ -82,19 +82,20 @@ def ended_after_run(client, token: str | None) -> Iterator[None]:
 
 
 def end(token: str, *, workers=()) -> list[int]:
-    """SIGKILL every process carrying ``token`` but this process, the ``workers`` (pids) and
-    what this process started otherwise; their pids."""
+    """SIGKILL every process carrying ``token`` but this process, its own children (the
+    workers among them) and the ``workers`` (pids); their pids."""
     try:
         import psutil
     except ImportError:               # pragma: no cover - psutil comes with distributed
         return []
     me = psutil.Process()
+    # this process's own children are spared (the workers, a user's subprocess), never their
+    # descendants: only what a worker started carries the token, and a user's subprocess's
+    # children do not. Sparing the descendants of every child but the named workers let a
+    # fit's fork live on whenever the workers could not be named (a busy scheduler).
     spared = {me.pid} | set(workers)
     with contextlib.suppress(psutil.Error):
-        for child in me.children():
-            spared.add(child.pid)
-            if child.pid not in workers:
-                spared |= {p.pid for p in child.children(recursive=True)}
+        spared |= {child.pid for child in me.children()}
     found = []
     for proc in psutil.process_iter(["pid"]):
         if proc.pid in spared:
