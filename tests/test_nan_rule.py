@@ -15,7 +15,8 @@ OPTIONS = {"ustat": {"compare": [0, BAD]}, "nadeau_bengio": {"compare": [0, BAD]
            "corrected_t": {"compare": [0, BAD]}, "paired_5x2cv": {"compare": [0, BAD]},
            "wald_cv": {}, "stability": {"lambdas": [0, 1]}, "bbc_cv": {"B": 50},
            "cv_confidence": {"B": 50}, "bayes_t": {"compare": [0, BAD]},
-           "compare_all": {"params": [0, BAD, 2]}, "nested_compare": {"learners": ["ridge", "other"]}}
+           "compare_all": {"params": [0, BAD, 2]}, "nested_compare": {"learners": ["ridge", "other"]},
+           "plan": {"compare": [0, BAD]}}
 
 
 def _cube(folds: int, repeats: int):

@@ -138,17 +138,19 @@ def plan(cube: xr.Dataset, *, loss: str | None = None, compare=None, delta: floa
             risk = np.where(np.isfinite(every).all(axis=(1, 2)), every.mean(axis=(1, 2)), np.inf)
         a, b = (int(i) for i in np.argsort(risk, kind="stable")[:2])
         e = every[[a, b]]
+        incomplete = int(np.isnan(every).any(axis=(1, 2)).sum())   # left out of the choice
     else:
         a, b = compare_params(cube, compare, where)
         if b is None:
             raise InputError(f"{where}.compare: name two params to compare, e.g. compare: [0, 1]")
         e, fold = out_of_fold(cube, name, where, [a, b])
+        incomplete = int(np.isnan(e).any(axis=(1, 2)).sum())
     if compare is None and np.nanmean(e[0]) > np.nanmean(e[1]):
         a, b, e = b, a, e[::-1]
     d = e[0] - e[1]
     r, n = d.shape
     k = int(fold.max()) + 1
-    warnings = guardrails.missing(int(np.isnan(e).any(axis=(1, 2)).sum()), where)
+    warnings = guardrails.missing(incomplete, where)
     est = float(d.mean())
     dlt = est if delta is None else number()(delta, f"{where}.delta")
     if warnings:
