@@ -83,13 +83,18 @@ def test_a_fit_that_forks_neither_hangs_its_child_nor_outlives_it(tmp_path):
     assert fh.pids_alive(pids) == []
 
 
-def test_processes_a_fit_forks_in_a_worker_do_not_outlive_the_run(tmp_path):
+@pytest.mark.parametrize("inherited", [None, "a-token-of-another-cluster"])
+def test_processes_a_fit_forks_in_a_worker_do_not_outlive_the_run(tmp_path, inherited):
     """Issue 32: processes forked by a learner's fit in the worker processes were reparented
     to init when the cluster closed, and lived on after ``cvflow.run`` returned. A fresh
     interpreter runs a study whose fits of one alpha each fork a grandchild that would live
-    10 minutes (on worker processes); once ``run`` has returned, none is alive."""
+    10 minutes (on worker processes); once ``run`` has returned, none is alive. Also when the
+    interpreter inherits another cluster's token (a parent that ran a cluster: distributed
+    prefers the environment's value, so the workers were tagged with it and nothing ended)."""
     import subprocess
     import sys
+
+    from cvflow.execution.processes import ENV
 
     pids = tmp_path / "pids"
     pids.mkdir()
@@ -110,8 +115,9 @@ execution: {{cluster: local, workers: 2, fits_per_task: 1}}
     code = ("import sys, cvflow\n"
             "r = cvflow.run(sys.argv[1], store=sys.argv[2], progress=False)\n"
             "print('done', r.fits_executed, r.failed, flush=True)\n")
+    env = fh.cli_env(**({ENV: inherited} if inherited else {}))
     proc = subprocess.run([sys.executable, "-c", code, str(wf), str(tmp_path / "s.zarr")],
-                          capture_output=True, text=True, env=fh.cli_env(), timeout=280)
+                          capture_output=True, text=True, env=env, timeout=280)
     assert proc.returncode == 0 and "done 8 0" in proc.stdout, proc.stderr[-3000:]
     assert len(list(pids.iterdir())) == 4                     # alpha 1: 3 folds + full fit
     assert fh.pids_alive(pids, wait=5) == []

@@ -34,16 +34,16 @@ def tagged() -> Iterator[str]:
     import dask.config
 
     token = uuid.uuid4().hex
-    saved = os.environ.get(ENV)
+    # distributed prefers a variable already in this process's environment to the config's
+    # value, and its nannies set theirs here before each spawn (a restart after the start
+    # too): one left by an earlier cluster, or inherited from a parent cvflow process, would
+    # tag these workers with a token no run ends (their forks lived on)
+    os.environ.pop(ENV, None)
     try:
         with dask.config.set({f"distributed.nanny.pre-spawn-environ.{ENV}": token}):
             yield token
     finally:
-        # the nanny set it in this process's environment before spawning each worker
-        if saved is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = saved
+        os.environ.pop(ENV, None)
 
 
 @contextlib.contextmanager

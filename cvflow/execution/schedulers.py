@@ -259,8 +259,9 @@ def _warm_key(prof: dict) -> str:
                           sort_keys=True)
 
 
-# pytest sets this one for every test; nothing a worker does depends on it
-_VOLATILE_ENVIRONMENT = ("PYTEST_CURRENT_TEST",)
+# pytest sets the first for every test; distributed's nannies set the second (the cluster's
+# token, cvflow.execution.processes) before each spawn: nothing a worker does depends on them
+_VOLATILE_ENVIRONMENT = ("PYTEST_CURRENT_TEST", processes.ENV)
 
 
 def _environment() -> dict[str, str]:
