@@ -58,7 +58,7 @@ def ended_at_close() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def ended_after_run(client, token: str | None) -> Iterator[None]:
+def ended_after_run(token: str | None) -> Iterator[None]:
     """For a run on a warm cluster (``token``: its tag): once the last run using it ends, what
     learners' fits left running in (or beside) its worker processes is ended."""
     if token is None:
@@ -73,17 +73,12 @@ def ended_after_run(client, token: str | None) -> Iterator[None]:
             _RUNS[token] -= 1
             last = _RUNS[token] == 0
         if last:
-            try:
-                workers = set(client.run(os.getpid).values())
-            except Exception as exc:  # noqa: BLE001 - a cluster that is gone: nothing to spare
-                log.debug("the warm cluster's worker pids: %s", exc)
-                workers = set()
-            end(token, workers=workers)
+            end(token)
 
 
-def end(token: str, *, workers=()) -> list[int]:
-    """SIGKILL every process carrying ``token`` but this process, its own children (the
-    workers among them) and the ``workers`` (pids); their pids."""
+def end(token: str) -> list[int]:
+    """SIGKILL every process carrying ``token`` but this process and its own children (the
+    worker processes of a local cluster are: a warm cluster keeps them); their pids."""
     try:
         import psutil
     except ImportError:               # pragma: no cover - psutil comes with distributed
@@ -91,9 +86,8 @@ def end(token: str, *, workers=()) -> list[int]:
     me = psutil.Process()
     # this process's own children are spared (the workers, a user's subprocess), never their
     # descendants: only what a worker started carries the token, and a user's subprocess's
-    # children do not. Sparing the descendants of every child but the named workers let a
-    # fit's fork live on whenever the workers could not be named (a busy scheduler).
-    spared = {me.pid} | set(workers)
+    # children do not
+    spared = {me.pid}
     with contextlib.suppress(psutil.Error):
         spared |= {child.pid for child in me.children()}
     found = []

@@ -490,7 +490,7 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
                 log.info("cluster %s (%s, kept for this session): dashboard %s", prof["name"],
                          kind, kept.dashboard_link or None)
                 # what learners' fits leave running in its workers ends with the run
-                with processes.ended_after_run(kept, (_WARM or {}).get("token")):
+                with processes.ended_after_run((_WARM or {}).get("token")):
                     yield kept
                 return
             # what learners' fits leave running in the workers ends when the cluster closes
