@@ -383,12 +383,15 @@ def test_a_large_data_set_runs_without_distributeds_large_graph_warning(tmp_path
 @pytest.mark.slow
 @pytest.mark.timeout(900)   # worker restarts: 7 min at load 18
 def test_a_first_grid_point_that_kills_its_process_is_checked_on_the_workers(tmp_path):
-    """The pre-run check fits each learner's first grid point: for a learner's own fit code it
-    runs on the workers, so a fit ending its process there (alpha = 0.1, the first) leaves
-    `cvflow run` alive; the study runs and records those fits failed, exit 0."""
+    """The pre-run check fits each learner's first grid point: on worker processes (asked for:
+    crash isolation) it runs on the workers, so a fit ending its process there (alpha = 0.1, the
+    first) leaves `cvflow run` alive; the study runs and records those fits failed, exit 0. (On
+    the in-process route auto picks for so short a study, the fit ends `cvflow run`, as it ends
+    GridSearchCV(n_jobs=None): test_a_run_never_forks_its_threaded_process.)"""
     wf = fh.dying_workflow(tmp_path / "d.yaml", 0.1, fits_per_task=4)
     store = tmp_path / "s.zarr"
-    res = subprocess.run([sys.executable, "-m", "cvflow", "run", str(wf), "--store", str(store)],
+    res = subprocess.run([sys.executable, "-m", "cvflow", "run", str(wf), "--store", str(store),
+                          "--cluster", "local"],
                          capture_output=True, text=True, env=fh.cli_env(), timeout=840)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "the trial fit before the run ended its worker process" in res.stderr
