@@ -27,6 +27,7 @@ from ..fitting.block import BlockResult, fit_block
 from ..fitting.isolated import fit_cells, timeout_message
 from ..fitting.scoring import Scoring
 from ..workflow.params import Param
+from .sizing import one_openmp_thread_here
 
 log = logging.getLogger(__name__)
 
@@ -209,15 +210,17 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
         result = _fit_isolated(ctx, params, X, y, train, params_slice, splits_slice, positive,
                                todo, sample_weight, scoring)
     elif todo is None:
-        result = fit_block(params, X, y, train, params_slice=params_slice,
-                           splits_slice=splits_slice, positive=positive,
-                           path_aware=path_aware, sample_weight=sample_weight, watch=watch,
-                           scoring=scoring)
+        with one_openmp_thread_here():
+            result = fit_block(params, X, y, train, params_slice=params_slice,
+                               splits_slice=splits_slice, positive=positive,
+                               path_aware=path_aware, sample_weight=sample_weight, watch=watch,
+                               scoring=scoring)
     else:                 # the stored cells are read: the store must exist
         if ctx.ready is not None:
             _wait_ready(ctx)
-        result = fit_missing(ctx.store, params, X, y, train, params_slice, splits_slice, positive,
-                             path_aware, todo, sample_weight, watch, scoring)
+        with one_openmp_thread_here():
+            result = fit_missing(ctx.store, params, X, y, train, params_slice, splits_slice,
+                                 positive, path_aware, todo, sample_weight, watch, scoring)
     for h, s in late:
         result.pred[h, s] = np.nan
         result.failed[h, s], result.error[h, s] = True, timeout_message(ctx.fit_timeout)
