@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.base import BaseEstimator, RegressorMixin
 
 from cvflow.execution import sizing as blocks
 from cvflow.execution.sizing import choose_chunks, estimate_seconds_per_fit
@@ -205,3 +207,65 @@ def test_path_learners_are_charged_by_size_without_a_probe(monkeypatch):
     per_fit, per_value = blocks.PATH_COST["lasso"]
     assert estimate_seconds_per_fit(lasso, big_X, big_y, np.arange(2500) < 2000) == \
         pytest.approx(per_fit + per_value * 2000 * 1000)
+
+
+# --- threads: OpenMP per thread, and whether the GIL is held ------------------------------------
+
+class SleepingRegressor(BaseEstimator, RegressorMixin):
+    """A fit that waits without the GIL (time.sleep releases it, as libsvm's fit does)."""
+
+    def __init__(self, alpha=1.0, seconds=0.05):
+        self.alpha, self.seconds = alpha, seconds
+
+    def fit(self, X, y):
+        time.sleep(self.seconds)
+        self.mean_ = float(np.mean(y))
+        return self
+
+    def predict(self, X):
+        return np.full(len(X), self.mean_)
+
+
+class SpinningRegressor(SleepingRegressor):
+    """A fit that computes in Python for its whole time, holding the GIL."""
+
+    def fit(self, X, y):
+        end = time.thread_time() + self.seconds
+        while time.thread_time() < end:
+            pass
+        self.mean_ = float(np.mean(y))
+        return self
+
+
+def _params(cls):
+    return [Param("m", f"{__name__}.{cls.__name__}", hyper={"alpha": a},
+                  source=(cls(), {"alpha": a})) for a in (0.1, 1.0, 10.0)]
+
+
+def test_thread_bound_share_tells_a_fit_that_holds_the_gil_from_one_that_does_not():
+    """Two sleeping fits side by side take one's time (share ~0); two spinning fits, which
+    hold the GIL, take two (share ~1). The margins are wide: CPU time, not wall time, bounds
+    the spinning fit, so a busy machine slows both of a pair alike."""
+    X, y = np.zeros((40, 2)), np.arange(40.0)
+    train = np.ones(40, bool)
+    free = blocks.thread_bound_share(_params(SleepingRegressor), X, y, train)
+    held = blocks.thread_bound_share(_params(SpinningRegressor), X, y, train)
+    assert free < 0.5 < held, (free, held)
+
+
+def test_blocks_on_scheduler_threads_get_one_openmp_thread():
+    """OpenMP's thread count is set per thread: the limit must be set in the thread that fits,
+    not only in the client's (threadpoolctl reports the calling thread's OpenMP setting)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_info
+
+    import sklearn.ensemble  # noqa: F401 - loads scikit-learn's OpenMP runtime
+
+    def openmp_threads():
+        with blocks.one_openmp_thread_here():
+            return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "openmp"]
+
+    with ThreadPoolExecutor(1) as pool:
+        inside = pool.submit(openmp_threads).result()
+    assert inside and set(inside) == {1}

@@ -263,9 +263,19 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     n_fits = len(study.params) * study.design.n_splits
     per_fit = None
     checked = False                 # here: the probe; else a task on the workers (_Run.on)
+    share = gil_share(study.params, path_aware)     # of the learners' own fits, if measured
+
+    def threads_worth_measuring(seconds: float) -> bool:
+        # only where auto would start processes for the GIL's sake: is it held?
+        return auto and not fit_timeout and share > 0 and choose(
+            cluster, seconds=seconds * n_fits, workers=workers, gil_share=share)[0] == "local"
+
     if here:
-        checked, per_fit = _probe(workflow, study, timing=auto or wants_timing, trial=trial,
-                                  probing=probing)
+        checked, per_fit, measured = _probe(workflow, study, timing=auto or wants_timing,
+                                            trial=trial, probing=probing,
+                                            threads_worth_measuring=threads_worth_measuring)
+        if measured is not None:
+            share *= measured
         if per_fit is None and (auto or wants_timing):
             # too long to time here (more than probe_seconds for a trial and two fits): blocks
             # of one fit each, on worker processes (an abandoned fit needs no second timing)
@@ -276,7 +286,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
         cluster, execution = choose(
             cluster, seconds=(per_fit or 0.0) * n_fits, workers=workers,
             dashboard=dashboard_port is not None, in_process_safe=in_process_safe,
-            fit_timeout=fit_timeout, gil_share=gil_share(study.params, path_aware))
+            fit_timeout=fit_timeout, gil_share=share)
         log.info("execution: %s", execution)
         if auto and cluster in ("local", "threads") and dashboard_port is None:
             # a short study: no dashboard; one long enough to watch: on a free loopback port
@@ -319,15 +329,18 @@ def _probe_seconds() -> float:
 
 
 def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True,
-           probing: bool = False) -> tuple[bool, float | None]:
+           probing: bool = False, threads_worth_measuring: Callable[[float], bool] | None = None
+           ) -> tuple[bool, float | None, float | None]:
     """The pre-run check of the learners (:func:`cvflow.fitting.trial.check_learners`; not
     with ``trial=False``) and, with ``timing``, the timed seconds per fit
     (:func:`cvflow.execution.plan.seconds_per_fit`), in this process within config
-    ``cvflow.cluster.auto.probe_seconds``: ``(checked, seconds or None)``, the check done and
-    the timing finished in time. Raises what the check raises."""
+    ``cvflow.cluster.auto.probe_seconds``: ``(checked, seconds or None, share or None)``, the
+    check done and the timing finished in time. ``threads_worth_measuring(seconds)`` true: the
+    share of the fits that threads cannot run side by side is measured too
+    (:func:`cvflow.execution.sizing.thread_bound_share`). Raises what the check raises."""
     import threading
 
-    from .sizing import one_blas_thread
+    from .sizing import one_blas_thread, thread_bound_share
     from ..fitting.trial import check_learners, scorer_probe
 
     # DESIGN CHOICE: the probe runs a learner's own fit code here, which may run for minutes
@@ -350,6 +363,11 @@ def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True,
                     out["keys"] = scorer_probe(workflow, study.data)
                 out["checked"] = True
                 out["seconds"] = seconds_per_fit(workflow, study) if timing else None
+            if out["seconds"] and threads_worth_measuring and threads_worth_measuring(out["seconds"]):
+                d = study.data
+                out["share"] = thread_bound_share(
+                    study.params, d.fit_X, d.fit_y, study.design.train[0], positive=d.positive,
+                    path_aware=bool(workflow.execution.get("path_aware", True)))
         except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
             out["error"] = exc
 
@@ -360,11 +378,11 @@ def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True,
         log.info("the learners' trial and timing fits took more than %g s here (%s); "
                  "fitting on worker processes", _probe_seconds(),
                  "checked" if out.get("checked") else "to be checked there")
-        return bool(out.get("checked")), None
+        return bool(out.get("checked")), None, None
     if "error" in out:
         raise out["error"]
     study.set_scorer_keys(out.get("keys") or {})
-    return True, out["seconds"]
+    return True, out["seconds"], out.get("share")
 
 
 @dataclass

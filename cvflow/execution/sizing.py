@@ -208,6 +208,38 @@ def gil_share(params: list, path_aware: bool = True) -> float:
     return 1.0 - free / len(params)
 
 
+def thread_bound_share(params: list, X, y, train: np.ndarray, *, positive=None,
+                       path_aware: bool = True) -> float:
+    """The share of a learner's fit time that two threads cannot run side by side, measured.
+
+    One fit of the grid's middle param alone, then two at once on two threads (one OpenMP
+    thread each, as blocks fit): 0 when the pair takes as long as one (the fit releases the GIL:
+    libsvm, tree builders, BLAS), 1 when twice as long (it holds the GIL). Called only for a
+    study whose estimate says worker processes may pay, so the two fits' cost is small beside
+    it; on a busy machine the measure errs towards 1 (processes), the old assumption."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..fitting.block import fit_block
+    from ..fitting.trial import trial_running
+
+    middle = [params[len(params) // 2]]
+    rows = np.asarray(train, dtype=bool)[None, :]
+
+    def one(_=None) -> float:
+        with one_openmp_thread_here():
+            t0 = time.perf_counter()
+            fit_block(middle, X, y, rows, params_slice=slice(0, 1), splits_slice=slice(0, 1),
+                      positive=positive, path_aware=path_aware)
+            return time.perf_counter() - t0
+
+    with trial_running(), ThreadPoolExecutor(2, thread_name_prefix="cvflow-timing") as pool:
+        alone = one()
+        t0 = time.perf_counter()
+        list(pool.map(one, range(2)))
+        both = time.perf_counter() - t0
+    return float(np.clip(both / max(alone, 1e-9) - 1.0, 0.0, 1.0))
+
+
 def _first_path(group: list) -> list:
     """The params of the first path group (:func:`cvflow.fitting.paths.plan`) of a learner, or []."""
     from ..fitting.paths import plan
