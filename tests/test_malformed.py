@@ -113,6 +113,7 @@ SET = {   # path -> invalid values
         st.builds(lambda v: {"size": 10, "pairs": 2, "seed": v}, bad_seed),
         st.just({"pairs": 2})),
     ("design", "shuffle"): st.one_of(junk, st.integers(2, 5), st.none()),
+    ("design", "full_fit"): st.one_of(junk, st.integers(2, 5), st.none()),
     ("design", "splitter"): st.one_of(junk, st.integers(), st.builds(
         lambda c: {"class": c}, bad_class), st.just("stratified"),
         st.just({"class": "sklearn.model_selection.KFold", "n_splits": 1})),
@@ -145,7 +146,7 @@ SET = {   # path -> invalid values
 SECTIONS = {(): "name description data task loss learners design estimators execution",
             ("data",): "source name path target features groups test_fraction seed params "
                        "dropna frame",
-            ("design",): "folds repeats splitter seed shuffle subset gap max_train_size",
+            ("design",): "folds repeats splitter seed shuffle subset gap max_train_size full_fit",
             ("learners", 0): "name class estimator params grid output preprocess",
             ("execution",): "cluster workers fits_per_task path_aware dtype fit_seed",
             ("estimators", 2, "stability"): "lambdas"}

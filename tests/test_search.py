@@ -163,6 +163,43 @@ def test_other_selecting_estimators_choose_and_keep_the_cube(diabetes, tmp_path)
     assert nested.best_index_ == int(nested.result_["stability_nested"]["selected"])
 
 
+def test_temporary_cube_fits_the_folds_alone_and_a_given_store_the_full_data_too(diabetes,
+                                                                                tmp_path):
+    """As GridSearchCV, a search without a store fits each candidate on the folds only (its
+    refit is best_estimator_): the cube has no full split unless an estimator reads one; a
+    given store keeps the full fits (its reports show them). Counted by a learner that
+    records the size of every training set it is fitted on."""
+    X, y = diabetes
+    grid = {"alpha": [0.1, 1.0]}
+    seen = []
+
+    class Counting(Ridge):
+        def fit(self, X, y, sample_weight=None):
+            from cvflow.fitting.trial import in_trial
+
+            if not in_trial():
+                seen.append(len(X))
+            return super().fit(X, y, sample_weight=sample_weight)
+
+    temporary = cvflow.SearchCV(Counting(), grid, cv=KFold(4), cluster="threads").fit(X, y)
+    assert int(temporary.result_.cube.attrs["full_split"]) == -1
+    # 2 candidates x 4 folds of 3/4 of the data, then the refit on all of it
+    assert sorted(seen) == sorted([len(y) - len(y) // 4 - (i < len(y) % 4)
+                                   for i in range(4)] * 2 + [len(y)])
+    reference = GridSearchCV(Ridge(), grid, cv=KFold(4)).fit(X, y)
+    assert_same_search(temporary, reference)
+    seen.clear()
+    kept = cvflow.SearchCV(Counting(), grid, cv=KFold(4), cluster="threads",
+                           store=tmp_path / "kept.zarr").fit(X, y)
+    assert int(kept.result_.cube.attrs["full_split"]) >= 0
+    assert seen.count(len(y)) == 2 + 1              # each candidate's full fit, the refit
+    # an estimator that reads the full fit gets it in a temporary cube too
+    corrected = cvflow.SearchCV(Ridge(), grid, cv=KFold(4), cluster="threads",
+                                scoring="neg_mean_squared_error",
+                                select="corrected_kfold").fit(X, y)
+    assert int(corrected.result_.cube.attrs["full_split"]) >= 0
+
+
 def test_refusals_are_one_clear_line(diabetes):
     from sklearn.metrics import make_scorer, mean_squared_error
 

@@ -36,6 +36,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..estimators.losses import Loss, from_scoring
 from ..fitting.scoring import estimator_score
+from ..objects import describe_splitter
 from . import scorings
 from .callbacks import SearchTasks
 from .inputs import (Scorings, check_task, default_client, output_of, refit_failed,
@@ -316,7 +317,13 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
             print(f"Fitting {n_splits} folds for each of {len(candidates)} candidates, totalling "
                   f"{n_splits * len(candidates)} fits")
         extra = [e for e in self.estimators if (e if isinstance(e, str) else next(iter(e))) != select]
-        study = Study(estimator, param_grid=sorted_grid(self.param_grid), cv=splitter,
+        # DESIGN CHOICE: the temporary cube of a search holds the folds' fits alone, as
+        # GridSearchCV fits (best_estimator_ is refitted): a full-data fit per candidate would
+        # cost 1/K more fitting for what no estimator reads; a given store keeps the full fits
+        # (its reports show them, and a later run may resume or extend it)
+        design = ({"splitter": describe_splitter(splitter), "full_fit": False}
+                  if self.store is None else splitter)
+        study = Study(estimator, param_grid=sorted_grid(self.param_grid), cv=design,
                       estimators=[{select: options}, *extra],
                       loss=losses[key if key in losses else next(iter(losses))][0].label
                       if losses else None,

