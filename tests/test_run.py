@@ -152,3 +152,23 @@ def test_a_block_waiting_for_a_store_whose_creation_failed_raises(tmp_path, clie
     ctx = TaskContext(store=str(tmp_path / "s.zarr"), run_id="t", ready=ready.name)
     with pytest.raises(StoreError, match="was not created"):
         client.submit(_wait_ready, ctx, pure=False).result()
+
+
+def test_a_block_that_outlived_its_run_stops_waiting_for_its_store(tmp_path, monkeypatch):
+    """A task still waiting for its store's event after its run ended (a block the scheduler
+    retried once its run had moved on) stops when it finds its run's lock gone, instead of
+    holding its worker's thread until the 10-minute deadline: the event is never set here,
+    and the lock was never this task's."""
+    from cvflow.errors import LockLostError
+    from cvflow.execution import tasks
+    from cvflow.execution.threaded import LocalEvent
+
+    monkeypatch.setattr(tasks, "READY_CHECK_SECONDS", 0.05)
+    ready = LocalEvent(f"cvflow-store-outlived-{tmp_path.name}")      # never set
+    ctx = tasks.TaskContext(store=str(tmp_path / "s.zarr"), run_id="gone", token="a-past-run",
+                            ready=ready.name)
+    try:
+        with pytest.raises(LockLostError, match="no longer holds the run lock"):
+            tasks._wait_ready(ctx)
+    finally:
+        ready.clear()

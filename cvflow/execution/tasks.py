@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 # a block task waits at most this long, once fitted, for the client to create a new store
 STORE_READY_TIMEOUT = 600
+READY_CHECK_SECONDS = 2.0      # how often a waiting block checks that its run still holds the lock
 
 
 @dataclass(frozen=True)
@@ -175,10 +176,21 @@ def _wait_ready(ctx: TaskContext) -> None:
         from distributed import Event
 
         ready = Event(ctx.ready)
-    if not (ready.wait(timeout=STORE_READY_TIMEOUT) and is_store(ctx.store)):
-        raise StoreError(f"store: {ctx.store} was not created (or not within "
-                         f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
-    _SEEN_READY.add(ctx.ready)
+    # DESIGN CHOICE: waited for in slices, the run's lock checked between them: a task that
+    # outlived its run (a block the scheduler retried after the loop had moved on) would wait
+    # the whole deadline for an event its run cleared, holding its worker's only thread (seen:
+    # a later run on the same warm cluster stalled behind it for 10 minutes)
+    deadline = time.monotonic() + STORE_READY_TIMEOUT
+    while not ready.wait(timeout=min(READY_CHECK_SECONDS, max(deadline - time.monotonic(), 0))):
+        check_fence(ctx)
+        if time.monotonic() >= deadline:
+            break
+    else:
+        if is_store(ctx.store):
+            _SEEN_READY.add(ctx.ready)
+            return
+    raise StoreError(f"store: {ctx.store} was not created (or not within "
+                     f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
 
 
 # --- the bodies ----------------------------------------------------------------------------------
