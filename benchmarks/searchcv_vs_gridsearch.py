@@ -16,8 +16,11 @@ The cases are in ``searchcv_cases.py`` (a, b, c, d, e, g); ``f`` is two whole-wo
 ``plain_quickstart.py``, with n_jobs None and 2) and ``f-cart`` (``cvflow run
 benchmarks/cart_breast_cancer.yaml`` vs case a's GridSearchCV). SearchCV gets only the
 estimator, the grid, ``cv`` and the case's ``scoring`` (its defaults: no store, i.e. a
-temporary one; ``cluster`` None, i.e. ``auto``; ``progress`` False). Every process inherits one
-BLAS/OpenMP thread (``common.py``, as the other benchmarks). The tools' choices are compared
+temporary one; ``cluster`` None, i.e. ``auto``; ``progress`` False). Every process runs in a
+user's environment: the one-thread BLAS/OpenMP pins of ``common.py`` are removed for them (a
+user sets none; until 2026-11-28 they were inherited, which hid an OpenMP oversubscription of
+cvflow's threads route and changed GridSearchCV's HistGradientBoosting times too). The tools'
+choices are compared
 (same ``best_params_``, same ``best_score_``).
 
 Writes ``benchmarks/results/searchcv_vs_gridsearch.md`` (the table) and ``.json`` (every raw
@@ -63,9 +66,15 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+PINS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+
+
 def env() -> dict:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    """The environment a user's script runs in: ``common``'s one-thread pins removed (a user
+    sets none: GridSearchCV(n_jobs=None)'s HistGradientBoosting runs an OpenMP thread per core)."""
+    out = {k: v for k, v in os.environ.items() if k not in PINS}
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return out
 
 
 def commands(case: str, store) -> dict:

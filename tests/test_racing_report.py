@@ -470,3 +470,54 @@ def test_status_after_filling_says_so(tmp_path):
     np.testing.assert_allclose(got["kfold"]["estimate"]["values"],
                                _oof_losses(filled).mean(axis=(1, 2)),
                                rtol=1e-10)
+
+
+BOUNDED = """\
+name: bounded
+data: {source: sklearn, name: breast_cancer}
+task: classification
+loss: zero_one
+learners:
+  - name: logit
+    class: sklearn.linear_model.LogisticRegression
+    params: {max_iter: 2000}
+    grid: {C: {logspace: [-5, 2, 8]}}
+    preprocess: [sklearn.preprocessing.StandardScaler]
+design: {folds: 5, repeats: 2, seed: 0}
+estimators: [kfold]
+execution: {cluster: threads}
+racing: {alpha: 0.05}
+"""
+
+
+def test_a_bounded_race_reports_each_looks_threshold(tmp_path):
+    """A bounded loss (zero_one) spends 0.8 alpha over the first repeat's looks and the rest
+    over the later ones (docs/guide/racing.md's table): ``report --json`` gives each look's
+    threshold, equal to that formula computed here from the stages, each drop its own look's,
+    and the text names them (not only the first look's)."""
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(BOUNDED)
+    store = tmp_path / "b.zarr"
+    out = run_cli("run", wf, "--store", store)
+    assert out.returncode == 0, out.stderr
+    out = run_cli("report", store, "--json")
+    assert out.returncode == 0, out.stderr
+    race = json.loads(out.stdout)["racing"]
+    k, looks, alpha = race["params"], race["looks"], 0.05
+    first = 0
+    while first < looks and all(r == 0 for r, _ in race["stages"][first]["folds"]):
+        first += 1
+    assert 0 < first < looks                       # the case the table's two rows cover
+    pairs = k * (k - 1)
+    want = [0.8 * alpha / pairs if s < first else 0.2 * alpha / ((looks - first) * pairs)
+            for s in range(looks)]
+    assert race["thresholds"] == pytest.approx(want, rel=1e-12)
+    assert race["threshold"] == pytest.approx(want[0], rel=1e-12)
+    assert race["dropped"], "the tiny Cs predict one class: some must be dropped"
+    for d in race["dropped"]:
+        assert d["threshold"] == pytest.approx(want[d["stage"]], rel=1e-12)
+        assert d["p_value"] <= d["threshold"]
+    text = run_cli("report", store).stdout
+    assert (f"drop at p <= {want[0]:.3g} at looks 1-{first}, {want[-1]:.3g} at "
+            f"look{'s' if looks - first > 1 else ''} ") in text, text
+    assert all(f"<= {d['threshold']:.3g})" in text for d in race["dropped"])

@@ -85,13 +85,16 @@ def summary(cube) -> dict | None:
     -------
     dict or None
         ``alpha``, ``test``, ``correction``, ``threshold`` (the p-value at or below which a
-        param was dropped at a look), ``params`` (that started the race), ``looks``,
+        param was dropped at the first look), ``thresholds`` (that p-value at each look: with a
+        bounded loss the first repeat's looks share most of alpha, the later ones the rest),
+        ``params`` (that started the race), ``looks``,
         ``stages`` (each its ``stage``, (repeat, fold) ``folds`` and ``splits``),
         ``saved_fits`` (not run and still not done), ``unfilled`` (dropped params still lacking
         a fit: 0 once a run without racing filled them), ``survivors``, and ``dropped``: one
         row per dropped param,
         in the order they were dropped: ``param`` (its index in the store), ``label``,
-        ``stage``, ``folds`` (that stage's (repeat, fold) roles as text, ``r0f1``), ``leader`` (the
+        ``stage``, ``threshold`` (that look's), ``folds`` (that stage's (repeat, fold) roles as
+        text, ``r0f1``), ``leader`` (the
         label of the param it lost to) and ``leader_param``, ``mean_difference`` (its mean
         out-of-fold loss minus the leader's), ``se``, ``z``, ``p_value``, ``p_adjusted``,
         ``units`` (samples, or groups, seen). Non-finite numbers are None.
@@ -111,15 +114,19 @@ def summary(cube) -> dict | None:
     stages = [{"stage": s, "folds": [list(f) for f in folds], "splits": list(splits)}
               for s, (splits, folds) in enumerate(zip(race["stage_splits"],
                                                       race["stage_folds"]))]
+    # a store raced before the per-look record: every look dropped at the first look's p
+    thresholds = [float(t) for t in race.get("thresholds") or [race["threshold"]] * race["looks"]]
     rows = [{"param": int(d["param"]), "label": name(d, "label", "param"),
-             "stage": int(d["stage"]), "folds": where(stages[int(d["stage"])]["folds"]),
+             "stage": int(d["stage"]), "threshold": thresholds[int(d["stage"])],
+             "folds": where(stages[int(d["stage"])]["folds"]),
              "leader": name(d, "leader_label", "leader"), "leader_param": int(d["leader"]),
              "mean_difference": _finite(d["mean_difference"]), "se": _finite(d["se"]),
              "z": _finite(d["z"]), "p_value": _finite(d["p_value"]),
              "p_adjusted": _finite(d["p_adjusted"]), "units": int(d["units"])}
             for d in race["dropped"]]
     return {"alpha": race["alpha"], "test": race["test"], "correction": race["correction"],
-            "threshold": race["threshold"], "params": race["params"], "looks": race["looks"],
+            "threshold": race["threshold"], "thresholds": thresholds,
+            "params": race["params"], "looks": race["looks"],
             "stages": stages, "saved_fits": saved_fits(race, done),
             "unfilled": unfilled(race, done),
             "survivors": int(race["params"]) - len(rows), "dropped": rows}
@@ -132,10 +139,27 @@ def text(cube) -> list[str]:
         return []
     state = state_text(len(race["dropped"]), race["params"], race["unfilled"], race["saved_fits"])
     lines = [f"racing: {state} (alpha {race['alpha']}: {race['test']}, "
-             f"{race['correction']}; drop at p <= {race['threshold']:.3g})"]
+             f"{race['correction']}; drop at {cuts_text(race['thresholds'])})"]
     for d in race["dropped"]:
         z = "inf" if d["z"] is None else f"{d['z']:.2f}"
         lines.append(f"  stage {d['stage']} ({d['folds']}): {d['label']} beaten by "
                      f"{d['leader']}: loss +{d['mean_difference']:.4g} "
-                     f"(z {z}, p {d['p_value']:.2g})")
+                     f"(z {z}, p {d['p_value']:.2g} <= {d['threshold']:.3g})")
     return lines
+
+
+def cuts_text(thresholds: list[float]) -> str:
+    """The looks' drop thresholds in words: one p-value, or each run of equal ones by look
+    (``p <= 0.008 at looks 1-4, 0.0005 at looks 5-9``)."""
+    if not thresholds:
+        return "no look"
+    runs: list[list] = []
+    for look, cut in enumerate(thresholds, start=1):
+        if runs and runs[-1][2] == cut:
+            runs[-1][1] = look
+        else:
+            runs.append([look, look, cut])
+    if len(runs) == 1:
+        return f"p <= {runs[0][2]:.3g}"
+    return "p <= " + ", ".join(f"{cut:.3g} at look{'s' if a != b else ''} "
+                               f"{a if a == b else f'{a}-{b}'}" for a, b, cut in runs)

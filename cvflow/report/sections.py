@@ -91,26 +91,28 @@ def racing_html(cube: xr.Dataset) -> Markup:
     heads = Markup("").join(Markup("<th>{}</th>").format(racing.where(st["folds"]))
                             for st in race["stages"][:race["looks"]])
     row = Markup("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-                 "<td>{}</td></tr>")
+                 "<td>{}</td><td>{}</td></tr>")
     body = Markup("").join(
         row.format(d["stage"], d["folds"], d["label"], d["leader"],
                    cell(d["mean_difference"]), "inf" if d["z"] is None else f"{d['z']:.2f}",
-                   f"{d['p_value']:.2g}")
+                   f"{d['p_value']:.2g}", f"{d['threshold']:.3g}")
         for d in race["dropped"])
     dropped = (Markup("<table class='racing'><tr><th>stage</th><th>after</th><th>dropped</th>"
-                      "<th>beaten by</th><th>loss difference</th><th>z</th><th>p</th></tr>{}"
+                      "<th>beaten by</th><th>loss difference</th><th>z</th><th>p</th>"
+                      "<th>dropped at p &le;</th></tr>{}"
                       "</table>").format(body) if race["dropped"]
                else Markup("<p>No param was dropped.</p>"))
     return heading("Racing: who was dropped when") + Markup(
         "<p class='note'>Racing: {}. After each stage (the (repeat, "
         "fold) fits named: r0f1 is repeat 0, fold 1) every surviving param was compared with the "
-        "leader (lowest mean out-of-fold loss so far) by a {} and dropped at p &le; {:.3g} "
+        "leader (lowest mean out-of-fold loss so far) by a {} and dropped at {} "
         "(alpha {}, {}).</p>"
         "<table class='racing'><tr><th>after the fits of</th>{}</tr><tr><th>params left</th>{}"
         "</tr></table>{}").format(
             racing.state_text(len(race["dropped"]), race["params"], race["unfilled"],
                        race["saved_fits"]), race["test"],
-            race["threshold"], race["alpha"], race["correction"], heads,
+            racing.cuts_text(race["thresholds"]).replace("<=", "\u2264"), race["alpha"],
+            race["correction"], heads,
             Markup("").join(left), dropped)
 
 
