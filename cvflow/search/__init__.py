@@ -329,7 +329,8 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
                       if losses else None,
                       task=task, fit_seed=self.fit_seed, name="search", racing=self.racing,
                       output=output_of(estimator, candidates, [d for d, _ in losses.values()],
-                                     n_classes, task),
+                                     n_classes, task, numeric_labels=y_arr is None
+                                     or y_arr.dtype.kind in "biuf"),
                       scorers=sc.scorers or None,
                       train_scores=bool(sc.scorers) and bool(self.return_train_score),
                       # DESIGN CHOICE: a learner that cannot fit is recorded fit by fit and
