@@ -68,6 +68,14 @@ def test_small_studies_still_give_each_worker_several_tasks():
     assert bp * bs * 0.01 >= blocks.MIN_TASK_SECONDS
 
 
+def test_a_tiny_study_still_gives_every_worker_a_task():
+    """15 fits of 4 ms (a 3-param tree search): tasks of MIN_TASK_SECONDS would be one task,
+    one worker busy and the other idle; every worker gets one."""
+    for workers in (2, 3, 4):
+        chunks = choose_chunks(3, 5, seconds_per_fit=0.004, n_workers=workers)
+        assert n_tasks(3, 5, chunks) >= workers, (workers, chunks)
+
+
 def test_slow_fits_get_one_fit_per_task():
     assert choose_chunks(50, 10, seconds_per_fit=5.0) == (1, 1)
 

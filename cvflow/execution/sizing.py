@@ -84,7 +84,11 @@ def choose_chunks(n_params: int, n_splits: int, *, seconds_per_fit: float, n_wor
         per_fit = max(seconds_per_fit, 1e-6)
         fits_target = max(1, int(target / per_fit))
         fits_balance = math.ceil(total / (MIN_TASKS_PER_WORKER * max(n_workers, 1)))
-        fits_floor = max(1, int(MIN_TASK_SECONDS / per_fit))
+        # never fewer tasks than workers: below MIN_TASK_SECONDS a task's cost (~2-10 ms) is
+        # a large share of it, but a study of one task leaves every other worker idle (a
+        # 15-fit tree search: 60 ms of fitting on one thread of two)
+        fits_floor = min(max(1, int(MIN_TASK_SECONDS / per_fit)),
+                         math.ceil(total / max(n_workers, 1)))
         fits = min(fits_target, max(fits_balance, fits_floor))
     else:
         fits = max(1, int(fits_per_task))
