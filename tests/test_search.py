@@ -30,6 +30,7 @@ def assert_same_search(ours, ref):
         assert hasattr(ours, name) == hasattr(ref, name), name
     if hasattr(ref, "best_index_"):
         assert ours.best_index_ == ref.best_index_
+        assert type(ours.best_index_) is type(ref.best_index_)
         assert ours.best_params_ == ref.best_params_
     assert ours.n_splits_ == ref.n_splits_
     if hasattr(ref, "best_score_"):
@@ -212,6 +213,32 @@ def test_accuracy_of_an_svc_is_scored_on_its_predict_as_gridsearchcv_scores_it()
     grid = {"C": [0.1, 1.0]}
     ours = cvflow.SearchCV(SVC(gamma=0.001), grid, cv=5, cluster="threads").fit(X, y)
     ref = GridSearchCV(SVC(gamma=0.001), grid, cv=5).fit(X, y)
+    assert_same_search(ours, ref)
+
+
+def test_knn_ties_break_as_under_gridsearchcv_with_one_openmp_thread_per_worker():
+    """KNeighbors breaks ties between equidistant neighbours by how its OpenMP threads split
+    the distance computation: on this digits split GridSearchCV(n_jobs=None) (an OpenMP thread
+    per core) scores fold 0 at n_neighbors=5 one sample apart from the same search with one
+    OpenMP thread, as GridSearchCV(n_jobs=2)'s workers run (checked first where there are
+    several cores). cvflow fits every block with one OpenMP thread: its cv_results_ equal the
+    one-thread GridSearchCV's exactly (docs/guide/searchcv.md says so)."""
+    import os
+
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+    from sklearn.neighbors import KNeighborsClassifier
+    from threadpoolctl import threadpool_limits
+
+    X, y = load_digits(return_X_y=True)
+    X, _, y, _ = train_test_split(X, y, random_state=0)
+    grid = {"n_neighbors": [3, 5]}
+    with threadpool_limits(1, user_api="openmp"):
+        ref = GridSearchCV(KNeighborsClassifier(), grid, cv=5).fit(X, y)
+    if (os.cpu_count() or 1) > 1:
+        many = GridSearchCV(KNeighborsClassifier(), grid, cv=5).fit(X, y)
+        assert many.cv_results_["split0_test_score"][1] != ref.cv_results_["split0_test_score"][1]
+    ours = cvflow.SearchCV(KNeighborsClassifier(), grid, cv=5, cluster="threads").fit(X, y)
     assert_same_search(ours, ref)
 
 

@@ -571,7 +571,8 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
             self.best_index_ = int(index)
         else:
             column = self._column(sc.key)
-            self.best_index_ = self._choice(result, select, column)
+            # np.intp as GridSearchCV's (its rank_test_ column's argmin), not a Python int
+            self.best_index_ = np.intp(self._choice(result, select, column))
             self.best_score_ = float(self.cv_results_[f"mean_test_{column}"][self.best_index_])
         self.best_params_ = candidates[self.best_index_]
 
