@@ -374,16 +374,15 @@ def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True,
     thread = threading.Thread(target=body, name="cvflow-probe", daemon=True)
     thread.start()
     thread.join(_probe_seconds())
-    if thread.is_alive() and out.get("seconds"):
+    measuring = thread.is_alive() and bool(out.get("seconds"))
+    if measuring:
         # timed in time, measuring the threads: that gets a deadline of its own; past it the
         # share stays unmeasured (the learners' fits are taken to hold the GIL)
         thread.join(_probe_seconds())
         if thread.is_alive():
             log.info("measuring whether threads fit side by side took more than %g s; the "
                      "learners' fits are taken to hold the GIL", _probe_seconds())
-            study.set_scorer_keys(out.get("keys") or {})
-            return True, out["seconds"], None
-    if thread.is_alive():
+    elif thread.is_alive():
         log.info("the learners' trial and timing fits took more than %g s here (%s); "
                  "fitting on worker processes", _probe_seconds(),
                  "checked" if out.get("checked") else "to be checked there")
@@ -391,7 +390,7 @@ def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True,
     if "error" in out:
         raise out["error"]
     study.set_scorer_keys(out.get("keys") or {})
-    return True, out["seconds"], out.get("share")
+    return True, out["seconds"], None if thread.is_alive() else out.get("share")
 
 
 @dataclass

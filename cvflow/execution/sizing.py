@@ -269,6 +269,17 @@ def _controller():
 
 
 @contextlib.contextmanager
+def _one_thread(user_api: str | None):
+    """threadpoolctl's limit of one thread (``user_api`` None: BLAS and OpenMP)."""
+    try:
+        controller = _controller()
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        yield
+        return
+    with controller.limit(limits=1, user_api=user_api):
+        yield
+
+
 def one_openmp_thread_here():
     """One OpenMP thread for the fits of the calling thread.
 
@@ -278,23 +289,10 @@ def one_openmp_thread_here():
     would start a team of one thread per core beside the other blocks' teams. Measured on
     2 cores, ColumnTransformer + HistGradientBoosting on 392 samples: fits 3-6x slower than
     one at a time. Process workers have one OpenMP thread already (``OMP_NUM_THREADS=1``)."""
-    try:
-        controller = _controller()
-    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
-        yield
-        return
-    with controller.limit(limits=1, user_api="openmp"):
-        yield
+    return _one_thread("openmp")
 
 
-@contextlib.contextmanager
 def one_blas_thread():
     """One BLAS/OpenMP thread, as distributed gives process workers (OMP_NUM_THREADS=1 etc.);
     used by the timing and by in-process (threads) runs."""
-    try:
-        controller = _controller()
-    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
-        yield
-        return
-    with controller.limit(limits=1):
-        yield
+    return _one_thread(None)

@@ -181,16 +181,15 @@ def _wait_ready(ctx: TaskContext) -> None:
     # the whole deadline for an event its run cleared, holding its worker's only thread (seen:
     # a later run on the same warm cluster stalled behind it for 10 minutes)
     deadline = time.monotonic() + STORE_READY_TIMEOUT
-    while not ready.wait(timeout=min(READY_CHECK_SECONDS, max(deadline - time.monotonic(), 0))):
-        check_fence(ctx)
-        if time.monotonic() >= deadline:
-            break
-    else:
-        if is_store(ctx.store):
-            _SEEN_READY.add(ctx.ready)
-            return
-    raise StoreError(f"store: {ctx.store} was not created (or not within "
-                     f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
+    woken = False
+    while not woken and time.monotonic() < deadline:
+        woken = ready.wait(timeout=min(READY_CHECK_SECONDS, deadline - time.monotonic()))
+        if not woken:
+            check_fence(ctx)
+    if not (woken and is_store(ctx.store)):
+        raise StoreError(f"store: {ctx.store} was not created (or not within "
+                         f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
+    _SEEN_READY.add(ctx.ready)
 
 
 # --- the bodies ----------------------------------------------------------------------------------

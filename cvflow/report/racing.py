@@ -148,9 +148,9 @@ def text(cube) -> list[str]:
     return lines
 
 
-def cuts_text(thresholds: list[float]) -> str:
+def cuts_text(thresholds: list[float], at_most: str = "<=") -> str:
     """The looks' drop thresholds in words: one p-value, or each run of equal ones by look
-    (``p <= 0.008 at looks 1-4, 0.0005 at looks 5-9``)."""
+    (``p <= 0.008 at looks 1-4, 0.0005 at looks 5-9``; ``at_most``: the sign written)."""
     if not thresholds:
         return "no look"
     runs: list[list] = []
@@ -160,6 +160,6 @@ def cuts_text(thresholds: list[float]) -> str:
         else:
             runs.append([look, look, cut])
     if len(runs) == 1:
-        return f"p <= {runs[0][2]:.3g}"
-    return "p <= " + ", ".join(f"{cut:.3g} at look{'s' if a != b else ''} "
+        return f"p {at_most} {runs[0][2]:.3g}"
+    return f"p {at_most} " + ", ".join(f"{cut:.3g} at look{'s' if a != b else ''} "
                                f"{a if a == b else f'{a}-{b}'}" for a, b, cut in runs)

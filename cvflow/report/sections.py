@@ -111,7 +111,7 @@ def racing_html(cube: xr.Dataset) -> Markup:
         "</tr></table>{}").format(
             racing.state_text(len(race["dropped"]), race["params"], race["unfilled"],
                        race["saved_fits"]), race["test"],
-            racing.cuts_text(race["thresholds"]).replace("<=", "\u2264"), race["alpha"],
+            racing.cuts_text(race["thresholds"], "\u2264"), race["alpha"],
             race["correction"], heads,
             Markup("").join(left), dropped)
 
