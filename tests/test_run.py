@@ -172,3 +172,55 @@ def test_a_block_that_outlived_its_run_stops_waiting_for_its_store(tmp_path, mon
             tasks._wait_ready(ctx)
     finally:
         ready.clear()
+
+
+def _slow_double(x):
+    import time
+
+    time.sleep(0.3)
+    return 2 * x
+
+
+def test_a_one_off_task_whose_result_is_lost_is_computed_again(client, caplog):
+    """The timing and check tasks' results are read once they are done, and a result the
+    scheduler lost (its gather cancelled: distributed once raised UnboundLocalError from it)
+    is computed again under a new key; a real LocalCluster cancels the first future."""
+    from cvflow.execution import loop
+
+    keys = []
+
+    def submit(key):
+        keys.append(key)
+        future = client.submit(_slow_double, 21, key=key, pure=False)
+        if len(keys) == 1:
+            future.cancel()                     # what a lost result reads as: CancelledError
+        return future
+
+    name = f"cvflow-timing-lost-{np.random.default_rng().integers(1 << 30)}"
+    with caplog.at_level("WARNING", logger="cvflow.execution.loop"):
+        assert loop._one_task_result(client, submit, name) == 42
+    assert keys == [name, f"{name}-again1"]
+    assert "was lost at the scheduler; computing it again" in caplog.text
+
+
+def test_a_one_off_task_lost_every_time_is_a_one_line_error():
+    """Lost on every try: an error that says so, not a hang (the threaded route's futures)."""
+    from cvflow.execution import loop
+    from cvflow.execution.threaded import ThreadedClient
+
+    import threading
+
+    threaded = ThreadedClient(1)
+    busy = threading.Event()
+    threaded.submit(busy.wait, 60, key="cvflow-busy")   # the next tasks stay queued behind it
+
+    def submit(key):
+        future = threaded.submit(_slow_double, 1, key=key)
+        future.cancel()
+        return future
+
+    try:
+        with pytest.raises(RuntimeError, match="lost at the scheduler 3 times"):
+            loop._one_task_result(threaded, submit, "cvflow-check-lost")
+    finally:
+        busy.set()

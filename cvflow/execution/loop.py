@@ -26,7 +26,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -82,23 +82,49 @@ def _killed_worker() -> type[Exception]:
     return module.KilledWorker if module is not None else _NeverRaised
 
 
-def _one_task_result(client, future):
-    """The result of a one-off task (the timing, the check), released once read; None when it
-    killed its workers (KilledWorker: cancelled). StallError when the workers make no
-    progress (:class:`Watchdog`)."""
+# times a one-off task whose result was lost at the scheduler is submitted again
+LOST_RESULT_RETRIES = 2
+
+
+def _one_task_result(client, submit: Callable[[str], Any], key: str):
+    """The result of a one-off task (the timing, the check) that ``submit(key)`` submits,
+    released once read; None when it killed its workers (KilledWorker). A result lost at the
+    scheduler (the gather cancelled) is computed again under a new key, at most
+    ``LOST_RESULT_RETRIES`` times. StallError when the workers make no progress
+    (:class:`Watchdog`)."""
+    from concurrent.futures import CancelledError
+
     KilledWorker = _killed_worker()
     watchdog = Watchdog(client)
-    try:
+    for attempt in range(LOST_RESULT_RETRIES + 1):
+        future = submit(key if not attempt else f"{key}-again{attempt}")
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        future.add_done_callback(done.put)
+        # DESIGN CHOICE: wait for the task to finish, then gather its result once, without a
+        # timeout. Polling ``future.result(timeout=...)`` let a timeout cancel distributed's
+        # gather; a later gather joined the cancelled one and distributed's ``sync`` raised
+        # UnboundLocalError ('result'): seen once in 3 `cvflow run`s under load, beside the
+        # scheduler's "Couldn't gather keys: {'cvflow-timing-...': 'forgotten'}".
         while True:
             try:
-                result = future.result(timeout=WAKE_SECONDS)
-                future.release()       # nothing to recompute if the worker holding it dies
-                return result
-            except TimeoutError:
+                done.get(timeout=WAKE_SECONDS)
+                break
+            except queue.Empty:
                 watchdog.check([future])
-    except KilledWorker:
-        future.cancel()
-        return None
+        try:
+            result = future.result()
+        except KilledWorker:
+            future.cancel()
+            return None
+        except CancelledError:
+            log.warning("the result of %s was lost at the scheduler; computing it again",
+                        future.key)
+            continue
+        future.release()       # nothing to recompute if the worker holding it dies
+        return result
+    raise RuntimeError(f"the result of {key} was lost at the scheduler "
+                       f"{LOST_RESULT_RETRIES + 1} times; is the scheduler shared or "
+                       "short of memory?")
 
 
 def time_on_workers(client, ctx: TaskContext, study, path_aware: bool) -> float:
@@ -108,9 +134,9 @@ def time_on_workers(client, ctx: TaskContext, study, path_aware: bool) -> float:
     from .tasks import time_fits
 
     d = study.data
-    seconds = _one_task_result(client, submit_data(
+    seconds = _one_task_result(client, lambda key: submit_data(
         client, time_fits, ctx, study.params, d.fit_X, d.fit_y, study.design.train[0], d.positive,
-        path_aware, key=f"cvflow-timing-{ctx.run_id}"))
+        path_aware, key=key), f"cvflow-timing-{ctx.run_id}")
     if seconds is None:
         log.warning("timing the fits on the workers failed (KilledWorker); blocks are sized for "
                     "%g s a fit", FALLBACK_SECONDS_PER_FIT)
@@ -130,8 +156,8 @@ def check_on_workers(client, ctx: TaskContext, workflow, data, where: str, check
 
     from .tasks import trial_fits
 
-    said = _one_task_result(client, submit_data(client, trial_fits, workflow, data, where, check,
-                                                key=f"cvflow-check-{ctx.run_id}"))
+    said = _one_task_result(client, lambda key: submit_data(
+        client, trial_fits, workflow, data, where, check, key=key), f"cvflow-check-{ctx.run_id}")
     if said is None:
         log.warning("%s: the trial fit before the run ended its worker process; the study runs "
                     "and records each fit that ends its process as failed", where)
