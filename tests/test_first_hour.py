@@ -240,6 +240,7 @@ def test_cvflow_run_reports_progress_like_the_cli(tmp_path):
     # a second run: nothing to do, said so
     again = python(script)
     assert "0 of 24 fits to do" in again.stderr and "already complete" in again.stderr
+    assert "execution:" not in again.stderr          # no route said where nothing runs
 
 
 def test_notebook_gets_tqdm_bar_and_plain_lines_without_tqdm(tmp_path):

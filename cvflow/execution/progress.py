@@ -81,7 +81,8 @@ class Progress:
     def start(self, event: dict) -> None:
         for key, label in (("execution", "execution"), ("dashboard", "dashboard"),
                            ("live", "live study page")):
-            if event.get(key):
+            # where fits would have run says nothing when none runs (a complete store)
+            if event.get(key) and (event["todo"] or key != "execution"):
                 self._print(f"{label}: {event[key]}")
         self._print(f"{event['todo']} of {event['total']} fits to do")
         tqdm = _tqdm() if (self.tty or _in_notebook()) and event["todo"] else None
