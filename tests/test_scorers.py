@@ -120,6 +120,32 @@ def test_scoring_none_of_a_mixin_score_stays_a_loss(data):
     assert "score" not in cvflow.open(search.store_)        # accuracy of the stored predictions
 
 
+@pytest.mark.parametrize("kind", ["classifier", "regressor", "nested pipeline"])
+def test_scoring_none_of_a_pipeline_is_its_last_steps_mixin_score(data, kind):
+    """A Pipeline's score is its last step's: accuracy / R² of the stored predictions, as for
+    the step alone (it was computed at fit time: Pipeline.score is a descriptor that is never
+    the same function twice), with a trial fit to learn its keys; equal to GridSearchCV."""
+    from sklearn.decomposition import PCA
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = data
+    if kind == "classifier":
+        pipe, grid = make_pipeline(StandardScaler(), LogisticRegression()), "logisticregression__C"
+    elif kind == "regressor":
+        pipe, grid, y = make_pipeline(StandardScaler(), Ridge()), "ridge__alpha", X[:, 0] + y
+        X = X[:, 1:]
+    else:
+        pipe = make_pipeline(make_pipeline(StandardScaler()),
+                             make_pipeline(PCA(3), LogisticRegression()))
+        grid = "pipeline-2__logisticregression__C"
+    values = {grid: [0.01, 0.1, 1.0]}
+    ref = GridSearchCV(pipe, values, cv=3).fit(X, y)
+    ours = cvflow.SearchCV(pipe, values, cv=3, cluster="threads").fit(X, y)
+    assert_same(ours, ref)
+    assert "score" not in cvflow.open(ours.store_)            # a loss of the stored predictions
+
+
 def test_a_scorer_that_raises_scores_nan_and_keeps_the_fit(data, tmp_path, caplog):
     X, y = data
 

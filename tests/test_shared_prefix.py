@@ -300,8 +300,9 @@ def test_searchcv_threads_counts_and_equals_whole_fits(tmp_path):
     pred = cube["pred"].values
     for h, c in enumerate(cube["lr__C"].values):
         for s in range(train.shape[0]):
-            want, _ = whole(pipe, {"lr__C": c}, X, y, train[s])
-            assert pred[h, s].tobytes() == want.tobytes(), (h, s)
+            # accuracy (the Pipeline's score, its last step's) of the stored predict
+            want, _ = whole(pipe, {"lr__C": c}, X, y, train[s], "predict")
+            assert pred[h, s].tobytes() == want.astype(np.float64).tobytes(), (h, s)
 
 
 def test_nested_cv_inner_folds_share_too(tmp_path):

@@ -59,6 +59,16 @@ _MIXIN_SCORES = ("KNeighborsClassifier", "RadiusNeighborsClassifier", "KNeighbor
                  "RadiusNeighborsRegressor", "DummyClassifier", "DummyRegressor")
 
 
+def _score_owner(cls: type) -> type | None:
+    """The class whose ``score`` method ``cls`` has: the first in its MRO to define one."""
+    # DESIGN CHOICE: compared by the class that defines it, not by the method: Pipeline.score
+    # is an available_if descriptor, which makes a new function on every class attribute
+    # access (Pipeline.score is not Pipeline.score), so every Pipeline read as having a score
+    # of its own: scored at fit time, with a trial fit to learn its keys, and refused by the
+    # selectors and racing that reduce stored predictions.
+    return next((k for k in cls.__mro__ if "score" in vars(k)), None)
+
+
 def own_score(estimator) -> str | None:
     """scoring=None: the cvflow loss the estimator's ``score`` equals (scikit-learn's
     ``ClassifierMixin.score`` is accuracy, ``RegressorMixin.score`` R²; a Pipeline's is its
@@ -71,10 +81,9 @@ def own_score(estimator) -> str | None:
         raise TypeError("If no scoring is specified, the estimator passed should have a 'score' "
                         f"method. The estimator {estimator!r} does not.")
     last = estimator
-    while isinstance(last, Pipeline) and type(last).score is Pipeline.score:
+    while isinstance(last, Pipeline) and _score_owner(type(last)) is Pipeline:
         last = last.steps[-1][1]
-    own = getattr(type(last), "score", None)
-    same = own in (ClassifierMixin.score, RegressorMixin.score) or (
+    same = _score_owner(type(last)) in (ClassifierMixin, RegressorMixin) or (
         type(last).__module__.startswith(("sklearn.neighbors.", "sklearn.dummy"))
         and type(last).__name__ in _MIXIN_SCORES)
     if same and is_classifier(estimator) and is_classifier(last):
