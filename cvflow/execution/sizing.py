@@ -212,6 +212,9 @@ def gil_share(params: list, path_aware: bool = True) -> float:
     return 1.0 - free / len(params)
 
 
+SHARE_ROUNDS, SHARE_SECONDS = 3, 1.0      # thread_bound_share's repeats, while that short
+
+
 def thread_bound_share(params: list, X, y, train: np.ndarray, *, positive=None,
                        path_aware: bool = True) -> float:
     """The share of a learner's fit time that two threads cannot run side by side, measured.
@@ -236,12 +239,22 @@ def thread_bound_share(params: list, X, y, train: np.ndarray, *, positive=None,
                       positive=positive, path_aware=path_aware)
             return time.perf_counter() - t0
 
+    # DESIGN CHOICE: short fits are measured in up to SHARE_ROUNDS rounds (until
+    # SHARE_SECONDS have passed) and the fastest of each kind kept, as timeit does: another
+    # process taking a core during one pair read as a held GIL (a 150-ms sleeping fit measured
+    # 0.44 once at load 7 on 2 cores, in one round)
+    alone = both = np.inf
+    start = time.perf_counter()
     with trial_running(), ThreadPoolExecutor(2, thread_name_prefix="cvflow-timing") as pool:
-        alone = one()
-        t0 = time.perf_counter()
-        list(pool.map(one, range(2)))
-        both = time.perf_counter() - t0
+        for _ in range(SHARE_ROUNDS):
+            alone = min(alone, one())
+            t0 = time.perf_counter()
+            list(pool.map(one, range(2)))
+            both = min(both, time.perf_counter() - t0)
+            if time.perf_counter() - start > SHARE_SECONDS:
+                break
     return float(np.clip(both / max(alone, 1e-9) - 1.0, 0.0, 1.0))
+
 
 
 def _first_path(group: list) -> list:
