@@ -125,7 +125,7 @@ def test_failed_store_creation_cancels_the_run_and_a_rerun_completes(tmp_path, w
     wf, path = write_workflow(QUICK), tmp_path / "s.zarr"
     real = creation.create
 
-    def broken(location, template):
+    def broken(location, template, **kwargs):
         put(sibling(str(location), CREATING), b"")
         raise OSError("disk full")
 
@@ -136,6 +136,35 @@ def test_failed_store_creation_cancels_the_run_and_a_rerun_completes(tmp_path, w
     assert not is_store(path)
     monkeypatch.setattr(creation, "create", real)
     result = run(wf, store=path, **kwargs)
+    assert result.fits_executed == result.total_fits == 4 * 6
+    assert bool(cvflow.open(path)["done"].all())
+
+
+@pytest.mark.parametrize("cluster", ["threads", "local"])
+def test_a_creation_failing_after_pred_leaves_no_store_and_a_rerun_completes(
+        tmp_path, write_workflow, monkeypatch, cluster):
+    """The blocks start writing `pred` once its metadata is made (creation.create's
+    ``pred_ready``); a creation that fails after that raises its error, leaves no store (the
+    blocks' chunks are beside a creation marker), and the same run then works."""
+    from cvflow.store import creation
+    from cvflow.store.group import is_store
+
+    wf, path = write_workflow(QUICK), tmp_path / "s.zarr"
+    real = creation.create
+
+    def broken_late(location, template, pred_ready=None):
+        def ready_then_fail():
+            pred_ready()
+            raise OSError("disk full after pred")
+
+        real(location, template, pred_ready=ready_then_fail)
+
+    monkeypatch.setattr(creation, "create", broken_late)
+    with pytest.raises(OSError, match="disk full after pred"):
+        run(wf, store=path, cluster=cluster)
+    assert not is_store(path)
+    monkeypatch.setattr(creation, "create", real)
+    result = run(wf, store=path, cluster=cluster)
     assert result.fits_executed == result.total_fits == 4 * 6
     assert bool(cvflow.open(path)["done"].all())
 

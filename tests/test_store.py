@@ -200,6 +200,41 @@ def test_create_writes_what_xarrays_to_zarr_writes(tmp_path, monkeypatch, case):
     assert is_store(ours) and not (tmp_path / "ours.zarr.creating").exists()
 
 
+@pytest.mark.parametrize("case", ["regression", "sharded", "in_place"])
+def test_pred_written_while_the_store_is_created_reads_back(tmp_path, monkeypatch, case):
+    """``create(..., pred_ready=)`` puts `pred`'s metadata first and says so before the rest
+    is made (the run's blocks write then): at that moment `pred` takes a block's write and the
+    path is not yet a store; the store made is the one create makes without it (every node's
+    metadata, every other chunk byte for byte, reference: tests above against to_zarr), and the
+    block written early reads back as written by the usual route into a finished store."""
+    template = _case(case, monkeypatch)
+    early, late = tmp_path / "early.zarr", tmp_path / "late.zarr"
+    pred = np.random.default_rng(5).normal(size=template["pred"].shape)
+    cut = template["pred"].encoding.get("shards") or template["pred"].encoding["chunks"]
+    block = BlockResult(slice(0, cut[0]), slice(0, cut[1]), pred[:cut[0], :cut[1]],
+                        np.zeros(cut[:2], bool), np.full(cut[:2], "", dtype=object),
+                        np.ones(cut[:2]))
+    seen = []
+
+    def ready():
+        seen.append((is_store(early), (early / "zarr.json").exists()))
+        writes.write_pred(early, block)
+
+    creation.create(early, template, pred_ready=ready)
+    creation.create(late, template)
+    writes.write_pred(late, block)
+    assert seen == [(False, False)]
+    assert is_store(early) and not (tmp_path / "early.zarr.creating").exists()
+    assert _nodes(early) == _nodes(late)
+    files = {str(f.relative_to(early)) for f in early.rglob("*") if f.is_file()}
+    assert files == {str(f.relative_to(late)) for f in late.rglob("*") if f.is_file()}
+    for name in files - {"zarr.json"}:          # the root's JSON: the same, parsed (above)
+        assert (early / name).read_bytes() == (late / name).read_bytes(), name
+    got = store.open_cube(early)["pred"].values
+    np.testing.assert_array_equal(got, store.open_cube(late)["pred"].values)
+    np.testing.assert_array_equal(got[:cut[0], :cut[1]], pred[:cut[0], :cut[1]])
+
+
 def test_interrupted_creation_is_not_a_store_and_is_replaced(tmp_path, monkeypatch):
     template, _ = _template()
     path = tmp_path / "c.zarr"

@@ -436,15 +436,21 @@ class _Run:
         if per_fit is None and self.wants_timing:
             per_fit = time_on_workers(c, ctx, study, self.path_aware)
         # DESIGN CHOICE: a new store is created in a thread of the client while the first blocks
-        # fit (their tasks wait for it before writing, tasks._wait_ready): its ~25 arrays cost
-        # ~70-100 ms (store.create), about as much as a small study's fits. No process is ever
+        # fit (their tasks wait only for `pred`'s metadata before writing, tasks._wait_ready):
+        # its ~25 arrays cost ~40-60 ms (store.create), about as much as a small study's fits.
+        # The client writes the status only once the whole store is made. No process is ever
         # forked meanwhile (workers are spawned by distributed's nannies).
         layout = prepare_store(self.workflow, study, path, overwrite=self.overwrite,
                                n_workers=self.workers or 2, seconds=per_fit or 0.0, create=False)
-        creating = (None if layout.template is None
-                    else self.pool.submit(creation.create, path, layout.template))
         params, design, chunks = layout.params, layout.design, layout.chunks
         fresh = layout.template is not None
+        # the event the blocks wait on to write: set as soon as `pred` can be written (the rest
+        # of the store is made meanwhile: creation.create), and again (harmless) when the
+        # creation ended or failed
+        ready = None if not fresh else _store_event(c, f"cvflow-store-{run_id}")
+        creating = (None if ready is None
+                    else self.pool.submit(creation.create, path, layout.template,
+                                          pred_ready=ready.set))
         n_total = len(params) * design.n_splits
         # a store created just now has nothing done: no need to read it back; else the blocks
         # whose pred chunk is missing or corrupt are not done (refitted)
@@ -460,6 +466,8 @@ class _Run:
         if not todo:
             if creating is not None:           # an empty grid or design: the store all the same
                 creating.result()
+            if ready is not None:
+                ready.clear()
             notify({"event": "start", "total": n_total, "todo": 0, "dashboard": None,
                     "execution": result.execution})
             result.wall_seconds = time.perf_counter() - self.t_start
@@ -484,7 +492,6 @@ class _Run:
         notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": result.dashboard,
                 "live": result.live, "execution": result.execution})
         recorder = _Recorder(path, fresh, result, notify, n_todo, monitor)
-        ready = None if creating is None else _store_event(c, f"cvflow-store-{run_id}")
         ctx = dataclasses.replace(ctx, ready=ready and ready.name)
         loop = Loop(c, ctx, params=params, train=design.train, data=d, path_aware=self.path_aware,
                     record=recorder.block, idle=recorder.idle, lock_lost=lambda: self.lock.lost,
@@ -497,7 +504,7 @@ class _Run:
                 except BaseException:
                     loop.cancel()
                     raise
-                finally:       # waiting tasks wake: they write, or raise if creation failed
+                finally:       # waiting tasks wake: they write, or raise if `pred` was not made
                     ready.set()
             loop.run()
             if race is not None:          # the other stages, each after a look (cvflow.execution.racing)

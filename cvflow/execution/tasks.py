@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..store import cube as cube_store, writes
-from ..store.group import is_store
+from ..store.group import writable
 from ..errors import LockLostError, StoreError
 from ..fitting.block import BlockResult, fit_block
 from ..fitting.isolated import fit_cells, timeout_message
@@ -165,8 +165,9 @@ _SEEN_READY: set[str] = set()
 
 
 def _wait_ready(ctx: TaskContext) -> None:
-    """Wait for the client's word that it created the store; StoreError if that failed or took
-    more than ``STORE_READY_TIMEOUT`` seconds."""
+    """Wait for the client's word that the store's ``pred`` can be written (the rest of the store
+    is made meanwhile, :func:`cvflow.store.creation.create`); StoreError if its creation failed
+    before that or took more than ``STORE_READY_TIMEOUT`` seconds."""
     from .threaded import event
 
     if ctx.ready in _SEEN_READY:
@@ -186,7 +187,7 @@ def _wait_ready(ctx: TaskContext) -> None:
         woken = ready.wait(timeout=min(READY_CHECK_SECONDS, deadline - time.monotonic()))
         if not woken:
             check_fence(ctx)
-    if not (woken and is_store(ctx.store)):
+    if not (woken and writable(ctx.store)):
         raise StoreError(f"store: {ctx.store} was not created (or not within "
                          f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
     _SEEN_READY.add(ctx.ready)

@@ -10,6 +10,7 @@ import os
 import re
 import struct
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import numpy as np
 import xarray as xr
@@ -241,12 +242,16 @@ def _group_attributes(template: xr.Dataset) -> dict:
 STAGED_BYTES = 2**20    # a variable's data up to this size is encoded in memory (see create)
 
 
-def create(store: str | os.PathLike, template: xr.Dataset) -> None:
+def create(store: str | os.PathLike, template: xr.Dataset, *,
+           pred_ready: Callable[[], None] | None = None) -> None:
     """Create the store: metadata and small variables now, block variables left unwritten.
 
     Unwritten chunks read as their fill values (NaN predictions, ``done`` False). The store is
     the one ``template.to_zarr(store, compute=False, zarr_format=3, consolidated=True)``
     writes (node for node, chunk for chunk: tests/test_store.py), made through zarr's own API.
+    ``pred_ready`` is called once ``pred``'s own metadata is at the location, before the rest
+    is made: from then on the tasks may write their chunks of ``pred`` (the store is still not
+    a store, :func:`is_store`, until the whole creation has ended).
     """
     location = resolve(store)
     creating = marker(location)
@@ -285,6 +290,13 @@ def create(store: str | os.PathLike, template: xr.Dataset) -> None:
     group = zarr.open_group(zarr.storage.MemoryStore(staged), mode="w-", zarr_format=3,
                             attributes=_group_attributes(template))
     large = {}
+    # DESIGN CHOICE: `pred` first, its metadata put at the location alone: the tasks, which
+    # write only `pred`, start writing while the rest is made (~40 ms of GIL-bound zarr work
+    # for the lasso study of benchmarks/bench_floor.py; the fits had to wait for all of it).
+    # The creation stays atomic: the marker goes last, and a run cut before it leaves no store
+    # (its pred chunks are removed with the rest by the next run, clear_interrupted).
+    specs.sort(key=lambda spec: spec["name"] != "pred")
+    put_first = {"pred/zarr.json"} if pred_ready is not None and specs[0]["name"] == "pred" else set()
     for spec in specs:
         data = spec.pop("data")
         array = group.create_array(**{**spec, "dtype": zdtypes[spec["dtype"]]})
@@ -292,9 +304,13 @@ def create(store: str | os.PathLike, template: xr.Dataset) -> None:
             large[spec["name"]] = data
         elif data is not None:
             array[...] = data
+        if put_first and spec["name"] == "pred":
+            put_all(location, {key: staged[key].to_bytes() for key in put_first})
+            pred_ready()          # type: ignore[misc]
     with quiet_consolidation():
         zarr.consolidate_metadata(group.store)
-    put_all(location, {key: value.to_bytes() for key, value in staged.items()})
+    put_all(location, {key: value.to_bytes() for key, value in staged.items()
+                       if key not in put_first})
 
     def write(name: str) -> None:
         array = zarr.open_array(location, path=name, mode="r+",

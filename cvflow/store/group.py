@@ -167,6 +167,15 @@ def is_store(store: str | os.PathLike) -> bool:
     return complete and not exists(marker(location))
 
 
+def writable(store: str | os.PathLike) -> bool:
+    """Whether the tasks may write ``pred``: the store is complete (:func:`is_store`), or being
+    created by the run that holds its lock and past ``pred``'s metadata
+    (:func:`cvflow.store.creation.create` puts it first)."""
+    location = resolve(store)
+    return is_store(location) or (exists(marker(location))
+                                   and get(location.rstrip("/") + "/pred/zarr.json") is not None)
+
+
 def read_mask(store: str | os.PathLike, name: str, *, consolidated: bool = False) -> np.ndarray:
     """A small (param, split) variable read eagerly (done, failed, fit_seconds, error), opened
     from its own ``zarr.json`` (or from the root's consolidated metadata, as xarray opens it)."""
