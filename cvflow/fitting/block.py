@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import paths, prefix
+from . import checked, paths, prefix
 from .learners import fit_and_score, pred_shape
 from .scoring import Scoring
 from ..workflow.params import Param
@@ -110,6 +110,8 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
     # a target given as a list or a Series, or none: one fit each, as the learners see it
     path_aware = isinstance(y, np.ndarray) and fits_paths(params, X, sample_weight, path_aware, scoring)
     groups = paths.plan(params) if path_aware else [paths.Group((h,)) for h in range(n_p)]
+    # decision trees: X converted and checked once for the block, not by every fit
+    quick = checked.prepare(X, y, sample_weight=sample_weight, scoring=scoring)
 
     def fit(h: int, s: int, fitted=None) -> None:
         with watch([(h, s)]):
@@ -139,7 +141,7 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
         # until the group's last param is fitted
         shared, whole = prefix.plan(params, whole, X, train[s], sample_weight)
         for h in whole:
-            fit(h, s)
+            fit(h, s, None if quick is None else quick.fitted(params[h], train[s], positive))
         for g in shared:
             for i, (h, _, _) in enumerate(g.members):
                 fit(h, s, g.fitted(i, X, y, train[s], positive))
