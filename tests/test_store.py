@@ -235,6 +235,38 @@ def test_pred_written_while_the_store_is_created_reads_back(tmp_path, monkeypatc
     np.testing.assert_array_equal(got[:cut[0], :cut[1]], pred[:cut[0], :cut[1]])
 
 
+def test_pred_is_writable_from_its_metadata_to_the_end_of_the_creation(tmp_path, monkeypatch):
+    """group.writable, what a block checks before writing pred: False before pred's metadata
+    exists and for a directory that is not a store being created; True while the store is
+    created (the marker beside it) and once it is, and True when the creation ends between
+    its reads (the marker removed while it looks: seen once under load as "not created")."""
+    from cvflow.store import group
+
+    template, _ = _template()
+    path = tmp_path / "c.zarr"
+    assert not group.writable(path)
+    creation.create(path, template)
+    assert group.writable(path)
+    (tmp_path / "c.zarr.creating").write_text("")          # as while it is being created
+    assert not is_store(path) and group.writable(path)
+    real = group.exists
+
+    def creation_ends(location):
+        # the first look at the marker finds it; the creation ends right after that look
+        seen = real(location)
+        if location.endswith(".creating") and seen:
+            (tmp_path / "c.zarr.creating").unlink()
+        return seen
+
+    monkeypatch.setattr(group, "exists", creation_ends)
+    assert group.writable(path) and is_store(path)
+    monkeypatch.undo()
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "pred").mkdir()
+    (tmp_path / "plain" / "pred" / "zarr.json").write_text("{}")
+    assert not group.writable(tmp_path / "plain")
+
+
 def test_interrupted_creation_is_not_a_store_and_is_replaced(tmp_path, monkeypatch):
     template, _ = _template()
     path = tmp_path / "c.zarr"

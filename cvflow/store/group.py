@@ -171,9 +171,14 @@ def writable(store: str | os.PathLike) -> bool:
     """Whether the tasks may write ``pred``: the store is complete (:func:`is_store`), or being
     created by the run that holds its lock and past ``pred``'s metadata
     (:func:`cvflow.store.creation.create` puts it first)."""
+    # DESIGN CHOICE: checked in the order a creation goes (pred's metadata, then the marker
+    # gone): a creation ending between two checks is seen as ended, never as "not created"
+    # (checking is_store first then the marker lost that race under load: the marker removed
+    # between the two reads)
     location = resolve(store)
-    return is_store(location) or (exists(marker(location))
-                                   and get(location.rstrip("/") + "/pred/zarr.json") is not None)
+    if get(location.rstrip("/") + "/pred/zarr.json") is None:
+        return False
+    return exists(marker(location)) or is_store(location)
 
 
 def read_mask(store: str | os.PathLike, name: str, *, consolidated: bool = False) -> np.ndarray:
