@@ -40,10 +40,10 @@ def _check_aligned(shape, chunks, params: slice, splits: slice) -> None:
 
 def write_pred(store: str | os.PathLike, result: BlockResult) -> None:
     """Write one block's predictions (the task side). Idempotent; chunk-aligned or ValueError."""
-    # COST: a lasso block (100 params x 2000 samples, 1.6 MB; one shard of two inner chunks)
-    # takes ~6 ms CPU alone here: opening the array 0.8 ms, zarr's write 5.7 ms, of which the
-    # zstd default ~1.1 ms (it halves the bytes: 0.75 MB; no compressor: 4.5 ms, 1.6 MB) and
-    # the shard ~1.5 ms (unsharded: 4.0 ms; the inner chunks are for the reducers). Kept as is.
+    # COST: a lasso block (100 params x 2000 samples, 1.6 MB, one chunk since blocks up to
+    # 4 MiB are not sharded: creation.SHARD_INNER_BYTES) takes 4.5-5.9 ms alone here, as a
+    # shard of two inner chunks 6.2-7.9 ms; with crc32c and no zstd 2.7-2.8 ms (random values,
+    # medians of 40, one thread; zstd halves a lasso block's bytes). Opening the array ~0.8 ms.
     location = resolve(store)
     # written even when every value is NaN (every fit failed): a done block has its chunk
     pred = zarr.open_array(location, path="pred", mode="r+",
