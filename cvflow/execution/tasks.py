@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..store import cube as cube_store, writes
-from ..store.group import writable
+from ..store.group import is_store, writable
 from ..errors import LockLostError, StoreError
 from ..fitting.block import BlockResult, fit_block
 from ..fitting.isolated import fit_cells, timeout_message
@@ -164,13 +164,18 @@ def check_fence(ctx: TaskContext) -> None:
 _SEEN_READY: set[str] = set()
 
 
-def _wait_ready(ctx: TaskContext) -> None:
+_SEEN_WHOLE: set[str] = set()
+
+
+def _wait_ready(ctx: TaskContext, *, whole: bool = False) -> None:
     """Wait for the client's word that the store's ``pred`` can be written (the rest of the store
     is made meanwhile, :func:`cvflow.store.creation.create`); StoreError if its creation failed
     before that or took more than ``STORE_READY_TIMEOUT`` seconds."""
     from .threaded import event
 
     if ctx.ready in _SEEN_READY:
+        if whole and ctx.ready not in _SEEN_WHOLE:
+            _wait_whole(ctx)
         return
     ready = event(ctx.ready)              # this process's (threaded route), or distributed's
     if ready is None:
@@ -191,6 +196,27 @@ def _wait_ready(ctx: TaskContext) -> None:
         raise StoreError(f"store: {ctx.store} was not created (or not within "
                          f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
     _SEEN_READY.add(ctx.ready)
+    if whole:
+        _wait_whole(ctx)
+
+
+def _wait_whole(ctx: TaskContext) -> None:
+    """Wait until the store's creation has ended (the event says only that ``pred`` can be
+    written): a block that reads its stored cells (a chunk shared with a raced or extended
+    study's other fits) opens the whole store. The run's lock is checked as in _wait_ready;
+    StoreError past ``STORE_READY_TIMEOUT``."""
+    deadline = time.monotonic() + STORE_READY_TIMEOUT
+    fenced, pause = time.monotonic(), 0.01
+    while not is_store(ctx.store):
+        if time.monotonic() > deadline:
+            raise StoreError(f"store: {ctx.store} was not created within {STORE_READY_TIMEOUT} "
+                             "s; this block's predictions were not written")
+        if time.monotonic() - fenced > READY_CHECK_SECONDS:
+            check_fence(ctx)              # a creation that failed: the run let its lock go
+            fenced = time.monotonic()
+        time.sleep(pause)
+        pause = min(2 * pause, 0.1)
+    _SEEN_WHOLE.add(ctx.ready)
 
 
 # --- the bodies ----------------------------------------------------------------------------------
@@ -227,9 +253,9 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
                                splits_slice=splits_slice, positive=positive,
                                path_aware=path_aware, sample_weight=sample_weight, watch=watch,
                                scoring=scoring)
-    else:                 # the stored cells are read: the store must exist
+    else:                 # the stored cells are read: the whole store must exist
         if ctx.ready is not None:
-            _wait_ready(ctx)
+            _wait_ready(ctx, whole=True)
         with one_openmp_thread_here():
             result = fit_missing(ctx.store, params, X, y, train, params_slice, splits_slice,
                                  positive, path_aware, todo, sample_weight, watch, scoring)
@@ -265,9 +291,9 @@ def _fit_isolated(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray
                                           np.full(shape + pred_shape(X, positive), np.nan),
                                           np.zeros(shape, bool), np.full(shape, "", dtype=object),
                                           np.zeros(shape)), scoring)
-    else:                 # the stored cells are read: the store must exist
+    else:                 # the stored cells are read: the whole store must exist
         if ctx.ready is not None:
-            _wait_ready(ctx)
+            _wait_ready(ctx, whole=True)
         result = _stored(ctx.store, params_slice, splits_slice, scoring)
     cells = [(int(h), int(s)) for h, s in np.argwhere(np.ones(shape, bool) if todo is None else todo)]
     fitted = fit_cells(params, X, y, train, cells, positive=positive, sample_weight=sample_weight,
