@@ -451,6 +451,7 @@ class _Run:
         creating = (None if ready is None
                     else self.pool.submit(creation.create, path, layout.template,
                                           pred_ready=ready.set))
+        del layout           # the template (its `error` array of "" per fit) goes with creation
         n_total = len(params) * design.n_splits
         # a store created just now has nothing done: no need to read it back; else the blocks
         # whose pred chunk is missing or corrupt are not done (refitted)

@@ -86,9 +86,12 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
     per_class = (len(classes),) if len(classes) > 2 else ()
     class_dim = ("class",) if per_class else ()
     # DESIGN CHOICE: tasks write only their chunk of `pred`; the client, the only writer of the
-    # small (param, split) status variables, writes them in batches as results come back. One
-    # chunk each keeps the store at ~one file per task (not five) and needs no lock.
+    # (param, split) status variables, writes them in batches as results come back, no lock.
+    # Chunks of whole blocks, at most STATUS_CHUNK_CELLS cells (one chunk for a store up to
+    # that size): a store stays at ~one file per task, and a flush rewrites only the chunks of
+    # the blocks that came back (cvflow.store.writes.StatusWriter), not the whole status.
     status = (n_params, n_splits)
+    status_chunk = status_chunks(status, block)
     ds = xr.Dataset(
         {
             "pred": (("param", "split", "sample") + class_dim,
@@ -135,11 +138,11 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
                         unwritten((n_params, n_splits, k), np.nan, np.float64))
         ds["score_time"] = (("param", "split"), unwritten(status, np.nan, np.float64))
         ds = ds.assign_coords(scorer=("scorer", np.asarray(scorers, dtype=object)))
-    ds["error"].encoding["chunks"] = status
-    for name, variable in ds.data_vars.items():      # a block's chunk, the status' one chunk
-        if is_unwritten(variable.data):
-            variable.encoding["chunks"] = ((block + (n,) + per_class) if name == "pred"
-                                           else variable.shape)
+    for name, variable in ds.data_vars.items():      # a block's chunk, the status' chunks
+        if name == "pred":
+            variable.encoding["chunks"] = block + (n,) + per_class
+        elif name in integrity.CLIENT_VARIABLES:
+            variable.encoding["chunks"] = status_chunk + variable.shape[2:]
     inner = _inner_params(bp, bs * n * int(np.prod(per_class, dtype=int)) * np.dtype(dtype).itemsize)
     if inner < bp:
         # DESIGN CHOICE: a block of many params (a path task writes every param of its
@@ -171,6 +174,26 @@ def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
 # of 40, zstd + crc32c, one thread). Inner chunks of megabytes still let a reducer going
 # through the params in groups read each byte once (zarr and dask advise chunks of megabytes).
 SHARD_INNER_BYTES = 4 * 2**20      # at most this much of a block per inner chunk of its shard
+# at most this many (param, split) cells per chunk of a status variable (2 MiB of fit_seconds)
+STATUS_CHUNK_CELLS = 2**18
+
+
+def status_chunks(shape: tuple[int, int], block: tuple[int, int]) -> tuple[int, int]:
+    """The chunk of the (param, split) status variables of a ``shape`` cube of ``block`` blocks:
+    the whole array up to STATUS_CHUNK_CELLS cells, else whole blocks (as many splits' blocks
+    as fit, then params') within STATUS_CHUNK_CELLS, and one block at least.
+
+    >>> status_chunks((1000, 1001), (1000, 6))
+    (1000, 258)
+    >>> status_chunks((5, 11), (2, 4))
+    (5, 11)
+    """
+    if shape[0] * shape[1] <= STATUS_CHUNK_CELLS:
+        return tuple(shape)           # type: ignore[return-value]
+    blocks = max(1, STATUS_CHUNK_CELLS // (block[0] * block[1]))
+    along_split = min(blocks, -(-shape[1] // block[1]))
+    along_param = min(max(1, blocks // along_split), -(-shape[0] // block[0]))
+    return min(block[0] * along_param, shape[0]), min(block[1] * along_split, shape[1])
 
 
 def _inner_params(bp: int, param_bytes: int) -> int:
@@ -213,7 +236,9 @@ def _array_spec(name, variable: xr.Variable) -> dict:
         raise ValueError(f"store: variable {name!r} has encodings create does not write: "
                          f"{sorted(unknown) or variable.encoding['coordinates']!r}")
     float_ = variable.dtype.kind == "f"
-    lazy = is_unwritten(variable.data)
+    # the client's variables start at their fill values: never written here (xarray keeps
+    # `error` as a (param, split) array of "", 80 MB at 10^7 fits, not a fill-value view)
+    lazy = is_unwritten(variable.data) or name in integrity.CLIENT_VARIABLES
     chunks = variable.encoding.get("chunks") or "auto"
     return {
         "name": name,

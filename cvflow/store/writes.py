@@ -3,6 +3,7 @@ the status variables (the run's client), root attributes.
 """
 from __future__ import annotations
 
+import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -61,21 +62,26 @@ _FILLS = {"failed": False, "error": "", "fit_seconds": np.nan, "done": False, "s
 
 class StatusWriter:
     """The client's copy of a store's status variables (failed, error, fit_seconds, done) and
-    fit-time scores (score, train_score, score_time: when the store has them), each written
-    whole at a :meth:`write` that changed it: ``done`` last, the others concurrently.
+    fit-time scores (score, train_score, score_time: when the store has them); a :meth:`write`
+    rewrites the chunks whose cells it changed, and only those: ``done`` last, the others
+    concurrently.
 
     The copy is read from the store at the first write, or starts at the fill values for a
-    store created by this run (``fresh``), so a run reads the status at most once. Only one
-    process (the run's client) may write a store's status at a time.
+    store created by this run (``fresh``), so a run reads the status at most once. ``error``
+    is kept sparse (the messages of the cells that have one, by chunk): a (param, split) array
+    of strings is what would grow with the study. Only one process (the run's client) may
+    write a store's status at a time.
     """
 
     def __init__(self, store: str | os.PathLike, *, fresh: bool = False):
         self.location = resolve(store)
         self.fresh = fresh
         self.arrays: dict | None = None
-        self.values: dict[str, np.ndarray] = {}
-        self.unwritten: set[str] = set()      # variables whose copy differs from the store's
-        self.written: set[str] = set()        # variables written by this writer
+        self.values: dict[str, np.ndarray] = {}      # every variable but error, dense
+        # error's messages: its chunk -> {(param, split): message}, the cells without one left out
+        self.errors: dict[tuple[int, ...], dict[tuple[int, int], str]] = {}
+        # the chunks of each variable whose copy differs from the store's
+        self.unwritten: dict[str, set[tuple[int, ...]]] = {}
 
     def write(self, results) -> None:
         """Record finished blocks: :class:`cvflow.fitting.block.BlockResult` (``pred`` may be None)
@@ -84,41 +90,113 @@ class StatusWriter:
         if not results:
             return
         if self.arrays is None:
-            group = open_group(self.location, "r+")
-            names = STATUS_VARIABLES[:-1] + tuple(n for n in SCORE_VARIABLES if n in group)
-            # the scores are written whole, fill values included, so a done fit's chunk exists
-            self.arrays = {name: group[name] if name in STATUS_VARIABLES
-                           else group[name].with_config(WHOLE) for name in names + ("done",)}
-            self.values = {name: (np.full(array.shape, _FILLS[name],
-                                          dtype=object if name == "error" else type(_FILLS[name]))
-                                  if self.fresh else self._read(name, array))
-                           for name, array in self.arrays.items()}
-        for name, values in self.values.items():
-            for r in results:
+            self._open()
+        arrays = self.arrays
+        assert arrays is not None
+        for r in results:
+            region = (r.params, r.splits)
+            for name, values in self.values.items():
                 if name in SCORE_VARIABLES and getattr(r, name, None) is None:
                     continue                    # a block fitted without scorers: none to write
-                new = (getattr(r, name) if name != "done" else True if r.fitted is None
-                       else values[r.params, r.splits] | r.fitted)
-                if not np.array_equal(values[r.params, r.splits], new,
-                                      equal_nan=values.dtype.kind == "f"):
-                    values[r.params, r.splits] = new
-                    self.unwritten.add(name)
-        arrays = self.arrays
-        if "done" in self.unwritten:     # done vouches for the scores' chunks (all NaN or not)
-            self.unwritten |= {n for n in SCORE_VARIABLES if n in arrays} - self.written
+                new = (getattr(r, name) if name != "done"
+                       else np.broadcast_to(True, values[region].shape) if r.fitted is None
+                       else values[region] | r.fitted)
+                if not np.array_equal(values[region], new, equal_nan=values.dtype.kind == "f"):
+                    values[region] = new
+                    self._touch(name, region)
+                    if name == "done":          # done vouches for the scores' chunks (all NaN or not)
+                        for score in SCORE_VARIABLES:
+                            if score in arrays:
+                                self._touch(score, region)
+            if self._record_errors(r):
+                self._touch("error", region)
 
-        def put(name: str) -> None:
-            arrays[name][...] = self.values[name]
-            self.unwritten.discard(name)
-            self.written.add(name)
+        def put(item: tuple[str, tuple[int, ...]]) -> None:
+            name, chunk = item
+            array = arrays[name]
+            where = integrity.region(array, chunk)
+            array[where] = (self._error_chunk(chunk, where) if name == "error"
+                            else self.values[name][where])
 
-        # DESIGN CHOICE: one zarr round trip per variable that changed (failed and error
-        # rarely do: a batch of good fits writes two arrays, not four); the ones `done`
-        # vouches for go together, before it
-        with ThreadPoolExecutor(3) as pool:
-            list(pool.map(put, [n for n in arrays if n != "done" and n in self.unwritten]))
-        if "done" in self.unwritten:
-            put("done")
+        def put_all(names) -> None:
+            items = [(name, chunk) for name in names for chunk in sorted(self.unwritten.get(name, ()))]
+            with ThreadPoolExecutor(3) as pool:
+                list(pool.map(put, items))
+            for name in names:
+                self.unwritten.pop(name, None)
+
+        # DESIGN CHOICE: one zarr write per chunk that changed (failed and error rarely do: a
+        # batch of good fits writes the chunks of its blocks in two arrays, not four); the ones
+        # `done` vouches for go together, before it
+        put_all([n for n in arrays if n != "done" and self.unwritten.get(n)])
+        if self.unwritten.get("done"):
+            put_all(["done"])
+
+    def _open(self) -> None:
+        group = open_group(self.location, "r+")
+        names = STATUS_VARIABLES[:-1] + tuple(n for n in SCORE_VARIABLES if n in group)
+        # the scores are written whole chunks, fill values included, so a done fit's chunk exists
+        self.arrays = {name: group[name] if name in STATUS_VARIABLES
+                       else group[name].with_config(WHOLE) for name in names + ("done",)}
+        self.values = {name: (np.full(array.shape, _FILLS[name], dtype=type(_FILLS[name]))
+                              if self.fresh else self._read(name, array))
+                       for name, array in self.arrays.items() if name != "error"}
+        if not self.fresh:
+            self.errors = self._read_errors(self.arrays["error"])
+
+    def _touch(self, name: str, region: tuple[slice, slice]) -> None:
+        """Mark the chunks of variable ``name`` that hold cells of ``region`` unwritten."""
+        array = self.arrays[name]           # type: ignore[index]
+        shape = integrity.object_shape(array)
+        spans = [range(sl.start // c, -(-sl.stop // c)) for sl, c in zip(region, shape)]
+        spans += [range(g) for g in integrity.grid(array)[2:]]       # the scores' scorer axis
+        self.unwritten.setdefault(name, set()).update(itertools.product(*spans))
+
+    def _record_errors(self, r) -> bool:
+        """Put block ``r``'s messages in the sparse copy; whether any cell's message changed."""
+        error = np.asarray(r.error, dtype=object)
+        has = (error != "") & (error != None)  # noqa: E711 - elementwise, on an object array
+        p0, s0 = r.params.start, r.splits.start
+        new = {(p0 + int(i), s0 + int(j)): str(error[i, j]) for i, j in zip(*np.nonzero(has))}
+        shape = integrity.object_shape(self.arrays["error"])       # type: ignore[index]
+        old = {}
+        chunks = {}
+        for ci in range(p0 // shape[0], -(-r.params.stop // shape[0])):
+            for cj in range(s0 // shape[1], -(-r.splits.stop // shape[1])):
+                stored = chunks[(ci, cj)] = self.errors.get((ci, cj), {})
+                old.update({k: v for k, v in stored.items()
+                            if r.params.start <= k[0] < r.params.stop
+                            and r.splits.start <= k[1] < r.splits.stop})
+        if new == old:
+            return False
+        for chunk, stored in chunks.items():
+            for key in old:
+                stored.pop(key, None)
+        for key, message in new.items():
+            self.errors.setdefault((key[0] // shape[0], key[1] // shape[1]), {})[key] = message
+        return True
+
+    def _error_chunk(self, chunk: tuple[int, ...], where: tuple[slice, ...]) -> np.ndarray:
+        """One chunk of ``error`` from the sparse copy."""
+        out = np.full(tuple(sl.stop - sl.start for sl in where), "", dtype=object)
+        for (h, s), message in self.errors.get(chunk, {}).items():
+            out[h - where[0].start, s - where[1].start] = message
+        return out
+
+    def _read_errors(self, array) -> dict:
+        """The stored messages, chunk by chunk (the chunks that exist)."""
+        out: dict = {}
+        present = integrity.stored(array, integrity.array_objects(self.location, "error"))
+        for chunk in sorted(present):
+            where = integrity.region(array, chunk)
+            values = np.asarray(integrity.read(self.location, "error", where, array=array),
+                                dtype=object)
+            has = (values != "") & (values != None)  # noqa: E711 - elementwise
+            messages = {(where[0].start + int(i), where[1].start + int(j)): str(values[i, j])
+                        for i, j in zip(*np.nonzero(has))}
+            if messages:
+                out[chunk] = messages
+        return out
 
     def _read(self, name: str, array) -> np.ndarray:
         """The stored values; a score chunk that is damaged reads as fill values (the run
