@@ -315,7 +315,7 @@ def _status(path: str | Path) -> dict:
     from ..store.attributes import RACING_ATTR, check_newer
     from ..store.cube import read_attr
     from ..store.damage import metadata_damage, status_damage
-    from ..store.group import STORE_FORMAT_ATTR, marker, read_mask
+    from ..store.group import STORE_FORMAT_ATTR, marker, read_mask, read_where
     from ..store.location import exists, resolve
 
     nothing = {"store": str(path), "total": 0, "done": 0, "failed": 0, "complete": False,
@@ -331,25 +331,28 @@ def _status(path: str | Path) -> dict:
         # read as xarray reads the store (report and run refuse it)
         inconsistent = [str(d) for d in metadata_damage(path)]
         try:
-            done, failed, errors, learners = (
-                read_mask(path, name, consolidated=bool(inconsistent))
-                for name in ("done", "failed", "error", "learner"))
+            done, failed, learners = (read_mask(path, name, consolidated=bool(inconsistent))
+                                      for name in ("done", "failed", "learner"))
+            # an extension (cvflow.execution.extend) may resize arrays between these reads:
+            # use the common part
+            rows = min(len(learners), done.shape[0], failed.shape[0])
+            cols = min(done.shape[1], failed.shape[1])
+            # DESIGN CHOICE: the messages of the failed fits only, from the chunks holding one:
+            # `error` whole is a (param, split) array of strings (10^7 of them at 10^7 fits)
+            errors = read_where(path, "error", failed[:rows, :cols] & done[:rows, :cols],
+                                consolidated=bool(inconsistent))
         except Exception:  # noqa: BLE001 - named below; the counts are not known
             if not inconsistent:
                 raise
             return {**nothing, "damaged": inconsistent}
-        learners = np.asarray([str(v) for v in learners])
         # what is damaged, seen cheaply (one listing, the small variables, the attributes;
         # `cvflow verify` reads every chunk): the pred chunks of done fits missing (their fits
         # are not in the store though `done` says so), and any damage report and run refuse
         damaged = inconsistent or status_damage(path, done, failed, read=("learner",))
     except (KeyError, FileNotFoundError):  # the run is still creating the store: nothing done yet
         return nothing
-    # an extension (cvflow.execution.extend) may resize arrays between these reads: use the common part
-    rows = min(len(learners), done.shape[0], failed.shape[0], errors.shape[0])
-    cols = min(done.shape[1], failed.shape[1], errors.shape[1])
-    done, failed, errors = done[:rows, :cols], failed[:rows, :cols], errors[:rows, :cols]
-    learners = learners[:rows]
+    done, failed = done[:rows, :cols], failed[:rows, :cols]
+    learners = np.asarray([str(v) for v in learners[:rows]])
     info = {"store": str(path), **summarize_fits(done, failed, errors, learners),
             "damaged": damaged}
     info["complete"] = info["complete"] and not damaged
@@ -372,7 +375,9 @@ def _racing_counts(stored, done: np.ndarray) -> dict:
 def summarize_fits(done: np.ndarray, failed: np.ndarray, errors: np.ndarray,
                    learners: np.ndarray) -> dict:
     """Counts of (param, split) fits done / failed, per learner, and failures grouped by
-    message, from the status arrays (param, split) and the learner of each param.
+    message, from the status arrays (param, split) and the learner of each param; ``errors``
+    is the (param, split) ``error``, or the messages of the failed done fits alone (1-D, in
+    the order of ``np.nonzero(failed & done)``: :func:`cvflow.store.group.read_where`).
 
     ``failures`` maps each group's example message to its count of fits, messages that differ
     only in their numbers being one group (:func:`cvflow.report.failures.group`); ``failure_variants``
@@ -381,8 +386,9 @@ def summarize_fits(done: np.ndarray, failed: np.ndarray, errors: np.ndarray,
     from .failures import group
 
     failed = failed & done
-    errors = np.asarray([str(e) for e in errors.ravel()]).reshape(failed.shape)
-    groups = group(errors[failed])
+    errors = np.asarray(errors, dtype=object)
+    # the messages of the failed fits only (never a string per fit: 10^7 of them at 10^7 fits)
+    groups = group(errors if errors.ndim == 1 else errors[:failed.shape[0], :failed.shape[1]][failed])
     per_learner = {}
     for name in dict.fromkeys(learners):
         rows = learners == name

@@ -187,3 +187,31 @@ def read_mask(store: str | os.PathLike, name: str, *, consolidated: bool = False
     location = resolve(store)
     return integrity.read(location, name,
                           array=open_group(location)[name] if consolidated else None)
+
+
+def read_where(store: str | os.PathLike, name: str, mask: np.ndarray, *,
+               consolidated: bool = False) -> np.ndarray:
+    """The values of a (param, split) variable at the cells where ``mask`` is True (1-D, in
+    the order of ``np.nonzero(mask)``), reading only the chunks that hold such a cell: the
+    messages of the failed fits, without the (param, split) array of every fit's ``error``.
+
+    ``mask`` may be smaller than the variable (its leading part is read); opened as
+    :func:`read_mask` opens it.
+    """
+    location = resolve(store)
+    array = open_group(location)[name] if consolidated else integrity.open_array(location, name)
+    mask = np.asarray(mask, dtype=bool)
+    found: list[tuple[np.ndarray, np.ndarray]] = []      # (flat index in mask, values) a chunk
+    for chunk in np.ndindex(*integrity.grid(array)[:2]):
+        where = tuple(slice(sl.start, min(sl.stop, n)) for sl, n in
+                      zip(integrity.region(array, chunk), mask.shape))
+        if any(sl.start >= sl.stop for sl in where) or not mask[where].any():
+            continue
+        values = np.asarray(integrity.read(location, name, where, array=array), dtype=object)
+        rows, cols = np.nonzero(mask[where])
+        found.append((np.ravel_multi_index((rows + where[0].start, cols + where[1].start),
+                                           mask.shape), values[rows, cols]))
+    if not found:
+        return np.empty(0, dtype=object)
+    index = np.concatenate([f[0] for f in found])
+    return np.concatenate([f[1] for f in found])[np.argsort(index, kind="stable")]
