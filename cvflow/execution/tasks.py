@@ -227,6 +227,9 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
               isolated: bool = False, scoring: Scoring | None = None) -> dict:
     """Fit one block, write its region, return a small summary record.
 
+    ``params`` are the study's params (a task input sent once, as X and y); the block fits
+    ``params[params_slice]``.
+
     ``todo`` (params, splits) marks the cells to fit in a block shared with stored fits of an
     extended study; None fits the whole block. ``scorer`` adds two loss sums per fit
     (``terms``) for the live page, or the error it raised (``terms_error``: the block is
@@ -238,6 +241,7 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
     ``score_time``).
     """
     t0 = time.perf_counter()
+    params = params[params_slice]
     late, watch = _timed_out(ctx)
     attempted = todo                 # the cells this run fits, the timed-out ones included
     if late:
