@@ -169,14 +169,20 @@ _SEEN_WHOLE: set[str] = set()
 
 def _wait_ready(ctx: TaskContext, *, whole: bool = False) -> None:
     """Wait for the client's word that the store's ``pred`` can be written (the rest of the store
-    is made meanwhile, :func:`cvflow.store.creation.create`); StoreError if its creation failed
-    before that or took more than ``STORE_READY_TIMEOUT`` seconds."""
+    is made meanwhile, :func:`cvflow.store.creation.create`), and with ``whole`` for the whole
+    store (:func:`_wait_whole`); StoreError if its creation failed before that or took more
+    than ``STORE_READY_TIMEOUT`` seconds."""
+    if ctx.ready not in _SEEN_READY:
+        _wait_pred(ctx)
+        _SEEN_READY.add(ctx.ready)
+    if whole and ctx.ready not in _SEEN_WHOLE:
+        _wait_whole(ctx)
+
+
+def _wait_pred(ctx: TaskContext) -> None:
+    """Wait for the run's store event (:func:`_wait_ready`)."""
     from .threaded import event
 
-    if ctx.ready in _SEEN_READY:
-        if whole and ctx.ready not in _SEEN_WHOLE:
-            _wait_whole(ctx)
-        return
     ready = event(ctx.ready)              # this process's (threaded route), or distributed's
     if ready is None:
         from distributed import Event
@@ -195,9 +201,6 @@ def _wait_ready(ctx: TaskContext, *, whole: bool = False) -> None:
     if not (woken and writable(ctx.store)):
         raise StoreError(f"store: {ctx.store} was not created (or not within "
                          f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
-    _SEEN_READY.add(ctx.ready)
-    if whole:
-        _wait_whole(ctx)
 
 
 def _wait_whole(ctx: TaskContext) -> None:

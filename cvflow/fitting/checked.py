@@ -9,7 +9,7 @@ scikit-learn's own check converts it, and checked once: finite (a NaN, which tre
 missing, or an infinity goes the checked route), y one numeric, finite column. Everything else
 scikit-learn does in ``fit`` still runs (the parameters' validation, the class encoding, the
 class weights, the builder with the same random state), so the predictions equal the checked
-fit's bit for bit (tests/test_learners.py); a fit that raises is fitted again the checked way,
+fit's bit for bit (tests/test_checked.py); a fit that raises is fitted again the checked way,
 so that its failure is recorded in scikit-learn's own words.
 """
 from __future__ import annotations

@@ -60,6 +60,14 @@ _FILLS = {"failed": False, "error": "", "fit_seconds": np.nan, "done": False, "s
           "train_score": np.nan, "score_time": np.nan}
 
 
+def _messages(error, p0: int, s0: int) -> dict[tuple[int, int], str]:
+    """The cells of an ``error`` region (its corner at param ``p0``, split ``s0``) that hold a
+    message: {(param, split): message}."""
+    error = np.asarray(error, dtype=object)
+    has = (error != "") & (error != None)  # noqa: E711 - elementwise, on an object array
+    return {(p0 + int(i), s0 + int(j)): str(error[i, j]) for i, j in zip(*np.nonzero(has))}
+
+
 class StatusWriter:
     """The client's copy of a store's status variables (failed, error, fit_seconds, done) and
     fit-time scores (score, train_score, score_time: when the store has them); a :meth:`write`
@@ -154,24 +162,16 @@ class StatusWriter:
 
     def _record_errors(self, r) -> bool:
         """Put block ``r``'s messages in the sparse copy; whether any cell's message changed."""
-        error = np.asarray(r.error, dtype=object)
-        has = (error != "") & (error != None)  # noqa: E711 - elementwise, on an object array
-        p0, s0 = r.params.start, r.splits.start
-        new = {(p0 + int(i), s0 + int(j)): str(error[i, j]) for i, j in zip(*np.nonzero(has))}
+        new = _messages(r.error, r.params.start, r.splits.start)
         shape = integrity.object_shape(self.arrays["error"])       # type: ignore[index]
-        old = {}
-        chunks = {}
-        for ci in range(p0 // shape[0], -(-r.params.stop // shape[0])):
-            for cj in range(s0 // shape[1], -(-r.splits.stop // shape[1])):
-                stored = chunks[(ci, cj)] = self.errors.get((ci, cj), {})
-                old.update({k: v for k, v in stored.items()
-                            if r.params.start <= k[0] < r.params.stop
-                            and r.splits.start <= k[1] < r.splits.stop})
+        chunks = [(ci, cj) for ci in range(r.params.start // shape[0], -(-r.params.stop // shape[0]))
+                  for cj in range(r.splits.start // shape[1], -(-r.splits.stop // shape[1]))]
+        old = {key: message for chunk in chunks for key, message in self.errors.get(chunk, {}).items()
+               if r.params.start <= key[0] < r.params.stop and r.splits.start <= key[1] < r.splits.stop}
         if new == old:
             return False
-        for chunk, stored in chunks.items():
-            for key in old:
-                stored.pop(key, None)
+        for key in old:
+            self.errors[(key[0] // shape[0], key[1] // shape[1])].pop(key)
         for key, message in new.items():
             self.errors.setdefault((key[0] // shape[0], key[1] // shape[1]), {})[key] = message
         return True
@@ -189,11 +189,8 @@ class StatusWriter:
         present = integrity.stored(array, integrity.array_objects(self.location, "error"))
         for chunk in sorted(present):
             where = integrity.region(array, chunk)
-            values = np.asarray(integrity.read(self.location, "error", where, array=array),
-                                dtype=object)
-            has = (values != "") & (values != None)  # noqa: E711 - elementwise
-            messages = {(where[0].start + int(i), where[1].start + int(j)): str(values[i, j])
-                        for i, j in zip(*np.nonzero(has))}
+            messages = _messages(integrity.read(self.location, "error", where, array=array),
+                                 where[0].start, where[1].start)
             if messages:
                 out[chunk] = messages
         return out
