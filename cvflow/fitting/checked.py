@@ -73,7 +73,8 @@ class Checked:
 
         def fit():
             model = param.build(train)
-            if model.get_params()["criterion"] == "poisson":      # its y is checked in fit
+            # (scikit-learn keeps each constructor argument as the attribute of its name)
+            if model.criterion == "poisson":      # its y is checked in fit
                 return self._checked(param, train, positive)
             try:
                 model.fit(X32[train], self.y[train], check_input=False)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..objects import build_params, import_path
+from ..objects import build_params, import_path, init_signature
 
 
 @dataclass(frozen=True)
@@ -97,12 +97,10 @@ class Param:
 def init_names(cls) -> set[str] | None:
     """The keyword arguments of ``cls``'s constructor; None when it takes ``**kwargs`` or its
     signature is unknown (then every key without ``__`` goes to it)."""
-    import inspect
-
-    try:
-        parameters = list(inspect.signature(cls.__init__).parameters.values())
-    except (TypeError, ValueError):
+    signature = init_signature(cls)
+    if signature is None:
         return None
+    parameters = list(signature.parameters.values())
     if any(p.kind == p.VAR_KEYWORD for p in parameters):
         return None
     return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
