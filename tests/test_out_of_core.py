@@ -133,14 +133,13 @@ def test_thousand_params_sixteen_splits_twenty_thousand_samples():
 
 @pytest.mark.parametrize("scheduler", ["threads", "sync", None])
 def test_lazy_reduction_under_a_default_client(scheduler, monkeypatch):
-    """With a distributed Client as the default (an open cluster, a notebook's Client()), dask
-    picks P2P rechunking, which only the distributed scheduler runs: the reducers' param-block
-    rechunk must work on threads, synchronously and on the client's cluster (None) alike."""
+    """With a distributed Client as the default (an open cluster, a notebook's Client()), the
+    reducers' groups of params are read into this process's memory (a numpy target its workers
+    could not write) on threads, synchronously and with no scheduler configured (None) alike."""
     import cvflow.estimators._cube as cube_module
     from cvflow.execution.schedulers import connect
 
-    # param blocks of one row from chunks of 50: a rechunk dask would do by P2P under a Client
-    monkeypatch.setattr(cube_module, "ROLE_BLOCK_BYTES", 1)
+    # kernel blocks of one param, in groups of one param (a zero budget) from chunks of 50
     monkeypatch.setattr(cube_module, "KERNEL_BLOCK_BYTES", 1)
     cube, design, generated = lazy_cube(100, 2_000, bp=50)
     # a dashboard asked for: distributed's in-process scheduler (without one, the threads
