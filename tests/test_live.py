@@ -50,8 +50,14 @@ class Published:
         self.metadata[tuple(keys)] = json.loads(json.dumps(value))   # as msgpack/JSON would
 
 
+# None: the default blocks (every param in one); 16 cells: blocks of 2 params (4 folds x 2
+# repeats each), the last one short
+@pytest.mark.parametrize("block_cells", [None, 16])
 def test_monitor_curves_equal_the_estimators_on_the_fits_landed_so_far(tmp_path, write_workflow,
-                                                                       client):
+                                                                       client, block_cells,
+                                                                       monkeypatch):
+    if block_cells is not None:
+        monkeypatch.setattr(live, "CURVE_BLOCK_CELLS", block_cells)
     wf_path = write_workflow(STUDY)
     result = run(wf_path, store=tmp_path / "mon.zarr", client=client)
     cube = cvflow.open(result.store)
