@@ -99,3 +99,17 @@ def test_per_fold_metric_follows_the_same_rule(cubes, name):
     for var in ("chosen", "selected"):
         if var in result:
             assert (result[var].values != BAD).all(), f"{name}.{var} chose the failed param"
+
+
+def test_report_counts_the_failed_fits_from_the_cube_or_from_the_status_given(cubes):
+    """The report lists the failed fits by message (two injected here), read from the cube or
+    from the status its caller read already (`cvflow run`'s report cube has no messages)."""
+    from cvflow.report.results import status_from_cube
+
+    cube = cubes["kfold"]
+    results = {"kfold": REGISTRY["kfold"](cube)}
+    report = text(cube, results)
+    assert f"2 of {cube['done'].size} fits failed:\n  2 x ValueError: injected" in report
+    status = status_from_cube(cube)
+    assert status["failures"] == {"ValueError: injected": 2}
+    assert text(cube.drop_vars(["error", "fit_seconds"]), results, status=status) == report
