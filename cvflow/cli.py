@@ -69,7 +69,7 @@ def cmd_run(args) -> int:
               file=sys.stderr)
         return 1
     # DESIGN CHOICE: the estimators read neither the fits' messages nor their seconds: the
-    # report's cube leaves them out once the status is read (0.23 GiB at 10^7 fits, `error`
+    # report's cube leaves them out once the status is read (0.22 GiB at 10^7 fits, `error`
     # a string per fit)
     cube = cube.drop_vars(["error", "fit_seconds"])
     # the workflow file is code: what it names is trusted, with its loss; anything else the
