@@ -120,3 +120,42 @@ def test_user_estimator_options_checked_before_any_fit(study, tmp_path, capsys):
            "user_reducers.pair_gap; its options are: scale" in err
     assert main(["validate", str(wf)]) == 0
     assert "estimators: kfold, user_reducers.pair_gap" in capsys.readouterr().out
+
+
+STATUS_MODULE = '''\
+import numpy as np
+import xarray as xr
+
+
+def slow_share(cube, *, loss=None):
+    """Per param: the fits' total seconds and how many of them hold a message."""
+    seconds = np.nansum(cube["fit_seconds"].values, axis=1)
+    messages = (cube["error"].values != "").sum(axis=1)
+    return xr.Dataset({"estimate": ("param", seconds), "messages": ("param", messages)})
+
+
+slow_share.needs = ("fold",)
+'''
+
+
+def test_cvflow_run_gives_a_user_estimator_the_status_variables(tmp_path, capsys, monkeypatch):
+    """`cvflow run` leaves `error` and `fit_seconds` out of its report's cube only when every
+    estimator is cvflow's own: a user estimator of the workflow reads them (compared with the
+    store's own arrays)."""
+    (tmp_path / "status_reducers.py").write_text(STATUS_MODULE)
+    monkeypatch.delitem(sys.modules, "status_reducers", raising=False)
+    wf = tmp_path / "status.yaml"
+    wf.write_text(WORKFLOW.replace("{user_reducers.pair_gap: {scale: 2.0}}",
+                                   "status_reducers.slow_share")
+                  .replace("execution: {fits_per_task: 8}",
+                           "execution: {fits_per_task: 8, cluster: threads}"))
+    store = tmp_path / "status.zarr"
+    assert main(["run", str(wf), "--store", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "status_reducers.slow_share" in out and "Traceback" not in out
+    cube = cvflow.open(store)
+    assert np.isfinite(cube["fit_seconds"].values).all()
+    assert main(["report", str(store), "--trust", "--json"]) == 0
+    mine = json.loads(capsys.readouterr().out)["status_reducers.slow_share"]
+    np.testing.assert_allclose(mine["estimate"]["values"],
+                               np.nansum(cube["fit_seconds"].values, axis=1), rtol=1e-12)
