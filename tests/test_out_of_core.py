@@ -131,11 +131,12 @@ def test_thousand_params_sixteen_splits_twenty_thousand_samples():
     assert peak < 600 * 2**20, f"peak {peak / 2**20:.0f} MiB of a {cube['pred'].nbytes / 2**30:.1f} GiB cube"
 
 
-@pytest.mark.parametrize("scheduler", ["threads", "sync", None])
+@pytest.mark.parametrize("scheduler", ["threads", "sync", "processes", None])
 def test_lazy_reduction_under_a_default_client(scheduler, monkeypatch):
     """With a distributed Client as the default (an open cluster, a notebook's Client()), the
     reducers' groups of params are read into this process's memory (a numpy target its workers
-    could not write) on threads, synchronously and with no scheduler configured (None) alike."""
+    could not write) on threads, synchronously, with processes configured (their writes would be
+    lost: read on threads) and with no scheduler configured (None) alike."""
     import cvflow.estimators._cube as cube_module
     from cvflow.execution.schedulers import connect
 

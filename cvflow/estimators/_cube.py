@@ -130,14 +130,14 @@ def compute_here(array):
 
 def store_here(array, out: np.ndarray) -> None:
     """Compute the dask ``array`` into the numpy array ``out`` (same shape) in this process,
-    chunk by chunk: Dask's threads unless a local scheduler is configured (a numpy target
-    cannot be written by a distributed cluster's workers)."""
+    chunk by chunk: Dask's threads, or its synchronous scheduler when that is configured (a
+    numpy target cannot be written by a distributed cluster's workers nor by other processes)."""
     import dask
     import dask.array as da
     from dask.threaded import get
 
     scheduler = dask.config.get("scheduler", None)
-    if scheduler is None or scheduler in ("dask.distributed", "distributed"):
+    if scheduler not in ("sync", "synchronous", "single-threaded"):
         scheduler = get
     # each chunk writes its own region of `out`: no lock needed
     da.store(array, out, lock=False, scheduler=scheduler)
