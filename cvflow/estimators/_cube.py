@@ -113,18 +113,27 @@ def fits_budget(nbytes: int) -> bool:
     return nbytes <= config.get("cvflow.reduce.in-memory-bytes")
 
 
+_SYNC = ("sync", "synchronous", "single-threaded")
+
+
+def _configured_scheduler():
+    """Dask's configured scheduler, None when none is or it is a distributed cluster's (the
+    reducers compute in this process)."""
+    import dask
+
+    scheduler = dask.config.get("scheduler", None)
+    return None if scheduler in ("dask.distributed", "distributed") else scheduler
+
+
 def compute_here(array):
     """A dask array computed in this process (synchronous scheduler unless one is configured)."""
     import dask
     from dask.local import get_sync
 
-    scheduler = dask.config.get("scheduler", None)
-    if scheduler is None or scheduler in ("dask.distributed", "distributed"):
-        # else respect what the caller set (e.g. a test's scheduler). The synchronous scheduler
-        # itself, not its name "sync": dask resolves a name by first looking for a distributed
-        # Client, which imports distributed (~0.3 s) into a plain `cvflow report`.
-        scheduler = get_sync
-    (data,) = dask.compute(array, scheduler=scheduler)
+    # else respect what the caller set (e.g. a test's scheduler). The synchronous scheduler
+    # itself, not its name "sync": dask resolves a name by first looking for a distributed
+    # Client, which imports distributed (~0.3 s) into a plain `cvflow report`.
+    (data,) = dask.compute(array, scheduler=_configured_scheduler() or get_sync)
     return data
 
 
@@ -132,13 +141,12 @@ def store_here(array, out: np.ndarray) -> None:
     """Compute the dask ``array`` into the numpy array ``out`` (same shape) in this process,
     chunk by chunk: Dask's threads, or its synchronous scheduler when that is configured (a
     numpy target cannot be written by a distributed cluster's workers nor by other processes)."""
-    import dask
     import dask.array as da
+    from dask.local import get_sync
     from dask.threaded import get
 
-    scheduler = dask.config.get("scheduler", None)
-    if scheduler not in ("sync", "synchronous", "single-threaded"):
-        scheduler = get
+    # the schedulers themselves, not their names (see compute_here)
+    scheduler = get_sync if _configured_scheduler() in _SYNC else get
     # each chunk writes its own region of `out`: no lock needed
     da.store(array, out, lock=False, scheduler=scheduler)
 
