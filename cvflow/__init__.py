@@ -18,7 +18,6 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
-import types
 import warnings
 
 from .config import VERSION as __version__
@@ -64,26 +63,32 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec):
-        old = spec.name[len(__name__) + 1:]
-        new = [f"{__name__}.{m}" for m in SPLIT.get(old, (MOVED.get(old),))]
-        warnings.warn(f"{spec.name} moved to {' and '.join(new)}; the old name goes in cvflow 0.3",
-                      DeprecationWarning, stacklevel=2)
-        if len(new) == 1:
-            return importlib.import_module(new[0])
-        module = types.ModuleType(spec.name, f"Moved to {', '.join(new)}.")
-
-        def __getattr__(name):
-            for target in new:
-                found = importlib.import_module(target)
-                if hasattr(found, name):
-                    return getattr(found, name)
-            raise AttributeError(f"module {spec.name!r} has no attribute {name!r}")
-
-        module.__getattr__ = __getattr__    # type: ignore[method-assign]
-        return module
+        return None                         # a placeholder module: exec_module decides what the name holds
 
     def exec_module(self, module):
-        pass
+        name = module.__spec__.name
+        old = name[len(__name__) + 1:]
+        new = [f"{__name__}.{m}" for m in SPLIT.get(old, (MOVED.get(old),))]
+        warnings.warn(f"{name} moved to {' and '.join(new)}; the old name goes in cvflow 0.3",
+                      DeprecationWarning, stacklevel=2)
+        if len(new) == 1:
+            # DESIGN CHOICE: the old name is bound to the new module in sys.modules, which the
+            # import system reads back after exec_module; the new module's own attributes are
+            # left alone. Returning it from create_module made importlib set its __spec__ to the
+            # old name's (`cvflow.execution.plan.__spec__.name == "cvflow.plan"`, issue 39;
+            # tests/test_layout.py::test_every_old_name_imports_the_new_module).
+            sys.modules[name] = importlib.import_module(new[0])
+            return
+        module.__doc__ = f"Moved to {', '.join(new)}."
+
+        def __getattr__(attr):
+            for target in new:
+                found = importlib.import_module(target)
+                if hasattr(found, attr):
+                    return getattr(found, attr)
+            raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+
+        module.__getattr__ = __getattr__    # type: ignore[method-assign]
 
 
 if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
