@@ -250,6 +250,20 @@ def within(losses: np.ndarray, bounds: tuple[float, float]) -> bool:
 
 # --- the race of a run -------------------------------------------------------------------------
 
+def label(setting: dict) -> str:
+    """A param as text, ``learner(key=value, ...)``, from its setting (``Param.to_json``);
+    the text report's format (:func:`cvflow.report.summary.param_text`)."""
+    hyper = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                      for k, v in setting["params"].items())
+    return f"{setting['learner']}({hyper})"
+
+
+def labels(params) -> list[str]:
+    """:func:`label` of each :class:`cvflow.workflow.params.Param` (the record's ``label`` and
+    ``leader_label``)."""
+    return [label(json.loads(p.to_json())) for p in params]
+
+
 
 @dataclass
 class Race:

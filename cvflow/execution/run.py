@@ -478,7 +478,7 @@ class _Run:
                   for ps, ss in todo]
         race = None
         if self.workflow.racing:            # racing: the first stage's blocks first
-            from ..report.racing import labels
+            from .racing import labels
             from . import racing
 
             race = racing.Race.start(self.workflow.racing, design, len(params),
@@ -522,7 +522,7 @@ class _Run:
                 c.set_metadata(["cvflow", run_id], None)   # the run's timeouts: forgotten
         result.wall_seconds = time.perf_counter() - self.t_start
         if race is not None:
-            from ..report.racing import saved_fits
+            from ..store.attributes import saved_fits
 
             result.saved_fits = saved_fits(json.loads(race.to_json()), done)
             result.dropped_params = len(race.dropped)

@@ -1,52 +1,17 @@
 """A raced store's race, as data and text: who was dropped when, by which test, and what is left.
 
-Read from the store's ``racing`` attribute (written by :mod:`cvflow.execution.racing`); used by
-``cvflow report`` / ``status``, the HTML report and the run's closing summary.
+Read from the store's ``racing`` attribute (written by :mod:`cvflow.execution.racing`, read by
+:func:`cvflow.store.attributes.race_record`); used by ``cvflow report`` / ``status``, the HTML report
+and the run's closing summary.
 """
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 
-from ..store.attributes import RACING_ATTR
-
-def label(setting: dict) -> str:
-    """A param as text, ``learner(key=value, ...)``, from its setting (``Param.to_json``);
-    the text report's format (:func:`cvflow.report.summary.param_text`)."""
-    hyper = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                      for k, v in setting["params"].items())
-    return f"{setting['learner']}({hyper})"
-
-
-def labels(params) -> list[str]:
-    """:func:`label` of each :class:`cvflow.workflow.params.Param`."""
-    return [label(json.loads(p.to_json())) for p in params]
-
-
-def record(cube) -> dict | None:
-    """The race stored in a cube (its ``racing`` attribute), or None for a study not raced."""
-    text = cube.attrs.get(RACING_ATTR) if hasattr(cube, "attrs") else None
-    return json.loads(text) if text else None
-
-
-def saved_fits(race: dict | None, done: np.ndarray) -> int:
-    """Fits racing did not run: the not-done cells of dropped params."""
-    if not race:
-        return 0
-    rows = [int(d["param"]) for d in race.get("dropped", []) if int(d["param"]) < done.shape[0]]
-    return int((~done[rows]).sum()) if rows else 0
-
-
-def unfilled(race: dict | None, done: np.ndarray) -> int:
-    """Dropped params that still lack a fit racing skipped (0 once a run without racing, or a
-    race continued to the end, has fitted them)."""
-    if not race:
-        return 0
-    rows = [int(d["param"]) for d in race.get("dropped", []) if int(d["param"]) < done.shape[0]]
-    return int((~done[rows].all(axis=1)).sum()) if rows else 0
-
+from ..store.attributes import saved_fits, unfilled
+from ..store.attributes import race_record as record  # the name the docs gave before issue 39
 
 def state_text(dropped: int, params, lacking: int, saved: int) -> str:
     """What racing means for the store now, in one phrase (status and report).

@@ -156,14 +156,14 @@ def _racing_cause(result: xr.Dataset, cube: xr.Dataset) -> None:
     DESIGN CHOICE: said here, where the race is known; the estimators count missing fits
     without knowing why they are missing.
     """
-    from . import racing
     from ..estimators import guardrails
+    from ..store.attributes import race_record, unfilled
 
     warned = guardrails.read(result)
     if not any(w["code"] == "missing_fits" for w in warned):
         return
-    race = racing.record(cube)
-    dropped = racing.unfilled(race, np.asarray(cube["done"].values))
+    race = race_record(cube)
+    dropped = unfilled(race, np.asarray(cube["done"].values))
     for w in warned:
         if w["code"] == "missing_fits":
             w["message"] = w["message"].replace(
@@ -177,10 +177,10 @@ def _racing_cause(result: xr.Dataset, cube: xr.Dataset) -> None:
 def _raced_unfilled(cube: xr.Dataset) -> bool:
     """Whether racing skipped fits of this store that are still not done: then only the
     estimators a raced cube serves (``raced=True`` in their declaration) are computed."""
-    from . import racing
+    from ..store.attributes import race_record, saved_fits
 
-    race = racing.record(cube)
-    return bool(race) and racing.saved_fits(race, np.asarray(cube["done"].values)) > 0
+    race = race_record(cube)
+    return bool(race) and saved_fits(race, np.asarray(cube["done"].values)) > 0
 
 
 def compute_losses(cube: xr.Dataset, losses: list[str | None], estimators: list | None = None,
@@ -290,12 +290,13 @@ def to_json(results: dict[str, xr.Dataset], cube: xr.Dataset | None = None) -> d
     ``{"skipped": reason}``; with the ``cube`` of a raced study, its race under ``racing``
     (:func:`cvflow.report.racing.summary`: who was dropped when, by which test)."""
     from . import racing
+    from ..store.attributes import RACING_ATTR
 
     out = {name: dataset_to_json(ds) for name, ds in results.items()}
     out.update({name: {"skipped": why} for name, why in getattr(results, "skipped", {}).items()})
     race = racing.summary(cube) if cube is not None else None
     if race is not None:
-        out[racing.RACING_ATTR] = race
+        out[RACING_ATTR] = race
     return out
 
 
@@ -362,7 +363,7 @@ def _status(path: str | Path) -> dict:
 
 def _racing_counts(stored, done: np.ndarray) -> dict:
     """A raced store's counts for status: params dropped, fits racing saved (not run)."""
-    from .racing import saved_fits, unfilled
+    from ..store.attributes import saved_fits, unfilled
 
     if not stored:
         return {}

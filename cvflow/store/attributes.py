@@ -33,7 +33,7 @@ LEARNERS_ATTR = "learners"   # {name: {estimator, params, output}} of every lear
 # the store indices of the params the last workflow lists (absent: every param); the others
 # are kept, and reports leave them out unless asked (cvflow.report.workflow_view)
 WORKFLOW_PARAMS_ATTR = "workflow_params"
-RACING_ATTR = "racing"       # a raced study's race (cvflow.report.racing.record)
+RACING_ATTR = "racing"       # a raced study's race (written by cvflow.execution.racing; race_record)
 
 
 class DamagedAttribute(StoreError):
@@ -174,3 +174,30 @@ def check(location: str, attrs: dict, sizes: dict[str, int], read: Callable[[str
     found = problems(attrs, sizes, read, block)
     if found:
         raise DamagedAttribute(location, found[0])
+
+
+# --- a raced store's record (written by cvflow.execution.racing.Race.to_json) -------------------
+# DESIGN CHOICE: its readers live beside its name, below both the runner that writes it and the
+# reports that lay it out (cvflow.report.racing), so neither imports the other for them.
+
+def race_record(cube) -> dict | None:
+    """The race stored in a cube (its ``racing`` attribute), or None for a study not raced."""
+    text = cube.attrs.get(RACING_ATTR) if hasattr(cube, "attrs") else None
+    return json.loads(text) if text else None
+
+
+def saved_fits(race: dict | None, done: np.ndarray) -> int:
+    """Fits racing did not run: the not-done cells of dropped params."""
+    if not race:
+        return 0
+    rows = [int(d["param"]) for d in race.get("dropped", []) if int(d["param"]) < done.shape[0]]
+    return int((~done[rows]).sum()) if rows else 0
+
+
+def unfilled(race: dict | None, done: np.ndarray) -> int:
+    """Dropped params that still lack a fit racing skipped (0 once a run without racing, or a
+    race continued to the end, has fitted them)."""
+    if not race:
+        return 0
+    rows = [int(d["param"]) for d in race.get("dropped", []) if int(d["param"]) < done.shape[0]]
+    return int((~done[rows].all(axis=1)).sum()) if rows else 0
