@@ -138,6 +138,27 @@ def test_apart_folders_do_not_import_each_other():
         "\n".join(found)
 
 
+def _private_imports() -> list[str]:
+    """``a -> b`` for each module ``a`` importing a private module ``b`` (``_cube``, ``_readers``)
+    from outside ``b``'s folder."""
+    out = []
+    for a, targets in _graph().items():
+        for b in targets:
+            folder, _, last = b.rpartition(".")
+            if last.startswith("_") and not last.startswith("__") \
+                    and a != folder and not a.startswith(folder + "."):
+                out.append(f"{a} -> {b}")
+    return sorted(out)
+
+
+@pytest.mark.xfail(strict=False, reason="issue 39 item 3: estimators/ gets a public surface (the "
+                   "K-fold kernel work, then phase 2's renames); until then other folders import "
+                   "_cube and _readers")
+def test_no_private_module_is_imported_from_outside_its_folder():
+    found = _private_imports()
+    assert not found, "private modules imported from outside their folder:\n" + "\n".join(found)
+
+
 def test_every_unit_is_placed_in_a_layer():
     assert {_unit(m) for m in _modules()} <= set(RANK)
 
