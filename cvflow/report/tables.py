@@ -112,7 +112,7 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
         raise InputError(f"cv_results: error_score={error_score!r}; give a number (NaN: a "
                          "failed fit's split is NaN)")
     cube, default = _cube_of(source)
-    single = losses is None or isinstance(losses, str)
+    single = losses is None or isinstance(losses, (str, Loss))
     if isinstance(losses, Mapping):
         given = list(losses.items())
     else:
