@@ -39,6 +39,7 @@ from ..fitting.scoring import estimator_score
 from ..objects import describe_splitter
 from . import scorings
 from .callbacks import SearchTasks
+from .diagram import parallel_block
 from .inputs import (Scorings, check_task, default_client, output_of, refit_failed,
                      sorted_grid, splitter_of, task_of, weights_for)
 
@@ -247,14 +248,12 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
     def _sk_visual_block_(self):
         """The HTML diagram shows ``best_estimator_`` once refitted, else ``estimator`` (as
         ``GridSearchCV``'s)."""
-        # DESIGN CHOICE: scikit-learn's diagram protocol has no public constructor for a block;
-        # BaseSearchCV builds its own from this private class of the same scikit-learn, so do we
-        from sklearn.utils._repr_html.estimator import _VisualBlock
-
         key, est = (("best_estimator_", self.best_estimator_) if hasattr(self, "best_estimator_")
                     else ("estimator", self.estimator))
-        return _VisualBlock("parallel", [est], names=[f"{key}: {type(est).__name__}"],
-                            name_details=[str(est)])
+        block = parallel_block(est, f"{key}: {type(est).__name__}")
+        if block is None:       # scikit-learn catches it and draws the search as one box
+            raise NotImplementedError("this scikit-learn has no parallel diagram block")
+        return block
 
     # -- fit -----------------------------------------------------------------------------------
 
