@@ -206,10 +206,11 @@ def full_split_index(cube: xr.Dataset, what: str) -> int:
 KERNEL_BLOCK_BYTES = 2 * 2**20
 
 
-def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str
+def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str,
+               weights: np.ndarray | None = None, nan_rule: bool = True
                ) -> dict[str, np.ndarray]:
     """The per-param loss sums of :mod:`np_roles` for ``roles`` ("full", "fold", "pair",
-    "oof", "change").
+    "oof", "change", "train").
 
     One pass over the splits the roles need (each needed chunk of ``pred`` read once, no
     other): in memory when the selection fits the in-memory budget, otherwise in groups of params
@@ -226,21 +227,26 @@ def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str
     The NaN rule (one for every estimator): a param missing any fit these roles need (failed,
     or not written yet) gets NaN in every term, so it is NaN in the estimator, never a partial
     sum; ``missing`` flags it so the estimator can say how many params that hit.
+    ``nan_rule=False``: GridSearchCV's rule instead, a failed fit NaN in its own terms only
+    (no ``missing``). ``weights`` (n,): the "fold" and "train" sums weigh sample i by w_i.
     """
     decl = pointwise(cube, loss, what)
     roles = _implied(roles)
+    rule = np_roles.nan_rule if nan_rule else dict
+    if weights is not None:                       # a weighted sum is its caller's alone
+        return rule(_terms(cube, decl, roles, what, weights))
     shared = _SHARED.get()
     if shared is None or shared.cube is not cube or not roles <= shared.roles:
-        return np_roles.nan_rule(_terms(cube, decl, roles, what))
+        return rule(_terms(cube, decl, roles, what))
     if decl not in shared.terms:
         shared.terms[decl] = _terms(cube, decl, shared.roles, what)
-    return np_roles.nan_rule({key: value for key, value in shared.terms[decl].items()
-                              if np_roles.TERM_ROLE[key] in roles})
+    return rule({key: value for key, value in shared.terms[decl].items()
+                 if np_roles.TERM_ROLE[key] in roles})
 
 
 def _implied(roles) -> frozenset[str]:
     roles = set(roles)
-    roles |= {"fold"} if roles & {"pair", "oof", "change"} else set()
+    roles |= {"fold"} if roles & {"pair", "oof", "change", "train"} else set()
     roles |= {"full"} if "change" in roles else set()
     return frozenset(roles)
 
@@ -280,8 +286,8 @@ def shared_terms(cube: xr.Dataset, roles):
         _SHARED.reset(token)
 
 
-def _terms(cube: xr.Dataset, decl: Loss, roles: frozenset[str], what: str
-           ) -> dict[str, np.ndarray]:
+def _terms(cube: xr.Dataset, decl: Loss, roles: frozenset[str], what: str,
+           weights: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """:func:`role_terms` before the NaN rule."""
     tables = {}
     if "full" in roles:
@@ -307,7 +313,8 @@ def _terms(cube: xr.Dataset, decl: Loss, roles: frozenset[str], what: str
         if "fold" in where:
             folds = losses[:, where["fold"]]
             out.update(np_roles.fold_terms(folds, member, analysis,
-                                           full if "change" in roles else None))
+                                           full if "change" in roles else None,
+                                           train="train" in roles, weights=weights))
             if "oof" in roles:
                 out["oof_loss"] = np_roles.out_of_fold(folds, member)
         if "pair" in where:

@@ -25,10 +25,14 @@ from . import np_roles
 from ._cube import IN_MEMORY_BYTES, at_splits, compute_here, cube_classes, is_lazy, require
 
 
-def metric_terms(cube: xr.Dataset, decl: Loss, *, roles=("fold",), what: str
+def metric_terms(cube: xr.Dataset, decl: Loss, *, roles=("fold",), what: str,
+                 weights: np.ndarray | None = None, nan_rule: bool = True
                  ) -> dict[str, np.ndarray]:
     """``fold_metric``, (with role "pair") ``inner_metric``, (with role "train")
     ``train_metric`` and ``missing`` (P,) bool; see the module table.
+
+    ``nan_rule=False``: GridSearchCV's rule instead, a failed fit NaN in its own fold only (no
+    ``missing``). ``weights`` (n,): each fold's metric is given the ``sample_weight`` of its rows.
 
     Reads the role's predictions a block of params at a time (about ``IN_MEMORY_BYTES``).
     """
@@ -63,7 +67,9 @@ def metric_terms(cube: xr.Dataset, decl: Loss, *, roles=("fold",), what: str
                 score = block[index][rows]
                 if (key == "inner_metric" and index[2] == scored) or np.isnan(score).any():
                     continue
+                extra = {} if weights is None else {"sample_weight": weights[rows]}
                 values[(h,) + index[1:]] = decl.func(
-                    y[rows], stored_scores(score, outputs[h], classes), classes, outputs[h])
+                    y[rows], stored_scores(score, outputs[h], classes), classes, outputs[h],
+                    **extra)
         out[key] = values
-    return np_roles.nan_rule(out)
+    return np_roles.nan_rule(out) if nan_rule else out

@@ -32,7 +32,7 @@ import functools
 import importlib
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
@@ -74,6 +74,14 @@ class Loss:
     def sign(self) -> float:
         """+1 when smaller is better, -1 when larger is (selection minimises sign·value)."""
         return -1.0 if self.greater_is_better else 1.0
+
+    def __reduce__(self):
+        # DESIGN CHOICE: a declared loss pickles as its label and unpickles as the registry's
+        # declaration (a fitted SearchCV keeps its scoring's loss): the functions of the metrics
+        # (accuracy, f1_macro, ...) are made per name and no module attribute names them
+        if self.custom or DECLARED.get(self.name) is None:
+            return Loss, tuple(getattr(self, f.name) for f in fields(self))
+        return get_loss, (self.label,)
 
 
 DECLARED: dict[str, Loss] = {}

@@ -32,6 +32,7 @@ from .guardrails import flat
 
 # the role of each term (the table above): the role a reducer asks for to get the term
 TERM_ROLE = {"full_risk": "full", "test_risk": "full", "fold_sum": "fold", "fold_risk": "fold",
+             "train_sum": "train",
              "fold_change": "change", "inner_sum": "pair", "inner_change": "pair",
              "oof_loss": "oof"}
 
@@ -58,17 +59,39 @@ def full_terms(full_loss: np.ndarray, analysis: np.ndarray) -> dict[str, np.ndar
 
 
 def fold_terms(fold_loss: np.ndarray, member: np.ndarray, analysis: np.ndarray,
-               full_loss: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """``fold_sum``, ``fold_risk`` and (given ℓ(h, full) (P, n)) ``fold_change``.
+               full_loss: np.ndarray | None = None, *, train: bool = False,
+               weights: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """``fold_sum``, ``fold_risk``, (given ℓ(h, full) (P, n)) ``fold_change`` and (``train``)
+    ``train_sum``, Σ over each fold fit's training set D ∖ N_j.
 
-    ``fold_loss`` (P, R, K, n) is ℓ_i(h, fold j) on every sample.
+    ``fold_loss`` (P, R, K, n) is ℓ_i(h, fold j) on every sample. ``weights`` (n,): the sums
+    weigh sample i by w_i (GridSearchCV's scorers given ``sample_weight``), ``fold_risk`` the
+    weighted mean over D.
     """
+    if weights is not None:
+        if full_loss is not None:
+            raise ValueError("fold_terms: fold_change is not weighted; give no weights")
+        return _weighted_fold_terms(fold_loss, member, analysis, weights, train)
     n_d = analysis.sum()
     out = {"fold_sum": masked_sum(fold_loss, member[None]),
            "fold_risk": masked_sum(fold_loss, analysis) / n_d}
+    if train:
+        out["train_sum"] = masked_sum(fold_loss, (~member & analysis)[None])
     if full_loss is not None:
         change = np.abs(fold_loss - full_loss[:, None, None, :])
         out["fold_change"] = masked_sum(change, analysis) / n_d
+    return out
+
+
+def _weighted_fold_terms(fold_loss: np.ndarray, member: np.ndarray, analysis: np.ndarray,
+                        w: np.ndarray, train: bool) -> dict[str, np.ndarray]:
+    """:func:`fold_terms` with sample weights ``w`` (n,): Σ_i w_i ℓ_i over each set (NaN
+    outside a set never counts)."""
+    w = np.asarray(w, dtype=np.float64)
+    out = {"fold_sum": np.where(member[None], fold_loss, 0.0) @ w,
+           "fold_risk": (np.where(analysis, fold_loss, 0.0) @ w) / (analysis * w).sum()}
+    if train:
+        out["train_sum"] = np.where((~member & analysis)[None], fold_loss, 0.0) @ w
     return out
 
 

@@ -16,7 +16,9 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from ..estimators.losses import Loss, from_scoring
+from ..estimators.losses import Loss
+from ..estimators.split_scores import (fold_splits, fold_values, rank as rank_of, scoring_loss,
+                                       split_scores, spread, with_error_score)
 
 AVERAGES = ("samples", "folds")
 
@@ -110,7 +112,7 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
         raise InputError(f"cv_results: error_score={error_score!r}; give a number (NaN: a "
                          "failed fit's split is NaN)")
     cube, default = _cube_of(source)
-    single = losses is None or isinstance(losses, str)
+    single = losses is None or isinstance(losses, (str, Loss))
     if isinstance(losses, Mapping):
         given = list(losses.items())
     else:
@@ -118,7 +120,7 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
     if not given:
         raise InputError("cv_results: losses: give at least one loss, e.g. ['squared']")
     columns: dict[str, Any] = {}
-    times = _fold_values(cube, cube["fit_seconds"])
+    times = fold_values(cube, cube["fit_seconds"])
     columns["mean_fit_time"] = times.mean(axis=1)
     columns["std_fit_time"] = times.std(axis=1)
     failed, _, _ = fit_records(cube)
@@ -137,7 +139,7 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
             info[suffix], better[suffix] = f"scorer {name}", True
             order.append((suffix, name))
             continue
-        decl, factor = _loss(cube, name)
+        decl, factor = scoring_loss(cube, name)
         if sign == "score" and not decl.greater_is_better:
             factor = -1.0
         suffix = str(key) if key is not None else decl.label
@@ -147,10 +149,10 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
         scored.append((suffix, decl, factor))
         order.append((suffix, None))
     # only scorers: nothing read from the stored predictions
-    scores, seconds = (fold_scores(cube, [d for _, d, _ in scored], train=train, weights=weights)
+    scores, seconds = (split_scores(cube, [d for _, d, _ in scored], train=train, weights=weights)
                        if scored else ([], np.zeros(failed.shape)))
     if "score_time" in cube:        # a store's scorers, timed where each fit ran: theirs too
-        seconds += np.nan_to_num(_fold_values(cube, cube["score_time"]))
+        seconds += np.nan_to_num(fold_values(cube, cube["score_time"]))
     seconds[failed] = 0.0
     columns["mean_score_time"] = seconds.mean(axis=1)
     columns["std_score_time"] = seconds.std(axis=1)
@@ -165,13 +167,10 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
             test = factor * test
             mean = test.mean(axis=1) if average == "folds" or pooled is None else factor * pooled
             tr, rank = None if tr is None else factor * tr, -factor * decl.sign
-        if not np.isnan(error_score):
-            test[failed] = error_score
-            mean = np.where(failed.any(axis=1), test.mean(axis=1), mean)
+        test, mean = with_error_score(test, mean, failed, error_score)
         _store(columns, f"test_{suffix}", test, mean, rank=rank)
         if train:
-            if not np.isnan(error_score):
-                tr[failed] = error_score
+            tr, _ = with_error_score(tr, tr.mean(axis=1), failed, error_score)
             _store(columns, f"train_{suffix}", tr, tr.mean(axis=1))
     table = pd.DataFrame(columns, index=pd.RangeIndex(int(cube.sizes["param"]), name="param"))
     table.attrs.update({"losses": info, "greater_is_better": better, "average": average,
@@ -182,104 +181,27 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
 def _scorer_scores(cube: xr.Dataset, name: str, train: bool):
     """(test (P, S), their mean, train (P, S) or None) of a scorer, from the stored
     ``score`` (``train_score``): computed where each fit ran."""
-    test = _fold_values(cube, cube["score"].sel(scorer=name))
+    test = fold_values(cube, cube["score"].sel(scorer=name))
     if not train:
         return test, test.mean(axis=1), None
     if "train_score" not in cube:
         raise InputError(f"cv_results: train=True, but the store holds no train scores of "
                          f"scorer {name!r}; run the study with train_scores=True "
                          "(SearchCV: return_train_score=True)")
-    return test, test.mean(axis=1), _fold_values(cube, cube["train_score"].sel(scorer=name))
+    return test, test.mean(axis=1), fold_values(cube, cube["train_score"].sel(scorer=name))
 
 
 def fit_records(source) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What the store recorded of each fold fit: ``failed`` (P, splits) bool, ``error`` (P,
     splits) str ("" where the fit did not fail) and ``seconds`` (P, splits, its fit and
     predictions), splits numbered as :func:`cv_results` numbers them."""
-    from ..estimators._cube import require
-
     cube, _ = _cube_of(source)
-    index = np.asarray(require(cube, "fold_split", "cv_results").values).ravel()
+    index = fold_splits(cube)
     failed = np.asarray(cube["failed"].values, dtype=bool)[:, index]
     error = (np.asarray(cube["error"].values, dtype=object)[:, index] if "error" in cube
              else np.full(failed.shape, "", dtype=object))
     seconds = np.asarray(cube["fit_seconds"].values, dtype=np.float64)[:, index]
     return failed, np.where(failed, error.astype(str), ""), seconds
-
-
-def fold_scores(cube: xr.Dataset, decls: Sequence[Loss], *, train: bool = False,
-                weights: np.ndarray | None = None):
-    """Each fold fit scored on its test fold (and training set) from the stored predictions.
-
-    Returns ``([(test (P, S), pooled (P,) or None, train (P, S) or None) per loss], seconds
-    (P, S))``: ``pooled`` the mean over every analysis sample of a pointwise loss averaged
-    over repeats (None for a per-fold metric), ``seconds`` the time spent scoring each fit's
-    test predictions (every loss together). A failed or missing fit is NaN in its own split
-    only. ``weights`` (n,): the weighted mean of a pointwise loss, a metric's
-    ``sample_weight``.
-    """
-    import time
-
-    from ..estimators import np_roles
-    from ..estimators._cube import IN_MEMORY_BYTES, compute_here, cube_classes, is_lazy, require
-    from ..estimators.losses import apply_loss
-
-    index = np.asarray(require(cube, "fold_split", "cv_results").values)
-    n_repeats, k = index.shape
-    member = np_roles.fold_members(cube["fold"].values, k).reshape(n_repeats * k, -1)
-    analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
-    trained = ~member & analysis[None, :]
-    y = np.asarray(cube["y"].values)
-    classes = cube_classes(cube)
-    outputs = [str(o) for o in cube["output"].values]
-    w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
-    pred = cube["pred"]
-    n_params, n_splits = int(pred.sizes["param"]), n_repeats * k
-    out = [(np.full((n_params, n_splits), np.nan), np.full(n_params, np.nan) if d.pointwise
-            else None, np.full((n_params, n_splits), np.nan) if train else None) for d in decls]
-    seconds = np.zeros((n_params, n_splits))
-    per_param = max(1, pred.nbytes // max(n_params * int(pred.sizes["split"]), 1) * n_splits)
-    step = max(1, IN_MEMORY_BYTES // per_param)
-    for p0 in range(0, n_params, step):
-        block = pred.isel(param=slice(p0, p0 + step), split=index.ravel()).data
-        block = np.asarray(compute_here(block) if is_lazy(block) else block)
-        for b, h in enumerate(range(p0, min(p0 + step, n_params))):
-            fits = block[b]                                   # (S, n[, C])
-            for (test, pooled, tr), decl in zip(out, decls):
-                t0 = time.perf_counter()
-                if decl.pointwise:
-                    values = np.asarray(apply_loss(decl, y, fits[None], classes, [outputs[h]]))[0]
-                    sums = _weighted_sums(values, member, w)
-                    test[h] = sums / (member * w).sum(axis=1)
-                    pooled[h] = np.mean(sums.reshape(n_repeats, k).sum(axis=1)
-                                        / (analysis * w).sum())
-                    seconds[h] += (time.perf_counter() - t0) / n_splits
-                    if train:
-                        tr[h] = _weighted_sums(values, trained, w) / (trained * w).sum(axis=1)
-                    continue
-                for s in range(n_splits):
-                    t0 = time.perf_counter()
-                    test[h, s] = _metric(decl, y, fits[s], member[s], weights, classes, outputs[h])
-                    seconds[h, s] += time.perf_counter() - t0
-                    if train:
-                        tr[h, s] = _metric(decl, y, fits[s], trained[s], weights, classes,
-                                           outputs[h])
-    return out, seconds
-
-
-def _weighted_sums(values: np.ndarray, mask: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Σ_i w_i · values[s, i] over the samples of ``mask[s]`` (NaN outside never counts)."""
-    return np.where(mask, values, 0.0) @ w
-
-
-def _metric(decl: Loss, y, fit: np.ndarray, rows: np.ndarray, weights, classes, output: str):
-    from ..estimators.losses import stored_scores
-
-    score = fit[rows]
-    if np.isnan(score).any():
-        return np.nan
-    extra = {} if weights is None else {"sample_weight": np.asarray(weights)[rows]}
-    return decl.func(y[rows], stored_scores(score, output, classes), classes, output, **extra)
 
 
 def _cube_of(source) -> tuple[xr.Dataset, str | None]:
@@ -297,44 +219,15 @@ def _cube_of(source) -> tuple[xr.Dataset, str | None]:
                      "result; give a store path, cvflow.open(path) or Study.run's result")
 
 
-def _loss(cube: xr.Dataset, name) -> tuple[Loss, float]:
-    """A name's cvflow loss (checked against the cube) and the factor to scikit-learn's sign."""
-    from ..estimators._cube import cube_loss
-
-    from ..estimators.losses import DECLARED
-
-    factor = 1.0
-    if isinstance(name, str) and name.partition(":")[0] not in DECLARED and "." not in name:
-        decl, factor = from_scoring(name, where="cv_results: losses")     # a scoring name
-        name = decl
-    return cube_loss(cube, name), factor
-
-
 def _store(columns: dict, key: str, splits: np.ndarray, mean: np.ndarray, rank: float = 0.0):
     """scikit-learn's ``_store``: split columns, mean, std (ddof=0) and (``rank`` != 0, the
     sign that makes larger better) the rank, NaN means ranked last."""
-    from scipy.stats import rankdata
-
     for k in range(splits.shape[1]):
         columns[f"split{k}_{key}"] = splits[:, k]
     columns[f"mean_{key}"] = mean
-    columns[f"std_{key}"] = np.sqrt(((splits - splits.mean(axis=1, keepdims=True)) ** 2)
-                                    .mean(axis=1))
+    columns[f"std_{key}"] = spread(splits)
     if rank:
-        goodness = rank * mean
-        if np.isnan(goodness).all():
-            columns[f"rank_{key}"] = np.ones(len(mean), dtype=np.int32)
-        else:
-            goodness = np.where(np.isnan(goodness), np.nanmin(goodness) - 1, goodness)
-            columns[f"rank_{key}"] = rankdata(-goodness, method="min").astype(np.int32)
-
-
-def _fold_values(cube: xr.Dataset, values: xr.DataArray) -> np.ndarray:
-    """``values`` (param, split) at the fold splits: (P, R·K), repeat-major."""
-    from ..estimators._cube import at_splits, require
-
-    picked = at_splits(values, require(cube, "fold_split", "cv_results"))
-    return np.asarray(picked.values, dtype=np.float64).reshape(picked.shape[0], -1)
+        columns[f"rank_{key}"] = rank_of(rank * mean)
 
 
 def _param_columns(cube: xr.Dataset) -> dict[str, Any]:

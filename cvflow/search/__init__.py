@@ -34,11 +34,12 @@ from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
 
-from ..estimators.losses import Loss, from_scoring
+from ..estimators.losses import apply_loss
 from ..fitting.scoring import estimator_score
 from ..objects import describe_splitter
 from . import scorings
 from .callbacks import SearchTasks
+from .diagram import parallel_block
 from .inputs import (Scorings, check_task, default_client, output_of, refit_failed,
                      sorted_grid, splitter_of, task_of, weights_for)
 
@@ -247,14 +248,12 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
     def _sk_visual_block_(self):
         """The HTML diagram shows ``best_estimator_`` once refitted, else ``estimator`` (as
         ``GridSearchCV``'s)."""
-        # DESIGN CHOICE: scikit-learn's diagram protocol has no public constructor for a block;
-        # BaseSearchCV builds its own from this private class of the same scikit-learn, so do we
-        from sklearn.utils._repr_html.estimator import _VisualBlock
-
         key, est = (("best_estimator_", self.best_estimator_) if hasattr(self, "best_estimator_")
                     else ("estimator", self.estimator))
-        return _VisualBlock("parallel", [est], names=[f"{key}: {type(est).__name__}"],
-                            name_details=[str(est)])
+        block = parallel_block(est, f"{key}: {type(est).__name__}")
+        if block is None:       # scikit-learn catches it and draws the search as one box
+            raise NotImplementedError("this scikit-learn has no parallel diagram block")
+        return block
 
     # -- fit -----------------------------------------------------------------------------------
 
@@ -284,7 +283,9 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         from ..study import Study
 
         self._check_options()
-        sc = self._scorings()         # first, as GridSearchCV: no scoring at all is a TypeError
+        # first, as GridSearchCV: no scoring at all is a TypeError; each scoring's loss resolved
+        # here, once, and kept for score()
+        sc = self._scoring = scorings.resolved(self._scorings())
         self.multimetric_ = sc.multimetric
         key = sc.key
         tasks = SearchTasks(self, X, y, fit_params.get("sample_weight"))
@@ -296,16 +297,16 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
                              "stored predictions with the target); without y give a scorer, "
                              "e.g. scoring=None for an estimator's own score")
         estimator = clone(self.estimator)
-        losses = {name: self._loss(s) for name, s in sc.losses.items()}
+        decls = sc.decls
         task = ("regression" if y is None       # no target: predict stored as it is
-                else task_of(estimator, [d for d, _ in losses.values()], y_arr))
+                else task_of(estimator, list(decls.values()), y_arr))
         for name, s in sc.losses.items():
-            check_task(estimator, s, losses[name][0], task)
+            check_task(estimator, s, decls[name], task)
         classifier = task == "classification"
         n_classes = len(np.unique(y_arr)) if classifier else 0
         select, options = self._select()
         scorings.check(sc, select, self.racing, self, fit_params.get("sample_weight"))
-        if self.racing not in (None, False) and not losses[key][0].pointwise:
+        if self.racing not in (None, False) and not decls[key].pointwise:
             raise ValueError(f"SearchCV: racing compares per-sample losses, but scoring "
                              f"{sc.losses[key]!r} is a per-fold metric; give a pointwise scoring "
                              "such as neg_mean_squared_error, neg_log_loss or accuracy")
@@ -325,10 +326,10 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
                   if self.store is None else splitter)
         study = Study(estimator, param_grid=sorted_grid(self.param_grid), cv=design,
                       estimators=[{select: options}, *extra],
-                      loss=losses[key if key in losses else next(iter(losses))][0].label
-                      if losses else None,
+                      loss=decls[key if key in decls else next(iter(decls))].label
+                      if decls else None,
                       task=task, fit_seed=self.fit_seed, name="search", racing=self.racing,
-                      output=output_of(estimator, candidates, [d for d, _ in losses.values()],
+                      output=output_of(estimator, candidates, list(decls.values()),
                                      n_classes, task, numeric_labels=y_arr is None
                                      or y_arr.dtype.kind in "biuf"),
                       scorers=sc.scorers or None,
@@ -435,9 +436,6 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         """The ``cv_results_`` suffix of scoring ``name``: itself, or "score" for one scoring."""
         return name if self.multimetric_ else "score"
 
-    def _loss(self, scoring: str) -> tuple[Loss, float]:
-        return from_scoring(scoring, where=f"SearchCV: scoring {scoring!r}")
-
     def _select(self) -> tuple[str, dict]:
         from ..estimators.registry import REGISTRY
 
@@ -502,8 +500,9 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
 
         sc = scorings.returned(sc, result.cube, self.refit)
         self.multimetric_ = sc.multimetric
-        # a scorer computed at fit time is read by its name in the store; a loss by its name
-        stored = {name: sc.losses.get(name, name) for name in sc.names}
+        # a scorer computed at fit time is read by its name in the store; a loss is its cvflow
+        # loss (resolved once in fit), in scikit-learn's sign (sign="score")
+        stored = {name: sc.decls.get(name, name) for name in sc.names}
         table = cv_results(result, stored if self.multimetric_ else stored[sc.key],
                            average=self.average, train=self.return_train_score,
                            sign="score", weighted=weighted,
@@ -632,14 +631,13 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
             raise ValueError(f"SearchCV.score: {sorted(set(params) - {'sample_weight'})[0]!r}: "
                              "only sample_weight reaches cvflow's scoring")
         sample_weight = params.get("sample_weight", sample_weight)
-        sc = self._scorings()
+        sc = self._scoring                      # as fit resolved it
         weights = {} if sample_weight is None else {"sample_weight": sample_weight}
         model = self.best_estimator_
         if sc.key in sc.scorers:                 # a scorer computed at fit time: itself
             value = scorings.as_scorer(sc.scorers[sc.key])(model, X, y, **weights)
             return float(value[self.refit] if isinstance(value, dict) else value)
-        key = sc.losses[sc.key]
-        decl, _ = self._loss(key)
+        key, decl = sc.losses[sc.key], sc.decls[sc.key]
         names = [key] if key in decl.scorers else list(decl.scorers)
         if len(names) > 1:             # roc_auc: scikit-learn's multiclass scorer is roc_auc_ovr
             names = [names[-1] if len(model.classes_) > 2 else names[0]]
@@ -647,8 +645,6 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
             return float(get_scorer(names[0])(model, X, y, **weights))
         if decl.name == "zero_one":
             return -(1.0 - float(accuracy_score(y, model.predict(X), **weights)))
-        from ..estimators.losses import apply_loss
-
         output = "decision_function" if decl.name == "hinge" else "predict"
         pred = np.asarray(getattr(model, output)(X), dtype=np.float64)
         classes = list(model.classes_) if decl.task == "classification" else None

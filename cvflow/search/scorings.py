@@ -11,7 +11,7 @@ from typing import Any
 
 from sklearn.base import is_classifier
 
-from ..estimators.losses import DECLARED
+from ..estimators.losses import DECLARED, from_scoring
 from .inputs import Scorings
 
 
@@ -41,6 +41,13 @@ def split(named: dict) -> tuple[dict[str, str], dict[str, Any]]:
             raise ValueError(f"SearchCV: scoring {name!r}: {value!r} is not a scoring name, a "
                              "scorer object or a callable (estimator, X, y) -> float")
     return losses, scorers
+
+
+def resolved(sc: Scorings) -> Scorings:
+    """``sc`` with the cvflow loss of each scoring it scores from the stored predictions
+    (``decls``): the one place a ``fit`` turns a scoring name into a loss."""
+    return sc._replace(decls={name: from_scoring(s, where=f"SearchCV: scoring {s!r}")[0]
+                              for name, s in sc.losses.items()})
 
 
 def scorer_name(scorer, taken: dict) -> str:
@@ -170,4 +177,4 @@ def several_targets(sc: Scorings, scoring) -> Scorings:
             raise ValueError(f"SearchCV: scoring {loss!r} is a cvflow loss of one target per "
                              "sample, and y has several (multioutput or multilabel); give a "
                              "scikit-learn scoring name or scorer")
-    return sc._replace(losses={}, scorers=scorers)
+    return sc._replace(losses={}, decls={}, scorers=scorers)

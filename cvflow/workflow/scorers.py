@@ -18,6 +18,7 @@ A workflow spells each scorer as plain data (a store holds no pickles):
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from ..errors import InputError
@@ -34,10 +35,17 @@ def scorer_names() -> set[str]:
     return set(get_scorer_names())
 
 
-def _is_make_scorer(obj) -> bool:
-    from sklearn.metrics._scorer import _Scorer      # make_scorer's own class (no public name)
+@functools.cache
+def _make_scorer_class() -> type:
+    """The class of ``make_scorer``'s scorers, as ``make_scorer`` itself makes one (scikit-learn
+    gives the class no public name)."""
+    from sklearn.metrics import accuracy_score, make_scorer
 
-    return type(obj) is _Scorer
+    return type(make_scorer(accuracy_score))
+
+
+def _is_make_scorer(obj) -> bool:
+    return type(obj) is _make_scorer_class()
 
 
 def description(obj) -> str:
