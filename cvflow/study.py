@@ -309,12 +309,11 @@ class Study:
         :meth:`workflow`'s.
         """
         from .execution.run import run
-        from .execution.preflight import check_run
 
         wf = self.workflow(X, y, groups, sample_weight=sample_weight, fit_params=fit_params,
                            fit_hooks=fit_hooks)
         path = Path(store) if store is not None else Path(f"{self.name}.zarr")
-        check_run(wf, path, cluster=cluster, workers=workers, client=client)
+        # the run checks its arguments and paths once, before the store is locked
         done = run(wf, store=path, cluster=cluster, workers=workers, overwrite=overwrite,
                    client=client, progress=progress)
         # this study is code: the names it holds are trusted in its results, nothing else
