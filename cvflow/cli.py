@@ -46,17 +46,14 @@ def cmd_run(args) -> int:
         dask.config.set({"logging.distributed": "error"})
     from .execution import run as engine
     from .report import results as report
-    from .execution.preflight import check_run
     from .execution.progress import Progress, summary_lines
     from .workflow.spec import load_workflow
     from .store.cube import open_cube
     from .trust import workflow_code
 
     wf = load_workflow(args.workflow)
-    # every argument and path checked before the store is locked, created or grown
-    check_run(wf, args.store, cluster=args.cluster, workers=args.workers,
-              dashboard_port=args.dashboard_port, tls=args.tls or None,
-              cluster_options=args.cluster_option)
+    # every argument and path is checked by the run before the store is locked, created or
+    # grown (cvflow.execution.preflight.check_run, once)
     result = engine.run(wf, store=args.store, cluster=args.cluster, workers=args.workers,
                         overwrite=args.overwrite, dashboard_port=args.dashboard_port,
                         progress=Progress(summary=False), tls=args.tls or None,

@@ -26,6 +26,7 @@ import yaml
 from .workflow.data import decode_frame, from_arrays, save_npz
 from .objects import CLASS, build, describe, describe_splitter, is_estimator, unbuildable
 from .errors import InputError
+from .estimators.losses import declared_task
 from .workflow.learners import grid_values
 from .workflow.scorers import build_scorer, describe_scorer
 from .workflow.spec import Workflow, parse_workflow
@@ -241,8 +242,11 @@ class Study:
     def _task(self, y) -> str:
         if self.task is not None:
             return self.task
-        if self.loss is not None:
-            return "regression" if self.loss in ("squared", "absolute") else "classification"
+        # the loss's own declaration (cvflow.estimators.losses.declare); a custom loss
+        # declares no task and leaves it to the target, as no loss does
+        declared = declared_task(self.loss) if self.loss is not None else None
+        if declared is not None:
+            return declared
         if y is None:
             return "regression"          # no target: the learners' predict is stored as it is
         y = np.asarray(y)
@@ -305,12 +309,11 @@ class Study:
         :meth:`workflow`'s.
         """
         from .execution.run import run
-        from .execution.preflight import check_run
 
         wf = self.workflow(X, y, groups, sample_weight=sample_weight, fit_params=fit_params,
                            fit_hooks=fit_hooks)
         path = Path(store) if store is not None else Path(f"{self.name}.zarr")
-        check_run(wf, path, cluster=cluster, workers=workers, client=client)
+        # the run checks its arguments and paths once, before the store is locked
         done = run(wf, store=path, cluster=cluster, workers=workers, overwrite=overwrite,
                    client=client, progress=progress)
         # this study is code: the names it holds are trusted in its results, nothing else

@@ -190,3 +190,79 @@ def test_html_report_into_a_read_only_directory(made, tmp_path):
                                "this user (permission denied)\n")
     finally:
         locked.chmod(0o755)
+
+
+# --- decided once (issue 39) -----------------------------------------------------------------
+
+@pytest.fixture
+def counted(monkeypatch):
+    """The profiles each load_profile call loads (its first argument, resolved), and the calls
+    of check_run, over every cvflow module that holds either function."""
+    from cvflow.execution import preflight, profiles
+
+    loads, checks = [], []
+    load, check = profiles.load_profile, preflight.check_run
+
+    def counting_load(cluster=None, **kwargs):
+        loads.append(profiles.resolve(cluster))
+        return load(cluster, **kwargs)
+
+    def counting_check(*args, **kwargs):
+        checks.append(args[1:2])
+        return check(*args, **kwargs)
+
+    for module in [m for name, m in sys.modules.items() if name.startswith("cvflow")]:
+        for attr, old, new in (("load_profile", load, counting_load),
+                               ("check_run", check, counting_check)):
+            if getattr(module, attr, None) is old:
+                monkeypatch.setattr(module, attr, new)
+    return loads, checks
+
+
+@pytest.mark.parametrize("cluster", ["threads", "local", None])
+def test_cvflow_run_loads_its_profile_once_and_checks_once(tmp_path, capsys, counted, cluster):
+    """cvflow run: check_run once (by the run, not again by the face), and the profile loaded
+    and validated once; auto loads its process profile (``local``) before the store's lock,
+    and ``threads`` only when it picks that after timing the study (each profile once)."""
+    loads, checks = counted
+    workflow = tmp_path / "wf.yaml"
+    workflow.write_text(QUICK)
+    assert main(["run", str(workflow), "--store", str(tmp_path / "s.zarr"),
+                 *(["--cluster", cluster] if cluster else [])]) == 0
+    execution = capsys.readouterr().err
+    assert len(checks) == 1
+    if cluster is None:
+        assert loads == ["auto"] + (["threads"] if "execution: threads" in execution else [])
+    else:
+        assert loads == [cluster]
+
+
+@pytest.mark.parametrize("cluster", ["threads", None])
+def test_study_run_loads_its_profile_once_and_checks_once(tmp_path, counted, cluster):
+    import numpy as np
+    from sklearn.linear_model import Ridge
+
+    import cvflow
+
+    loads, checks = counted
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    y = X.sum(axis=1)
+    result = cvflow.Study(Ridge(), param_grid={"alpha": [0.1, 1.0]}, cv=3).run(
+        X, y, store=tmp_path / "s.zarr", cluster=cluster, progress=False)
+    assert len(checks) == 1
+    # a short study: auto stays in this process (threads), after loading auto's local profile
+    assert loads == (["auto", "threads"] if cluster is None else [cluster])
+    assert result.run.execution.startswith("threads")
+
+
+def test_a_threads_profile_file_is_read_by_its_kind(tmp_path, capsys):
+    """The kind decides, not the profile's name: a profile file of kind threads is this
+    process's threads, where a fit_timeout cannot stop a fit (refused before any store)."""
+    profile = tmp_path / "mine.yaml"
+    profile.write_text("kind: threads\nworkers: 1\n")
+    workflow = tmp_path / "wf.yaml"
+    workflow.write_text(QUICK + "execution: {fit_timeout: 5}\n")
+    assert main(["run", str(workflow), "--store", str(tmp_path / "s.zarr"),
+                 "--cluster", str(profile)]) == 2
+    _one_line(capsys, "execution.fit_timeout: a fit in this process's threads cannot be stopped")
+    assert not (tmp_path / "s.zarr").exists()

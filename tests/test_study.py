@@ -651,3 +651,121 @@ def test_without_a_target_the_learners_predictions_are_stored(tmp_path):
             want = KMeans(random_state=0, init="random", n_init=1, n_clusters=k).fit(X[train])
             np.testing.assert_array_equal(cube["pred"].values[h, s], want.predict(X))
     assert np.isnan(result["kfold"]["estimate"].values).all()
+
+
+# --- the task from the loss's declaration (issue 39) -----------------------------------------
+
+from cvflow.estimators import losses as _losses  # noqa: E402 - the registry the tests walk
+
+
+def _spelling(decl) -> str:
+    """The loss as a user writes it: with a valid value of its parameter, if it has one."""
+    if decl.parameter is None:
+        return decl.name
+    symbol, check = decl.parameter
+    assert check(0.7) == "", f"{decl.name}: pick another {symbol} for this test"
+    return f"{decl.name}:0.7"
+
+
+class _Given(BaseEstimator):
+    """A regressor whose predictions are its one feature: scikit-learn's scorers score the
+    fold predictions of cross_val_predict through it."""
+    _estimator_type = "regressor"
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.estimator_type = "regressor"
+        return tags
+
+    def fit(self, X, y=None):
+        return self
+
+    def predict(self, X):
+        return np.asarray(X)[:, 0]
+
+
+def _by_hand(decl, y, oof) -> float:
+    """The loss of out-of-fold predictions ``oof`` computed without cvflow: scikit-learn's
+    scorer the loss declares (its sign undone), else scipy's / scikit-learn's function."""
+    from scipy.special import huber
+    from sklearn.metrics import get_scorer, mean_pinball_loss
+
+    if decl.scorers:
+        scorer = decl.scorers[0]
+        value = get_scorer(scorer)(_Given(), np.asarray(oof)[:, None], y)
+        return -value if scorer.startswith("neg_") else value
+    hand = {"pinball": lambda: mean_pinball_loss(y, oof, alpha=decl.arg),
+            "huber": lambda: float(np.mean(huber(decl.arg, y - oof)))}
+    assert decl.name in hand, (f"{decl.name}: declare its scikit-learn scorer (scorers=) or "
+                               "add an independent computation here")
+    return hand[decl.name]()
+
+
+REGRESSION_LOSSES = [_spelling(d) for d in _losses.DECLARED.values() if d.task == "regression"]
+
+
+@pytest.mark.parametrize("loss", REGRESSION_LOSSES)
+def test_every_regression_loss_of_the_registry_runs_through_study(tmp_path, loss):
+    """Study(loss=L) takes the task L declares: every regression loss runs on a regressor (not
+    refused for want of predict_proba), and its K-fold estimate equals scikit-learn's metric
+    on cross_val_predict's fold predictions (pooled for a pointwise loss, the mean of the
+    folds' values for a per-fold metric)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    # positive targets and predictions: valid for every loss (poisson / gamma deviances,
+    # squared_log, absolute_percentage)
+    y = 10 + X @ np.array([1.0, 2.0, -1.5]) + rng.normal(size=40)
+    cv = KFold(5, shuffle=True, random_state=0)
+    alphas = [0.1, 10.0]
+    result = cvflow.Study({"r": (Ridge(), {"alpha": alphas})}, cv=cv, loss=loss).run(
+        X, y, store=tmp_path / "s.zarr", cluster="threads", progress=False)
+    assert result.cube.attrs["task"] == "regression"
+    decl = _losses.get_loss(loss)
+    est = result["kfold"]["estimate"].values
+    for h, alpha in enumerate(alphas):
+        oof = cross_val_predict(Ridge(alpha=alpha), X, y, cv=cv)
+        assert (oof > 0).all()
+        if decl.pointwise:
+            want = _by_hand(decl, y, oof)
+        else:
+            want = np.mean([_by_hand(decl, y[test], oof[test]) for _, test in cv.split(X)])
+        np.testing.assert_allclose(est[h], want, rtol=1e-9, err_msg=loss)
+
+
+@pytest.mark.parametrize("loss", [_spelling(d) for d in _losses.DECLARED.values()])
+def test_the_task_is_the_one_the_loss_declares(loss):
+    """Every declared loss gives its own task, whatever the target looks like (3 integer
+    labels read as a regression target without a loss, floats as one with)."""
+    want = _losses.get_loss(loss).task
+    for y in (np.arange(30) % 3, np.linspace(0, 1, 30)):
+        assert cvflow.Study(Ridge(), loss=loss)._task(y) == want
+
+
+def test_a_user_declared_loss_gives_its_task_and_a_custom_function_the_targets(tmp_path):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(30, 2))
+    y = X[:, 0] - X[:, 1] + 0.1 * rng.normal(size=30)
+    cv = KFold(3, shuffle=True, random_state=0)
+    oof = cross_val_predict(Ridge(), X, y, cv=cv)
+
+    @_losses.declare("cubed_test39", task="regression", outputs=("predict",), doc="|y - ŷ|³")
+    def cubed(y, pred, output=None, arg=None):
+        return abs(y - pred) ** 3
+
+    try:
+        result = cvflow.Study(Ridge(), cv=cv, loss="cubed_test39").run(
+            X, y, store=tmp_path / "declared.zarr", cluster="threads", progress=False)
+        assert result.cube.attrs["task"] == "regression"
+        np.testing.assert_allclose(result["kfold"]["estimate"].values[0],
+                                   np.mean(np.abs(y - oof) ** 3), rtol=1e-10)
+    finally:
+        del _losses.DECLARED["cubed_test39"]
+
+    def quartic(y_true, y_pred):         # declares no task: the target decides (regression)
+        return (y_true - y_pred) ** 4
+
+    result = cvflow.Study(Ridge(), cv=cv, loss=quartic).run(
+        X, y, store=tmp_path / "custom.zarr", cluster="threads", progress=False)
+    assert result.cube.attrs["task"] == "regression"
+    np.testing.assert_allclose(result["kfold"]["estimate"].values[0], np.mean((y - oof) ** 4),
+                               rtol=1e-10)

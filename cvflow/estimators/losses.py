@@ -396,6 +396,19 @@ def get_loss(spec: str, *, search: str | Path | None = None, where: str = "loss"
                      "or a function by dotted path (module.function)")
 
 
+def declared_task(spec) -> str | None:
+    """The task the loss spelled ``spec`` declares (``"regression"`` or ``"classification"``),
+    read from its declaration (:func:`declare`, a :class:`Loss`, a function given from Python);
+    None for a loss that declares none (a custom function: any task) or a spelling that names
+    no declared loss (:func:`get_loss` refuses it with its message). Imports nothing."""
+    if isinstance(spec, Loss):
+        return spec.task
+    if not isinstance(spec, str):
+        return None                  # a function given from Python: a custom loss, any task
+    decl = _GIVEN.get(spec) or DECLARED.get(spec.partition(":")[0])
+    return None if decl is None else decl.task
+
+
 def from_scoring(scoring: str, *, where: str = "scoring") -> tuple[Loss, float]:
     """The cvflow loss a scikit-learn scoring name equals, and the factor (+1 or -1) that turns
     cvflow's value into scikit-learn's: ``neg_mean_squared_error`` -> (``squared``, -1).

@@ -6,15 +6,21 @@ first chunk write — each after the store had been created or grown. These chec
 (the cluster profile, file modes), so they run first and refuse with one line naming the
 argument or the path (:class:`~cvflow.errors.InputError`, exit 2).
 
-The run's entry calls :func:`check_run` before it takes the store's lock; ``cvflow report
+The run's entry (:func:`cvflow.execution.run.run`, which both faces call) calls :func:`check_run`
+once, before it takes the store's lock, and runs on what it decided; ``cvflow report
 --html FILE`` calls :func:`check_output_file` before it reduces anything.
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import OTHER_STORE, InputError
+
+if TYPE_CHECKING:
+    from .profiles import Route
 
 
 def check_workers(workers, where: str = "--workers") -> None:
@@ -34,13 +40,24 @@ def check_dashboard_port(port, where: str = "--dashboard-port") -> None:
         raise InputError(f"{where}: {port!r}; give a port in 0..65535 (0: any free port)")
 
 
+@dataclass(frozen=True)
+class Checked:
+    """What :func:`check_run` decided: the store's location and the run's cluster (a
+    :class:`~cvflow.execution.profiles.Route`; None with a given client)."""
+
+    store: str
+    route: Route | None
+
+
 def check_run(workflow, store: str | os.PathLike | None, *, cluster=None, workers=None,
               dashboard_port=None, tls=None, cluster_options: Sequence[str] | Mapping | None = None,
-              client=None) -> str:
+              client=None) -> Checked:
     """Refuse a run's bad arguments before its store is created, grown or locked.
 
     :func:`check_cluster`, then that the store can be written (:func:`check_store_writable`;
-    ``store`` None: the run's default, ``<workflow name>.zarr``). Returns the store's location.
+    ``store`` None: the run's default, ``<workflow name>.zarr``). Returns what it decided (the
+    store's location, the run's route), which the run uses as it is: called once per run, by
+    :func:`cvflow.execution.run.run`.
 
     Raises
     ------
@@ -49,46 +66,35 @@ def check_run(workflow, store: str | os.PathLike | None, *, cluster=None, worker
     """
     from ..store.location import resolve
 
-    check_cluster(workflow, cluster=cluster, workers=workers, dashboard_port=dashboard_port,
-                  tls=tls, cluster_options=cluster_options, client=client)
+    route = check_cluster(workflow, cluster=cluster, workers=workers,
+                          dashboard_port=dashboard_port, tls=tls,
+                          cluster_options=cluster_options, client=client)
     location = resolve(store if store is not None else f"{workflow.name}.zarr")
     check_store_writable(location)
-    return location
+    return Checked(location, route)
 
 
 def check_cluster(workflow, *, cluster=None, workers=None, dashboard_port=None, tls=None,
-                  cluster_options: Sequence[str] | Mapping | None = None, client=None) -> None:
+                  cluster_options: Sequence[str] | Mapping | None = None,
+                  client=None) -> Route | None:
     """``workers`` (>= 1), ``dashboard_port`` (0..65535) and the cluster profile with every
     override merged as the run merges them (``cluster`` or the workflow's
-    ``execution.cluster``; profile files, ``--cluster-option``, ``CVFLOW_CLUSTER__*``).
-    ``cvflow validate`` checks the workflow's own choice this way."""
-    from .profiles import ADDRESS, load_profile, parse_options
+    ``execution.cluster``, ``workers`` or its ``execution.workers``; profile files,
+    ``--cluster-option``, ``CVFLOW_CLUSTER__*``): the run's route
+    (:func:`cvflow.execution.profiles.decide`), None with a given ``client``. ``cvflow
+    validate`` checks the workflow's own choice this way."""
+    from .profiles import decide
 
     check_workers(workers)
     check_dashboard_port(dashboard_port)
     if client is not None:
-        return
-    if not cluster and workflow.execution.get("cluster") is not None:
-        cluster = workflow.execution["cluster"]
-        try:
-            if not ADDRESS.match(str(cluster)):
-                load_profile(cluster)
-        except InputError as exc:        # named as the workflow's key, not as --cluster
-            raise InputError(f"{workflow.path}: execution.cluster: "
-                             f"{str(exc).removeprefix('--cluster: ')}") from None
-    if not (cluster and ADDRESS.match(str(cluster))):
-        overrides = parse_options(cluster_options)
-        profile = load_profile(cluster, options=overrides)      # the profile as given
-        # the run merges its arguments over the profile last (cvflow.execution.schedulers.connect)
-        explicit = {"workers": workers, "dashboard_port": dashboard_port, "tls": tls}
-        load_profile(cluster, options={**overrides, **{k: v for k, v in explicit.items()
-                                                       if v is not None and k in _keys(profile)}})
-
-
-def _keys(profile: dict) -> set[str]:
-    from .profiles import KEYS
-
-    return KEYS.get(profile["kind"], set())
+        return None
+    named = cluster or workflow.execution.get("cluster")
+    # the workflow's own choice: its errors name its key, not --cluster
+    return decide(named, workers=workers or workflow.execution.get("workers"),
+                  dashboard_port=dashboard_port, tls=tls, options=cluster_options,
+                  named_by=None if cluster or named is None
+                  else f"{workflow.path}: execution.cluster")
 
 
 def check_store_writable(location: str) -> None:

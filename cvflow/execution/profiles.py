@@ -8,6 +8,11 @@ key ``cvflow.cluster.profiles``), the profile file, ``CVFLOW_CLUSTER__KEY__SUBKE
 environment variables, ``options`` (``key.subkey=value`` strings, values parsed as YAML), and
 finally the explicit ``workers``, ``dashboard_port`` and ``tls`` arguments. Starting the
 cluster a profile names is :mod:`cvflow.execution.schedulers`'.
+
+A run decides its cluster once (:func:`decide`, called by the run's preflight,
+:func:`cvflow.execution.preflight.check_run`): the profile loaded and validated with every
+override merged, carried down as a :class:`Route` to the scheduler's choice and the connection,
+which read it instead of loading the profile again.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import copy
 import logging
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -28,13 +34,14 @@ log = logging.getLogger(__name__)
 config.load()    # the profiles below read dask.config directly (set, merge)
 
 ENV_PREFIX = "CVFLOW_CLUSTER__"
-KINDS = ("local", "slurm", "threads")
+THREADS = "threads"      # the kind whose fits run in this process (Route.in_process)
+KINDS = ("local", "slurm", THREADS)
 AUTO = "auto"
 # `forked` (worker processes forked from the client) could hang: a fork copies the locks other
 # threads hold (zarr's event-loop lock, session 6); it is read as `local` with a warning
 REMOVED = {"forked": "local"}
 KEYS = {
-    "threads": {"kind", "workers", "host", "dashboard_port", "tls"},
+    THREADS: {"kind", "workers", "host", "dashboard_port", "tls"},
     "local": {"kind", "workers", "threads_per_worker", "memory_limit", "host", "dashboard_port",
               "tls"},
     "slurm": {"kind", "workers", "adaptive", "host", "interface", "dashboard_port", "tls",
@@ -104,19 +111,9 @@ def resolve(cluster: str | os.PathLike | None) -> str:
     return os.fspath(cluster)
 
 
-def load_profile(cluster: str | os.PathLike | None = None, *,
-                 options: Sequence[str] | Mapping | None = None,
-                 env: Mapping[str, str] | None = None) -> dict:
-    """Resolve ``cluster`` (None, a profile name, a YAML file) into a complete profile dict.
-
-    The result has a ``name`` key (the profile name or file) besides the profile keys.
-
-    Raises
-    ------
-    cvflow.errors.InputError
-        Unknown profile, unreadable file, unknown key, or an invalid value.
-    """
-    name = resolve(cluster)
+def _named(name: str, env: Mapping[str, str] | None) -> tuple[str, dict, str]:
+    """(the profile's name, the profile it names with the environment's overrides, how its
+    messages name it)."""
     if name == AUTO:
         name = "local"   # without a study to time, auto is the process cluster
     if name in REMOVED:
@@ -146,10 +143,122 @@ def load_profile(cluster: str | os.PathLike | None = None, *,
         raise InputError(f"--cluster: {name!r} is not auto, a profile ({', '.join(known)}), "
                          "a profile file (.yaml) or a scheduler address tcp://HOST:PORT")
     prof = _merge(prof, env_options(env))
+    return name, prof, where
+
+
+def load_profile(cluster: str | os.PathLike | None = None, *,
+                 options: Sequence[str] | Mapping | None = None,
+                 env: Mapping[str, str] | None = None, explicit: Mapping | None = None,
+                 named_by: str | None = None) -> dict:
+    """Resolve ``cluster`` (None, a profile name, a YAML file) into a complete profile dict.
+
+    The result has a ``name`` key (the profile name or file) besides the profile keys.
+    ``explicit`` (``workers``, ``dashboard_port``, ``tls`` given as arguments) is merged last,
+    over the profile validated with its ``options``, and the result validated again; an
+    explicit number of SLURM jobs turns adaptive scaling off. ``named_by`` (``wf.yaml:
+    execution.cluster``): where ``cluster`` was named, when not by ``--cluster``; the profile
+    it names is checked first and its errors say so.
+
+    Raises
+    ------
+    cvflow.errors.InputError
+        Unknown profile, unreadable file, unknown key, or an invalid value.
+    """
+    name = resolve(cluster)
+    if named_by is None:
+        name, prof, where = _named(name, env)
+    else:
+        try:          # the profile as named, checked first: its messages name where it was named
+            name, prof, where = _named(name, env)
+            _check(prof, where)
+        except InputError as exc:
+            raise InputError(f"{named_by}: {str(exc).removeprefix('--cluster: ')}") from None
     prof = _merge(prof, parse_options(options))
     _check(prof, where)
+    if explicit:
+        prof = _merge(prof, explicit)
+        _check(prof, where)
+        if explicit.get("workers") is not None and prof["kind"] == "slurm":
+            prof["adaptive"] = None  # an explicit number of jobs turns adaptive scaling off
     prof["name"] = name
     return prof
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a run's fits go, decided once per run (:func:`decide`) and passed down.
+
+    ``name`` is the cluster as asked, resolved (``auto``, a profile name or file, a scheduler
+    address); ``profile`` its profile loaded and validated with every override merged (None
+    for an address; under ``auto`` the process cluster's, ``local``, until :meth:`pick`);
+    ``options`` and ``explicit`` what was merged over it (the profile options, then the
+    explicit arguments: workers, dashboard_port, tls).
+    """
+
+    name: str
+    profile: dict | None
+    options: dict = field(default_factory=dict)
+    explicit: dict = field(default_factory=dict)
+
+    @property
+    def auto(self) -> bool:
+        """The run chooses between this process and worker processes (schedulers.choose)."""
+        return self.name == AUTO
+
+    @property
+    def address(self) -> bool:
+        """A running scheduler, connected to as it is."""
+        return self.profile is None
+
+    @property
+    def kind(self) -> str | None:
+        return None if self.profile is None else self.profile["kind"]
+
+    @property
+    def in_process(self) -> bool:
+        """The fits run in this process's threads (a ``threads`` profile, named or a file)."""
+        return self.kind == THREADS
+
+    @property
+    def dashboard(self) -> bool:
+        """Connecting gives a dashboard: an address, or a port in the profile."""
+        return self.profile is None or self.profile.get("dashboard_port") is not None
+
+    def pick(self, name: str, *, dashboard_port: int | None = None) -> "Route":
+        """``auto``'s choice ``name`` (``local`` or ``threads``) as the run's route, served on
+        ``dashboard_port`` unless the run was given one (``--dashboard-port``, an option). The
+        process cluster's profile is the one loaded already; another is loaded now, once."""
+        options = {"dashboard_port": dashboard_port, **self.options}
+        if self.profile is not None and name == self.profile["name"]:
+            # a port of None or 0 is valid in every profile: nothing more to check
+            profile = {**self.profile, "dashboard_port": self.explicit.get(
+                "dashboard_port", options["dashboard_port"])}
+        else:
+            profile = load_profile(name, options=options, explicit=self.explicit)
+        return Route(name, profile, options, self.explicit)
+
+
+def decide(cluster: str | os.PathLike | None = None, *, workers: int | None = None,
+           dashboard_port: int | None = None, tls: bool | None = None,
+           options: Sequence[str] | Mapping | None = None, named_by: str | None = None) -> Route:
+    """The run's :class:`Route`: ``cluster`` resolved and its profile loaded and validated once,
+    with ``options`` then the explicit ``workers``, ``dashboard_port`` and ``tls`` merged over
+    it, as the run connects (an explicit number of SLURM jobs turns adaptive scaling off);
+    ``named_by`` as :func:`load_profile`'s.
+
+    Raises
+    ------
+    cvflow.errors.InputError
+        As :func:`load_profile`.
+    """
+    name = resolve(cluster)
+    if ADDRESS.match(name):
+        return Route(name, None)
+    options = parse_options(options)
+    explicit = {k: v for k, v in (("workers", workers), ("dashboard_port", dashboard_port),
+                                  ("tls", tls)) if v is not None}
+    return Route(name, load_profile(name, options=options, explicit=explicit, named_by=named_by),
+                 options, explicit)
 
 
 def _seconds(value, what: str, where: str) -> float:

@@ -28,7 +28,7 @@ from ..store import creation, damage, writes
 from .. import config
 from ..errors import InputError
 from ..store.location import exists
-from .schedulers import quiet_options
+from .schedulers import quiet_port
 from .plan import pending_blocks, prepare_store, seconds_per_fit
 from ..workflow.spec import Workflow, load_workflow
 
@@ -199,21 +199,23 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
     notify = reporter(progress)
     if not isinstance(workflow, Workflow):
         workflow = load_workflow(os.fspath(workflow))
-    # bad arguments, profiles and unwritable stores fail before the store is created, grown or locked
-    path = check_run(workflow, store, cluster=cluster, workers=workers,
-                     dashboard_port=dashboard_port, tls=tls, cluster_options=cluster_options,
-                     client=client)
-    cluster = cluster or workflow.execution.get("cluster")
+    # bad arguments, profiles and unwritable stores fail before the store is created, grown or
+    # locked; DESIGN CHOICE: checked here once for both faces (cvflow run, Study.run), and the
+    # run goes on with what was decided (the store's location, the cluster's route: its profile
+    # loaded and validated once), never working it out again
+    checked = check_run(workflow, store, cluster=cluster, workers=workers,
+                        dashboard_port=dashboard_port, tls=tls, cluster_options=cluster_options,
+                        client=client)
+    path = checked.store
     # One run per store at a time; a lock left by a crashed run is taken over.
     # The pool creates a new store beside the run; leaving it waits for the creation, so the
     # lock is never released with a store half created.
     try:
         with run_lock(path) as lock, \
                 ThreadPoolExecutor(1, thread_name_prefix="cvflow-create") as pool:
-            result = _run_locked(workflow, path, cluster=cluster, workers=workers,
-                                 overwrite=overwrite, dashboard_port=dashboard_port,
-                                 client=client, progress=notify, tls=tls,
-                                 cluster_options=cluster_options, pool=pool, lock=lock)
+            result = _run_locked(workflow, path, route=checked.route, workers=workers,
+                                 overwrite=overwrite, client=client, progress=notify,
+                                 pool=pool, lock=lock)
     except BaseException:
         if isinstance(notify, Progress) and notify.bar is not None:
             notify.bar.close()                  # the error is the next thing the user reads
@@ -223,13 +225,12 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
     return result
 
 
-def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, dashboard_port,
-                client, progress, tls, cluster_options, pool: ThreadPoolExecutor,
-                lock) -> RunResult:
+def _run_locked(workflow: Workflow, path: str, *, route, workers, overwrite, client, progress,
+                pool: ThreadPoolExecutor, lock) -> RunResult:
+    """The run under its lock; ``route`` (:class:`cvflow.execution.profiles.Route`, None with a
+    given ``client``) is the preflight's decision, read here as it is."""
     from .sizing import gil_share
-    from .profiles import AUTO
-    from .profiles import resolve as resolve_cluster
-    from .schedulers import choose, connect, serves_dashboard
+    from .schedulers import choose, connect
     from ..fitting.block import only_paths
 
     t_start = time.perf_counter()
@@ -247,7 +248,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     # a callable scorer may return a dict of scores: its keys, each a stored score, are
     # learned on a trial fit before the store is made (with the check, or alone without it)
     probing = wants_keys(study.scorers)
-    auto = client is None and resolve_cluster(cluster) == AUTO
+    auto = client is None and route.auto
     # DESIGN CHOICE: under auto without a fit_timeout, every learner is checked and timed here,
     # in this process, as GridSearchCV fits it: the timed estimate picks the route
     # (cluster.choose), and a study too short to pay for processes never waits for them (_probe:
@@ -255,7 +256,7 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     # fit code runs on the workers only (tasks.trial_fits, tasks.time_fits); cvflow's path
     # kernels are always checked and timed here.
     here = in_process_safe or (auto and not fit_timeout)
-    if fit_timeout and client is None and not auto and resolve_cluster(cluster) == "threads":
+    if fit_timeout and client is None and not auto and route.in_process:
         raise InputError("execution.fit_timeout: a fit in this process's threads cannot be "
                          "stopped; use --cluster local (worker processes) or auto")
     fresh = overwrite or not exists(path)
@@ -265,10 +266,14 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     checked = False                 # here: the probe; else a task on the workers (_Run.on)
     share = gil_share(study.params, path_aware)     # of the learners' own fits, if measured
 
+    # auto's process cluster: the workers of the local profile the preflight loaded
+    n_workers = (workers or route.profile.get("workers") or os.cpu_count() or 1) if auto else workers
+
     def threads_worth_measuring(seconds: float) -> bool:
         # only where auto would start processes for the GIL's sake: is it held?
         return auto and not fit_timeout and share > 0 and choose(
-            cluster, seconds=seconds * n_fits, workers=workers, gil_share=share)[0] == "local"
+            route.name, seconds=seconds * n_fits, workers=n_workers,
+            gil_share=share)[0] == "local"
 
     if here:
         checked, per_fit, measured = _probe(workflow, study, timing=auto or wants_timing,
@@ -283,15 +288,15 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
     if client is not None:
         execution = "the given client"
     else:
-        cluster, execution = choose(
-            cluster, seconds=(per_fit or 0.0) * n_fits, workers=workers,
-            dashboard=dashboard_port is not None, in_process_safe=in_process_safe,
-            fit_timeout=fit_timeout, gil_share=share)
+        picked, execution = choose(
+            route.name, seconds=(per_fit or 0.0) * n_fits, workers=n_workers,
+            in_process_safe=in_process_safe, fit_timeout=fit_timeout, gil_share=share)
         log.info("execution: %s", execution)
-        if auto and cluster in ("local", "threads") and dashboard_port is None:
+        if auto:
             # a short study: no dashboard; one long enough to watch: on a free loopback port
-            # (a fit_timeout study's learners are timed on the workers, later: none)
-            cluster_options = quiet_options(cluster_options, (per_fit or 0.0) * n_fits, workers)
+            # (a fit_timeout study's learners are timed on the workers, later: none), unless
+            # the run was given one
+            route = route.pick(picked, dashboard_port=quiet_port((per_fit or 0.0) * n_fits))
     if scoring is not None:
         scoring = dataclasses.replace(scoring, keys=study.scorer_keys)
     run = _Run(workflow, study, path, lock=lock, pool=pool, fresh=fresh, per_fit=per_fit,
@@ -302,14 +307,12 @@ def _run_locked(workflow: Workflow, path: str, *, cluster, workers, overwrite, d
                execution=execution, t_start=t_start, scoring=scoring)
     if client is not None:
         return run.on(client, dashboard=True)
-    if resolve_cluster(cluster) != "threads" or serves_dashboard(cluster, dashboard_port,
-                                                                 cluster_options):
+    if not route.in_process or route.dashboard:
         from ..report import live
 
         live.enable_routes()    # the scheduler started here serves <dashboard>/cvflow
-    with connect(cluster, workers=workers, dashboard_port=dashboard_port, tls=tls,
-                 options=cluster_options, store=path, keep=True) as c:
-        return run.on(c, dashboard=serves_dashboard(cluster, dashboard_port, cluster_options))
+    with connect(route, store=path, keep=True) as c:
+        return run.on(c, dashboard=route.dashboard)
 
 
 def _store_event(c, name: str):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import logging
 import os
 import sys
@@ -29,7 +30,7 @@ import yaml
 from ..errors import InputError
 from .. import config
 from . import processes
-from .profiles import (ADDRESS, AUTO, REMOVED, load_profile, parse_options, resolve,
+from .profiles import (AUTO, REMOVED, THREADS, Route, decide, load_profile, resolve,
                        store_warning)
 
 if TYPE_CHECKING:
@@ -164,23 +165,19 @@ def _threads(prof: dict):
 
 def serves_dashboard(cluster: str | os.PathLike | None, dashboard_port: int | None = None,
                      options=None) -> bool:
-    """Whether connecting to ``cluster`` gives a dashboard (a port given or in its profile)."""
-    name = resolve(cluster)
-    if dashboard_port is not None or ADDRESS.match(name):
-        return True
-    return load_profile(name, options=options).get("dashboard_port") is not None
+    """Whether connecting to ``cluster`` gives a dashboard (a port given or in its profile);
+    a run reads its decided route's (:attr:`cvflow.execution.profiles.Route.dashboard`)."""
+    return decide(cluster, dashboard_port=dashboard_port, options=options).dashboard
 
 
-def quiet_options(options, seconds: float, workers: int | None) -> dict:
-    """``options`` with the dashboard of a study ``auto`` sent to ``local``: off for a short
-    study (its web server and plotting library cost more than such a study takes), on a free
-    loopback port for one long enough to watch (config
-    ``cvflow.cluster.auto.dashboard_after_seconds`` of estimated fitting)."""
+def quiet_port(seconds: float) -> int | None:
+    """The dashboard port of a study ``auto`` sends to ``local`` or ``threads`` when the run
+    names none: no dashboard for a short study (its web server and plotting library cost more
+    than such a study takes), a free loopback port (0) for one long enough to watch (config
+    ``cvflow.cluster.auto.dashboard_after_seconds`` of estimated fitting); see
+    :meth:`cvflow.execution.profiles.Route.pick`."""
     auto = config.get("cvflow.cluster.auto") or {}
-    out = parse_options(options)
-    long = seconds >= float(auto.get("dashboard_after_seconds", 10.0))
-    out.setdefault("dashboard_port", 0 if long else None)
-    return out
+    return 0 if seconds >= float(auto.get("dashboard_after_seconds", 10.0)) else None
 
 
 def replace_lost_workers(client, connected: dict | None = None) -> int:
@@ -337,7 +334,7 @@ def warm_client(prof: dict):
             w = None
         if w is None:
             # kept: it serves a dashboard (a free loopback port unless the profile names one);
-            # a run links to it only when asked or long enough to watch (quiet_options)
+            # a run links to it only when asked or long enough to watch (quiet_port)
             port = prof.get("dashboard_port")
             with clean_main(), processes.tagged() as token:
                 started = _local({**prof, "dashboard_port": 0 if port is None else port})
@@ -402,7 +399,7 @@ def _slurm(prof: dict):
 
 
 @contextlib.contextmanager
-def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = None,
+def connect(cluster: str | os.PathLike | Route | None = None, *, workers: int | None = None,
             dashboard_port: int | None = None, tls: bool | None = None,
             options: Sequence[str] | Mapping | None = None,
             store: str | os.PathLike | None = None,
@@ -418,7 +415,9 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
         ``None`` (config ``cvflow.cluster.default``; ``"auto"`` connects to ``"local"`` here,
         a run decides between it and ``"threads"`` with :func:`choose`), a profile name
         (``"local"``, ``"threads"``, ``"slurm"``), a profile YAML file, or a scheduler address
-        (``tcp://host:port``, ``tls://...``) to connect to a running scheduler.
+        (``tcp://host:port``, ``tls://...``) to connect to a running scheduler; or a run's
+        decided :class:`~cvflow.execution.profiles.Route` (its profile as it is: ``workers``,
+        ``dashboard_port``, ``tls`` and ``options`` are ignored then).
     workers
         Number of workers (local) or SLURM jobs (slurm; turns adaptive scaling off).
     dashboard_port
@@ -439,26 +438,23 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
     """
     from .sizing import one_blas_thread
 
-    if cluster is not None and ADDRESS.match(os.fspath(cluster)):
+    # a run's route was decided by its preflight (its profile loaded and validated there)
+    route = cluster if isinstance(cluster, Route) else decide(
+        cluster, workers=workers, dashboard_port=dashboard_port, tls=tls, options=options)
+    if route.address:
         from distributed import Client
 
         # TLS to a running scheduler uses the certificates of the Dask config
         # (distributed.comm.tls); temporary ones could not match the scheduler's.
-        with Client(os.fspath(cluster)) as client:
+        with Client(route.name) as client:
             yield client
         return
-    overrides = parse_options(options)
-    for key, value in (("workers", workers), ("dashboard_port", dashboard_port), ("tls", tls)):
-        if value is not None:
-            overrides[key] = value
-    prof = load_profile(cluster, options=overrides)
-    if workers is not None and prof["kind"] == "slurm":
-        prof["adaptive"] = None  # an explicit number of jobs turns adaptive scaling off
+    prof = copy.deepcopy(route.profile)
     warning = store_warning(store, prof["kind"])
     if warning:
         log.warning(warning)
     kind = prof["kind"]
-    if kind == "threads" and prof.get("dashboard_port") is None:
+    if route.in_process and prof.get("dashboard_port") is None:
         # DESIGN CHOICE: without a dashboard, the threads route needs no distributed scheduler:
         # Dask's threaded scheduler runs the same tasks (cvflow.execution.threaded), and a short
         # study pays neither distributed's import and start (~0.3 s) nor its close
@@ -495,12 +491,12 @@ def connect(cluster: str | os.PathLike | None = None, *, workers: int | None = N
                 return
             # what learners' fits leave running in the workers ends when the cluster closes
             stack.enter_context(processes.ended_at_close())
-        elif kind == "threads":
+        elif route.in_process:
             stack.enter_context(one_blas_thread())
             # an in-process scheduler's address names no host: link to where the dashboard listens
             stack.enter_context(dask.config.set({"distributed.dashboard.link":
                                                  f"http://{prof.get('host') or '127.0.0.1'}:{{port}}/status"}))
-        started = stack.enter_context({"local": _local, "threads": _threads, "slurm": _slurm}[kind](prof))
+        started = stack.enter_context({"local": _local, THREADS: _threads, "slurm": _slurm}[kind](prof))
         client = stack.enter_context(Client(started))
         log.info("cluster %s (%s): dashboard %s", prof["name"], kind,
                  client.dashboard_link or None)
