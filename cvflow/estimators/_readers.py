@@ -157,7 +157,7 @@ def compare_pair(cube: xr.Dataset, compare, a, b, where: str) -> tuple[int, int 
 
 def compare_params(cube: xr.Dataset, compare, where: str) -> tuple[int, int | None]:
     """(a, b) from ``compare=[a, b]`` or ``[a]`` (b None: one-learner mode); a cube with one or
-    two params needs no ``compare``. Params are named as in :func:`_cube.resolve_param`."""
+    two params needs no ``compare``. Params are named as in :func:`cvflow.estimators.labels.resolve_param`."""
     return compare_pair(cube, compare, None, None, where)
 
 
