@@ -510,7 +510,7 @@ class StudyResult:
     def param(self, index: int) -> dict:
         """Param ``index`` as {"index", "learner", "params"}: its grid point, i.e. the settings
         that differ from the learner's fixed params (plain data, see :mod:`cvflow.objects`)."""
-        from .estimators._cube import param_label
+        from .estimators.labels import param_label
 
         # one definition for every face: the estimators' attrs["selected_params"] are the same
         return param_label(self.cube, index)

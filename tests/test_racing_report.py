@@ -64,7 +64,7 @@ def test_report_json_has_the_race(raced):
     survivor of lowest mean out-of-fold loss over the folds seen by then, recomputed here), the
     loss difference, z = difference / se and p = the normal tail of z (scipy)."""
     import cvflow
-    from cvflow.report.summary import param_text
+    from cvflow.estimators.labels import param_label, param_text
 
     out = run_cli("report", raced, "--json")
     assert out.returncode == 0, out.stderr
@@ -90,8 +90,8 @@ def test_report_json_has_the_race(raced):
             leader = int(np.flatnonzero(alive)[np.argmin(means[alive])])
         for d in rows:
             h = d["param"]
-            assert d["label"] == param_text(cube, h) and payload("learner") in d["label"]
-            assert d["leader_param"] == leader and d["leader"] == param_text(cube, leader)
+            assert d["label"] == param_text(param_label(cube, h)) and payload("learner") in d["label"]
+            assert d["leader_param"] == leader and d["leader"] == param_text(param_label(cube, leader))
             assert d["folds"] == ", ".join(f"r{r}f{j}" for r, j in stage["folds"])
             assert d["mean_difference"] == pytest.approx(means[h] - means[leader])
             assert d["z"] == pytest.approx(d["mean_difference"] / d["se"])

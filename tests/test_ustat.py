@@ -18,7 +18,7 @@ from scipy import stats
 from cvflow.workflow.designs import make_design, subset_splits
 from cvflow.errors import InputError
 from cvflow.estimators import REGISTRY, guardrails
-from cvflow.estimators._cube import resolve_param
+from cvflow.estimators.labels import resolve_param
 from cvflow.estimators.ustat import describe, nadeau_bengio, ustat
 from cvflow.workflow.params import Param
 from cvflow.testing import cube_from_predictions, fit_cube, simple_design

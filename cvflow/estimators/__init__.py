@@ -24,7 +24,7 @@ from .cv_confidence import cv_confidence
 from .plan import plan
 from .registry import REGISTRY, Estimator, Option, declare, lookup
 # the one in-memory budget rule of every reduction (dask config "cvflow.reduce.in-memory-bytes")
-from ._cube import fits_budget, is_lazy, load_if_small
+from .memory import fits_budget, is_lazy, load_if_small
 # the estimators of one report share their loss sums (cvflow.report.compute)
 from ._cube import shared_terms
 

@@ -1,11 +1,15 @@
-"""Shared reading of the cube for reducers: losses, role lookups, fold means, argmin.
+"""Shared reading of the cube for reducers (private to estimators/): role lookups, the role
+terms of every estimator (:func:`role_terms`, :func:`shared_terms`), fold membership, groups.
+
+Other folders read a cube through the public modules: :mod:`cvflow.estimators.labels` (param
+labels), :mod:`cvflow.estimators.cube_losses` (a cube's loss), :mod:`cvflow.estimators.memory`
+(the in-memory budget, dask arrays computed here).
 
 Every function here works on a lazy (dask-backed) cube without loading ``pred`` whole:
 selections are by split index, reductions over ``sample`` are weighted sums.
 """
 from __future__ import annotations
 
-import functools
 import json
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -14,69 +18,11 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from .losses import Loss, apply_loss, names_code, resolve
+from .cube_losses import cube_classes, pointwise
+from .losses import Loss, apply_loss
+from .memory import compute_here, fits_budget, is_lazy, load_if_small, store_here
 from . import np_roles
 from .. import config
-
-
-def cube_classes(cube: xr.Dataset) -> list | None:
-    """The class labels of a classification cube (their order is the ``class`` axis'), else None."""
-    return json.loads(cube.attrs.get("classes") or "null") or None
-
-
-def cube_loss(cube: xr.Dataset, loss: str | None) -> Loss:
-    """The declaration of ``loss`` (default: the workflow's), checked against the cube's task,
-    stored outputs and class count.
-
-    A default loss that is a user function by dotted path is refused, not imported: a store is
-    data (:mod:`cvflow.trust`); naming it as ``loss`` is the caller's own choice.
-    """
-    task = cube.attrs.get("task", "regression")
-    name = loss or cube.attrs.get("loss") or ("squared" if task == "regression" else "zero_one")
-    if loss is None and names_code(name):
-        from ..terminal import visible
-
-        default = "squared" if task == "regression" else "zero_one"
-        raise InputError(f"loss: the store's default loss {visible(name)} is a user function, and a store "
-                         "is data: cvflow does not import the code it names; pass --trust to "
-                         f"import it, or another loss, e.g. --loss {default} (Python: "
-                         f"trust_code=True, or loss={name!r} / loss={default!r})")
-    outputs = {str(v) for v in cube["output"].values} if "output" in cube.coords else ()
-    return resolve(name, task, outputs, n_classes=len(cube_classes(cube) or ()))
-
-
-def loss_name(cube: xr.Dataset, loss: str | None) -> str:
-    """The loss to use: ``loss`` or the workflow's default, checked against the task/outputs."""
-    return cube_loss(cube, loss).label
-
-
-def pointwise(cube: xr.Dataset, loss: str | None, what: str) -> Loss:
-    """:func:`cube_loss`, refused with one line when it is a per-fold metric (ROC AUC, R², ...)."""
-    decl = cube_loss(cube, loss)
-    if not decl.pointwise:
-        raise InputError(f"loss: {decl.label!r} is a per-fold metric, but {what} averages "
-                         "per-sample losses; use a pointwise loss (e.g. zero_one, log_loss, "
-                         "squared) or the kfold / nested_cv estimators")
-    return decl
-
-
-def pointwise_loss(cube: xr.Dataset, loss: str | None = None, pred: xr.DataArray | None = None,
-                   *, what: str = "this estimator") -> xr.DataArray:
-    """ℓ_i(h, s) for every (param, split, sample); lazy when ``pred`` is lazy and too big to load.
-
-    ``pred`` defaults to ``cube.pred``; pass a selection of it to compute fewer losses. A
-    multiclass ``pred`` (with a ``class`` dim) gives losses without it.
-    """
-    decl = pointwise(cube, loss, what)
-    pred = load_if_small(cube["pred"] if pred is None else pred)
-    outputs = (pred if "output" in pred.coords else cube)["output"].values
-    classes = [c for c in ("class",) if c in pred.dims]
-    dims = [d for d in pred.dims if d not in classes]
-    pred = pred.transpose("param", ..., "sample", *classes)
-    values = apply_loss(decl, np.asarray(cube["y"].values), pred.data, cube_classes(cube),
-                        outputs)
-    template = pred.isel({c: 0 for c in classes}, drop=True)
-    return template.copy(data=values).transpose(*dims).rename("loss")
 
 
 def has_splits(cube: xr.Dataset, table: str) -> bool:
@@ -96,72 +42,6 @@ def require(cube: xr.Dataset, table: str, what: str) -> xr.DataArray:
         raise InputError(f"cube: {what} needs the {table.replace('_split', '')} splits, which this "
                          "store does not have; add the estimator to the workflow and run it again")
     return index
-
-
-# DESIGN CHOICE: a role's selection of a lazy `pred` (e.g. the K fold fits of every param) is
-# read into memory when it is small, in this process with the synchronous scheduler (for a few
-# MB of chunks this beats threads and any round-trip through a distributed cluster): the reducer
-# then runs on numpy, ~10x faster than many small dask graphs. A larger selection stays lazy
-# and is reduced chunk by chunk, so memory stays bounded by this budget plus a few chunks per
-# thread. Override with dask.config "cvflow.reduce.in-memory-bytes".
-IN_MEMORY_BYTES = 256 * 2**20
-
-
-def fits_budget(nbytes: int) -> bool:
-    """Whether ``nbytes`` of a lazy selection may be read into memory (see IN_MEMORY_BYTES)."""
-
-    return nbytes <= config.get("cvflow.reduce.in-memory-bytes")
-
-
-_SYNC = ("sync", "synchronous", "single-threaded")
-
-
-def _configured_scheduler():
-    """Dask's configured scheduler, None when none is or it is a distributed cluster's (the
-    reducers compute in this process)."""
-    import dask
-
-    scheduler = dask.config.get("scheduler", None)
-    return None if scheduler in ("dask.distributed", "distributed") else scheduler
-
-
-def compute_here(array):
-    """A dask array computed in this process (synchronous scheduler unless one is configured)."""
-    import dask
-    from dask.local import get_sync
-
-    # else respect what the caller set (e.g. a test's scheduler). The synchronous scheduler
-    # itself, not its name "sync": dask resolves a name by first looking for a distributed
-    # Client, which imports distributed (~0.3 s) into a plain `cvflow report`.
-    (data,) = dask.compute(array, scheduler=_configured_scheduler() or get_sync)
-    return data
-
-
-def store_here(array, out: np.ndarray) -> None:
-    """Compute the dask ``array`` into the numpy array ``out`` (same shape) in this process,
-    chunk by chunk: Dask's threads, or its synchronous scheduler when that is configured (a
-    numpy target cannot be written by a distributed cluster's workers nor by other processes)."""
-    import dask.array as da
-    from dask.local import get_sync
-    from dask.threaded import get
-
-    # the schedulers themselves, not their names (see compute_here)
-    scheduler = get_sync if _configured_scheduler() in _SYNC else get
-    # each chunk writes its own region of `out`: no lock needed
-    da.store(array, out, lock=False, scheduler=scheduler)
-
-
-def is_lazy(array) -> bool:
-    import dask.array as da
-
-    return isinstance(array, da.Array)
-
-
-def load_if_small(values: xr.DataArray) -> xr.DataArray:
-    """``values`` with numpy data if it is dask-backed and within the in-memory budget."""
-    if not is_lazy(values.data) or not fits_budget(values.nbytes):
-        return values
-    return values.copy(data=compute_here(values.data))
 
 
 def at_splits(values: xr.DataArray, index: xr.DataArray) -> xr.DataArray:
@@ -487,188 +367,14 @@ def weighted_sum(values: xr.DataArray, weights: xr.DataArray, dim: str = "sample
     return xr.dot(values.where(weights > 0, 0.0), weights, dim=dim)
 
 
-@functools.lru_cache(maxsize=32)
-def _fixed_params(workflow: str) -> dict[str, dict]:
-    """Each learner's fixed params (its ``params:``) from a store's workflow JSON."""
-    out = {}
-    for entry in json.loads(workflow or "{}").get("learners") or []:
-        path = str(entry.get("class") or entry.get("estimator") or "")
-        out[str(entry.get("name") or path.rpartition(".")[2])] = dict(entry.get("params") or {})
-    return out
-
-
-def tuned_settings(cube: xr.Dataset, index: int) -> dict:
-    """The settings of param ``index`` that its grid sets: those with a hyperparameter
-    coordinate on ``param`` (the cube has one per grid name), less a learner's fixed params
-    (the store's workflow, when the cube carries it). Plain data (:mod:`cvflow.objects`), so
-    ``clone(estimator).set_params(**tuned_settings(cube, h))`` rebuilds the param from its
-    learner's estimator."""
-    from ..store.coords import hyperparameter_coord
-
-    setting = json.loads(str(cube["param_json"].values[int(index)]))
-    fixed = _fixed_params(str(cube.attrs.get("workflow") or "")).get(setting["learner"], {})
-    return {k: v for k, v in setting["params"].items()
-            if hyperparameter_coord(k) in cube.coords
-            and cube.coords[hyperparameter_coord(k)].dims == ("param",)
-            and not (k in fixed and fixed[k] == v)}
-
-
-def param_label(cube: xr.Dataset, index: int) -> dict:
-    """Param ``index`` as ``{"index", "learner", "params"}``, ``params`` its tuned settings
-    only (:func:`tuned_settings`): the vocabulary of ``StudyResult.selected``. ``{}`` for no
-    param (index -1: every param failed)."""
-    if index is None or int(index) < 0:
-        return {}
-    setting = json.loads(str(cube["param_json"].values[int(index)]))
-    return {"index": int(index), "learner": setting["learner"],
-            "params": tuned_settings(cube, int(index))}
-
-
-def param_text(label: dict) -> str:
-    """The short label of a :func:`param_label` dict: ``learner(key=value, ...)`` with the tuned
-    values only (``hgb(max_depth=2)``), the learner alone when its grid has one point;
-    "(none)" when empty."""
-    if not label:
-        return "(none: every param failed)"
-    from ..objects import short
-
-    settings = label.get("params")
-    if not isinstance(settings, dict):          # a label of the older flat form
-        settings = {k: v for k, v in label.items() if k not in ("index", "learner")}
-    # DESIGN CHOICE: a label is short everywhere (text, JSON keys, plot axes): fixed params and
-    # a Pipeline's steps are the learner's, not the param's; param_description has them all
-    inner = ", ".join(f"{k}={short(v)}" for k, v in settings.items())
-    return f"{label['learner']}({inner})" if inner else str(label["learner"])
-
-
-def param_description(cube: xr.Dataset, index: int) -> str:
-    """The full setting of param ``index`` (fixed params and nested estimators included), for a
-    page's hover text: ``#index learner`` then its settings as JSON."""
-    setting = json.loads(str(cube["param_json"].values[int(index)]))
-    return (f"#{int(index)} {setting['learner']}: "
-            f"{json.dumps(setting['params'], sort_keys=True, default=str)}")
-
-
-def result_labels(result: xr.Dataset) -> list[str]:
-    """Short labels of a result's params: its ``param`` coordinates when it has a ``param``
-    dimension, else the one param its attrs name (``param``, e.g. ``bates_ncv(param=3)``)."""
-    if "param_json" in result.coords and result["param_json"].dims == ("param",):
-        return param_labels(result)
-    label = result.attrs.get("param")
-    return [param_text(label)] if isinstance(label, dict) and label else ["param"]
-
-
 def more_rows(total: int, shown: int) -> list[str]:
     """The line a text report ends a cut table with: "... and N more", or nothing."""
     return [] if total <= shown else [f"  ... and {total - shown} more "
                                       "(cvflow report --json lists every param)"]
 
 
-def param_labels(cube: xr.Dataset) -> list[str]:
-    """The short label (:func:`param_text`) of every param, in grid order."""
-    return [param_text(param_label(cube, h)) for h in range(cube.sizes["param"])]
-
-
 def param_coords(cube: xr.Dataset) -> dict:
     """The coordinates on ``param`` (learner, output, param_json, hyperparameters)."""
     return {k: c for k, c in cube.coords.items() if c.dims == ("param",)}
 
-
-def _param_settings(cube: xr.Dataset) -> list[tuple[str, dict]]:
-    """(learner, hyper/fixed settings) of every param, from ``param_json``."""
-    out = []
-    for text in np.asarray(cube["param_json"].values):
-        setting = json.loads(str(text))
-        out.append((str(setting["learner"]), dict(setting.get("params", {}))))
-    return out
-
-
-def _same_value(wanted, have) -> bool:
-    if isinstance(wanted, bool) or isinstance(have, bool):
-        return wanted is have or wanted == have
-    if isinstance(wanted, (int, float, np.number)) and isinstance(have, (int, float, np.number)):
-        return bool(np.isclose(float(wanted), float(have), rtol=1e-9, atol=0.0))
-    return str(wanted) == str(have)
-
-
-def _parse_param_string(spec: str, where: str) -> tuple[str, dict]:
-    """``"learner(key=value, ...)"`` -> (learner, {key: value}); values parsed as YAML scalars."""
-    import yaml
-
-    text = spec.strip()
-    if "(" not in text:
-        return text, {}
-    if not text.endswith(")"):
-        raise InputError(f"{where}: {spec!r} is not of the form learner(key=value, ...)")
-    name, _, inner = text[:-1].partition("(")
-    settings = {}
-    for part in filter(None, (p.strip() for p in inner.split(","))):
-        key, eq, value = part.partition("=")
-        if not eq or not key.strip():
-            raise InputError(f"{where}: {spec!r}: {part!r} is not key=value")
-        try:
-            settings[key.strip()] = yaml.safe_load(value.strip())
-        except yaml.YAMLError:
-            settings[key.strip()] = value.strip()
-    return name.strip(), settings
-
-
-def resolve_param(cube: xr.Dataset, spec, *, where: str = "param") -> int:
-    """The index of the param named by ``spec``; InputError naming the choices if none fits.
-
-    ``spec`` is one of: an integer index into ``param`` (negative counts from the end); a
-    learner name, when that learner has exactly one param; a string
-    ``"learner(key=value, ...)"``; or a dict ``{"learner": name, key: value, ...}``. The
-    keys must match the param's settings (numbers compared with a relative tolerance of
-    1e-9; keys not given are free), and exactly one param must match.
-
-    Examples
-    --------
-    ``resolve_param(cube, 1)``, ``resolve_param(cube, "lasso(C=0.5)")``,
-    ``resolve_param(cube, {"learner": "lasso", "C": 0.5})``.
-    """
-    n_params = int(cube.sizes["param"])
-    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
-        index = int(spec)
-        if not -n_params <= index < n_params:
-            raise InputError(f"{where}: param index {index} is out of range; the cube has "
-                             f"{n_params} params (0..{n_params - 1})")
-        return index % n_params
-    if isinstance(spec, str):
-        stripped = spec.strip()
-        if stripped.lstrip("-").isdigit():
-            return resolve_param(cube, int(stripped), where=where)
-        learner, wanted = _parse_param_string(stripped, where)
-    elif isinstance(spec, dict):
-        wanted = dict(spec)
-        if isinstance(wanted.get("params"), dict):      # a param_label: {index, learner, params}
-            wanted = {"learner": wanted.get("learner"), **wanted["params"]}
-        learner = wanted.pop("learner", None)
-        if learner is None:
-            raise InputError(f"{where}: {spec!r} has no 'learner' key; "
-                             "use {learner: name, key: value}")
-        learner = str(learner)
-    else:
-        raise InputError(f"{where}: {spec!r} is not a param; use an index, a learner name, "
-                         "'learner(key=value)' or {learner: name, key: value}")
-    settings = _param_settings(cube)
-    names = sorted({name for name, _ in settings})
-    of_learner = [h for h, (name, _) in enumerate(settings) if name == learner]
-    if not of_learner:
-        raise InputError(f"{where}: no learner named {learner!r}; learners are {', '.join(names)}")
-    matches = [h for h in of_learner
-               if all(k in settings[h][1] and _same_value(v, settings[h][1][k])
-                      for k, v in wanted.items())]
-
-    def show(h):
-        return f"{h}: {param_text(param_label(cube, h))}"
-
-    if len(matches) == 1:
-        return matches[0]
-    listing = "; ".join(show(h) for h in of_learner[:8]) + ("; ..." if len(of_learner) > 8 else "")
-    if not matches:
-        raise InputError(f"{where}: no param of {learner!r} matches {spec!r}; its params are "
-                         f"{listing}")
-    raise InputError(f"{where}: {spec!r} matches {len(matches)} params of {learner!r}; name one "
-                     f"as learner(key=value, ...) or by index: {listing}")
 

@@ -1,9 +1,9 @@
 """What several estimators read from the cube, in one module (STYLE: estimators share their
 readers here and never import each other).
 
-- the fold design: :func:`fold_sizes` (|N_j|), :func:`kfold_scores` (the K-fold estimate from
-  the out-of-fold loss sums; kfold, corrected_kfold, stability, compare_all, the live page)
-  and :func:`fold_scores` (the fold scores of the params a paired test compares);
+- the fold design: :func:`fold_sizes` (|N_j|) and :func:`fold_scores` (the fold scores of the
+  params a paired test compares); the K-fold estimate from the fold sums is
+  :func:`cvflow.estimators.split_scores.kfold_scores`;
 - the inner K-fold of nested CV: :func:`inner_score` (the score s_t(h) on D \\ N_t) and
   :func:`nested_choice` (the per-outer choice and its pooled outer loss); nested_cv,
   stability_nested, nested_compare, bates_ncv;
@@ -23,7 +23,8 @@ import xarray as xr
 
 from ..errors import InputError
 from . import np_roles
-from ._cube import param_label, resolve_param, role_terms
+from ._cube import role_terms
+from .labels import param_label, resolve_param
 
 
 # ----------------------------------------------------------------------------------------
@@ -33,42 +34,6 @@ from ._cube import param_label, resolve_param, role_terms
 def fold_sizes(cube: xr.Dataset) -> np.ndarray:
     """|N_j| of every fold of every repeat; shape (repeat, outer)."""
     return np_roles.fold_members(cube["fold"].values, int(cube.sizes["outer"])).sum(-1)
-
-
-def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray, *, pooled: bool = True,
-                 average: str = "samples") -> xr.Dataset:
-    """The K-fold estimate per param from the out-of-fold loss sums.
-
-    ``fold_sum`` (param, repeat, outer) = Σ_{i∈N_j} ℓ_i(h, fold j), ``sizes`` (repeat, outer)
-    = |N_j|. Returns ``estimate`` (param) pooled over folds and averaged over repeats,
-    ``estimate_repeat`` (param, repeat), ``fold_score`` (param, repeat, outer), ``se``
-    (param) = sd(fold scores) / sqrt(K) averaged over repeats (the naive se of one repeat),
-    ``se_mean`` (param) the standard error of the repeat-averaged estimate by the corrected
-    repeated K-fold variance (:func:`np_roles.corrected_repeated_se`) and ``fold_size``. A failed
-    fold fit (NaN) makes its param NaN: no fold is ever skipped.
-
-    ``pooled=False``: ``fold_sum`` holds per-fold metric values (ROC AUC, R², ...), which
-    are the fold scores, and the estimate is their plain mean over the folds. ``average=
-    "folds"``: the plain mean of the fold scores for a pointwise loss too (GridSearchCV's
-    ``mean_test_score``), instead of the mean over the samples.
-    """
-    fold_score = fold_sum / sizes if pooled else fold_sum
-    if pooled and average == "samples":
-        per_repeat = fold_sum.sum(axis=2) / sizes.sum(axis=1)
-    else:
-        per_repeat = fold_score.mean(axis=2)
-    k = sizes.shape[1]        # 1: a splitter's splits one by one, no fold-to-fold spread
-    se = (fold_score.std(axis=2, ddof=1) / np.sqrt(k) if k > 1
-          else np.full(fold_score.shape[:2], np.nan))
-    dims = ("param", "repeat", "outer")
-    return xr.Dataset({
-        "estimate": ("param", per_repeat.mean(axis=1)),
-        "estimate_repeat": (dims[:2], per_repeat),
-        "fold_score": (dims, fold_score),
-        "se": ("param", se.mean(axis=1)),
-        "se_mean": ("param", np_roles.corrected_repeated_se(fold_score)),
-        "fold_size": (dims[1:], sizes.astype(np.float64)),
-    })
 
 
 def fold_scores(cube: xr.Dataset, loss: str, params: list[int], what: str
@@ -192,7 +157,7 @@ def compare_pair(cube: xr.Dataset, compare, a, b, where: str) -> tuple[int, int 
 
 def compare_params(cube: xr.Dataset, compare, where: str) -> tuple[int, int | None]:
     """(a, b) from ``compare=[a, b]`` or ``[a]`` (b None: one-learner mode); a cube with one or
-    two params needs no ``compare``. Params are named as in :func:`_cube.resolve_param`."""
+    two params needs no ``compare``. Params are named as in :func:`cvflow.estimators.labels.resolve_param`."""
     return compare_pair(cube, compare, None, None, where)
 
 

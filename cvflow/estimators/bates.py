@@ -19,8 +19,10 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from ._cube import (analysis_groups, analysis_weights, fold_membership, loss_name, more_rows, param_coords,
-                    param_label, result_labels, role_terms, weighted_sum)
+from ._cube import (analysis_groups, analysis_weights, fold_membership, more_rows, param_coords, role_terms,
+                    weighted_sum)
+from .cube_losses import loss_name
+from .labels import param_label, result_labels
 from ._readers import compare_attrs, compare_params, fold_sizes, inner_score, oof_losses
 from . import guardrails
 from .np_roles import cluster_variance, normal_quantile

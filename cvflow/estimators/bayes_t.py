@@ -26,7 +26,8 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import loss_name, param_text
+from .cube_losses import loss_name
+from .labels import param_text
 from ._readers import compare_attrs, compare_check, compare_params, fold_scores
 from .np_roles import corrected_repeated_se
 from .registry import Option, declare, fmt, number, param_refs

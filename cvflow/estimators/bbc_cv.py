@@ -34,7 +34,9 @@ import numpy as np
 import xarray as xr
 
 from . import guardrails, np_roles
-from ._cube import analysis_groups, loss_name, param_text
+from ._cube import analysis_groups
+from .cube_losses import loss_name
+from .labels import param_text
 from ._readers import out_of_fold
 from .registry import Option, choice as one_of, declare, fmt, integer, probability
 from .selection import selection

@@ -25,8 +25,12 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails, np_roles
-from ._cube import is_lazy, load_if_small, loss_name, param_label, param_text, resolve_param, role_terms
-from ._readers import fold_sizes, kfold_scores
+from ._cube import role_terms
+from .cube_losses import loss_name
+from .labels import param_label, param_text, resolve_param
+from .memory import is_lazy, load_if_small
+from ._readers import fold_sizes
+from .split_scores import kfold_scores
 from .registry import REGISTRY, Option, choice, declare, fmt, probability
 
 TESTS = ("corrected_t", "wald_cv")

@@ -18,8 +18,11 @@ import numpy as np
 import xarray as xr
 
 from . import guardrails, np_roles
-from ._cube import loss_name, param_coords, param_text, role_terms
-from ._readers import fold_sizes, kfold_scores
+from ._cube import param_coords, role_terms
+from .cube_losses import loss_name
+from .labels import param_text
+from ._readers import fold_sizes
+from .split_scores import kfold_scores
 from .registry import declare
 from .selection import selection
 

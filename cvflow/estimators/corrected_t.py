@@ -22,7 +22,9 @@ import numpy as np
 import xarray as xr
 
 from . import guardrails
-from ._cube import fold_level_groups, loss_name, param_text
+from ._cube import fold_level_groups
+from .cube_losses import loss_name
+from .labels import param_text
 from ._readers import compare_attrs, compare_check, compare_params, fold_scores, out_of_fold
 from .np_roles import corrected_t_stats
 from .registry import Option, declare, fmt, param_refs, probability

@@ -41,7 +41,9 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails, np_roles
-from ._cube import analysis_groups, loss_name, more_rows, param_coords, param_label, param_text, result_labels
+from ._cube import analysis_groups, more_rows, param_coords
+from .cube_losses import loss_name
+from .labels import param_label, param_text, result_labels
 from ._readers import out_of_fold
 from .registry import Option, choice, declare, integer, probability
 

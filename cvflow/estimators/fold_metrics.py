@@ -22,7 +22,9 @@ import xarray as xr
 
 from .losses import Loss, stored_scores
 from . import np_roles
-from ._cube import IN_MEMORY_BYTES, at_splits, compute_here, cube_classes, is_lazy, require
+from ._cube import at_splits, require
+from .cube_losses import cube_classes
+from .memory import IN_MEMORY_BYTES, compute_here, is_lazy
 
 
 def metric_terms(cube: xr.Dataset, decl: Loss, *, roles=("fold",), what: str,

@@ -5,8 +5,11 @@ import numpy as np
 import xarray as xr
 
 from . import guardrails, np_roles
-from ._cube import cube_loss, param_coords, param_label, param_text, role_terms
-from ._readers import fold_sizes, kfold_scores
+from ._cube import param_coords, role_terms
+from .cube_losses import cube_loss
+from .labels import param_label, param_text
+from ._readers import fold_sizes
+from .split_scores import kfold_scores
 from .fold_metrics import metric_terms
 from .registry import Option, choice, declare
 

@@ -20,7 +20,9 @@ import numpy as np
 import xarray as xr
 
 from . import guardrails, np_roles
-from ._cube import cube_loss, param_coords, param_label, param_text, role_terms
+from ._cube import param_coords, role_terms
+from .cube_losses import cube_loss
+from .labels import param_label, param_text
 from ._readers import fold_sizes, inner_score, nested_choice
 from .fold_metrics import metric_terms
 from .registry import declare

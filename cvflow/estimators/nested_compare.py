@@ -35,7 +35,9 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails, np_roles
-from ._cube import param_label, pointwise, role_terms
+from ._cube import role_terms
+from .cube_losses import pointwise
+from .labels import param_label
 from ._readers import fold_sizes, inner_score
 from .registry import Option, declare, fmt, probability
 

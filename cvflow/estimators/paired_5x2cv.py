@@ -21,7 +21,9 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import fold_level_groups, loss_name, param_text
+from ._cube import fold_level_groups
+from .cube_losses import loss_name
+from .labels import param_text
 from ._readers import compare_attrs, compare_check, compare_params, fold_scores
 from .registry import Option, declare, fmt, param_refs, probability
 

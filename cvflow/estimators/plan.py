@@ -39,7 +39,9 @@ from scipy import stats
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import analysis_groups, loss_name, param_text
+from ._cube import analysis_groups
+from .cube_losses import loss_name
+from .labels import param_text
 from ._readers import compare_attrs, compare_params, out_of_fold
 from .registry import Option, declare, fmt, number, param_refs, probability
 

@@ -14,7 +14,8 @@ import xarray as xr
 
 from ..errors import InputError
 from . import np_roles
-from ._cube import param_label, role_terms
+from ._cube import role_terms
+from .labels import param_label
 
 
 def has_test_set(cube: xr.Dataset) -> bool:

@@ -1,4 +1,6 @@
-"""The K-fold fits split by split, as ``GridSearchCV`` scores them (``cv_results_``).
+"""The K-fold scores: the estimate per param from the fold loss sums (:func:`kfold_scores`: the
+kfold, corrected_kfold, stability and compare_all estimators, the live page) and the fits split
+by split, as ``GridSearchCV`` scores them (``cv_results_``).
 
 The same kernel as the ``kfold`` estimator (:func:`cvflow.estimators._cube.role_terms` for a
 pointwise loss, :func:`cvflow.estimators.fold_metrics.metric_terms` for a per-fold metric) under
@@ -16,7 +18,8 @@ import numpy as np
 import xarray as xr
 
 from . import np_roles
-from ._cube import at_splits, cube_loss, require, role_terms
+from ._cube import at_splits, require, role_terms
+from .cube_losses import cube_loss
 from .fold_metrics import metric_terms
 from .losses import DECLARED, Loss, from_scoring
 
@@ -31,6 +34,42 @@ class SplitScores(NamedTuple):
     test: np.ndarray
     pooled: np.ndarray | None
     train: np.ndarray | None
+
+
+def kfold_scores(fold_sum: np.ndarray, sizes: np.ndarray, *, pooled: bool = True,
+                 average: str = "samples") -> xr.Dataset:
+    """The K-fold estimate per param from the out-of-fold loss sums.
+
+    ``fold_sum`` (param, repeat, outer) = Σ_{i∈N_j} ℓ_i(h, fold j), ``sizes`` (repeat, outer)
+    = |N_j|. Returns ``estimate`` (param) pooled over folds and averaged over repeats,
+    ``estimate_repeat`` (param, repeat), ``fold_score`` (param, repeat, outer), ``se``
+    (param) = sd(fold scores) / sqrt(K) averaged over repeats (the naive se of one repeat),
+    ``se_mean`` (param) the standard error of the repeat-averaged estimate by the corrected
+    repeated K-fold variance (:func:`np_roles.corrected_repeated_se`) and ``fold_size``. A failed
+    fold fit (NaN) makes its param NaN: no fold is ever skipped.
+
+    ``pooled=False``: ``fold_sum`` holds per-fold metric values (ROC AUC, R², ...), which
+    are the fold scores, and the estimate is their plain mean over the folds. ``average=
+    "folds"``: the plain mean of the fold scores for a pointwise loss too (GridSearchCV's
+    ``mean_test_score``), instead of the mean over the samples.
+    """
+    fold_score = fold_sum / sizes if pooled else fold_sum
+    if pooled and average == "samples":
+        per_repeat = fold_sum.sum(axis=2) / sizes.sum(axis=1)
+    else:
+        per_repeat = fold_score.mean(axis=2)
+    k = sizes.shape[1]        # 1: a splitter's splits one by one, no fold-to-fold spread
+    se = (fold_score.std(axis=2, ddof=1) / np.sqrt(k) if k > 1
+          else np.full(fold_score.shape[:2], np.nan))
+    dims = ("param", "repeat", "outer")
+    return xr.Dataset({
+        "estimate": ("param", per_repeat.mean(axis=1)),
+        "estimate_repeat": (dims[:2], per_repeat),
+        "fold_score": (dims, fold_score),
+        "se": ("param", se.mean(axis=1)),
+        "se_mean": ("param", np_roles.corrected_repeated_se(fold_score)),
+        "fold_size": (dims[1:], sizes.astype(np.float64)),
+    })
 
 
 def fold_splits(cube: xr.Dataset) -> np.ndarray:

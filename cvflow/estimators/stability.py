@@ -17,8 +17,11 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails, np_roles
-from ._cube import loss_name, param_coords, param_label, param_text, role_terms
-from ._readers import fold_sizes, inner_score, kfold_scores, nested_choice
+from ._cube import param_coords, role_terms
+from .cube_losses import loss_name
+from .labels import param_label, param_text
+from ._readers import fold_sizes, inner_score, nested_choice
+from .split_scores import kfold_scores
 from .registry import Option, declare
 
 DEFAULT_LAMBDAS = (0.0, 0.1, 0.3, 1.0, 3.0, 10.0)

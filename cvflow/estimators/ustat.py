@@ -41,7 +41,8 @@ import xarray as xr
 
 from ..errors import InputError
 from . import guardrails
-from ._cube import param_label, param_text, pointwise, pointwise_loss
+from .cube_losses import pointwise, pointwise_loss
+from .labels import param_label, param_text
 from ._readers import compare_pair
 from .np_roles import nadeau_bengio_stats, normal_quantile
 from .registry import Option, declare, fmt, integer, param_refs, probability

@@ -252,7 +252,7 @@ def within(losses: np.ndarray, bounds: tuple[float, float]) -> bool:
 
 def label(setting: dict) -> str:
     """A param as text, ``learner(key=value, ...)``, from its setting (``Param.to_json``);
-    the text report's format (:func:`cvflow.report.summary.param_text`)."""
+    the text report's format (:func:`cvflow.estimators.labels.param_text`)."""
     hyper = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                       for k, v in setting["params"].items())
     return f"{setting['learner']}({hyper})"
@@ -422,7 +422,7 @@ class StageReader:
     def bounds(self) -> tuple[float, float] | None:
         """The loss's range for the race: ``racing.loss_range`` if given, else the loss's
         declaration (``zero_one``, ``brier``), else None (unbounded)."""
-        from ..estimators._cube import pointwise
+        from ..estimators.cube_losses import pointwise
 
         given = self.race.options.get("loss_range")
         if given is not None:
@@ -432,7 +432,7 @@ class StageReader:
     def add(self, s: int) -> np.ndarray:
         """The losses (param, repeat, sample) seen so far with stage ``s``'s added."""
         from ..store import integrity
-        from ..estimators._cube import pointwise_loss
+        from ..estimators.cube_losses import pointwise_loss
 
         alive = np.flatnonzero(self.race.alive)
         folds = self.race.stages[s].folds

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import InputError, ReproducibilityWarning
 from .learners import columns, fit_model, pairwise, predict_output, take
 from ..workflow.params import Param
+from ..workflow.scorers import is_sklearn_scorer
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +94,12 @@ def scorer_keys(scorers: dict, model, X, y, rows: np.ndarray) -> dict[str, list[
     """The scores each scorer that returns a dict of them names, from one call on a trial
     model: ``{scorer name: [its keys]}`` (a scorer that returns one number, or raises, is
     left out). scikit-learn's scorers and scoring names return one number: not called."""
-    from sklearn.metrics._scorer import _BaseScorer
-
     index = np.flatnonzero(rows)
     # a pairwise learner is scored from its columns of the trial rows, as its fits are
     Xr = take(columns(X, rows) if pairwise(model) else X, index)
     out = {}
     for name, scorer in scorers.items():
-        if isinstance(scorer, (str, _BaseScorer)):
+        if isinstance(scorer, str) or is_sklearn_scorer(scorer):
             continue
         try:
             with trial_running():
@@ -116,9 +115,7 @@ def scorer_keys(scorers: dict, model, X, y, rows: np.ndarray) -> dict[str, list[
 def wants_keys(scorers: dict) -> bool:
     """Whether a scorer may return a dict of scores (a callable that is no scikit-learn scorer):
     its keys are learned on a trial fit before the run (:func:`scorer_keys`)."""
-    from sklearn.metrics._scorer import _BaseScorer
-
-    return any(not isinstance(s, (str, _BaseScorer)) for s in scorers.values())
+    return any(not (isinstance(s, str) or is_sklearn_scorer(s)) for s in scorers.values())
 
 
 def scorer_probe(workflow, data) -> dict[str, list[str]]:

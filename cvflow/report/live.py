@@ -9,7 +9,7 @@ How it stays cheap:
 - each block task also returns two numbers per fit, computed from the predictions it already
   holds (:class:`Scorer`): the loss summed over the analysis samples the fit did not train on,
   and its mean over all analysis samples. The K-fold and corrected K-fold estimates are exact
-  functions of these (:func:`cvflow.estimators.kfold.kfold_scores`,
+  functions of these (:func:`cvflow.estimators.split_scores.kfold_scores`,
   :func:`cvflow.estimators.corrected.corrected_scores`), so the client never reads ``pred``;
 - the client (:class:`Monitor`) folds them in and publishes a small per-param summary to the
   scheduler with ``Client.set_metadata``, at most a few times a second;
@@ -244,7 +244,7 @@ class Monitor:
         """K-fold and corrected K-fold per param from the fits done so far (NaN where a fit
         the estimator needs is missing or failed), as :mod:`cvflow.estimators` computes them."""
         from ..estimators.corrected import corrected_scores
-        from ..estimators._readers import kfold_scores
+        from ..estimators.split_scores import kfold_scores
 
         n = len(self.learner)
         out = {"kfold": np.full(n, np.nan), "corrected": np.full(n, np.nan),

@@ -39,7 +39,7 @@ def _finite(values) -> np.ndarray:
 
 def _labels(cube: xr.Dataset) -> list[str]:
     """Each param's short label, ``learner(tuned=value)`` (hover text and axes)."""
-    from ..estimators._cube import param_labels
+    from ..estimators.labels import param_labels
 
     return param_labels(cube)
 
@@ -48,7 +48,7 @@ def _short_labels(cube: xr.Dataset) -> list[str]:
     """Each param's tuned values only (its learner is the figure's), e.g. ``alpha=0.1``; the
     learner's name when its grid has one point."""
     from ..objects import short
-    from ..estimators._cube import param_label
+    from ..estimators.labels import param_label
 
     out = []
     for h in range(cube.sizes["param"]):

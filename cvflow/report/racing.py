@@ -64,7 +64,7 @@ def summary(cube) -> dict | None:
         out-of-fold loss minus the leader's), ``se``, ``z``, ``p_value``, ``p_adjusted``,
         ``units`` (samples, or groups, seen). Non-finite numbers are None.
     """
-    from ..report.summary import param_text
+    from ..estimators.labels import param_label, param_text
 
     race = record(cube)
     if not race:
@@ -74,7 +74,7 @@ def summary(cube) -> dict | None:
 
     def name(d: dict, key: str, index: str) -> str:
         h = int(d[index])
-        return d.get(key) or (param_text(cube, h) if h < n_store else f"param {h}")
+        return d.get(key) or (param_text(param_label(cube, h)) if h < n_store else f"param {h}")
 
     stages = [{"stage": s, "folds": [list(f) for f in folds], "splits": list(splits)}
               for s, (splits, folds) in enumerate(zip(race["stage_splits"],

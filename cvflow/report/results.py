@@ -217,7 +217,7 @@ def _label(results: Results, loss: str | None, cube: xr.Dataset) -> str:
 def assumptions(cube: xr.Dataset, loss: str | None = None):
     """(the loss's declaration, whether the folds are time-ordered): what
     :meth:`cvflow.estimators.Estimator.refusal` checks an estimator against."""
-    from ..estimators._cube import cube_loss
+    from ..estimators.cube_losses import cube_loss
     from ..workflow.spec import time_ordered
 
     design = json.loads(cube.attrs.get("workflow") or "{}").get("design") or {}

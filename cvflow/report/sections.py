@@ -118,7 +118,7 @@ def racing_html(cube: xr.Dataset) -> Markup:
 
 def oof_section(cube: xr.Dataset, answer: list[dict]) -> list:
     """The out-of-fold diagnostics (:mod:`cvflow.report.plots.oof`) at the answer's first choice."""
-    from ..estimators._cube import param_labels
+    from ..estimators.labels import param_labels
     from .plots import oof
 
     h = next((r["param"] for r in answer if r.get("param") is not None and r["param"] >= 0), None)
@@ -145,7 +145,7 @@ def oof_section(cube: xr.Dataset, answer: list[dict]) -> list:
 def fit_time_figure(cube: xr.Dataset):
     from bokeh.models import ColumnDataSource
 
-    from ..estimators._cube import param_labels
+    from ..estimators.labels import param_labels
 
     done = np.asarray(cube["done"].values, dtype=bool)
     seconds = np.where(done, np.asarray(cube["fit_seconds"].values, dtype=float), np.nan)

@@ -26,19 +26,16 @@ SELECTION = re.compile(r"^(?:([a-z]+)_)?selected$")
 TAG_NAMES = {"": "", "kfold": "plain K-fold"}
 
 
-def param_text(cube: xr.Dataset, h: int | None) -> str:
-    """The short label of param ``h`` (its learner and tuned values,
-    :func:`cvflow.estimators._cube.param_text`); "(none)" when no param could be chosen."""
-    from ..estimators._cube import param_label
-    from ..estimators._cube import param_text as label_text
+def _chosen(cube: xr.Dataset, h: int) -> str:
+    """The short label of param ``h`` (:func:`cvflow.estimators.labels.param_text`), "(none:
+    every param failed)" for -1."""
+    from ..estimators.labels import param_label, param_text
 
-    if h is None or h < 0:
-        return "(none: every param failed)"
-    return label_text(param_label(cube, h))
+    return param_text(param_label(cube, h))
 
 
 def _description(cube: xr.Dataset, h: int | None) -> str:
-    from ..estimators._cube import param_description
+    from ..estimators.labels import param_description
 
     return param_description(cube, h) if h is not None and h >= 0 else ""
 
@@ -138,7 +135,7 @@ def rows(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> list[dict]:
 
 def _row(criterion, estimator, cube, h, estimate, test, warnings) -> dict:
     return {"criterion": criterion, "estimator": estimator, "param": h,
-            "chosen": param_text(cube, h) if h is not None else "",
+            "chosen": _chosen(cube, h) if h is not None else "",
             "description": _description(cube, h), "estimate": _finite(estimate),
             "lower": None, "upper": None, "se": None, "test_risk": _finite(test), "p_value": None,
             "warnings": list(warnings)}
@@ -192,7 +189,7 @@ def _compared(cube: xr.Dataset, result: xr.Dataset) -> str:
             continue
         label = json.loads(raw) if isinstance(raw, str) else raw
         if isinstance(label, dict) and "index" in label:
-            texts.append(param_text(cube, int(label["index"])))
+            texts.append(_chosen(cube, int(label["index"])))
     return " − ".join(texts)
 
 

@@ -231,7 +231,7 @@ def read_pred(cube_or_store) -> np.ndarray | None:
     ``cube_or_store``: a store path or URL, or a cube from :func:`open_cube` whose ``pred`` is
     still the store's own lazy array (else None: a selection, an in-memory cube, or a store
     extended since the cube was opened). ~2x faster than computing the lazy ``pred`` chunk
-    by chunk; for cubes that fit in memory (see ``cvflow.estimators._cube.load_if_small``).
+    by chunk; for cubes that fit in memory (see ``cvflow.estimators.memory.load_if_small``).
     """
     if isinstance(cube_or_store, xr.Dataset):
         from dask import is_dask_collection

@@ -48,6 +48,12 @@ def _is_make_scorer(obj) -> bool:
     return type(obj) is _make_scorer_class()
 
 
+def is_sklearn_scorer(obj) -> bool:
+    """Whether ``obj`` is one of scikit-learn's scorers (``get_scorer``, ``make_scorer``: one
+    number per call), read from ``make_scorer``'s class, not a private scikit-learn name."""
+    return isinstance(obj, _make_scorer_class())
+
+
 def description(obj) -> str:
     """A scorer as one line of text, stable from run to run (no memory addresses): a scoring
     name as itself, a function as ``module.qualname``, any other object as its repr."""

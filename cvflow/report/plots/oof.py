@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
-from ...estimators._cube import compute_here, is_lazy
+from ...estimators.memory import compute_here, is_lazy
 from .style import LEARNER_COLORS, WIDTH, figure, plain
 
 N_BINS = 10

@@ -1,0 +1,78 @@
+"""What a reducer reads into this process, and how: the one in-memory budget
+(:func:`fits_budget`, :func:`load_if_small`, dask config ``cvflow.reduce.in-memory-bytes``) and
+dask arrays computed here (:func:`compute_here`, :func:`store_here`, :func:`is_lazy`).
+
+Public: the estimators, the reports and the plots read a lazy cube through these.
+"""
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from .. import config
+
+
+# DESIGN CHOICE: a role's selection of a lazy `pred` (e.g. the K fold fits of every param) is
+# read into memory when it is small, in this process with the synchronous scheduler (for a few
+# MB of chunks this beats threads and any round-trip through a distributed cluster): the reducer
+# then runs on numpy, ~10x faster than many small dask graphs. A larger selection stays lazy
+# and is reduced chunk by chunk, so memory stays bounded by this budget plus a few chunks per
+# thread. Override with dask.config "cvflow.reduce.in-memory-bytes".
+IN_MEMORY_BYTES = 256 * 2**20
+
+
+def fits_budget(nbytes: int) -> bool:
+    """Whether ``nbytes`` of a lazy selection may be read into memory (see IN_MEMORY_BYTES)."""
+
+    return nbytes <= config.get("cvflow.reduce.in-memory-bytes")
+
+
+_SYNC = ("sync", "synchronous", "single-threaded")
+
+
+def _configured_scheduler():
+    """Dask's configured scheduler, None when none is or it is a distributed cluster's (the
+    reducers compute in this process)."""
+    import dask
+
+    scheduler = dask.config.get("scheduler", None)
+    return None if scheduler in ("dask.distributed", "distributed") else scheduler
+
+
+def compute_here(array):
+    """A dask array computed in this process (synchronous scheduler unless one is configured)."""
+    import dask
+    from dask.local import get_sync
+
+    # else respect what the caller set (e.g. a test's scheduler). The synchronous scheduler
+    # itself, not its name "sync": dask resolves a name by first looking for a distributed
+    # Client, which imports distributed (~0.3 s) into a plain `cvflow report`.
+    (data,) = dask.compute(array, scheduler=_configured_scheduler() or get_sync)
+    return data
+
+
+def store_here(array, out: np.ndarray) -> None:
+    """Compute the dask ``array`` into the numpy array ``out`` (same shape) in this process,
+    chunk by chunk: Dask's threads, or its synchronous scheduler when that is configured (a
+    numpy target cannot be written by a distributed cluster's workers nor by other processes)."""
+    import dask.array as da
+    from dask.local import get_sync
+    from dask.threaded import get
+
+    # the schedulers themselves, not their names (see compute_here)
+    scheduler = get_sync if _configured_scheduler() in _SYNC else get
+    # each chunk writes its own region of `out`: no lock needed
+    da.store(array, out, lock=False, scheduler=scheduler)
+
+
+def is_lazy(array) -> bool:
+    import dask.array as da
+
+    return isinstance(array, da.Array)
+
+
+def load_if_small(values: xr.DataArray) -> xr.DataArray:
+    """``values`` with numpy data if it is dask-backed and within the in-memory budget."""
+    if not is_lazy(values.data) or not fits_budget(values.nbytes):
+        return values
+    return values.copy(data=compute_here(values.data))
