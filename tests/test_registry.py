@@ -199,7 +199,7 @@ def test_declared_terms_are_role_terms_roles():
         return cube
 
     with pytest.raises(ValueError, match=r"mine.terms: \('folds',\); give a tuple of full, "
-                                         r"fold, change, pair, oof"):
+                                         r"fold, train, change, pair, oof"):
         declare(mine, needs=("fold",), terms=("folds",))
     assert "mine" not in REGISTRY
 
