@@ -1,13 +1,13 @@
 """Racing's promise by Monte Carlo: P(a truly best or equal-best param is dropped), fits saved, and
-agreement with the unraced choice, for the rule of :func:`cvflow.execution.racing.look` against
+agreement with the unraced choice, for the rule of :func:`cvflow.execution.race_runner.look` against
 the rule it replaced (a normal z-test at the same Bonferroni level).
 
     PYTHONPATH=. python benchmarks/racing_validity.py [--reps 2000] [--quick] [--case NAME]
 
 No fits: each case draws the out-of-fold losses (param, repeat, sample) of fixed predictors
 (a small per-repeat perturbation stands in for the fold models' variation where noted), and
-races them stage by stage exactly as a run does (:func:`cvflow.execution.racing.plan_stages`,
-:meth:`cvflow.execution.racing.Race.look`), on a 5 folds x 3 repeats design with a full fit
+races them stage by stage exactly as a run does (:func:`cvflow.execution.race_runner.plan_stages`,
+:meth:`cvflow.execution.race_runner.Race.look`), on a 5 folds x 3 repeats design with a full fit
 (7 looks), alpha 0.05. ``--quick`` runs 300 data sets per row. Writes
 benchmarks/results/racing_validity.{json,md}.
 
@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 from scipy.stats import norm
 
-from cvflow.execution.racing import Race, paired_z, threshold
+from cvflow.execution.race_runner import Race, paired_z, threshold
 
 FOLDS, REPEATS, ALPHA = 5, 3, 0.05
 

@@ -41,14 +41,18 @@ MOVED = {
     "integrity": "store.integrity", "isolated": "fitting.isolated",
     "limits": "workflow.limits", "live": "report.live", "location": "store.location",
     "lock": "store.lock", "loop": "execution.loop", "losses": "estimators.losses",
-    "paths": "fitting.paths", "plan": "execution.plan", "preflight": "execution.preflight",
+    "paths": "fitting.paths", "plan": "execution.run_plan", "preflight": "execution.preflight",
     "progress": "execution.progress", "report_html": "report.html",
     "spec": "workflow.spec", "summary": "report.summary", "tables": "report.tables",
     "tasks": "execution.tasks", "plots": "report.plots", "plots.grid": "report.plots.grid",
     "plots.oof": "report.plots.oof", "plots.style": "report.plots.style",
+    # renamed to say what differs from a near-twin (issue 39 item 4)
+    "execution.plan": "execution.run_plan", "estimators.plan": "estimators.study_size",
+    "execution.racing": "execution.race_runner", "workflow.racing": "workflow.racing_options",
+    "workflow.scorers": "workflow.scorer_specs", "search.scorings": "search.scoring_arg",
 }
 # modules whose names went to several new ones: the old name answers each of their names
-SPLIT = {"racing": ("execution.racing", "report.racing", "workflow.racing"),
+SPLIT = {"racing": ("execution.race_runner", "report.racing", "workflow.racing_options"),
          "learners": ("fitting.learners", "workflow.params"),
          "cluster": ("execution.schedulers", "execution.profiles")}
 
@@ -75,7 +79,7 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             # DESIGN CHOICE: the old name is bound to the new module in sys.modules, which the
             # import system reads back after exec_module; the new module's own attributes are
             # left alone. Returning it from create_module made importlib set its __spec__ to the
-            # old name's (`cvflow.execution.plan.__spec__.name == "cvflow.plan"`, issue 39;
+            # old name's (`cvflow.execution.run_plan.__spec__.name == "cvflow.plan"`, issue 39;
             # tests/test_layout.py::test_every_old_name_imports_the_new_module).
             sys.modules[name] = importlib.import_module(new[0])
             return
@@ -102,7 +106,7 @@ def __getattr__(name: str):
     if name not in _LAZY:
         # DESIGN CHOICE: a submodule the docs call through the package (`cvflow.report.racing.summary`,
         # `cvflow.report.summary.rows`, `cvflow.report.compute`, `cvflow.report.live.enable_routes`) is
-        # imported on first use too, as `import cvflow.execution.racing` would (scipy does the same);
+        # imported on first use too, as `import cvflow.execution.race_runner` would (scipy does the same);
         # before, it was an AttributeError unless something had imported it already
         # (tests/test_startup.py::test_submodules_resolve_through_the_package).
         if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}"):

@@ -30,6 +30,7 @@ SCHEMA: dict[str, tuple] = {
     "cvflow.execution.stall-seconds": (Real,),
     "cvflow.execution.no-worker-seconds": (Real,),
     "cvflow.execution.allowed-failures": (int,),
+    "cvflow.execution.live-page": (str,),
     "cvflow.storage-options": (dict,),
     "cvflow.cluster.default": (str,),
     "cvflow.cluster.auto": (dict,),

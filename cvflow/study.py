@@ -28,7 +28,7 @@ from .objects import CLASS, build, describe, describe_splitter, is_estimator, un
 from .errors import InputError
 from .estimators.losses import declared_task
 from .workflow.learners import grid_values
-from .workflow.scorers import build_scorer, describe_scorer
+from .workflow.scorer_specs import build_scorer, describe_scorer
 from .workflow.spec import Workflow, parse_workflow
 from .trust import Trust, workflow_code
 
@@ -73,7 +73,7 @@ class Study:
         The workflow's ``execution`` section (fits_per_task, path_aware, dtype, ...).
     racing : dict or bool, optional
         Fit in stages and stop fitting the params a sequential test has beaten, e.g.
-        ``{"alpha": 0.05}`` (the workflow's ``racing`` key, see :mod:`cvflow.execution.racing`);
+        ``{"alpha": 0.05}`` (the workflow's ``racing`` key, see :mod:`cvflow.execution.race_runner`);
         ``False`` on a raced store fits what racing skipped.
     learner_options : dict name -> dict, optional
         Per-learner workflow keys beside class, params and grid, spelled as a workflow file

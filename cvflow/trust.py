@@ -151,7 +151,7 @@ def workflow_code(config: Mapping) -> dict[str, str]:
         out.setdefault(config["loss"], LOSS)
     scorers = config.get("scorers")
     for spec in (scorers.values() if isinstance(scorers, dict) else ()):
-        for key in ("function", "make_scorer"):       # cvflow.workflow.scorers' spellings
+        for key in ("function", "make_scorer"):       # cvflow.workflow.scorer_specs' spellings
             if isinstance(spec, dict) and isinstance(spec.get(key), str):
                 out.setdefault(spec[key], SCORER)
     for item in config.get("estimators") or []:

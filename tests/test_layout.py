@@ -124,11 +124,8 @@ def test_folders_import_only_their_own_layer_or_lower():
 # Folders a layer above may still not import: the runner and the reports are siblings (each
 # reads the store, neither needs the other's code; a record both read has its reader in store/,
 # as racing's does: cvflow.store.attributes.race_record). The modules excepted, each with why.
-APART = {("execution", "report"): {
-    # the live page the runner starts on the client and feeds per block (cvflow.report.live):
-    # issue 39 item 3, to be passed in by the face, or moved, in its phase 2
-    ("cvflow.execution.run", "cvflow.report.live"),
-}}
+# The live page the runner starts is named by the config (cvflow.execution.live-page).
+APART: dict[tuple[str, str], set[tuple[str, str]]] = {("execution", "report"): set()}
 
 
 def test_apart_folders_do_not_import_each_other():
@@ -263,7 +260,7 @@ print("ok")
 def test_every_old_name_imports_the_new_module(old):
     """Each name in MOVED and SPLIT (cvflow/__init__.py), in a fresh interpreter: a
     DeprecationWarning naming the new place, the new module's names, and the new module's own
-    ``__spec__`` left alone (it said ``cvflow.plan`` for ``cvflow.execution.plan``, issue 39)."""
+    ``__spec__`` left alone (it said ``cvflow.plan`` for ``cvflow.execution.run_plan``, issue 39)."""
     out = subprocess.run([sys.executable, "-c", OLD_NAME, old], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

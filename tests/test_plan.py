@@ -12,7 +12,7 @@ from scipy import stats
 
 from cvflow.errors import InputError
 from cvflow.estimators import plan
-from cvflow.estimators.plan import describe
+from cvflow.estimators.study_size import describe
 from cvflow.report.results import dataset_to_json
 from cvflow.testing import cube_from_predictions, simple_design
 
@@ -187,7 +187,7 @@ def draw_two_way(rng, sets: int, repeats: int, n: int) -> np.ndarray:
 def test_components_unbiased_under_known_truth():
     """The ANOVA estimates (before clipping they are unbiased) average to the true components
     over 300 pilots of 200 samples x 5 repeats."""
-    from cvflow.estimators.plan import components
+    from cvflow.estimators.study_size import components
     rng = np.random.default_rng(7)
     est = [components(d) for d in draw_two_way(rng, 300, 5, N_REP)]
     mean = {key: np.mean([e[key] for e in est]) for key in est[0]}
@@ -246,7 +246,7 @@ def test_simulation_power_over_pilots():
     """The whole procedure, pilot noise included: 1,000 pilots of 200 samples (one repeat) each
     plan n against the true Δ = −0.04, and one study of that n per pilot is z-tested: the share
     rejected is 0.8 within Monte Carlo error (the planned n spreads from ~600 to ~1,000)."""
-    from cvflow.estimators.plan import components, sizes
+    from cvflow.estimators.study_size import components, sizes
     rng = np.random.default_rng(5)
     planned = [sizes(components(p[None, :]), 200, 1, -0.04, 0.05, 0.8)["samples_needed"]
                for p in draw_d(rng, 1000, 200)]

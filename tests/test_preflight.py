@@ -204,7 +204,7 @@ def counted(monkeypatch):
     load, check = profiles.load_profile, preflight.check_run
 
     def counting_load(cluster=None, **kwargs):
-        loads.append(profiles.resolve(cluster))
+        loads.append(profiles.cluster_name(cluster))
         return load(cluster, **kwargs)
 
     def counting_check(*args, **kwargs):

@@ -1,4 +1,4 @@
-"""Racing (cvflow.execution.racing): the rule's kernel by hand, the stages, the options, and raced runs
+"""Racing (cvflow.execution.race_runner): the rule's kernel by hand, the stages, the options, and raced runs
 from the command line against the full study."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from cvflow.errors import InputError
-from cvflow.execution.racing import look, paired_z, plan_stages, threshold
-from cvflow.workflow.racing import check_options
+from cvflow.execution.race_runner import look, paired_z, plan_stages, threshold
+from cvflow.workflow.racing_options import check_options
 from cvtest import run_cli
 
 WORKFLOW = """\
@@ -211,7 +211,7 @@ def test_stage_reader_reads_each_stage_s_out_of_fold_losses(tmp_path):
     the folds seen so far (by hand from pred, y and the fold labels), NaN for the rest and for
     params dropped before."""
     import cvflow
-    from cvflow.execution.racing import Race, StageReader
+    from cvflow.execution.race_runner import Race, StageReader
 
     out = run_cli("run", _write(tmp_path, ""), "--store", tmp_path / "s.zarr")
     assert out.returncode == 0, out.stderr

@@ -3,7 +3,7 @@
 Simulated studies of real cross-validated fits with correlated folds and repeats: k one-feature
 least-squares learners on exchangeable features (so every param has exactly the same expected
 risk), each replicate fitted by K-fold x R repeats and raced stage by stage with the library's
-own stages (:func:`cvflow.execution.racing.plan_stages`) and rule (:meth:`cvflow.execution.racing.Race.look`).
+own stages (:func:`cvflow.execution.race_runner.plan_stages`) and rule (:meth:`cvflow.execution.race_runner.Race.look`).
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from cvflow.execution.racing import Race, look
-from cvflow.workflow.racing import check_options
+from cvflow.execution.race_runner import Race, look
+from cvflow.workflow.racing_options import check_options
 
 FOLDS, REPEATS = 5, 3
 

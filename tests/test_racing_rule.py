@@ -1,4 +1,4 @@
-"""Racing's rule (cvflow.execution.racing_rule, cvflow.execution.racing.look): the tests by hand,
+"""Racing's rule (cvflow.execution.racing_rule, cvflow.execution.race_runner.look): the tests by hand,
 their level by small seeded simulations of fixed predictors (no fits), and the failure of the
 rule before issue 33 on the issue's skewed log-loss case, which the rule now avoids."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 from scipy.stats import norm
 
 from cvflow.errors import InputError, RacingWarning
-from cvflow.execution.racing import Race, look, paired_z, threshold
+from cvflow.execution.race_runner import Race, look, paired_z, threshold
 from cvflow.execution.racing_rule import (BETS, betting_p, betting_wealth, skew_corrected_p,
                                           unit_means)
-from cvflow.workflow.racing import check_options
+from cvflow.workflow.racing_options import check_options
 
 FOLDS, REPEATS = 5, 3
 
@@ -205,7 +205,7 @@ def test_bounded_race_splits_alpha_as_one_sequence_then_the_later_looks():
     one anytime-valid test with 0.8 of alpha, the looks after repeats 1 and 2 get 0.1 each; per
     ordered pair, k(k-1) = 20: 0.05 x 0.8 / 20 = 0.002 and 0.05 x 0.1 / 20 = 0.00025. An
     unbounded race keeps alpha / (7 x 20) at every look."""
-    from cvflow.execution.racing import sequence_looks
+    from cvflow.execution.race_runner import sequence_looks
 
     race = Race.start({"alpha": 0.05, "stages": "auto", "min_units": 30}, _design(), 5)
     assert race.looks == 7 and sequence_looks(race.stages) == 5

@@ -110,7 +110,7 @@ def test_submodules_resolve_through_the_package(store):
     """`import cvflow` then `cvflow.report.racing.summary(...)`, `cvflow.report.summary.rows`, ... as the docs
     write them, in a fresh interpreter where nothing imported those modules before; a name
     that is neither a public name nor a module is still an AttributeError naming it."""
-    code = ("import json, sys, cvflow; assert 'cvflow.execution.racing' not in sys.modules; "
+    code = ("import json, sys, cvflow; assert 'cvflow.execution.race_runner' not in sys.modules; "
             "cube = cvflow.open(sys.argv[1]); "
             "names = [cvflow.report.racing.summary(cube), cvflow.report.summary.rows.__name__, "
             "cvflow.report.compute.__name__, cvflow.report.live.enable_routes.__name__, "

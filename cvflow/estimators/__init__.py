@@ -21,7 +21,7 @@ from .compare_all import compare_all
 from .paired_5x2cv import paired_5x2cv
 from .bbc_cv import bbc_cv
 from .cv_confidence import cv_confidence
-from .plan import plan
+from .study_size import plan
 from .registry import REGISTRY, Estimator, Option, declare, lookup
 # the one in-memory budget rule of every reduction (dask config "cvflow.reduce.in-memory-bytes")
 from .memory import fits_budget, is_lazy, load_if_small

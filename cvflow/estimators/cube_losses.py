@@ -12,7 +12,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from .losses import Loss, apply_loss, names_code, resolve
+from .losses import Loss, apply_loss, checked_loss, names_code
 from .memory import load_if_small
 
 
@@ -39,7 +39,7 @@ def cube_loss(cube: xr.Dataset, loss: str | None) -> Loss:
                          f"import it, or another loss, e.g. --loss {default} (Python: "
                          f"trust_code=True, or loss={name!r} / loss={default!r})")
     outputs = {str(v) for v in cube["output"].values} if "output" in cube.coords else ()
-    return resolve(name, task, outputs, n_classes=len(cube_classes(cube) or ()))
+    return checked_loss(name, task, outputs, n_classes=len(cube_classes(cube) or ()))
 
 
 def loss_name(cube: xr.Dataset, loss: str | None) -> str:

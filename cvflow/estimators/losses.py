@@ -477,12 +477,12 @@ def _custom(path: str, search: str | None, where: str) -> Loss:
 def check_loss(loss, task: str, outputs=(), *, n_classes: int = 2, search=None,
                where: str = "loss", fix: str = "set the learner's `output`") -> str:
     """Validate a loss for a task, the stored outputs and the number of classes; return its name."""
-    return resolve(loss, task, outputs, n_classes=n_classes, search=search, where=where,
-                   fix=fix).label
+    return checked_loss(loss, task, outputs, n_classes=n_classes, search=search, where=where,
+                        fix=fix).label
 
 
-def resolve(loss, task: str, outputs=(), *, n_classes: int = 2, search=None,
-            where: str = "loss", fix: str = "set the learner's `output`") -> Loss:
+def checked_loss(loss, task: str, outputs=(), *, n_classes: int = 2, search=None,
+                 where: str = "loss", fix: str = "set the learner's `output`") -> Loss:
     """:func:`get_loss` checked against the task, the stored outputs and the class count;
     ``fix`` says how to store another output (a workflow file's key, or Study's argument)."""
     decl = get_loss(loss, search=search, where=where)

@@ -21,7 +21,7 @@ Right below its definition, its module declares it::
                                             # if an option names a param the grid lacks
         metrics=False,                      # accepts per-fold metrics (roc_auc, r2, ...)
         time_ordered=False,                 # valid on time-ordered folds (splitter: timeseries)
-        raced=False,                        # a raced cube (cvflow.execution.racing) serves it
+        raced=False,                        # a raced cube (cvflow.execution.race_runner) serves it
     )
 
 and ``cvflow/estimators/__init__.py`` imports the module. Nothing else is edited:
@@ -124,7 +124,7 @@ class Estimator:
     time_ordered: bool = False
     # user functions taking **options accept any option name
     open_options: bool = False
-    # DESIGN CHOICE: whether a raced cube (cvflow.execution.racing: the params a sequential rule beat
+    # DESIGN CHOICE: whether a raced cube (cvflow.execution.race_runner: the params a sequential rule beat
     # lack their later fits) serves the estimator, declared, default no: a per-param or
     # per-pair estimate is exact for the survivors (NaN for the dropped, by the NaN rule), and
     # a selection among survivors is the full study's with probability >= 1 - alpha; one that

@@ -104,7 +104,7 @@ def _packaged(name: str) -> dict | None:
     return copy.deepcopy(dict(found)) if isinstance(found, Mapping) else None
 
 
-def resolve(cluster: str | os.PathLike | None) -> str:
+def cluster_name(cluster: str | os.PathLike | None) -> str:
     """The cluster's name: ``cluster`` itself, or the configured default when None."""
     if cluster is None:
         cluster = config.get("cvflow.cluster.default")
@@ -164,7 +164,7 @@ def load_profile(cluster: str | os.PathLike | None = None, *,
     cvflow.errors.InputError
         Unknown profile, unreadable file, unknown key, or an invalid value.
     """
-    name = resolve(cluster)
+    name = cluster_name(cluster)
     if named_by is None:
         name, prof, where = _named(name, env)
     else:
@@ -251,7 +251,7 @@ def decide(cluster: str | os.PathLike | None = None, *, workers: int | None = No
     cvflow.errors.InputError
         As :func:`load_profile`.
     """
-    name = resolve(cluster)
+    name = cluster_name(cluster)
     if ADDRESS.match(name):
         return Route(name, None)
     options = parse_options(options)

@@ -1,11 +1,11 @@
 """Racing's statistical rule: one-sided tests of "param h is no worse than the leader", as numpy.
 
-A look of a race (:func:`cvflow.execution.racing.look`) compares each survivor with the leader
+A look of a race (:func:`cvflow.execution.race_runner.look`) compares each survivor with the leader
 on the paired out-of-fold loss differences seen so far and drops it when the p-value of this
 module's test is at most ``alpha * share / (k * (k - 1))`` (Bonferroni over the ordered pairs
 and the tests: every look for the t-test, ``share`` = 1 / looks; for the betting test the first
 repeat's looks are one test, its wealth being a supermartingale as the folds bring new units,
-:meth:`cvflow.execution.racing.Race.cut`; docs/guide/racing.md says why this protects the
+:meth:`cvflow.execution.race_runner.Race.cut`; docs/guide/racing.md says why this protects the
 truly best param).
 
 The unit of the test is the one the rule has always used: the sample (the group, in a grouped

@@ -1,6 +1,6 @@
 """Running a study: the entry point (:func:`run`).
 
-The client takes the store's run lock, plans the run (:mod:`cvflow.execution.plan`: the store created
+The client takes the store's run lock, plans the run (:mod:`cvflow.execution.run_plan`: the store created
 or checked, the blocks still to fit), picks a Dask scheduler (:mod:`cvflow.execution.schedulers`), and hands
 the blocks to the one loop (:mod:`cvflow.execution.loop`), which submits them as tasks
 (:mod:`cvflow.execution.tasks`: fit a block, write its chunk of ``pred``, return a small record) and
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import json
 import logging
 import os
@@ -29,7 +30,7 @@ from .. import config
 from ..errors import InputError
 from ..store.location import exists
 from .schedulers import quiet_port
-from .plan import pending_blocks, prepare_store, seconds_per_fit
+from .run_plan import pending_blocks, prepare_store, seconds_per_fit
 from ..workflow.spec import Workflow, load_workflow
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class RunResult:
     chunks: tuple[int, int] = (0, 0)
     errors: dict = field(default_factory=dict)
     execution: str = ""                 # where the fits ran and why (cvflow.execution.schedulers.choose)
-    saved_fits: int = 0                 # fits racing did not run (cvflow.execution.racing)
+    saved_fits: int = 0                 # fits racing did not run (cvflow.execution.race_runner)
     dropped_params: int = 0             # params racing dropped
     raced_params: int = 0               # params that started the race (0: not raced)
 
@@ -80,7 +81,7 @@ class _Recorder:
         self.pending: list = []
         self.t0 = self.flushed = time.perf_counter()
         self.gap = STATUS_FLUSH_SECONDS
-        self.skipped = 0                # fits racing dropped from the run (cvflow.execution.racing)
+        self.skipped = 0                # fits racing dropped from the run (cvflow.execution.race_runner)
         self.said: set[str] = set()     # the scorers' messages logged so far (once each)
 
     def block(self, summary: dict) -> None:
@@ -112,7 +113,7 @@ class _Recorder:
                      "skipped": self.skipped, "elapsed": time.perf_counter() - self.t0})
 
     def raced(self, dropped: list[dict], params: int, skipped: int) -> None:
-        """A look of the race: the ``dropped`` params (the race's records, :mod:`cvflow.execution.racing`)
+        """A look of the race: the ``dropped`` params (the race's records, :mod:`cvflow.execution.race_runner`)
         of ``params`` are out, and ``skipped`` fits this run was to do will not be run. The
         progress total shrinks."""
         # DESIGN CHOICE: the fits of dropped params leave the "to do" count (the bar reaches
@@ -307,12 +308,22 @@ def _run_locked(workflow: Workflow, path: str, *, route, workers, overwrite, cli
                execution=execution, t_start=t_start, scoring=scoring)
     if client is not None:
         return run.on(client, dashboard=True)
-    if not route.in_process or route.dashboard:
-        from ..report import live
-
+    live = live_page() if not route.in_process or route.dashboard else None
+    if live is not None:
         live.enable_routes()    # the scheduler started here serves <dashboard>/cvflow
     with connect(route, store=path, keep=True) as c:
         return run.on(c, dashboard=route.dashboard)
+
+
+def live_page():
+    """The live page's module (config ``cvflow.execution.live-page``, :mod:`cvflow.report.live`
+    by default), or None: the runner starts and feeds the page without importing the reports."""
+    # DESIGN CHOICE: a dotted name in the config, as distributed names its preloads and
+    # plugins, rather than an import of cvflow.report from cvflow.execution (the runner and the
+    # reports are siblings, tests/test_layout.py APART) or an argument every face and
+    # cvflow.run would have to pass
+    name = config.get("cvflow.execution.live-page")
+    return importlib.import_module(name) if name else None
 
 
 def _store_event(c, name: str):
@@ -336,7 +347,7 @@ def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True,
            ) -> tuple[bool, float | None, float | None]:
     """The pre-run check of the learners (:func:`cvflow.fitting.trial.check_learners`; not
     with ``trial=False``) and, with ``timing``, the timed seconds per fit
-    (:func:`cvflow.execution.plan.seconds_per_fit`), in this process within config
+    (:func:`cvflow.execution.run_plan.seconds_per_fit`), in this process within config
     ``cvflow.cluster.auto.probe_seconds``: ``(checked, seconds or None, share or None)``, the
     check done and the timing finished in time. ``threads_worth_measuring(seconds)`` true: the
     share of the fits that threads cannot run side by side is measured too
@@ -420,7 +431,6 @@ class _Run:
     trial: bool = True                    # check_fits: the learners' check (else the probe)
 
     def on(self, c, *, dashboard: bool) -> RunResult:
-        from ..report import live
         from .loop import Block, Loop, check_on_workers, time_on_workers
         from .tasks import TaskContext
 
@@ -481,17 +491,15 @@ class _Run:
                   for ps, ss in todo]
         race = None
         if self.workflow.racing:            # racing: the first stage's blocks first
-            from .racing import labels
-            from . import racing
+            from .race_runner import Race, labels, stage_blocks
 
-            race = racing.Race.start(self.workflow.racing, design, len(params),
-                                     labels=labels(params))
-            first = racing.stage_blocks(race, 0, done, chunks)
+            race = Race.start(self.workflow.racing, design, len(params), labels=labels(params))
+            first = stage_blocks(race, 0, done, chunks)
             blocks = [Block(ps, ss, cells) for ps, ss, cells in first]
         if dashboard:
             result.dashboard = getattr(c, "dashboard_link", None) or None   # "" when none
-        monitor = (live.start(c, self.workflow, params, design, d, path) if result.dashboard
-                   else None)
+        live = live_page() if result.dashboard else None
+        monitor = live.start(c, self.workflow, params, design, d, path) if live is not None else None
         result.live = monitor and monitor.url
         notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": result.dashboard,
                 "live": result.live, "execution": result.execution})
@@ -511,7 +519,7 @@ class _Run:
                 finally:       # waiting tasks wake: they write, or raise if `pred` was not made
                     ready.set()
             loop.run()
-            if race is not None:          # the other stages, each after a look (cvflow.execution.racing)
+            if race is not None:          # the other stages, each after a look (cvflow.execution.race_runner)
                 self._race(race, loop, recorder, first, done, chunks)
             if ready is not None:
                 # every block is back: the scheduler forgets the event (after a failure it
@@ -535,9 +543,9 @@ class _Run:
         return result
 
     def _race(self, race, loop, recorder, first, done, chunks) -> None:
-        """The stages after the first (:func:`cvflow.execution.racing.run_stages`) on the run's loop."""
+        """The stages after the first (:func:`cvflow.execution.race_runner.run_stages`) on the run's loop."""
         from .loop import Block
-        from .racing import mark_done, run_stages
+        from .race_runner import mark_done, run_stages
 
         def fit(blocks) -> None:
             loop.submit([Block(ps, ss, cells) for ps, ss, cells in blocks])

@@ -30,7 +30,7 @@ import yaml
 from ..errors import InputError
 from .. import config
 from . import processes
-from .profiles import (AUTO, REMOVED, THREADS, Route, decide, load_profile, resolve,
+from .profiles import (AUTO, REMOVED, THREADS, Route, decide, load_profile, cluster_name,
                        store_warning)
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | 
     >>> choose("auto", seconds=0.01, workers=2, fit_timeout=5)[0]
     'local'
     """
-    name = resolve(cluster)
+    name = cluster_name(cluster)
     if name != AUTO:
         name = REMOVED.get(name, name)
         return name, f"{name} (as asked)"

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import InputError, ReproducibilityWarning
 from .learners import columns, fit_model, pairwise, predict_output, take
 from ..workflow.params import Param
-from ..workflow.scorers import is_sklearn_scorer
+from ..workflow.scorer_specs import is_sklearn_scorer
 
 log = logging.getLogger(__name__)
 

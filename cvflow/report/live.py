@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 ROUTES_KEY = "distributed.scheduler.http.routes"
 METADATA = "cvflow-live"
-# the columns of the page's racing table (who was dropped when; cvflow.execution.racing)
+# the columns of the page's racing table (who was dropped when; cvflow.execution.race_runner)
 RACE_COLUMNS = ("stage", "dropped", "learner", "leader", "difference", "z", "p")
 # the client publishes its summary at most this often (seconds); the page polls at this period
 PUBLISH_SECONDS = 0.5
@@ -211,7 +211,7 @@ class Monitor:
             self.publish()
 
     def raced(self, rows: list[dict]) -> None:
-        """Racing (:mod:`cvflow.execution.racing`) dropped these params (the race's records, each with
+        """Racing (:mod:`cvflow.execution.race_runner`) dropped these params (the race's records, each with
         ``param``, ``stage``, ``leader``, ``mean_difference``, ``z``, ``p_value``): their fits
         not done are skipped, not to do, and the page lists who was dropped when."""
         self.dropped[[int(d["param"]) for d in rows]] = True

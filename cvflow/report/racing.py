@@ -1,6 +1,6 @@
 """A raced store's race, as data and text: who was dropped when, by which test, and what is left.
 
-Read from the store's ``racing`` attribute (written by :mod:`cvflow.execution.racing`, read by
+Read from the store's ``racing`` attribute (written by :mod:`cvflow.execution.race_runner`, read by
 :func:`cvflow.store.attributes.race_record`); used by ``cvflow report`` / ``status``, the HTML report
 and the run's closing summary.
 """

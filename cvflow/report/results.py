@@ -71,7 +71,7 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
     assumes exchangeable samples) is skipped with its one-line reason in
     :attr:`Results.skipped`, and the others are computed: one estimator's limits do not take
     the report away. Only when every estimator is skipped is the first reason an InputError.
-    On a raced store whose skipped fits are not filled (:mod:`cvflow.execution.racing`), an estimator a
+    On a raced store whose skipped fits are not filled (:mod:`cvflow.execution.race_runner`), an estimator a
     raced cube does not serve (its declaration's ``raced``) is skipped the same way.
 
     The params an extended store keeps but its workflow no longer lists are left out

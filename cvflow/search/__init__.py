@@ -37,7 +37,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..estimators.losses import apply_loss
 from ..fitting.scoring import estimator_score
 from ..objects import describe_splitter
-from . import scorings
+from . import scoring_arg
 from .callbacks import SearchTasks
 from .diagram import parallel_block
 from .inputs import (Scorings, check_task, default_client, output_of, refit_failed,
@@ -285,13 +285,13 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         self._check_options()
         # first, as GridSearchCV: no scoring at all is a TypeError; each scoring's loss resolved
         # here, once, and kept for score()
-        sc = self._scoring = scorings.resolved(self._scorings())
+        sc = self._scoring = scoring_arg.resolved(self._scorings())
         self.multimetric_ = sc.multimetric
         key = sc.key
         tasks = SearchTasks(self, X, y, fit_params.get("sample_weight"))
         y_arr = None if y is None else np.asarray(y)
         if y_arr is not None and y_arr.ndim > 1 and y_arr.shape[1:] != (1,):
-            sc = scorings.several_targets(sc, self.scoring)
+            sc = scoring_arg.several_targets(sc, self.scoring)
         if y is None and sc.losses:      # scorers alone score fit(X)'s models without a target
             raise ValueError("SearchCV.fit: y is required to score with a loss (it compares the "
                              "stored predictions with the target); without y give a scorer, "
@@ -305,7 +305,7 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         classifier = task == "classification"
         n_classes = len(np.unique(y_arr)) if classifier else 0
         select, options = self._select()
-        scorings.check(sc, select, self.racing, self, fit_params.get("sample_weight"))
+        scoring_arg.check(sc, select, self.racing, self, fit_params.get("sample_weight"))
         if self.racing not in (None, False) and not decls[key].pointwise:
             raise ValueError(f"SearchCV: racing compares per-sample losses, but scoring "
                              f"{sc.losses[key]!r} is a per-fold metric; give a pointwise scoring "
@@ -394,33 +394,33 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
 
         A scoring name with a cvflow loss is scored from the stored predictions
         (``Scorings.losses``); anything else that scores a fitted model is computed where each
-        fit runs and stored in the cube (``Scorings.scorers``, :mod:`cvflow.search.scorings`):
+        fit runs and stored in the cube (``Scorings.scorers``, :mod:`cvflow.search.scoring_arg`):
         a scorer object, a callable, a scoring name without a cvflow loss, and ``scoring=None``
         with an estimator whose ``score`` is its own.
         """
         scoring = self.scoring
         if scoring is None or isinstance(scoring, str) or callable(scoring):
             if scoring is None:
-                own = scorings.own_score(self.estimator)
+                own = scoring_arg.own_score(self.estimator)
                 if own is None:                      # GridSearchCV: estimator.score
                     return Scorings(["score"], "score", {}, {"score": estimator_score})
                 scoring = own
             if not isinstance(scoring, str):
                 return Scorings(["score"], "score", {}, {"score": scoring})
-            return Scorings([scoring], scoring, *scorings.split({scoring: scoring}))
+            return Scorings([scoring], scoring, *scoring_arg.split({scoring: scoring}))
         if isinstance(scoring, dict):
             named = {str(k): v for k, v in scoring.items()}
         elif isinstance(scoring, (list, tuple, set)):
             named = {}
             for item in scoring:
-                named[item if isinstance(item, str) else scorings.scorer_name(item, named)] = item
+                named[item if isinstance(item, str) else scoring_arg.scorer_name(item, named)] = item
         else:
             raise ValueError(f"SearchCV: scoring={scoring!r}; give a scoring name, a scorer "
                              "(make_scorer(...), a callable (estimator, X, y) -> float), a "
                              "list of names or a dict name -> scoring")
         if not named:
             raise ValueError(f"SearchCV: scoring={scoring!r} is empty; give at least one scoring")
-        losses, scorers = scorings.split(named)
+        losses, scorers = scoring_arg.split(named)
         refit = self.refit
         if refit is not False and not callable(refit) and not (isinstance(refit, str)
                                                                and refit in named):
@@ -495,10 +495,10 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
     def _results(self, result, sc: Scorings, *, weighted: bool) -> Scorings:
         """``cv_results_`` in GridSearchCV's key order, with its dtypes and warnings; returns
         the scorings as the fits gave them (a callable that returned a dict of scores is
-        several: :func:`cvflow.search.scorings.returned`)."""
+        several: :func:`cvflow.search.scoring_arg.returned`)."""
         from ..report.tables import cv_results, param_arrays
 
-        sc = scorings.returned(sc, result.cube, self.refit)
+        sc = scoring_arg.returned(sc, result.cube, self.refit)
         self.multimetric_ = sc.multimetric
         # a scorer computed at fit time is read by its name in the store; a loss is its cvflow
         # loss (resolved once in fit), in scikit-learn's sign (sign="score")
@@ -531,11 +531,11 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         several); a cvflow loss name without one is left out."""
         from sklearn.metrics import check_scoring, get_scorer, get_scorer_names
 
-        if scorings.dict_callable(sc):
+        if scoring_arg.dict_callable(sc):
             self.scorer_ = sc.scorers["score"]       # a callable returning a dict: itself
             return
         known = set(get_scorer_names())
-        scorers = {n: (scorings.as_scorer(sc.scorers[n]) if n in sc.scorers
+        scorers = {n: (scoring_arg.as_scorer(sc.scorers[n]) if n in sc.scorers
                        else get_scorer(sc.losses[n]))
                    for n in sc.names if n in sc.scorers or sc.losses[n] in known}
         if self.multimetric_:
@@ -635,7 +635,7 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         weights = {} if sample_weight is None else {"sample_weight": sample_weight}
         model = self.best_estimator_
         if sc.key in sc.scorers:                 # a scorer computed at fit time: itself
-            value = scorings.as_scorer(sc.scorers[sc.key])(model, X, y, **weights)
+            value = scoring_arg.as_scorer(sc.scorers[sc.key])(model, X, y, **weights)
             return float(value[self.refit] if isinstance(value, dict) else value)
         key, decl = sc.losses[sc.key], sc.decls[sc.key]
         names = [key] if key in decl.scorers else list(decl.scorers)

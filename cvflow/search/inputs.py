@@ -16,10 +16,10 @@ class Scorings(NamedTuple):
     """``SearchCV``'s scorings: ``names`` (in order; with several, the ``cv_results_`` column
     suffixes), ``key`` (the one that selects), ``losses`` (name -> cvflow loss or scikit-learn
     scoring name: scored from the stored predictions), ``scorers`` (name -> scorer computed
-    where each fit runs and stored in the cube: :mod:`cvflow.search.scorings`),
+    where each fit runs and stored in the cube: :mod:`cvflow.search.scoring_arg`),
     ``multimetric`` (``cv_results_`` columns named after the scorings) and ``decls`` (name ->
     the cvflow loss of each of ``losses``, resolved once per ``fit``:
-    :func:`cvflow.search.scorings.resolved`; its sign is the loss's own ``greater_is_better``)."""
+    :func:`cvflow.search.scoring_arg.resolved`; its sign is the loss's own ``greater_is_better``)."""
 
     names: list[str]
     key: str

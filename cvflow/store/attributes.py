@@ -19,7 +19,7 @@ from ..errors import RESTORE, StoreError
 from .group import STORE_FORMAT, STORE_FORMAT_ATTR, UNSCORED_FORMAT
 
 # DESIGN CHOICE: each attribute's type as cvflow writes it (cvflow.workflow.spec, cvflow.store.creation,
-# cvflow.execution.extend, cvflow.execution.racing): plain text, or JSON text of a list or an object. Absent is
+# cvflow.execution.extend, cvflow.execution.race_runner): plain text, or JSON text of a list or an object. Absent is
 # fine (older stores lack some); None only where cvflow writes None.
 TEXT = ("cvflow_version", "workflow_hash", "data_hash", "task", "workflow_dir", "coordinates")
 OPTIONAL_TEXT = ("loss",)
@@ -33,7 +33,7 @@ LEARNERS_ATTR = "learners"   # {name: {estimator, params, output}} of every lear
 # the store indices of the params the last workflow lists (absent: every param); the others
 # are kept, and reports leave them out unless asked (cvflow.report.workflow_view)
 WORKFLOW_PARAMS_ATTR = "workflow_params"
-RACING_ATTR = "racing"       # a raced study's race (written by cvflow.execution.racing; race_record)
+RACING_ATTR = "racing"       # a raced study's race (written by cvflow.execution.race_runner; race_record)
 
 
 class DamagedAttribute(StoreError):
@@ -176,7 +176,7 @@ def check(location: str, attrs: dict, sizes: dict[str, int], read: Callable[[str
         raise DamagedAttribute(location, found[0])
 
 
-# --- a raced store's record (written by cvflow.execution.racing.Race.to_json) -------------------
+# --- a raced store's record (written by cvflow.execution.race_runner.Race.to_json) -------------------
 # DESIGN CHOICE: its readers live beside its name, below both the runner that writes it and the
 # reports that lay it out (cvflow.report.racing), so neither imports the other for them.
 

@@ -194,7 +194,7 @@ def score_listed_damage(location: str, names, done: np.ndarray) -> list:
     out = []
     for name in names:
         array = group[name]
-        out += integrity.listed_damage(name, array, integrity.array_objects(location, name),
+        out += integrity.missing_or_empty(name, array, integrity.array_objects(location, name),
                                        integrity.required(name, array, done))
     return out
 

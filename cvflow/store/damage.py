@@ -150,7 +150,7 @@ def _listed_damage(arrays: dict, objects: dict, done, failed) -> list[Damage]:
     for name, array in arrays.items():
         if name == integrity.REFITTED and (done is None or failed is None):
             continue
-        damage += integrity.listed_damage(name, array, objects[name],
+        damage += integrity.missing_or_empty(name, array, objects[name],
                                           integrity.required(name, array, done, failed))
     return damage
 
@@ -199,7 +199,7 @@ def pred_damage(store: str | os.PathLike, done: np.ndarray | None = None,
     failed = read_mask(location, "failed") if failed is None else failed
     array = integrity.open_array(location, "pred")
     objects = integrity.array_objects(location, "pred")
-    damage = integrity.listed_damage("pred", array, objects,
+    damage = integrity.missing_or_empty("pred", array, objects,
                                      integrity.required("pred", array, done, failed))
     if read:
         seen = {d.chunk for d in damage}
@@ -226,7 +226,7 @@ def score_damage(store: str | os.PathLike, done: np.ndarray | None = None) -> li
     for name in names:
         array = integrity.open_array(location, name)
         objects = integrity.array_objects(location, name)
-        found = integrity.listed_damage(name, array, objects, integrity.required(name, array, done))
+        found = integrity.missing_or_empty(name, array, objects, integrity.required(name, array, done))
         seen = {d.chunk for d in found}
         found += [d for d in (integrity.read_damage(name, array, c)
                               for c, size in sorted(integrity.stored(array, objects).items())
@@ -316,7 +316,7 @@ def _verify(location: str) -> integrity.Report:
     for name, array in arrays.items():
         present = integrity.stored(array, objects[name])
         reads += [(name, chunk) for chunk, size in sorted(present.items()) if size]
-        damage += [d for d in integrity.listed_damage(name, array, objects[name],
+        damage += [d for d in integrity.missing_or_empty(name, array, objects[name],
                                                       integrity.required(name, array))]
     with ThreadPoolExecutor(4) as pool:
         damage += [d for d in pool.map(lambda r: integrity.read_damage(r[0], arrays[r[0]], r[1]),
@@ -328,7 +328,7 @@ def _verify(location: str) -> integrity.Report:
         objects.update(_objects(location, [n for n in integrity.FITTED if n in arrays]))
         for name in (n for n in integrity.FITTED if n in arrays):     # the scores' need done
             must = integrity.required(name, arrays[name], done, failed)
-            damage += [d for d in integrity.listed_damage(name, arrays[name], objects[name], must)
+            damage += [d for d in integrity.missing_or_empty(name, arrays[name], objects[name], must)
                        if d.problem == "missing"]
     problems: list[str] = []
     if done is not None and not damage:        # attributes are checked against intact data

@@ -136,7 +136,7 @@ class ArrayLayout:
     """What a listing of an array is checked against: its ``shape``, the shape of one stored
     object (``objects``: a shard when sharded, else a chunk), its ``chunk_key_encoding`` and
     whether its chunks carry a checksum. Every function here taking an ``array`` for its
-    layout (:func:`grid`, :func:`stored`, :func:`required`, :func:`listed_damage`) takes a
+    layout (:func:`grid`, :func:`stored`, :func:`required`, :func:`missing_or_empty`) takes a
     zarr array or a ArrayLayout."""
 
     shape: tuple[int, ...]
@@ -238,7 +238,7 @@ def required(name: str, array, done: np.ndarray | None = None,
     return np.full(shape, checksummed(array))
 
 
-def listed_damage(name: str, array, objects: dict[str, int], must: np.ndarray) -> list[Damage]:
+def missing_or_empty(name: str, array, objects: dict[str, int], must: np.ndarray) -> list[Damage]:
     """Damage a listing shows: required objects that do not exist, and empty ones (zarr never
     writes an empty object; a sharded array's empty shard would read as fill values)."""
     present = stored(array, objects)
@@ -289,8 +289,8 @@ def read(location: str, name: str, selection=Ellipsis, *, array=None, done=None,
     """
     array = open_array(location, name) if array is None else array
     if done is not None:
-        damage = listed_damage(name, array, array_objects(location, name),
-                               required(name, array, done, failed))
+        damage = missing_or_empty(name, array, array_objects(location, name),
+                                  required(name, array, done, failed))
         if damage:
             raise DamagedStore(location, damage[0])
     try:

@@ -25,7 +25,7 @@ from ..errors import InputError
 from ..estimators.registry import lookup
 from .checks import check_keys, fail
 from .learners import learner_name, parse_learners
-from .scorers import build_scorer, parse_scorers, record
+from .scorer_specs import build_scorer, parse_scorers, record
 from ..workflow.params import Param, default_output, import_estimator, infer_output
 from ..estimators.losses import check_loss, get_loss
 
@@ -91,7 +91,7 @@ class Workflow:
     data: Data | None = None       # data given in Python (``data.source: arrays``)
     given_outputs: set[str] = field(default_factory=set)   # learners whose output the user set
     # scorers given in Python as objects (``Study(scorers=...)``), by name; they travel with
-    # the tasks by value, the config holds their spelling (cvflow.workflow.scorers)
+    # the tasks by value, the config holds their spelling (cvflow.workflow.scorer_specs)
     scorer_objects: dict | None = None
     # the Python face's objects (parse_workflow's ``objects``): learner name -> its class
     classes: dict[str, type] = field(default_factory=dict)
@@ -110,7 +110,7 @@ class Workflow:
 
     @property
     def racing(self) -> dict | None:
-        """The checked ``racing`` options (:mod:`cvflow.execution.racing`), or None: no racing."""
+        """The checked ``racing`` options (:mod:`cvflow.execution.race_runner`), or None: no racing."""
         return self.config.get("racing")
 
     @property
@@ -493,7 +493,7 @@ def parse_workflow(config: Any, path: Path, *, objects: dict | None = None) -> W
 def _racing(where: str, raw: Any, estimators, loss: str, design: dict, base: Path
             ) -> dict | None:
     """The ``racing`` options checked against the estimators, the loss and the design."""
-    from .racing import check_options
+    from .racing_options import check_options
 
     try:
         options = check_options(raw)

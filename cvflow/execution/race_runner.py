@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import RacingWarning
 from ..store.attributes import RACING_ATTR
-from ..workflow.racing import MIN_UNITS
+from ..workflow.racing_options import MIN_UNITS
 from .racing_rule import TEST_BOUNDED, TEST_UNBOUNDED, betting_p, skew_corrected_p, unit_means
 
 log = logging.getLogger(__name__)

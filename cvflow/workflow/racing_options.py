@@ -1,6 +1,6 @@
 """Racing options: the ``racing`` key of a workflow (or ``Study(racing=...)``), declared and checked once.
 
-The rule and the runner are :mod:`cvflow.execution.racing`; the record a raced store keeps is
+The rule and the runner are :mod:`cvflow.execution.race_runner`; the record a raced store keeps is
 read by :func:`cvflow.store.attributes.race_record` and laid out as data and text by
 :mod:`cvflow.report.racing`; docs/guide/racing.md says what racing promises.
 """
