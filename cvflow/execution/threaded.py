@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import traceback
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Executor, Future
 from typing import Callable
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,57 @@ def _execute(task: _Task) -> None:
         future.thread = None
 
 
+class FitThreads(Executor):
+    """The pool of threads the fits run in (the executor ``dask.threaded.get`` is given):
+    ``workers`` daemon threads, so that a fit that never returns does not hold the process at
+    exit once the run has stopped and said so (StallError, Ctrl-C)."""
+
+    # DESIGN CHOICE: concurrent.futures.ThreadPoolExecutor joins its threads when the
+    # interpreter exits, so a stuck fit on the threads route hung `cvflow run` for ever after it
+    # printed its StallError (tests/test_execution.py::test_a_stuck_run_stops_says_where_and_
+    # releases_its_lock, whenever auto picked threads); its threads cannot be made daemons
+    # through its public API, so the few lines of a pool are ours
+
+    def __init__(self, workers: int, name: str = "cvflow-fit"):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = False
+        self._max_workers = workers     # dask.threaded.get reads it (its batch size, dask/local.py)
+        for i in range(workers):
+            threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True).start()
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        if self._closed:
+            raise RuntimeError("cannot submit to the fit threads after shutdown")
+        future: Future = Future()
+        self._queue.put((future, fn, args, kwargs))
+        return future
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, fn, args, kwargs = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - the caller reads it from the future
+                future.set_exception(exc)
+        self._queue.put(None)              # wake the next thread: every one ends
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """No more tasks; queued ones cancelled with ``cancel_futures``; running ones end in
+        their threads (nothing joins them: ``wait`` is accepted for the Executor interface)."""
+        self._closed = True
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        self._queue.put(None)
+
+
 class ThreadedClient:
     """The client calls the loop makes, on Dask's threaded scheduler with ``workers`` threads.
 
@@ -143,7 +194,7 @@ class ThreadedClient:
 
     def __init__(self, workers: int):
         self.workers = max(1, int(workers))
-        self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="cvflow-fit")
+        self.pool = FitThreads(self.workers)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._futures: dict[str, ThreadedFuture] = {}
         self._metadata: dict = {}
