@@ -15,6 +15,8 @@ import warnings
 
 from .errors import InputError
 from .terminal import visible
+from .execution.progress import Progress, summary_lines
+from .store.location import exists, resolve
 
 
 def cmd_validate(args) -> int:
@@ -46,7 +48,6 @@ def cmd_run(args) -> int:
         dask.config.set({"logging.distributed": "error"})
     from .execution import run as engine
     from .report import results as report
-    from .execution.progress import Progress, summary_lines
     from .workflow.spec import load_workflow
     from .store.cube import open_cube
     from .trust import workflow_code
@@ -82,7 +83,6 @@ def cmd_run(args) -> int:
 
 def cmd_status(args) -> int:
     from .report import results as report
-    from .store.location import exists, resolve
     from .store.group import is_store
 
     if not exists(resolve(args.store)):

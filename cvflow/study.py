@@ -19,18 +19,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from dataclasses import replace
 
 import numpy as np
 import yaml
 
-from .workflow.data import decode_frame, from_arrays, save_npz
+from .workflow.data import decode_frame, encode_frame, from_arrays, save_npz
 from .objects import CLASS, build, describe, describe_splitter, is_estimator, unbuildable
 from .errors import InputError
 from .estimators.losses import declared_task
 from .workflow.learners import grid_values
 from .workflow.scorer_specs import build_scorer, describe_scorer
 from .workflow.spec import Workflow, parse_workflow
-from .trust import Trust, workflow_code
+from .trust import Trust, how, listed, param_code, untrusted, workflow_code
+from .estimators.labels import param_label
+from .fitting.learners import fit_model
+from .fitting.trial import check_learners
+from .workflow.params import Param
 
 WHERE = Path("Study")
 
@@ -265,8 +270,6 @@ class Study:
         the fits only (not stored: a store resumed with other ones is not told apart).
         ``fit_hooks``: one per param in grid order, each entered around that param's fits
         (``Param.fit_hook``: ``SearchCV``'s scikit-learn callbacks); in memory only."""
-        from dataclasses import replace
-
         task = self._task(y)
         config, objects = self._config(task)
         wf = parse_workflow(config, WHERE, objects=objects)
@@ -288,8 +291,6 @@ class Study:
         """Check the study on these data without a store: learners, grids, estimator options,
         splitter, and one trial fit per learner (see :mod:`cvflow.fitting.trial`). Returns a summary
         line; raises :class:`~cvflow.errors.InputError`."""
-        from .fitting.trial import check_learners
-
         wf = self.workflow(X, y, groups, sample_weight=sample_weight)
         built = wf.build()
         check_learners(wf, built.data, str(wf.path))
@@ -359,7 +360,6 @@ class Study:
         :func:`cvflow.trust.untrusted_code` lists it beforehand.
         """
         from .store.cube import open_cube
-        from .trust import how, listed, untrusted
 
         config = json.loads(open_cube(path).attrs["workflow"])
         kept = unbuildable(config.get("learners"))
@@ -377,8 +377,6 @@ class Study:
     @classmethod
     def from_config(cls, config: dict) -> "Study":
         """A Study from a parsed workflow mapping (a workflow file or a store's ``workflow``)."""
-        from .workflow.params import Param
-
         learners, options = {}, {}
         for i, entry in enumerate(config["learners"]):
             path = str(entry["class"] if "class" in entry else entry["estimator"])
@@ -510,8 +508,6 @@ class StudyResult:
     def param(self, index: int) -> dict:
         """Param ``index`` as {"index", "learner", "params"}: its grid point, i.e. the settings
         that differ from the learner's fixed params (plain data, see :mod:`cvflow.objects`)."""
-        from .estimators.labels import param_label
-
         # one definition for every face: the estimators' attrs["selected_params"] are the same
         return param_label(self.cube, index)
 
@@ -529,8 +525,6 @@ class StudyResult:
     def _user_data(self, X, y) -> tuple[Any, np.ndarray]:
         """The user's (X, y) for :meth:`refit`, checked to be the store's data: encoded as
         :meth:`Study.run` encodes them, they equal the stored ``X`` and ``y``."""
-        from .workflow.data import encode_frame
-
         if X is None or y is None:
             raise InputError("refit: give both X and y (the data the study was run on), or neither")
         n = int(self.cube.sizes["sample"])
@@ -609,10 +603,6 @@ class StudyResult:
         -------
         The fitted scikit-learn estimator.
         """
-        from .fitting.learners import fit_model
-        from .workflow.params import Param
-        from .trust import how, listed, param_code, untrusted
-
         h = self.chosen(criterion, loss=loss)["index"]
         text = str(self.cube["param_json"].values[h])
         setting = json.loads(text)

@@ -29,6 +29,7 @@ import importlib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
+import numpy as np
 
 from .objects import CLASS, FUNCTION
 from .errors import InputError
@@ -87,8 +88,6 @@ def by_default(name: str, kind: str) -> bool:
         # download when "built"); estimators have get_params, splitters split
         return isinstance(obj, type) and (hasattr(obj, "get_params") or hasattr(obj, "split"))
     if kind == FUNCTION_KIND and module == "numpy":
-        import numpy as np
-
         return isinstance(getattr(np, attr, None), np.ufunc)
     if kind == SCORER:
         return name == OWN_SCORE or (module == "sklearn.metrics" and not attr.startswith("_"))

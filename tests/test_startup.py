@@ -134,3 +134,70 @@ def test_main_called_in_process_leaves_the_callers_heap_unfrozen(store, capsys):
     assert main(["status", str(store / "s.zarr")]) == 0
     assert "fits" in capsys.readouterr().out
     assert gc.get_freeze_count() == 0
+
+
+def _function_imports() -> list[tuple[str, int, list[str]]]:
+    """``(module, line, modules it loads)`` for each import statement inside a function of
+    cvflow, but those in a ``try`` (an optional dependency, found or not at run time)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(cvflow.__file__).parent
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        package = path.name == "__init__.py"
+        module = ".".join(parts[:-1] if package else parts)
+        tree = ast.parse(path.read_text())
+
+        def visit(node, in_function=False, in_try=False):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.Import, ast.ImportFrom)) and in_function and not in_try:
+                    if isinstance(child, ast.Import):
+                        targets = [a.name for a in child.names]
+                    else:
+                        base = module if package else module.rpartition(".")[0]
+                        for _ in range(child.level - 1):
+                            base = base.rpartition(".")[0]
+                        target = (f"{base}.{child.module}" if child.module else base) if child.level \
+                            else child.module
+                        # `from a import b`: b is a module of a, or a name a defines
+                        targets = [target] + [f"{target}.{a.name}" for a in child.names]
+                    out.append((module, child.lineno, targets))
+                visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)),
+                      in_try or (in_function and isinstance(child, ast.Try)))
+        visit(tree)
+    return out
+
+
+@pytest.mark.slow
+def test_an_import_inside_a_function_is_there_for_start_up():
+    """Issue 39 item 6: an import statement inside a function is there because its module must
+    not pay for it at import (it loads a module, outside cvflow, that its module does not load
+    already) or because at the top it would close an import cycle; any other goes to the top.
+    Each module's imports measured in a fresh interpreter."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    found = _function_imports()
+    names = sorted({m for module, _, targets in found for m in [module, *targets]})
+    probe = ("import importlib, json, sys\ntry:\n    importlib.import_module(sys.argv[1])\n"
+             "except ImportError:\n    print('null')\nelse:\n    print(json.dumps(sorted(sys.modules)))")
+
+    def loads(name):
+        out = subprocess.run([sys.executable, "-c", probe, name], env=fh.cli_env(),
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout.splitlines()[-1])
+        return name, None if got is None else set(got)
+
+    with ThreadPoolExecutor(2) as pool:        # threads that wait on child processes
+        closure = dict(pool.map(loads, names))
+    movable = []
+    for module, line, targets in found:
+        mods = [t for t in targets if closure[t] is not None and t in closure[t]]
+        extra = set().union(*(closure[t] - closure[module] for t in mods))
+        cycle = any(module in closure[t] for t in mods)
+        if not cycle and not {m for m in extra if not m.startswith("cvflow")}:
+            movable.append(f"{module}:{line} ({', '.join(mods)})")
+    assert not movable, "imports inside functions that cost their module nothing at the top:\n" \
+        + "\n".join(movable)

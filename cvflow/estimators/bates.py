@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 import xarray as xr
+from scipy import stats
 
 from ..errors import InputError
 from ._cube import (analysis_groups, analysis_weights, fold_membership, more_rows, param_coords, role_terms,
@@ -311,8 +312,6 @@ def _cluster(out: xr.Dataset, e: xr.DataArray, sub: xr.Dataset, codes: np.ndarra
     """Adds ``var_cluster`` and ``design_effect`` to ``out`` and ``groups``/``df`` to
     ``attrs``; returns the t quantile on G − 1 df and √V (the CR1 se of the mean, V averaged
     over repeats)."""
-    from scipy import stats
-
     analysis = ~np.asarray(sub["is_test"].values, dtype=bool)
     values = e.transpose("param", "repeat", "sample").values[..., analysis]
     v = cluster_variance(values, codes)                                      # (P, R)

@@ -14,6 +14,7 @@ import xarray as xr
 from ..errors import InputError
 from .losses import Loss, apply_loss, checked_loss, names_code
 from .memory import load_if_small
+from ..terminal import visible
 
 
 def cube_classes(cube: xr.Dataset) -> list | None:
@@ -31,8 +32,6 @@ def cube_loss(cube: xr.Dataset, loss: str | None) -> Loss:
     task = cube.attrs.get("task", "regression")
     name = loss or cube.attrs.get("loss") or ("squared" if task == "regression" else "zero_one")
     if loss is None and names_code(name):
-        from ..terminal import visible
-
         default = "squared" if task == "regression" else "zero_one"
         raise InputError(f"loss: the store's default loss {visible(name)} is a user function, and a store "
                          "is data: cvflow does not import the code it names; pass --trust to "

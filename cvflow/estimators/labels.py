@@ -15,6 +15,8 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
+from ..objects import short
+from ..store.coords import hyperparameter_coord
 
 
 @functools.lru_cache(maxsize=32)
@@ -33,8 +35,6 @@ def tuned_settings(cube: xr.Dataset, index: int) -> dict:
     (the store's workflow, when the cube carries it). Plain data (:mod:`cvflow.objects`), so
     ``clone(estimator).set_params(**tuned_settings(cube, h))`` rebuilds the param from its
     learner's estimator."""
-    from ..store.coords import hyperparameter_coord
-
     setting = json.loads(str(cube["param_json"].values[int(index)]))
     fixed = _fixed_params(str(cube.attrs.get("workflow") or "")).get(setting["learner"], {})
     return {k: v for k, v in setting["params"].items()
@@ -60,7 +60,6 @@ def param_text(label: dict) -> str:
     "(none)" when empty."""
     if not label:
         return "(none: every param failed)"
-    from ..objects import short
 
     settings = label.get("params")
     if not isinstance(settings, dict):          # a label of the older flat form

@@ -32,11 +32,12 @@ import functools
 import importlib
 import math
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from scipy.special import xlogy
 
 from ..errors import InputError
 
@@ -165,8 +166,6 @@ def squared_log(y, pred, output=None, arg=None):
          scorers=("neg_mean_poisson_deviance",),
          doc="2 (y log(y / ŷ) - y + ŷ); mean_poisson_deviance (ŷ > 0)")
 def poisson_deviance(y, pred, output=None, arg=None):
-    from scipy.special import xlogy
-
     with np.errstate(invalid="ignore", divide="ignore"):
         return 2 * (xlogy(y, y / pred) - y + pred)
 
@@ -440,8 +439,6 @@ def _names() -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def _with_arg(loss: Loss, value: float) -> Loss:
-    from dataclasses import replace
-
     return replace(loss, arg=value)
 
 

@@ -16,6 +16,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 import xarray as xr
+from scipy.stats import rankdata
 
 from . import np_roles
 from ._cube import at_splits, require, role_terms
@@ -153,8 +154,6 @@ def spread(splits: np.ndarray) -> np.ndarray:
 def rank(goodness: np.ndarray) -> np.ndarray:
     """GridSearchCV's ``rank_test_*`` of the means in ``goodness`` (larger is better): 1 the
     best, ties share the smallest rank, a NaN ranks last (all NaN: every rank 1)."""
-    from scipy.stats import rankdata
-
     if np.isnan(goodness).all():
         return np.ones(len(goodness), dtype=np.int32)
     goodness = np.where(np.isnan(goodness), np.nanmin(goodness) - 1, goodness)

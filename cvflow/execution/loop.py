@@ -27,12 +27,13 @@ import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
+from concurrent.futures import CancelledError
 
 import numpy as np
 
 from ..errors import LockLostError, StallError
 from ..workflow.params import Param
-from .tasks import TaskContext, _value, run_block
+from .tasks import TaskContext, _value, run_block, time_fits, trial_fits
 from .. import config
 
 log = logging.getLogger(__name__)
@@ -92,8 +93,6 @@ def _one_task_result(client, submit: Callable[[str], Any], key: str):
     scheduler (the gather cancelled) is computed again under a new key, at most
     ``LOST_RESULT_RETRIES`` times. StallError when the workers make no progress
     (:class:`Watchdog`)."""
-    from concurrent.futures import CancelledError
-
     KilledWorker = _killed_worker()
     watchdog = Watchdog(client)
     for attempt in range(LOST_RESULT_RETRIES + 1):
@@ -131,8 +130,6 @@ def time_on_workers(client, ctx: TaskContext, study, path_aware: bool) -> float:
     """The timed estimate of one fit's seconds, from a task on the workers
     (:func:`cvflow.execution.tasks.time_fits`); ``FALLBACK_SECONDS_PER_FIT`` when the timing killed its
     workers. StallError when the workers make no progress (:class:`Watchdog`)."""
-    from .tasks import time_fits
-
     d = study.data
     seconds = _one_task_result(client, lambda key: submit_data(
         client, time_fits, ctx, study.params, d.fit_X, d.fit_y, study.design.train[0], d.positive,
@@ -152,10 +149,6 @@ def check_on_workers(client, ctx: TaskContext, workflow, data, where: str, check
     kills its workers is logged and the study goes on (its fits are recorded failed, each
     with how its process ended). StallError when the workers make no progress. ``check=False``:
     the scorers' keys only (``execution.trial_fits: false``)."""
-    import warnings
-
-    from .tasks import trial_fits
-
     said = _one_task_result(client, lambda key: submit_data(
         client, trial_fits, workflow, data, where, check, key=key), f"cvflow-check-{ctx.run_id}")
     if said is None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import yaml
+from dask.utils import parse_timedelta
 
 from .. import config
 from ..errors import InputError
@@ -262,8 +263,6 @@ def decide(cluster: str | os.PathLike | None = None, *, workers: int | None = No
 
 
 def _seconds(value, what: str, where: str) -> float:
-    from dask.utils import parse_timedelta
-
     try:
         return float(parse_timedelta(value, default="s"))
     except (ValueError, KeyError, TypeError):

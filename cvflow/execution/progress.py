@@ -14,6 +14,7 @@ import time
 from typing import Callable
 
 from ..terminal import visible
+from ..errors import InputError
 
 # seconds between plain progress lines (no terminal: a log file, a notebook without tqdm)
 PLAIN_EVERY = 2.0
@@ -151,8 +152,6 @@ def reporter(progress) -> Callable[[dict], None] | None:
     if progress is False:
         return None
     if not callable(progress):
-        from ..errors import InputError
-
         raise InputError(f"progress: {progress!r}; give True, False or a function of an event "
                          "dict")
     return progress

@@ -35,6 +35,9 @@ from ..errors import RacingWarning
 from ..store.attributes import RACING_ATTR
 from ..workflow.racing_options import MIN_UNITS
 from .racing_rule import TEST_BOUNDED, TEST_UNBOUNDED, betting_p, skew_corrected_p, unit_means
+from ..store import integrity
+from ..store.location import resolve
+from ..store.writes import write_attrs
 
 log = logging.getLogger(__name__)
 
@@ -407,8 +410,6 @@ class StageReader:
     """
 
     def __init__(self, path: str, race: Race, loss: str):
-        from ..store import integrity
-        from ..store.location import resolve
         from ..store.cube import open_cube
 
         self.cube = open_cube(path)
@@ -431,7 +432,6 @@ class StageReader:
 
     def add(self, s: int) -> np.ndarray:
         """The losses (param, repeat, sample) seen so far with stage ``s``'s added."""
-        from ..store import integrity
         from ..estimators.cube_losses import pointwise_loss
 
         alive = np.flatnonzero(self.race.alive)
@@ -487,8 +487,6 @@ def run_stages(race: Race, *, path: str, done: np.ndarray, chunks: tuple[int, in
     ``done`` (param, split) is updated in place. A race continued on a store replays every
     look on the stored fits (the same data give the same drops) and fits what is missing.
     """
-    from ..store.writes import write_attrs
-
     reader = None
     for s in range(len(race.stages)):
         blocks = stage_blocks(race, s, done, chunks)

@@ -20,18 +20,28 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
+import threading
 
 import numpy as np
 
 from ..fitting.scoring import Scoring
-from ..fitting.trial import wants_keys
+from ..fitting.trial import check_learners, scorer_probe, wants_keys
 from ..store import creation, damage, writes
 from .. import config
 from ..errors import InputError
 from ..store.location import exists
-from .schedulers import quiet_port
+from .schedulers import choose, connect, quiet_port
 from .run_plan import pending_blocks, prepare_store, seconds_per_fit
 from ..workflow.spec import Workflow, load_workflow
+from ..fitting.block import only_paths
+from ..store.attributes import saved_fits
+from ..store.lock import run_lock
+from .loop import Block, Loop, check_on_workers, time_on_workers
+from .preflight import check_run
+from .progress import Progress, reporter
+from .race_runner import Race, labels, mark_done, run_stages, stage_blocks
+from .sizing import gil_share, one_blas_thread, thread_bound_share
+from .tasks import TaskContext
 
 log = logging.getLogger(__name__)
 
@@ -193,10 +203,6 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
     cvflow.errors.StallError
         No progress within the deadline (``cvflow.execution.stall-seconds``).
     """
-    from ..store.lock import run_lock
-    from .preflight import check_run
-    from .progress import Progress, reporter
-
     notify = reporter(progress)
     if not isinstance(workflow, Workflow):
         workflow = load_workflow(os.fspath(workflow))
@@ -230,10 +236,6 @@ def _run_locked(workflow: Workflow, path: str, *, route, workers, overwrite, cli
                 pool: ThreadPoolExecutor, lock) -> RunResult:
     """The run under its lock; ``route`` (:class:`cvflow.execution.profiles.Route`, None with a
     given ``client``) is the preflight's decision, read here as it is."""
-    from .sizing import gil_share
-    from .schedulers import choose, connect
-    from ..fitting.block import only_paths
-
     t_start = time.perf_counter()
     study = workflow.build()
     workers = workers or workflow.execution.get("workers")
@@ -352,11 +354,6 @@ def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True,
     check done and the timing finished in time. ``threads_worth_measuring(seconds)`` true: the
     share of the fits that threads cannot run side by side is measured too
     (:func:`cvflow.execution.sizing.thread_bound_share`). Raises what the check raises."""
-    import threading
-
-    from .sizing import one_blas_thread, thread_bound_share
-    from ..fitting.trial import check_learners, scorer_probe
-
     # DESIGN CHOICE: the probe runs a learner's own fit code here, which may run for minutes
     # or never return; every wait has a deadline (docs/guide/execution.md). Past it, the fits are
     # long enough for worker processes to pay: the run goes there, and checks the learners on
@@ -431,9 +428,6 @@ class _Run:
     trial: bool = True                    # check_fits: the learners' check (else the probe)
 
     def on(self, c, *, dashboard: bool) -> RunResult:
-        from .loop import Block, Loop, check_on_workers, time_on_workers
-        from .tasks import TaskContext
-
         study, path, d = self.study, self.path, self.study.data
         run_id = f"{time.time_ns()}-{os.getpid()}"
         ctx = TaskContext(store=path, run_id=run_id, token=self.lock.token,
@@ -491,7 +485,6 @@ class _Run:
                   for ps, ss in todo]
         race = None
         if self.workflow.racing:            # racing: the first stage's blocks first
-            from .race_runner import Race, labels, stage_blocks
 
             race = Race.start(self.workflow.racing, design, len(params), labels=labels(params))
             first = stage_blocks(race, 0, done, chunks)
@@ -533,8 +526,6 @@ class _Run:
                 c.set_metadata(["cvflow", run_id], None)   # the run's timeouts: forgotten
         result.wall_seconds = time.perf_counter() - self.t_start
         if race is not None:
-            from ..store.attributes import saved_fits
-
             result.saved_fits = saved_fits(json.loads(race.to_json()), done)
             result.dropped_params = len(race.dropped)
             result.raced_params = race.n_params
@@ -544,9 +535,6 @@ class _Run:
 
     def _race(self, race, loop, recorder, first, done, chunks) -> None:
         """The stages after the first (:func:`cvflow.execution.race_runner.run_stages`) on the run's loop."""
-        from .loop import Block
-        from .race_runner import mark_done, run_stages
-
         def fit(blocks) -> None:
             loop.submit([Block(ps, ss, cells) for ps, ss, cells in blocks])
             loop.run()

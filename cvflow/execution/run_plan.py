@@ -17,6 +17,8 @@ from ..workflow.params import Param
 from ..store.group import is_store, read_mask
 from ..store.location import exists, resolve
 from ..workflow.spec import BuiltWorkflow, Workflow
+from ..fitting.paths import plan
+from .extend import reconcile
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -24,8 +26,6 @@ if TYPE_CHECKING:
 
 def path_length(params: list[Param]) -> int:
     """The longest run of consecutive params fitted as one path (:func:`cvflow.fitting.paths.plan`)."""
-    from ..fitting.paths import plan
-
     return max((len(g.index) for g in plan(params)
                 if g.kernel is not None and g.index == tuple(range(g.index[0], g.index[-1] + 1))),
                default=1)
@@ -62,8 +62,6 @@ def prepare_store(workflow: Workflow, study: BuiltWorkflow, store: str | os.Path
     created: its template comes back in the layout, for ``cvflow.store.creation.create`` (a replaced
     store is removed here all the same).
     """
-    from .extend import reconcile
-
     location = resolve(store)
     creation.clear_interrupted(location)
     if exists(location) and not overwrite:

@@ -32,11 +32,10 @@ from .. import config
 from . import processes
 from .profiles import (AUTO, REMOVED, THREADS, Route, decide, load_profile, cluster_name,
                        store_warning)
+from .threaded import ThreadedClient
 
 if TYPE_CHECKING:
     import distributed
-
-    from .threaded import ThreadedClient
 
 log = logging.getLogger(__name__)
 
@@ -458,8 +457,6 @@ def connect(cluster: str | os.PathLike | Route | None = None, *, workers: int | 
         # DESIGN CHOICE: without a dashboard, the threads route needs no distributed scheduler:
         # Dask's threaded scheduler runs the same tasks (cvflow.execution.threaded), and a short
         # study pays neither distributed's import and start (~0.3 s) nor its close
-        from .threaded import ThreadedClient
-
         with one_blas_thread(), ThreadedClient(int(prof.get("workers") or os.cpu_count()
                                                    or 1)) as threaded:
             log.info("cluster %s (Dask's threaded scheduler, %d threads)", prof["name"],

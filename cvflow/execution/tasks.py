@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+import warnings
 
 import numpy as np
 
@@ -27,7 +28,11 @@ from ..fitting.block import BlockResult, fit_block
 from ..fitting.isolated import fit_cells, timeout_message
 from ..fitting.scoring import Scoring
 from ..workflow.params import Param
-from .sizing import one_openmp_thread_here
+from .sizing import estimate_seconds_per_fit, one_openmp_thread_here
+from ..fitting.learners import pred_shape
+from ..fitting.trial import check_learners, scorer_probe
+from ..store.lock import LinkedLock, read_lock
+from .threaded import event
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +152,6 @@ def check_fence(ctx: TaskContext) -> None:
     """LockLostError unless the run that sent this task still holds the store's run lock."""
     if ctx.token is None:
         return
-    from ..store.lock import LinkedLock, read_lock
 
     try:
         record = read_lock(ctx.store)
@@ -181,8 +185,6 @@ def _wait_ready(ctx: TaskContext, *, whole: bool = False) -> None:
 
 def _wait_pred(ctx: TaskContext) -> None:
     """Wait for the run's store event (:func:`_wait_ready`)."""
-    from .threaded import event
-
     ready = event(ctx.ready)              # this process's (threaded route), or distributed's
     if ready is None:
         from distributed import Event
@@ -290,8 +292,6 @@ def _fit_isolated(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray
                   params_slice: slice, splits_slice: slice, positive, todo: np.ndarray | None,
                   sample_weight, scoring: Scoring | None = None) -> BlockResult:
     """The block's cells ``todo`` fitted one by one in child processes; stored cells kept."""
-    from ..fitting.learners import pred_shape
-
     shape = (len(params), train.shape[0])
     if todo is None:
         result = _with_scores(BlockResult(params_slice, splits_slice,
@@ -370,8 +370,6 @@ def time_fits(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray, po
     """Seconds per fit as blocks fit them (:func:`cvflow.execution.sizing.estimate_seconds_per_fit`),
     timed on a worker: a learner's own fit code never runs on the client. Under the run's
     time limit (all of it for the whole timing)."""
-    from .sizing import estimate_seconds_per_fit
-
     _, watch = _timed_out(ctx)
     with (watch or (lambda cells: contextlib.nullcontext()))([(0, 0)]):
         return estimate_seconds_per_fit(params, X, y, train, positive=positive,
@@ -385,10 +383,6 @@ def trial_fits(workflow, data, where: str, check: bool = True
     (category, message), the warnings it logged, and the keys of scorers returning dicts.
     ``check=False``: the keys only (:func:`cvflow.fitting.trial.scorer_probe`, which never
     raises)."""
-    import warnings
-
-    from ..fitting.trial import check_learners, scorer_probe
-
     said: list[logging.LogRecord] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = said.append                            # type: ignore[method-assign]

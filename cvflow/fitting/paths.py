@@ -26,6 +26,7 @@ import json
 import logging
 from dataclasses import dataclass
 from typing import Callable
+import warnings
 
 import numpy as np
 
@@ -208,8 +209,6 @@ def _kernel_of(estimator: str, output: str, settings_json: str) -> str | None:
 def _valid_settings(estimator: str, settings_json: str) -> bool:
     """Whether scikit-learn accepts these settings: one fit on four rows (parameters are
     validated when ``fit`` starts). Cached per setting apart from the path value."""
-    import warnings
-
     X = np.arange(4.0).reshape(4, 1)
     try:
         with warnings.catch_warnings():

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .learners import fit_kwargs, predict_output
+from .learners import fit_kwargs, pairwise, predict_output
 from .scoring import take
 from ..workflow.params import Param, import_estimator
 
@@ -69,7 +69,6 @@ def shareable(model, fit_params: dict) -> bool:
     step that does not take a kernel matrix, and fit parameters all of the ``step__name``
     form for a step that exists (``fit_params``: every fit keyword the Pipeline gets)."""
     import sklearn
-    from .learners import pairwise
 
     if not is_pipeline(model) or len(model.steps) < 2:
         return False

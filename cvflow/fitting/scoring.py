@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from typing import Callable
+import inspect
+import pickle
 
 import numpy as np
 
@@ -42,8 +44,6 @@ def estimator_score(estimator, X, y=None, sample_weight=None) -> float:
 
 
 def _scoring(scorers: bytes, analysis: np.ndarray, train: bool, keys: dict) -> Scoring:
-    import pickle
-
     return Scoring(pickle.loads(scorers), analysis, train, keys)
 
 
@@ -98,7 +98,6 @@ def accepts_sample_weight(scorer) -> bool:
     """Whether a scorer takes ``sample_weight`` (as ``GridSearchCV`` decides it)."""
     if hasattr(scorer, "_accept_sample_weight"):
         return bool(scorer._accept_sample_weight())
-    import inspect
 
     try:
         return "sample_weight" in inspect.signature(scorer).parameters

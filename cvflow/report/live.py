@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import dask.config
 import numpy as np
+from markupsafe import Markup, escape
 from .failures import group, normalise
 from .plots.grid import grid_layout
 
@@ -392,7 +393,6 @@ def page_html(state: dict, *, base: str) -> str:
                               HoverTool, NumberFormatter, TableColumn)
     from bokeh.plotting import figure
     from bokeh.resources import INLINE
-    from markupsafe import Markup, escape
 
     def source(name: str, data: dict):
         # JSON has no NaN: missing estimates travel as null and are NaN again here, so lines

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import xarray as xr
@@ -16,6 +17,7 @@ from markupsafe import Markup
 from .plots import grid as gridplots
 from .plots.grid import MARK_SIZES, MARKERS
 from .plots.style import HEIGHT, LEARNER_COLORS, PAGE_WIDTH, WIDTH
+from ..objects import short
 
 MAX_INTERVAL_PARAMS = 40
 PARAMS_PER_INTERVAL_FIGURE = 16
@@ -47,7 +49,6 @@ def _labels(cube: xr.Dataset) -> list[str]:
 def _short_labels(cube: xr.Dataset) -> list[str]:
     """Each param's tuned values only (its learner is the figure's), e.g. ``alpha=0.1``; the
     learner's name when its grid has one point."""
-    from ..objects import short
     from ..estimators.labels import param_label
 
     out = []
@@ -104,8 +105,6 @@ def _source(x, y, labels, **extra):
 
 def _slug(label: str) -> str:
     """A figure-name part of a curve label: "corrected K-fold" -> "corrected-kfold"."""
-    import re
-
     return re.sub(r"[^a-z0-9]+", "-", label.lower().replace("k-fold", "kfold")).strip("-")
 
 

@@ -14,6 +14,15 @@ import xarray as xr
 from .. import terminal
 from ..errors import OVERWRITE, InputError, UntrustedCodeWarning
 from ..store.integrity import FITTED
+from . import racing
+from ..store.attributes import (RACING_ATTR, WORKFLOW_PARAMS_ATTR, check_newer, race_record,
+                                saved_fits, unfilled)
+from ..store.cube import read_attr, read_pred
+from ..store.damage import metadata_damage, status_damage
+from ..store.group import STORE_FORMAT_ATTR, marker, read_mask, read_where, stable
+from ..store.location import exists, resolve
+from .failures import group
+from .racing import state_text
 
 if TYPE_CHECKING:
     from ..trust import Trust
@@ -45,8 +54,6 @@ def workflow_view(cube: xr.Dataset, *, all_params: bool = False) -> xr.Dataset:
     selections and nested estimators leave them out unless asked. Param indices in the
     results then count the workflow's params.
     """
-    from ..store.attributes import WORKFLOW_PARAMS_ATTR
-
     listed = cube.attrs.get(WORKFLOW_PARAMS_ATTR)
     if listed is None:
         return cube
@@ -157,7 +164,6 @@ def _racing_cause(result: xr.Dataset, cube: xr.Dataset) -> None:
     without knowing why they are missing.
     """
     from ..estimators import guardrails
-    from ..store.attributes import race_record, unfilled
 
     warned = guardrails.read(result)
     if not any(w["code"] == "missing_fits" for w in warned):
@@ -177,8 +183,6 @@ def _racing_cause(result: xr.Dataset, cube: xr.Dataset) -> None:
 def _raced_unfilled(cube: xr.Dataset) -> bool:
     """Whether racing skipped fits of this store that are still not done: then only the
     estimators a raced cube serves (``raced=True`` in their declaration) are computed."""
-    from ..store.attributes import race_record, saved_fits
-
     race = race_record(cube)
     return bool(race) and saved_fits(race, np.asarray(cube["done"].values)) > 0
 
@@ -232,7 +236,6 @@ def _pred_in_memory_if_small(cube: xr.Dataset) -> xr.Dataset:
     (:func:`cvflow.store.cube.read_pred`), anything else (a selection, an in-memory cube) by dask.
     """
     from ..estimators import fits_budget, is_lazy, load_if_small
-    from ..store.cube import read_pred
 
     pred = cube["pred"]
     if not (is_lazy(pred.data) and fits_budget(pred.nbytes)):
@@ -289,9 +292,6 @@ def to_json(results: dict[str, xr.Dataset], cube: xr.Dataset | None = None) -> d
     """Each result as JSON (:func:`dataset_to_json`); a skipped estimator as
     ``{"skipped": reason}``; with the ``cube`` of a raced study, its race under ``racing``
     (:func:`cvflow.report.racing.summary`: who was dropped when, by which test)."""
-    from . import racing
-    from ..store.attributes import RACING_ATTR
-
     out = {name: dataset_to_json(ds) for name, ds in results.items()}
     out.update({name: {"skipped": why} for name, why in getattr(results, "skipped", {}).items()})
     race = racing.summary(cube) if cube is not None else None
@@ -306,19 +306,10 @@ def status(path: str | Path) -> dict:
     Reads only the small (param, split) variables, so it works while a run is writing; while
     a run grows the store it reads the store before or after (:func:`cvflow.store.group.stable`).
     """
-    from ..store.group import stable
-    from ..store.location import resolve
-
     return stable(resolve(path), lambda: _status(path))
 
 
 def _status(path: str | Path) -> dict:
-    from ..store.attributes import RACING_ATTR, check_newer
-    from ..store.cube import read_attr
-    from ..store.damage import metadata_damage, status_damage
-    from ..store.group import STORE_FORMAT_ATTR, marker, read_mask, read_where
-    from ..store.location import exists, resolve
-
     nothing = {"store": str(path), "total": 0, "done": 0, "failed": 0, "complete": False,
                "learners": {}, "failures": {}, "damaged": []}
     if exists(marker(resolve(path))):        # the run is still creating the store
@@ -363,8 +354,6 @@ def _status(path: str | Path) -> dict:
 
 def _racing_counts(stored, done: np.ndarray) -> dict:
     """A raced store's counts for status: params dropped, fits racing saved (not run)."""
-    from ..store.attributes import saved_fits, unfilled
-
     if not stored:
         return {}
     race = json.loads(stored)
@@ -384,8 +373,6 @@ def summarize_fits(done: np.ndarray, failed: np.ndarray, errors: np.ndarray,
     only in their numbers being one group (:func:`cvflow.report.failures.group`); ``failure_variants``
     maps the same examples to the number of distinct messages in the group.
     """
-    from .failures import group
-
     failed = failed & done
     errors = np.asarray(errors, dtype=object)
     # the messages of the failed fits only (never a string per fit: 10^7 of them at 10^7 fits)
@@ -419,8 +406,6 @@ def format_status(info: dict) -> str:
               for message, count in info["failures"].items()]
     race = info.get("racing")
     if race:
-        from .racing import state_text
-
         lines.append(f"  racing (alpha {race['alpha']}): " + state_text(
             race["dropped"], race["params"], race.get("unfilled", 0), race["saved_fits"]))
     lines += [f"  damaged: {d}" for d in info.get("damaged", [])]
@@ -460,7 +445,6 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset], *, status: dict | Non
         lines += [f"{name}:"] + ["  " + line for line in body]
         lines += [f"  warning [{w['code']}]: {w['message']}" for w in guardrails.read(result)]
     lines += [f"{name}: skipped: {why}" for name, why in getattr(results, "skipped", {}).items()]
-    from . import racing
 
     lines += racing.text(cube)
     info = status if status is not None else status_from_cube(cube)

@@ -12,6 +12,9 @@ from markupsafe import Markup
 
 from .page import cell, div, heading, legend_beside, new_figure
 from .plots.style import LEARNER_COLORS
+from ..fitting.paths import kernel_of
+from ..workflow.params import Param
+from .failures import group, normalise
 
 
 def header_html(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> Markup:
@@ -37,8 +40,6 @@ def header_html(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> Markup:
 def failures_html(cube: xr.Dataset) -> Markup:
     """Failed fits grouped by message up to its numbers (:mod:`cvflow.report.failures`), or a line
     saying none failed."""
-    from .failures import group, normalise
-
     done = np.asarray(cube["done"].values, dtype=bool)
     failed = np.asarray(cube["failed"].values, dtype=bool) & done
     if not failed.any():
@@ -166,8 +167,6 @@ def fit_time_figure(cube: xr.Dataset):
 
 def _path_aware_learners(cube: xr.Dataset) -> list[str]:
     """Learners whose grid was fitted as regularisation paths (one fit per training set)."""
-    from ..workflow.params import Param
-    from ..fitting.paths import kernel_of
     from ..trust import LEARNER, by_default
 
     workflow = json.loads(cube.attrs.get("workflow") or "{}")

@@ -14,11 +14,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import xarray as xr
+import pandas as pd
 
 from ..errors import InputError
 from ..estimators.losses import Loss
 from ..estimators.split_scores import (fold_splits, fold_values, rank as rank_of, scoring_loss,
                                        split_scores, spread, with_error_score)
+from .failures import group
 
 AVERAGES = ("samples", "folds")
 
@@ -102,8 +104,6 @@ def cv_results(source, losses: str | Sequence[str] | None = None, *, average: st
     >>> table = cvflow.cv_results("study.zarr", ["squared", "r2"], average="folds")  # doctest: +SKIP
     >>> table.sort_values("rank_test_squared").head()                              # doctest: +SKIP
     """
-    import pandas as pd
-
     if average not in AVERAGES:
         raise InputError(f"cv_results: average={average!r}; use 'samples' or 'folds'")
     if sign not in ("natural", "score"):
@@ -277,8 +277,6 @@ def failure_message(failed: np.ndarray, errors: np.ndarray, error_score) -> str:
     """scikit-learn's report of failed fits (``_warn_or_raise_about_fit_failures``): "All the N
     fits failed" or "k fits failed out of a total of N", then each group of messages (grouped
     up to the numbers they embed, :func:`cvflow.report.failures.group`)."""
-    from .failures import group
-
     summary = "\n".join(f"{'-' * 80}\n{g['count']} fits failed with the following error:\n"
                         f"{message}" for message, g in group(errors[failed]).items())
     details = f"\n\nBelow are more details about the failures:\n{summary}"

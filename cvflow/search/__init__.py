@@ -33,6 +33,8 @@ from sklearn.model_selection import ParameterGrid, check_cv
 from sklearn.utils import get_tags
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted
+from sklearn import get_config
+from sklearn.metrics import accuracy_score, check_scoring, get_scorer, get_scorer_names
 
 from ..estimators.losses import apply_loss
 from ..fitting.scoring import estimator_score
@@ -42,6 +44,8 @@ from .callbacks import SearchTasks
 from .diagram import parallel_block
 from .inputs import (Scorings, check_task, default_client, output_of, refit_failed,
                      sorted_grid, splitter_of, task_of, weights_for)
+from ..estimators.registry import REGISTRY
+from ..report.tables import cv_results, failure_message, fit_lines, fit_records, param_arrays
 
 
 def _check_refit(search, method: str) -> None:
@@ -437,8 +441,6 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         return name if self.multimetric_ else "score"
 
     def _select(self) -> tuple[str, dict]:
-        from ..estimators.registry import REGISTRY
-
         select = self.select
         if isinstance(select, str):
             name, options = select, {}
@@ -476,8 +478,6 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
     def _failures(self, X, y, estimator, candidates: list[dict], fit_params: dict) -> None:
         """scikit-learn's ``_warn_or_raise_about_fit_failures`` on the cube's failed fits;
         ``error_score="raise"`` refits the first failed fit here to raise its own exception."""
-        from ..report.tables import failure_message, fit_records
-
         failed, errors, _ = fit_records(self.result_)
         if not failed.any():
             return
@@ -496,8 +496,6 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         """``cv_results_`` in GridSearchCV's key order, with its dtypes and warnings; returns
         the scorings as the fits gave them (a callable that returned a dict of scores is
         several: :func:`cvflow.search.scoring_arg.returned`)."""
-        from ..report.tables import cv_results, param_arrays
-
         sc = scoring_arg.returned(sc, result.cube, self.refit)
         self.multimetric_ = sc.multimetric
         # a scorer computed at fit time is read by its name in the store; a loss is its cvflow
@@ -529,8 +527,6 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
     def _scorer(self, estimator, sc: Scorings) -> None:
         """``scorer_`` as GridSearchCV's: scikit-learn's scorer of each scoring (by name with
         several); a cvflow loss name without one is left out."""
-        from sklearn.metrics import check_scoring, get_scorer, get_scorer_names
-
         if scoring_arg.dict_callable(sc):
             self.scorer_ = sc.scorers["score"]       # a callable returning a dict: itself
             return
@@ -547,8 +543,6 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
 
     def _report_fits(self, candidates: list[dict], sc: Scorings) -> None:
         """GridSearchCV's ``[CV] END`` line of every fit (verbose > 1), printed after the run."""
-        from ..report.tables import fit_lines, fit_records
-
         _, _, seconds = fit_records(self.result_)
         for line in fit_lines(self.cv_results_, candidates, seconds,
                               [self._column(n) for n in sc.names],
@@ -616,9 +610,6 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         """The selecting scoring of ``best_estimator_`` on (X, y), greater is better (a loss
         negated), as ``GridSearchCV.score``: scikit-learn's scorer of that name (a cvflow loss
         name: the scorer it equals, else cvflow's loss of the estimator's predictions)."""
-        from sklearn import get_config
-        from sklearn.metrics import accuracy_score, get_scorer
-
         _check_refit(self, "score")
         check_is_fitted(self, "best_estimator_")
         if params and not get_config().get("enable_metadata_routing", False):

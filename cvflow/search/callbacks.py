@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import clone
+from ..fitting.trial import in_trial
 
 
 def _key(train) -> bytes:
@@ -125,8 +126,6 @@ class Evaluations:
 
     @contextlib.contextmanager
     def __call__(self, model, train, X, y, sample_weight):
-        from ..fitting.trial import in_trial
-
         # a fit before the run (timing) or one GridSearchCV does not make (cvflow's full fit)
         ctx = None if in_trial() else self.contexts.get(_key(train))
         if ctx is None:

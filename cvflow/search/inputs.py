@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 from typing import Any, NamedTuple
+from copy import copy
 
 import numpy as np
 from sklearn.base import clone, is_classifier, is_regressor
 from sklearn.model_selection import PredefinedSplit
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import type_of_target
 
 from ..estimators.losses import Loss
+from ..fitting.learners import fit_params_of, n_rows, sample_weight_key
 
 
 class Scorings(NamedTuple):
@@ -38,7 +42,6 @@ def task_of(estimator, losses: list[Loss], y: np.ndarray) -> str:
     tasks = {d.task for d in losses if d.task is not None}
     if len(tasks) == 1:
         return tasks.pop()
-    from sklearn.utils.multiclass import type_of_target
 
     return "classification" if type_of_target(y) in ("binary", "multiclass") else "regression"
 
@@ -57,7 +60,6 @@ def refit_failed(cube, X, y, estimator, params: dict, split: int, fit_params: di
     a failure raises the learner's own exception (``error_score="raise"``)."""
     index = int(np.asarray(cube["fold_split"].values).ravel()[split])
     rows = np.flatnonzero(np.asarray(cube["train"].values[index], dtype=bool))
-    from ..fitting.learners import fit_params_of, n_rows
 
     model = clone(estimator).set_params(**clone(params, safe=False))
     extra = fit_params_of(fit_params, n_rows(X), rows)
@@ -67,8 +69,6 @@ def refit_failed(cube, X, y, estimator, params: dict, split: int, fit_params: di
 def weights_for(model, fit_params: dict) -> dict:
     """``fit_params`` with ``sample_weight`` under the name the fold fits gave it (a Pipeline's
     last step: :func:`cvflow.fitting.learners.sample_weight_key`)."""
-    from ..fitting.learners import sample_weight_key
-
     params = dict(fit_params)
     if params.get("sample_weight") is not None:
         params[sample_weight_key(model)] = params.pop("sample_weight")
@@ -122,9 +122,6 @@ def seeded(cv):
     """
     if getattr(cv, "random_state", 0) is not None or not getattr(cv, "shuffle", True):
         return cv
-    from copy import copy
-
-    from sklearn.utils import check_random_state
 
     out = copy(cv)
     out.random_state = int(check_random_state(None).randint(np.iinfo(np.int32).max))

@@ -9,10 +9,12 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from sklearn.base import is_classifier
+from sklearn.base import ClassifierMixin, RegressorMixin, is_classifier
+from sklearn.metrics import get_scorer, get_scorer_names
 
 from ..estimators.losses import DECLARED, from_scoring
 from .inputs import Scorings
+from ..fitting.scoring import accepts_sample_weight, estimator_score
 
 
 def has_loss(name: str) -> bool:
@@ -23,8 +25,6 @@ def has_loss(name: str) -> bool:
 def split(named: dict) -> tuple[dict[str, str], dict[str, Any]]:
     """(name -> loss name, name -> fit-time scorer) of ``named`` (name -> scoring); a string
     that is neither is refused as scikit-learn refuses it."""
-    from sklearn.metrics import get_scorer_names
-
     losses, scorers = {}, {}
     for name, value in named.items():
         if isinstance(value, str) and has_loss(value):
@@ -81,7 +81,6 @@ def own_score(estimator) -> str | None:
     ``ClassifierMixin.score`` is accuracy, ``RegressorMixin.score`` R²; a Pipeline's is its
     last step's), or None when its ``score`` is its own (computed at fit time). TypeError, as
     ``GridSearchCV``'s, when it has none."""
-    from sklearn.base import ClassifierMixin, RegressorMixin
     from sklearn.pipeline import Pipeline
 
     if not hasattr(estimator, "score"):
@@ -104,8 +103,6 @@ def check(sc: Scorings, select: str, racing, search=None, sample_weight=None) ->
     """A scorer computed at fit time selects only as GridSearchCV does (kfold: the best mean
     fold score); the other selectors and racing reduce stored predictions with a loss. With
     ``sample_weight``, GridSearchCV's warning for each scorer that does not take them."""
-    from ..fitting.scoring import accepts_sample_weight
-
     for name, scorer in sc.scorers.items() if sample_weight is not None else ():
         scorer = as_scorer(scorer)
         if not accepts_sample_weight(scorer):
@@ -129,8 +126,6 @@ def check(sc: Scorings, select: str, racing, search=None, sample_weight=None) ->
 
 def as_scorer(scoring):
     """A scoring as a callable (estimator, X, y): a scikit-learn name through get_scorer."""
-    from sklearn.metrics import get_scorer
-
     return get_scorer(scoring) if isinstance(scoring, str) else scoring
 
 
@@ -163,10 +158,6 @@ def several_targets(sc: Scorings, scoring) -> Scorings:
     no prediction of such a model, so each scoring is computed at fit time as GridSearchCV
     computes it (``scoring=None``: the estimator's own ``score``; a scikit-learn name: its
     scorer). A cvflow loss without a scikit-learn scorer is refused with one line."""
-    from sklearn.metrics import get_scorer_names
-
-    from ..fitting.scoring import estimator_score
-
     scorers = dict(sc.scorers)
     for name, loss in sc.losses.items():
         if scoring is None:

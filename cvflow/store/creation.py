@@ -27,6 +27,7 @@ from .group import (FORMAT_ATTR, STORE_FORMAT, STORE_FORMAT_ATTR, UNSCORED_FORMA
 from .integrity import COMPRESSORS, WHOLE
 from .location import (create_new, exists, get, identity, is_file, is_link, link_target, listing,
                        put, put_all, remove, resolve, storage_options)
+from .damage import _consolidated, metadata_damage
 
 log = logging.getLogger(__name__)
 
@@ -470,7 +471,6 @@ def grow_was_cut(store: str | os.PathLike) -> bool:
     raw = get(grow_marker(location))
     if raw is None:
         return False
-    from .damage import _consolidated, metadata_damage
 
     try:
         saved = json.loads(raw).get("root")

@@ -9,6 +9,8 @@ import time
 import warnings
 from contextlib import contextmanager
 from typing import Callable, Literal, TypeVar
+import json
+import socket
 
 import numpy as np
 import zarr
@@ -16,6 +18,8 @@ import zarr
 from . import integrity
 from ..errors import StoreError
 from .location import exists, get, identity, is_link, resolve, sibling, storage_options
+from .. import config
+from .lock import _parse, _pid_alive, _slot, is_stale
 
 FORMAT_ATTR = "cvflow_version"
 # Store format: 1 (no attribute) before multiclass; 2 adds the `class` dim of multiclass `pred`;
@@ -68,9 +72,6 @@ def grow_record(root: bytes | None) -> bytes:
     """The grow marker's content: who grows the store (this process), and the root
     ``zarr.json`` as the grow's last whole write left it (``root``: its bytes), to put back if
     the grow is cut in the middle of a write (:func:`cvflow.store.creation.grow_was_cut`)."""
-    import json
-    import socket
-
     return json.dumps({"cvflow": "growing", "host": socket.gethostname(), "pid": os.getpid(),
                        "root": None if root is None else root.decode()}).encode()
 
@@ -80,12 +81,6 @@ def _growing(location: str) -> bool:
     the marker names, when on this host) is alive, and a live run holds the store's lock. A
     marker left by a grow that was cut is not waited for (the next run, holding the lock,
     sees its writer dead)."""
-    import json
-    import socket
-
-    from .lock import _parse, _pid_alive, _slot, is_stale
-    from .. import config
-
     raw = get(grow_marker(location))
     if raw is None or is_link(grow_marker(location)):    # a grow refuses a link: not one
         return False

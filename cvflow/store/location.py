@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import re
+import shutil
 
 from ..errors import InputError
 from .. import config
@@ -100,8 +101,6 @@ def exists(location: str) -> bool:
 def remove(location: str) -> None:
     """Delete ``location`` and everything under it (nothing if absent)."""
     if not is_url(location):
-        import shutil
-
         if os.path.isdir(location):
             shutil.rmtree(location)
         elif os.path.exists(location):

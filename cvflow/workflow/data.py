@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
+import inspect
 
 import numpy as np
 
@@ -304,8 +305,6 @@ def _generator_args(gen, params, where: str) -> dict:
     default is one (n, p, k; the seed >= 0), finite numbers where it is a float, and at most
     ``cvflow.limits.synthetic-values`` values of X (and of the p x p covariance), counted
     before anything is drawn."""
-    import inspect
-
     from . import limits
 
     if params is None:

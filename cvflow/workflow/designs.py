@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+import inspect
 
 import numpy as np
 
@@ -234,8 +235,6 @@ def timeseries_folds(is_test: np.ndarray, *, folds: int, gap: int = 0,
 
 
 def _group_kfold_shuffles() -> bool:
-    import inspect
-
     from sklearn.model_selection import GroupKFold
 
     return "shuffle" in inspect.signature(GroupKFold).parameters

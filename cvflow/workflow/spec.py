@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
+import xarray as xr
 
 from .data import Data, load_data
 from ..objects import CLASS
@@ -28,6 +29,8 @@ from .learners import learner_name, parse_learners
 from .scorer_specs import build_scorer, parse_scorers, record
 from ..workflow.params import Param, default_output, import_estimator, infer_output
 from ..estimators.losses import check_loss, get_loss
+from ..store.coords import param_coords
+from .racing_options import check_options
 
 TOP_KEYS = {"name", "description", "data", "task", "loss", "learners", "design", "estimators",
             "execution", "racing", "scorers", "train_scores"}
@@ -182,8 +185,6 @@ class Workflow:
     def _infer_outputs(self, n_classes: int) -> None:
         """Outputs the user left to cvflow, inferred again now that the class count is known
         (multiclass roc_auc reads probabilities only); the workflow keeps what changed."""
-        from dataclasses import replace
-
         decl = get_loss(self.loss, search=self.path.parent)
         for entry in self.config["learners"]:
             name = learner_name(entry)
@@ -493,8 +494,6 @@ def parse_workflow(config: Any, path: Path, *, objects: dict | None = None) -> W
 def _racing(where: str, raw: Any, estimators, loss: str, design: dict, base: Path
             ) -> dict | None:
     """The ``racing`` options checked against the estimators, the loss and the design."""
-    from .racing_options import check_options
-
     try:
         options = check_options(raw)
     except InputError as exc:
@@ -548,9 +547,6 @@ def _check_against_grid(where: str, estimators, params: list[Param], design: dic
     checks = {i: lookup(name, search=base).check_grid for i, (name, _) in enumerate(estimators)}
     if not any(checks.values()):
         return
-    import xarray as xr
-
-    from ..store.coords import param_coords
 
     grid = xr.Dataset(coords=param_coords(params))
     for i, (name, options) in enumerate(estimators):

@@ -1,5 +1,6 @@
 """Sizes, colours and the base figure shared by the report's plots."""
 from __future__ import annotations
+import math
 
 LEARNER_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                   "#7f7f7f", "#bcbd22", "#17becf"]
@@ -35,6 +36,4 @@ def figure(title: str, name: str, x_label: str, y_label: str, *, x_axis_type: st
 
 def plain(values) -> list:
     """Floats for a data source: NaN and inf -> None (JSON has neither)."""
-    import math
-
     return [None if v is None or not math.isfinite(float(v)) else float(v) for v in values]
