@@ -237,7 +237,9 @@ def test_stage_reader_reads_each_stage_s_out_of_fold_losses(tmp_path):
 def test_study_racing_a_bounded_loss_uses_the_finite_sample_test(tmp_path):
     """zero_one (declared in [0, 1]): the race uses the betting test, warns of nothing, and drops
     the hopeless params (C so small that every prediction is the majority class); log_loss
-    (unbounded): the race warns that its promise is asymptotic and names loss_range."""
+    (unbounded, but a classification loss): the race uses the betting test on each sample's
+    range over the labels with the t-test, warns of nothing, and drops the same hopeless params
+    (their p-values at most the thresholds the record states)."""
     import warnings
 
     from sklearn.datasets import load_breast_cancer
@@ -261,5 +263,12 @@ def test_study_racing_a_bounded_loss_uses_the_finite_sample_test(tmp_path):
 
     study = cvflow.Study(LogisticRegression(), param_grid=grid, cv=5, loss="log_loss",
                          racing={"alpha": 0.05}, execution={"cluster": "threads"})
-    with pytest.warns(RacingWarning, match=r"racing on log_loss: an unbounded loss.*loss_range"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RacingWarning)
         study.run(X, y, store=str(tmp_path / "l.zarr"))
+    race = json.loads(cvflow.open(str(tmp_path / "l.zarr")).attrs["racing"])
+    assert "range it can take over the labels" in race["test"]
+    assert {d["param"] for d in race["dropped"]} >= {0, 1}
+    t_cut = 0.05 / (race["looks"] * 4 * 3)
+    assert all(not d["bounded"] and d["p_value"] <= race["thresholds"][d["stage"]]
+               and d["p_t"] <= t_cut for d in race["dropped"])

@@ -73,3 +73,23 @@ def pointwise_loss(cube: xr.Dataset, loss: str | None = None, pred: xr.DataArray
                         outputs)
     template = pred.isel({c: 0 for c in classes}, drop=True)
     return template.copy(data=values).transpose(*dims).rename("loss")
+
+
+def label_losses(cube: xr.Dataset, loss: str | None, pred: xr.DataArray,
+                 *, what: str = "this estimator") -> np.ndarray:
+    """ℓ(h, s) of every (param, split, sample) of ``pred`` had the sample's label been each of
+    the cube's classes in turn: an array (param, split, sample, class) in the order of the
+    ``class`` axis. It reads the stored predictions only, never ``y``: racing's per-unit range
+    of a classification loss (:func:`cvflow.execution.racing_rule.label_ranges`)."""
+    decl = pointwise(cube, loss, what)
+    classes = cube_classes(cube)
+    if classes is None:
+        raise InputError(f"{what}: the losses at every label need a classification cube")
+    pred = load_if_small(pred)
+    outputs = (pred if "output" in pred.coords else cube)["output"].values
+    dims = [d for d in ("class",) if d in pred.dims]
+    values = np.asarray(pred.transpose("param", "split", "sample", *dims).values)
+    n = values.shape[2]
+    return np.stack([np.asarray(apply_loss(decl, np.asarray([label] * n), values, classes,
+                                           outputs), dtype=np.float64)
+                     for label in classes], axis=-1)

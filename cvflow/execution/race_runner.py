@@ -34,7 +34,8 @@ import numpy as np
 from ..errors import RacingWarning
 from ..store.attributes import RACING_ATTR
 from ..workflow.racing_options import MIN_UNITS
-from .racing_rule import TEST_BOUNDED, TEST_UNBOUNDED, betting_p, skew_corrected_p, unit_means
+from .racing_rule import (TEST_BOUNDED, TEST_LABELS, TEST_UNBOUNDED, betting_p, label_range_p,
+                          label_ranges, skew_corrected_p, unit_means)
 from ..store import integrity
 from ..store.location import resolve
 from ..store.writes import write_attrs
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 CORRECTION = "Bonferroni over k(k-1) ordered pairs x looks"
 CORRECTION_BOUNDED = ("Bonferroni over k(k-1) ordered pairs; the first repeat's looks one "
                       "anytime-valid test ({share:g} of alpha), the later looks the rest")
+CORRECTION_LABELS = (CORRECTION_BOUNDED + " (the betting test); the t-test at every look at "
+                     "alpha / (looks x k(k-1))")
 
 
 # --- stages ------------------------------------------------------------------------------------
@@ -184,7 +187,8 @@ def paired_z(diff: np.ndarray, units: np.ndarray | None = None) -> tuple[float, 
 
 def look(losses: np.ndarray, alive: np.ndarray, *, alpha: float, k: int, looks: int,
          units: np.ndarray | None = None, min_units: int = MIN_UNITS,
-         bounds: tuple[float, float] | None = None, cut: float | None = None) -> list[dict]:
+         bounds: tuple[float, float] | None = None, cut: float | None = None,
+         by_label: np.ndarray | None = None, cut_t: float | None = None) -> list[dict]:
     """One look of the race: the survivors beaten by the leader.
 
     Parameters
@@ -206,6 +210,11 @@ def look(losses: np.ndarray, alive: np.ndarray, *, alpha: float, k: int, looks: 
     cut : float, optional
         The p-value at or below which a param is dropped; None: ``threshold(alpha, k, looks)``
         (:meth:`Race.cut` gives a bounded race's, whose first repeat's looks are one test).
+    by_label : array (param, repeat, sample, label), optional
+        A classification loss without ``bounds``: the loss each seen fit would have had at each
+        label. A param is then dropped when both the betting test on the units' ranges over the
+        labels (:func:`cvflow.execution.racing_rule.label_range_p`, at ``cut``) and the
+        skewness-corrected t-test (at ``cut_t``, default ``threshold(alpha, k, looks)``) reject.
 
     Returns
     -------
@@ -225,6 +234,9 @@ def look(losses: np.ndarray, alive: np.ndarray, *, alpha: float, k: int, looks: 
     if cut is None:
         cut = threshold(alpha, k, looks)
     bounded = bounds is not None and within(losses[candidates], bounds)
+    labelled = by_label is not None and not bounded
+    if cut_t is None:
+        cut_t = threshold(alpha, k, looks)
     dropped = []
     for h in candidates:
         if h == leader:
@@ -232,16 +244,28 @@ def look(losses: np.ndarray, alive: np.ndarray, *, alpha: float, k: int, looks: 
         diff = losses[h] - losses[leader]
         mean, se, n_units = paired_z(diff, units)
         x = unit_means(diff, units)
+        extra = {}
         if bounded:
             assert bounds is not None
             p = betting_p(x, width=bounds[1] - bounds[0])
+            beaten = p <= cut
+        elif labelled:
+            assert by_label is not None
+            p = label_range_p(x, *label_ranges(by_label[h] - by_label[leader], units))
+            p_t = skew_corrected_p(x)
+            beaten = p <= cut and np.isfinite(p_t) and p_t <= cut_t
+            extra = {"p_t": p_t}
         else:
             p = skew_corrected_p(x)
-        if n_units >= min_units and np.isfinite(p) and p <= cut:
+            beaten = np.isfinite(p) and p <= cut
+        if n_units >= min_units and beaten:
+            adjusted = p * alpha / cut
+            if labelled:
+                adjusted = max(adjusted, extra["p_t"] * alpha / cut_t)
             dropped.append({"param": int(h), "leader": leader, "mean_difference": mean,
                             "se": se, "z": mean / se if se > 0 else float("inf"),
-                            "p_value": p, "p_adjusted": min(1.0, p * alpha / cut),
-                            "units": n_units, "bounded": bool(bounded)})
+                            "p_value": p, "p_adjusted": min(1.0, adjusted),
+                            "units": n_units, "bounded": bool(bounded), **extra})
     return dropped
 
 
@@ -290,10 +314,18 @@ class Race:
     # (a group split over folds); None: it did not (:meth:`share`)
     broken: int | None = None
     seen_units: np.ndarray | None = None
+    # a classification loss without a range: the betting test on each unit's range over the
+    # labels, with the t-test (:func:`look`'s ``by_label``)
+    labelled: bool = False
+    # the look at which a loss was first seen outside ``bounds``: from it on the t-test, the
+    # looks left sharing the alpha not yet spent (:meth:`share`)
+    left_range: int | None = None
 
     @property
     def test(self) -> str:
         """The rule's test, as the record and the reports name it."""
+        if self.labelled:
+            return TEST_LABELS
         if self.bounds is None:
             return TEST_UNBOUNDED
         return TEST_BOUNDED.format(lo=self.bounds[0], hi=self.bounds[1])
@@ -302,11 +334,21 @@ class Race:
     def looks(self) -> int:
         return max(len(self.stages) - 1, 0)
 
-    def share(self, s: int) -> float:
-        """The share of alpha the look after stage ``s`` spends (before the split over the
-        k(k-1) ordered pairs): 1 / looks for an unbounded loss; for a bounded one, the first
-        repeat's looks are one anytime-valid test (:func:`sequence_looks`, :func:`bounded_share`)."""
-        if self.bounds is None:
+    @property
+    def betting(self) -> bool:
+        """Whether the race started with a betting test (a range, or the labels' ranges)."""
+        return self.bounds is not None or self.labelled or self.left_range is not None
+
+    def sequence(self) -> int:
+        """The looks that form the first repeat's one anytime-valid test (0: none)."""
+        if not self.betting:
+            return 0
+        sequence = sequence_looks(self.stages)
+        return self.broken if self.broken is not None and self.broken < sequence else sequence
+
+    def planned_share(self, s: int) -> float:
+        """:meth:`share` had the losses stayed in their range."""
+        if not self.betting:
             return 1.0 / max(self.looks, 1)
         sequence = sequence_looks(self.stages)
         first = bounded_share(self.looks, sequence)
@@ -316,6 +358,22 @@ class Race:
         if sequence < 1 or s < sequence:
             return first
         return (1.0 - first) / (self.looks - sequence)
+
+    def spent(self, s: int) -> float:
+        """The share of alpha the looks before look ``s`` spent (the sequence's looks once)."""
+        sequence = self.sequence()
+        return sum(self.planned_share(j) for j in range(s) if j == 0 or j >= sequence)
+
+    def share(self, s: int) -> float:
+        """The share of alpha the look after stage ``s`` spends (before the split over the
+        k(k-1) ordered pairs): 1 / looks for an unbounded loss; for a bounded one, the first
+        repeat's looks are one anytime-valid test (:func:`sequence_looks`, :func:`bounded_share`).
+        From a look at which a loss left its range on, the t-test's looks share what the
+        earlier looks left unspent (the sequence counted whole), so the race spends at most
+        alpha in all."""
+        if self.left_range is None or s < self.left_range:
+            return self.planned_share(s)
+        return max(1.0 - self.spent(self.left_range), 0.0) / (self.looks - self.left_range)
 
     def check_sequence(self, s: int, losses: np.ndarray, units: np.ndarray | None) -> None:
         """End the first repeat's sequence at look ``s`` if its stage revised a unit seen at an
@@ -335,6 +393,10 @@ class Race:
     def cut(self, s: int) -> float:
         """The p-value at or below which a param is dropped at the look after stage ``s``."""
         return threshold(self.options["alpha"] * self.share(s), self.n_params, 1)
+
+    def cut_t(self, s: int) -> float:
+        """The t-test's threshold at that look, alongside the labels' betting test."""
+        return threshold(self.options["alpha"], self.n_params, self.looks)
 
     @property
     def alive(self) -> np.ndarray:
@@ -361,17 +423,23 @@ class Race:
         out[np.ix_(self.alive, list(self.stages[s].splits))] = True
         return out
 
-    def look(self, s: int, losses: np.ndarray, units: np.ndarray | None) -> list[dict]:
-        """The look after stage ``s`` on ``losses`` (param, repeat, sample); records drops."""
+    def look(self, s: int, losses: np.ndarray, units: np.ndarray | None,
+             by_label: np.ndarray | None = None) -> list[dict]:
+        """The look after stage ``s`` on ``losses`` (param, repeat, sample); records drops.
+        ``by_label`` (param, repeat, sample, label): a labelled race's losses at every label."""
         if self.bounds is not None and not within(losses[self.alive], self.bounds):
-            warnings.warn(f"racing: a loss outside the range {self.bounds[0]:g} to "
-                          f"{self.bounds[1]:g} given for the race; from this look on it uses "
-                          "the asymptotic test", RacingWarning, stacklevel=2)
+            low, high = self.bounds
+            self.left_range = s
             self.bounds = None
+            warnings.warn(f"racing: a loss outside the range {low:g} to {high:g} given for the "
+                          "race; from this look on it uses the asymptotic test, its looks "
+                          f"sharing the {1 - self.spent(s):.2g} of alpha the earlier looks left",
+                          RacingWarning, stacklevel=2)
         self.check_sequence(s, losses, units)
         new = look(losses, self.alive, alpha=self.options["alpha"], k=self.n_params,
                    looks=self.looks, units=units, min_units=self.options["min_units"],
-                   bounds=self.bounds, cut=self.cut(s))
+                   bounds=self.bounds, cut=self.cut(s),
+                   by_label=by_label if self.labelled else None, cut_t=self.cut_t(s))
         for d in new:
             d["stage"] = s
             if self.labels is not None:
@@ -385,10 +453,12 @@ class Race:
         return json.dumps({
             "alpha": self.options["alpha"], "stages": self.options["stages"],
             "min_units": self.options["min_units"], "test": self.test,
-            "correction": (CORRECTION if self.bounds is None
-                           else CORRECTION_BOUNDED.format(share=self.share(0))),
+            "correction": (CORRECTION if not self.betting
+                           else (CORRECTION_LABELS if self.labelled else CORRECTION_BOUNDED)
+                           .format(share=self.share(0))),
             "params": self.n_params, "looks": self.looks,
-            "sequence_looks": sequence_looks(self.stages) if self.bounds is not None else 0,
+            "sequence_looks": self.sequence(),
+            "left_range": self.left_range,
             "threshold": self.cut(0),
             "thresholds": [self.cut(s) for s in range(self.looks)],
             "stage_splits": [list(st.splits) for st in self.stages],
@@ -419,6 +489,13 @@ class StageReader:
         self.table = self.cube["fold_split"].values
         self.fold = self.cube["fold"].values
         self.losses = np.full((race.n_params,) + self.fold.shape, np.nan)
+        self.by_label: np.ndarray | None = None
+
+    def labels(self) -> int:
+        """The number of classes of a classification cube (0 for regression)."""
+        from ..estimators.cube_losses import cube_classes
+
+        return len(cube_classes(self.cube) or ())
 
     def bounds(self) -> tuple[float, float] | None:
         """The loss's range for the race: ``racing.loss_range`` if given, else the loss's
@@ -432,7 +509,7 @@ class StageReader:
 
     def add(self, s: int) -> np.ndarray:
         """The losses (param, repeat, sample) seen so far with stage ``s``'s added."""
-        from ..estimators.cube_losses import pointwise_loss
+        from ..estimators.cube_losses import label_losses, pointwise_loss
 
         alive = np.flatnonzero(self.race.alive)
         folds = self.race.stages[s].folds
@@ -451,6 +528,14 @@ class StageReader:
             members = np.flatnonzero(self.fold[r] == j)
             self.losses[np.ix_(alive, np.array([r]), members)] = \
                 lost[:, at[int(self.table[r, j])], members][:, None, :]
+        if self.race.labelled:
+            every = label_losses(self.cube, self.loss, pred, what="racing")
+            if self.by_label is None:
+                self.by_label = np.full(self.losses.shape + every.shape[-1:], np.nan)
+            for r, j in folds:
+                members = np.flatnonzero(self.fold[r] == j)
+                self.by_label[np.ix_(alive, np.array([r]), members)] = \
+                    every[:, at[int(self.table[r, j])], members][:, None, :]
         return self.losses
 
 
@@ -499,13 +584,14 @@ def run_stages(race: Race, *, path: str, done: np.ndarray, chunks: tuple[int, in
         if reader is None:
             reader = StageReader(path, race, loss)
             race.bounds = reader.bounds()
-            if race.bounds is None:
+            race.labelled = race.bounds is None and reader.labels() > 1
+            if race.bounds is None and not race.labelled:
                 warnings.warn(f"racing on {loss}: an unbounded loss, so the chance of dropping "
                               "the best param is at most alpha only asymptotically (a "
                               "skewness-corrected t-test); give racing.loss_range: [low, high] "
                               "if the losses are known to lie in a range, for a finite-sample "
                               "guarantee", RacingWarning, stacklevel=2)
-        new = race.look(s, reader.add(s), units)
+        new = race.look(s, reader.add(s), units, reader.by_label)
         # DESIGN CHOICE: the record is written when it changes what a reader learns (the
         # first look: the study is raced; a look that drops params; the last look), not at
         # every look: each write rewrites the consolidated metadata (~15 ms)
