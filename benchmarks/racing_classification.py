@@ -98,7 +98,7 @@ def case_clear(rng, n):
 
 CASES = {f"docs' log loss n={n}": (case_docs, n) for n in (100, 150, 200, 500)}
 CASES.update({f"steeper logits n={n}": (case_steep, n) for n in (100, 150, 200, 500)})
-CASES.update({f"multiclass (3 classes, k=3) n={n}": (case_multiclass, n) for n in (150, 500)})
+CASES.update({f"multiclass (3 classes, k=3) n={n}": (case_multiclass, n) for n in (100, 150, 200, 500)})
 CASES["equal risk traded between regions n=150"] = (case_trade_off, 150)
 CASES["clear best (k=5) n=200"] = (case_clear, 200)
 

@@ -252,7 +252,7 @@ def look(losses: np.ndarray, alive: np.ndarray, *, alpha: float, k: int, looks: 
         elif labelled:
             assert by_label is not None
             p = label_range_p(x, *label_ranges(by_label[h] - by_label[leader], units))
-            p_t = skew_corrected_p(x)
+            p_t = skew_corrected_p(x, guard=False)
             beaten = p <= cut and np.isfinite(p_t) and p_t <= cut_t
             extra = {"p_t": p_t}
         else:
