@@ -272,3 +272,35 @@ def test_study_racing_a_bounded_loss_uses_the_finite_sample_test(tmp_path):
     t_cut = 0.05 / (race["looks"] * 4 * 3)
     assert all(not d["bounded"] and d["p_value"] <= race["thresholds"][d["stage"]]
                and d["p_t"] <= t_cut for d in race["dropped"])
+
+
+def test_study_racing_multiclass_log_loss_uses_the_labels_ranges(tmp_path):
+    """Iris, three classes, log_loss: the race uses the labels' betting test (no warning), the
+    losses it reads at every label are -log p_c of the stored probabilities (by hand), and the
+    hopeless param (C so small that every probability is about 1/3) is dropped."""
+    import warnings
+
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    import cvflow
+    from cvflow.errors import RacingWarning
+    from cvflow.estimators.cube_losses import label_losses
+
+    X, y = load_iris(return_X_y=True)
+    X, y = np.tile(X, (2, 1)), np.tile(y, 2)
+    study = cvflow.Study(LogisticRegression(), param_grid={"C": [1e-4, 1.0]}, cv=5,
+                         loss="log_loss", racing={"alpha": 0.05},
+                         execution={"cluster": "threads"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RacingWarning)
+        study.run(X, y, store=str(tmp_path / "m.zarr"))
+    cube = cvflow.open(str(tmp_path / "m.zarr"))
+    race = json.loads(cube.attrs["racing"])
+    assert "range it can take over the labels" in race["test"]
+    assert [d["param"] for d in race["dropped"]] == [0]
+    pred = cube["pred"].isel(split=[1]).load()
+    every = label_losses(cube, "log_loss", pred)
+    p = np.asarray(pred.transpose("param", "split", "sample", "class").values)
+    seen = np.isfinite(p).all(axis=-1)
+    np.testing.assert_allclose(every[seen], -np.log(np.clip(p[seen], 2.2e-16, 1)), rtol=1e-9)
