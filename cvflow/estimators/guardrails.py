@@ -218,5 +218,6 @@ def skewed_differences(d, what: str) -> list[dict]:
     return [warning("skewed_differences", f"{what}: the per-sample loss differences have "
                     f"skewness {gamma:.2g} over {n} samples; a normal level needs about "
                     f"{SKEWED}·skewness² = {need:.0f}: the stated level of the test and "
-                    "interval is doubtful (a side's error can be twice its share)",
+                    "interval is doubtful (one side's miss measured at 2-8 times its share: "
+                    "log loss, n = 50-500, docs/guide/comparisons.md)",
                     skewness=gamma, samples=n, needed=need)]
