@@ -45,7 +45,7 @@ FOLD_HAND = [[0, 0, 1, 1], [0, 1, 0, 1]]
 
 def test_hand_components_and_sizes():
     cube = hand_cube(D_HAND, FOLD_HAND)
-    out = plan(cube, compare=[0, 1], delta=4.0)
+    out = plan(cube, compare=[0, 1], delta=4.0, test="z")
     assert float(out["estimate"]) == pytest.approx(3.5)
     assert float(out["var_sample"]) == pytest.approx(14 / 3)
     assert float(out["var_within"]) == pytest.approx(0, abs=1e-12)
@@ -60,7 +60,7 @@ def test_hand_components_and_sizes():
     assert float(out["repeats_needed"]) == 1
     # Δ = 3: target 1.1466 < σ²_s / n = 1.1667, so no number of repeats is enough at n = 4;
     # n = (14/3) / (1.1466 − 0.25) = 5.2 -> 6
-    out = plan(cube, compare=[0, 1], delta=3.0)
+    out = plan(cube, compare=[0, 1], delta=3.0, test="z")
     assert float(out["samples_needed"]) == 6
     assert float(out["repeats_needed"]) == math.inf
     assert out.attrs["a"]["index"] == 0 and out.attrs["repeats"] == 2
@@ -69,7 +69,7 @@ def test_hand_components_and_sizes():
     assert "no number of repeats at n = 4" in w["message"]
     assert json.loads(json.dumps(dataset_to_json(out)))["repeats_needed"] is None  # strict JSON
     lines = describe(out)
-    assert "n = 6 samples at R = 2; or no number of repeats at n = 4" in lines[-1]
+    assert "by z: n = 6 samples at R = 2; or no number of repeats at n = 4" in lines[-2]
 
 
 def ref_components(cube, a, b):
@@ -112,14 +112,14 @@ def test_default_pair_is_best_and_runner_up():
 
 def test_one_repeat_plans_samples_only():
     D = [[0.5, 1.0, 2.5, 4.0, 1.5, 0.0]]
-    out = plan(hand_cube(D, [[0, 1, 2, 0, 1, 2]]), delta=1.0)
+    out = plan(hand_cube(D, [[0, 1, 2, 0, 1, 2]]), delta=1.0, test="z")
     v = np.var(D[0], ddof=1)
     assert float(out["var_sample"]) == pytest.approx(v)
     assert math.isnan(float(out["var_repeat"])) and math.isnan(float(out["repeats_needed"]))
     c = (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) ** 2
     assert float(out["samples_needed"]) == math.ceil(c * v)
     assert "repeat_not_estimable" in codes(out)
-    assert "repeats not planned (one repeat)" in describe(out)[-1]
+    assert "repeats not planned (one repeat)" in describe(out)[-2]
 
 
 def test_zero_difference_has_no_finite_plan():
@@ -157,7 +157,7 @@ def test_simulation_power_at_planned_n():
     y = x + rng.normal(size=n0)
     design = simple_design(n0, 5, repeats=2, seed=3)
     pred = np.broadcast_to(np.stack([x, 0.8 * x])[:, None, :], (2, design.n_splits, n0))
-    out = plan(cube_from_predictions(pred, y, design), compare=[0, 1], delta=-0.04)
+    out = plan(cube_from_predictions(pred, y, design), compare=[0, 1], delta=-0.04, test="z")
     assert float(out["var_repeat"]) == pytest.approx(0, abs=1e-12)   # fixed predictors
     n_plan = int(out["samples_needed"])
     assert abs(n_plan - TRUE_N) < 0.05 * TRUE_N      # the pilot's variance within 5% of truth
@@ -204,7 +204,7 @@ def test_simulation_power_at_planned_repeats():
     rng = np.random.default_rng(11)
     pilot = draw_two_way(rng, 1, 40, N_REP)[0]
     fold = np.stack([rng.permutation(N_REP) % 5 for _ in range(40)])
-    out = plan(hand_cube(pilot, fold), compare=[0, 1], delta=DELTA_REP)
+    out = plan(hand_cube(pilot, fold), compare=[0, 1], delta=DELTA_REP, test="z")
     r_plan = int(out["repeats_needed"])
     assert 6 <= r_plan <= 11                           # R* = 8; σ²_ρ from 40 repeats is rough
     sets = 2000
@@ -229,9 +229,9 @@ def test_report_lists_the_plan():
     from cvflow.report import compute
     from cvflow.report.results import text
     cube = hand_cube(D_HAND, FOLD_HAND)
-    report = text(cube, compute(cube, [("plan", {"delta": 4.0})]))
+    report = text(cube, compute(cube, [("plan", {"delta": 4.0, "test": "z"})]))
     assert "plan (K = 2, R = 2, n = 4, loss squared)" in report
-    assert "n = 3 samples at R = 2; or R = 1 repeats at n = 4" in report
+    assert "by z: n = 3 samples at R = 2; or R = 1 repeats at n = 4" in report
     assert "warning [few_repeats]" in report
 
 
@@ -257,3 +257,41 @@ def test_simulation_power_over_pilots():
     power = float(np.mean(rejected))
     assert abs(power - 0.8) < 3 * math.sqrt(0.8 * 0.2 / len(planned))     # 3 x 0.0126
     assert np.percentile(planned, 10) < 0.85 * TRUE_N < 1.15 * TRUE_N < np.percentile(planned, 90)
+
+
+def test_plan_names_its_test_and_plans_for_it():
+    """The plan is for the test the study runs (default corrected_t, compare_all's) and states
+    every test's power at its n; checked by simulation of that test with known truth (fixed
+    predictors a(x) = x, b(x) = 0.8x, 5 folds x 2 repeats): at the z plan's n corrected_t has
+    power ~0.5 (the plan says so), at corrected_t's own plan 0.8. The corrected repeated
+    K-fold t is computed here from its formula (Nadeau & Bengio 2003; Bouckaert & Frank 2004):
+    (1/(K·R) + 1/(K − 1))·s² of the K·R fold means, t on K·R − 1 df."""
+    rng = np.random.default_rng(43)
+    n0, k, r = 10_000, 5, 2
+    x = rng.normal(size=n0)
+    y = x + rng.normal(size=n0)
+    design = simple_design(n0, k, repeats=r, seed=3)
+    pred = np.broadcast_to(np.stack([x, 0.8 * x])[:, None, :], (2, design.n_splits, n0))
+    cube = cube_from_predictions(pred, y, design)
+    by_z = plan(cube, compare=[0, 1], delta=-0.04, test="z")
+    by_t = plan(cube, compare=[0, 1], delta=-0.04)
+    assert by_t.attrs["test"] == "corrected_t" and by_z.attrs["test"] == "z"
+    assert "by corrected_t" in describe(by_t)[-2] and "power at that n by each test" in describe(by_t)[-1]
+    n_z, n_t = int(by_z["samples_needed"]), int(by_t["samples_needed"])
+    assert float(by_z["power_z"]) == pytest.approx(0.8, abs=0.01)
+    assert float(by_t["power_corrected_t"]) == pytest.approx(0.8, abs=0.01)
+
+    def rejected(n, sets=800):
+        count = 0
+        for _ in range(sets):
+            d = draw_d(rng, 1, n)[0]
+            means = np.array([d[f == j].mean() for f in (rng.permutation(n) % k for _ in range(r))
+                              for j in range(k)])
+            se = math.sqrt((1 / (k * r) + 1 / (k - 1)) * means.var(ddof=1))
+            count += abs(means.mean() / se) > stats.t.ppf(0.975, k * r - 1)
+        return count / sets
+
+    mc_se = math.sqrt(0.25 / 800)
+    at_z = rejected(n_z)
+    assert abs(at_z - float(by_z["power_corrected_t"])) < 3 * mc_se + 0.03 and at_z < 0.65
+    assert abs(rejected(n_t) - 0.8) < 3 * mc_se + 0.03

@@ -28,6 +28,19 @@ at the pilot's n:
 rounded up; a denominator ≤ 0 means no n (no R) is enough: ``inf``. The components are those
 of the pilot's learners at the pilot's n and folds: a larger n trains better learners, which
 can change the difference itself (the plan is for the difference the pilot measured).
+
+That is the plan for a z-test that knows Var(d̄) (``test="z"``). The tests a study runs
+estimate a variance of their own (:func:`test_variance`): ``wald_cv`` (compare_all's, its
+within-fold variance) (σ²_s + σ²_w) / n, which leaves out σ²_ρ / R; ``corrected_t``
+(compare_all's default, and plan's) the corrected repeated K-fold variance
+s²·(1/(K·R) + 1/(K − 1)) on K·R − 1 df, with E s² from the same components (the K·R fold
+means' spread), larger than Var(d̄) (it charges for the training sets' overlap). Such a test
+rejects when |d̄| > q·√V̂, so its power against Δ is
+
+    P ≈ E[Φ((|Δ| − q·√(V_T·W)) / √Var(d̄)) + Φ((−|Δ| − q·√(V_T·W)) / √Var(d̄))],
+
+W ~ χ²_df / df the noise of its variance (corrected_t; W = 1 for z and wald_cv), q its
+quantile; n (R) is the least with P ≥ power (:func:`test_sizes`).
 """
 from __future__ import annotations
 
@@ -43,10 +56,13 @@ from ._cube import analysis_groups
 from .cube_losses import loss_name
 from .labels import param_text
 from ._readers import compare_attrs, compare_params, out_of_fold
-from .registry import Option, declare, fmt, number, param_refs, probability
+from .registry import Option, choice, declare, fmt, number, param_refs, probability
 
 SCALARS = ("estimate", "delta", "var_sample", "var_within", "var_repeat", "se", "power_now",
            "samples_needed", "repeats_needed")
+# the paired tests a study can run on the planned design; compare_all's default first
+TESTS = ("corrected_t", "wald_cv", "z")
+POWERS = tuple(f"power_{t}" for t in TESTS)
 
 
 def components(d: np.ndarray) -> dict[str, float]:
@@ -93,8 +109,96 @@ def sizes(v: dict[str, float], n: int, r: int, delta: float, alpha: float,
             "repeats_needed": repeats}
 
 
+def true_variance(v: dict[str, float], n: float, r: float) -> float:
+    """Var(d̄) of the model at n samples and r repeats (σ²_ρ taken 0 when not estimable)."""
+    rep = 0.0 if math.isnan(v["var_repeat"]) else v["var_repeat"]
+    return v["var_sample"] / n + v["var_within"] / (n * r) + rep / r
+
+
+def test_variance(test: str, v: dict[str, float], n: float, r: float, k: int
+                  ) -> tuple[float, int | None]:
+    """E of the variance of d̄ that ``test`` estimates at n samples, r repeats, k folds, and
+    its degrees of freedom (None: a normal quantile).
+
+    ``corrected_t``: E s² of the k·r fold means under the model (each fold mean has variance
+    k(σ²_s + σ²_w)/n + σ²_ρ; two folds of a repeat share ρ, of two repeats about n/k² samples,
+    so the mean covariance over pairs is ((k − 1)σ²_ρ + k(r − 1)σ²_s/n) / (kr − 1)), times
+    1/(kr) + 1/(k − 1)."""
+    if test == "z":
+        return true_variance(v, n, r), None
+    if test == "wald_cv":
+        return (v["var_sample"] + v["var_within"]) / n, None
+    rep = 0.0 if math.isnan(v["var_repeat"]) else v["var_repeat"]
+    folds = k * r
+    spread = k * (v["var_sample"] + v["var_within"]) / n + rep
+    shared = ((k - 1) * rep + k * (r - 1) * v["var_sample"] / n) / max(folds - 1, 1)
+    return max(spread - shared, 0.0) * (1 / folds + 1 / (k - 1)), int(folds - 1)
+
+
+# W's quantiles at which the power is averaged over the noise of a t-test's variance
+NOISE_POINTS = 64
+
+
+def test_power(test: str, v: dict[str, float], n: float, r: float, k: int, delta: float,
+               alpha: float) -> float:
+    """The power of the two-sided level-``alpha`` ``test`` against |delta| at n, r (module)."""
+    truth = true_variance(v, n, r)
+    used, df = test_variance(test, v, n, r, k)
+    if not truth > 0:
+        return float(delta != 0)
+    if df is None:
+        q, noise = stats.norm.ppf(1 - alpha / 2), np.ones(1)
+    else:
+        if df < 1:
+            return math.nan
+        q = stats.t.ppf(1 - alpha / 2, df)
+        noise = stats.chi2.ppf((np.arange(NOISE_POINTS) + 0.5) / NOISE_POINTS, df) / df
+    bar = q * np.sqrt(used * noise)
+    sd = math.sqrt(truth)
+    return float(np.mean(stats.norm.cdf((abs(delta) - bar) / sd)
+                         + stats.norm.cdf((-abs(delta) - bar) / sd)))
+
+
+# the largest count searched: a plan beyond it is reported as no finite plan
+MOST = 10 ** 9
+
+
+def least_count(reaches, start: int = 1) -> float:
+    """The least integer m ≥ ``start`` with ``reaches(m)`` (doubling, then bisection; the power
+    grows with the count once it passes 1/2), ``inf`` beyond :data:`MOST`."""
+    high = start
+    while not reaches(high):
+        if high > MOST:
+            return math.inf
+        high *= 2
+    low = max(start, high // 2)
+    if reaches(low):
+        return float(low)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if reaches(mid) else (mid, high)
+    return float(high)
+
+
+def test_sizes(test: str, v: dict[str, float], n: int, r: int, k: int, delta: float,
+               alpha: float, power: float) -> dict[str, float]:
+    """:func:`sizes` for ``test``: samples at R = r and repeats at n = n for its power."""
+    if test == "z":
+        return sizes(v, n, r, delta, alpha, power)
+    out = sizes(v, n, r, delta, alpha, power)            # se: the model's, as for z
+    if not (math.isfinite(delta) and delta != 0):
+        return out
+    out["power_now"] = test_power(test, v, n, r, k, delta, alpha)
+    out["samples_needed"] = least_count(
+        lambda m: test_power(test, v, m, r, k, delta, alpha) >= power, start=2)
+    out["repeats_needed"] = (math.nan if math.isnan(v["var_repeat"]) else least_count(
+        lambda m: test_power(test, v, n, m, k, delta, alpha) >= power,
+        start=2 if test == "corrected_t" and k < 3 else 1))
+    return out
+
+
 def plan(cube: xr.Dataset, *, loss: str | None = None, compare=None, delta: float | None = None,
-         alpha: float = 0.05, power: float = 0.8) -> xr.Dataset:
+         alpha: float = 0.05, power: float = 0.8, test: str = "corrected_t") -> xr.Dataset:
     """Samples n (at the pilot's folds and repeats) and repeats R (at the pilot's n) needed to
     resolve a difference ``delta`` between two params with a two-sided level-``alpha`` test of
     power ``power``, from the variance components of the pilot cube (module docstring).
@@ -114,6 +218,9 @@ def plan(cube: xr.Dataset, *, loss: str | None = None, compare=None, delta: floa
         Level of the two-sided test.
     power : float, default 0.8
         Probability of rejecting e_a = e_b when the difference is ``delta``.
+    test : {"corrected_t", "wald_cv", "z"}, default "corrected_t"
+        The test the study will run (compare_all's ``test``; ``z`` knows Var(d̄)): the plan
+        is for its power; ``power_<test>`` give every test's power at the planned n.
 
     Returns
     -------
@@ -121,10 +228,11 @@ def plan(cube: xr.Dataset, *, loss: str | None = None, compare=None, delta: floa
         Scalars ``estimate`` (d̄), ``delta``, ``var_sample`` (σ²_s), ``var_within`` (σ²_w),
         ``var_repeat`` (σ²_ρ, NaN with one repeat), ``se`` (√Var(d̄) at the pilot's n, R),
         ``power_now`` (the pilot's power against delta), ``samples_needed``,
-        ``repeats_needed`` (NaN with one repeat; ``inf``: no finite plan);
-        ``difference_repeat`` (repeat) the repeats' mean differences. attrs ``estimator``,
-        ``loss``, ``mode``, ``a``, ``b``, ``alpha``, ``power``, ``folds``, ``repeats``,
-        ``samples``, ``warnings``.
+        ``repeats_needed`` (NaN with one repeat; ``inf``: no finite plan), for ``test``;
+        ``power_corrected_t``, ``power_wald_cv``, ``power_z``: each test's power at
+        ``samples_needed`` (the pilot's R); ``difference_repeat`` (repeat) the repeats' mean
+        differences. attrs ``estimator``, ``loss``, ``mode``, ``a``, ``b``, ``alpha``,
+        ``power``, ``test``, ``folds``, ``repeats``, ``samples``, ``warnings``.
 
     Examples
     --------
@@ -134,6 +242,7 @@ def plan(cube: xr.Dataset, *, loss: str | None = None, compare=None, delta: floa
     name = loss_name(cube, loss)
     a_level = probability(alpha, f"{where}.alpha")
     target = probability(power, f"{where}.power")
+    test = choice(*TESTS)(test, f"{where}.test")
     if compare is None and int(cube.sizes["param"]) > 2:
         every, fold = out_of_fold(cube, name, where)       # one reading: the pair is in it
         with np.errstate(invalid="ignore"):
@@ -155,12 +264,16 @@ def plan(cube: xr.Dataset, *, loss: str | None = None, compare=None, delta: floa
     warnings = guardrails.missing(incomplete, where)
     est = float(d.mean())
     dlt = est if delta is None else number()(delta, f"{where}.delta")
+    powers = dict.fromkeys(POWERS, math.nan)
     if warnings:
         v = {"var_sample": math.nan, "var_within": math.nan, "var_repeat": math.nan}
         out = dict.fromkeys(("se", "power_now", "samples_needed", "repeats_needed"), math.nan)
     else:
         v = components(d)
-        out = sizes(v, n, r, dlt, a_level, target)
+        out = test_sizes(test, v, n, r, k, dlt, a_level, target)
+        if math.isfinite(out["samples_needed"]):
+            powers = {f"power_{t}": test_power(t, v, out["samples_needed"], r, k, dlt, a_level)
+                      for t in TESTS}
         warnings += _warnings(v, dlt, float(np.abs(d).max()), n, r, where)
         if not any(w["code"] == "no_finite_plan" for w in warnings):
             warnings += _unreachable(out, n, r, where)
@@ -173,11 +286,12 @@ def plan(cube: xr.Dataset, *, loss: str | None = None, compare=None, delta: floa
                 "group's differences are alike; read samples_needed as too small"))
     result = xr.Dataset({
         **{key: xr.DataArray(float(x)) for key, x in
-           {"estimate": est, "delta": dlt, **v, **out}.items()},
+           {"estimate": est, "delta": dlt, **v, **out, **powers}.items()},
         "difference_repeat": ("repeat", d.mean(axis=1)),
     })
     result.attrs = {"estimator": where, "loss": name, **compare_attrs(cube, a, b),
-                    "alpha": a_level, "power": target, "folds": k, "repeats": r, "samples": n}
+                    "alpha": a_level, "power": target, "test": test, "folds": k, "repeats": r,
+                    "samples": n}
     return guardrails.attach(result, warnings, where)
 
 
@@ -230,7 +344,17 @@ def describe(result: xr.Dataset) -> list[str]:
             f"{fmt(v['var_sample'])}, within {fmt(v['var_within'])}, between repeats "
             f"{fmt(v['var_repeat'])}",
             f"  to resolve Δ = {fmt(v['delta'])} at alpha {at.get('alpha'):g} with power "
-            f"{at.get('power'):g} (now {fmt(v['power_now'])}): {by_n}; or {by_r}"]
+            f"{at.get('power'):g} (now {fmt(v['power_now'])}) by {at.get('test', 'z')}: {by_n}; "
+            f"or {by_r}"] + others(result)
+
+
+def others(result: xr.Dataset) -> list[str]:
+    """The report's line of every test's power at the planned n (none when it is not finite)."""
+    shown = [f"{t} {fmt(float(result[f'power_{t}']))}" for t in TESTS
+             if f"power_{t}" in result and math.isfinite(float(result[f"power_{t}"]))]
+    if not shown:
+        return []
+    return [f"  power at that n by each test: {', '.join(shown)}"]
 
 
 def _check_grid(grid: xr.Dataset, design, options: dict, where: str) -> None:
@@ -243,5 +367,7 @@ declare(plan, raced=False, needs=("fold",), text=describe, check_grid=_check_gri
                         "[a, b]; default the best and the runner-up by K-fold"),
                  Option("delta", None, number(), "difference e_a − e_b to resolve; default d̄"),
                  Option("alpha", 0.05, probability, "level of the two-sided test"),
-                 Option("power", 0.8, probability, "power against delta")],
-        results={**{v: () for v in SCALARS}, "difference_repeat": ("repeat",)})
+                 Option("power", 0.8, probability, "power against delta"),
+                 Option("test", "corrected_t", choice(*TESTS),
+                        "the test the study will run: the plan is for its power")],
+        results={**{v: () for v in SCALARS + POWERS}, "difference_repeat": ("repeat",)})
