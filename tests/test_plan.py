@@ -295,3 +295,24 @@ def test_plan_names_its_test_and_plans_for_it():
     at_z = rejected(n_z)
     assert abs(at_z - float(by_z["power_corrected_t"])) < 3 * mc_se + 0.03 and at_z < 0.65
     assert abs(rejected(n_t) - 0.8) < 3 * mc_se + 0.03
+
+
+def test_unstable_learners_are_flagged_stable_ones_are_not():
+    """A pilot of two 1-NN regressors (their differences move with the fold: instability share
+    ~0.25 in benchmarks/plan_instability.py, true Var(d̄) 1.8x the model's) warns that the power
+    is not promised; two ridge regressions (share ~0.01) do not. Fitted with scikit-learn."""
+    from cvflow.testing import fit_cube
+    from cvflow.workflow.params import Param
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(200, 4))
+    y = X[:, 0] + X[:, 1] + rng.normal(size=200)
+    design = simple_design(200, 5, repeats=2, seed=0)
+    knn = [Param("knn", "sklearn.neighbors.KNeighborsRegressor", hyper={"n_neighbors": 1, "p": p})
+           for p in (1, 2)]
+    ridge = [Param("ridge", "sklearn.linear_model.Ridge", hyper={"alpha": a}) for a in (0.1, 30.0)]
+    unstable = plan(fit_cube(X, y, knn, design), compare=[0, 1], delta=0.1)
+    stable = plan(fit_cube(X, y, ridge, design), compare=[0, 1], delta=0.1)
+    [w] = [w for w in json.loads(unstable.attrs["warnings"]) if w["code"] == "unstable_learners"]
+    assert w["instability"] > 0.1 and "the power is not promised" in w["message"]
+    assert "unstable_learners" not in codes(stable)

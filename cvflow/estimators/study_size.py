@@ -60,6 +60,14 @@ from .registry import Option, choice, declare, fmt, number, param_refs, probabil
 
 SCALARS = ("estimate", "delta", "var_sample", "var_within", "var_repeat", "se", "power_now",
            "samples_needed", "repeats_needed")
+# DESIGN CHOICE: the learners count as unstable, and the plan does not promise its power, when
+# a sample's difference moves with the fold it lands in by more than this share of its
+# variance, σ²_w / (σ²_s + σ²_w): the covariance between samples that shared training points
+# (Bengio & Grandvalet 2004), which the model leaves out, grows with the same sensitivity to
+# the training set. benchmarks/plan_instability.py (two learners of equal risk, n = 200,
+# 5 x 2): OLS 0.01 (true Var(d̄) 1.0x the model's), depth-2 trees 0.14, 1-NN 0.26 (1.8x),
+# full trees 0.56 (1.5x)
+UNSTABLE = 0.1
 # the paired tests a study can run on the planned design; compare_all's default first
 TESTS = ("corrected_t", "wald_cv", "z")
 POWERS = tuple(f"power_{t}" for t in TESTS)
@@ -275,6 +283,7 @@ def plan(cube: xr.Dataset, *, loss: str | None = None, compare=None, delta: floa
             powers = {f"power_{t}": test_power(t, v, out["samples_needed"], r, k, dlt, a_level)
                       for t in TESTS}
         warnings += _warnings(v, dlt, float(np.abs(d).max()), n, r, where)
+        warnings += _unstable(v, r, where)
         if not any(w["code"] == "no_finite_plan" for w in warnings):
             warnings += _unreachable(out, n, r, where)
         warnings += guardrails.skewed_differences(d, where)
@@ -306,13 +315,30 @@ def _warnings(v: dict, delta: float, scale: float, n: int, r: int, where: str) -
     if r == 1:
         out.append(guardrails.warning(
             "repeat_not_estimable", f"{where}: one repeat, so the between-repeat (fold "
-            "assignment) variance is not estimable and is taken as 0; samples are planned, "
-            "repeats are not: run a pilot with repeats ≥ 2 (better 5) to plan them"))
+            "assignment) variance is not estimable and is taken as 0, nor can the learners' "
+            "stability, which the power assumes, be measured; samples are planned, repeats "
+            "are not: run a pilot with repeats ≥ 2 (better 5) to plan them"))
     elif r < 5:
         out.append(guardrails.warning(
             "few_repeats", f"{where}: the between-repeat variance rests on {r} repeats "
             "(< 5): it is a rough estimate, and so is the plan", repeats=r))
     return out
+
+
+def _unstable(v: dict, r: int, where: str) -> list[dict]:
+    """``unstable_learners`` when a sample's difference moves with its fold by more than
+    :data:`UNSTABLE` of its variance (two repeats or more)."""
+    total = v["var_sample"] + v["var_within"]
+    share = v["var_within"] / total if r > 1 and total > 0 else 0.0
+    if share <= UNSTABLE:
+        return []
+    return [guardrails.warning(
+        "unstable_learners", f"{where}: the power is not promised: a sample's difference moves "
+        f"with the fold it lands in ({share:.0%} of its variance), so the learners are "
+        "unstable and the covariance between samples that shared training points, which the "
+        "plan's variance leaves out (Bengio & Grandvalet 2004), can make Var(d̄) larger than "
+        "planned (1.5-1.8x for 1-NN and full trees: docs/guide/comparisons.md)",
+        instability=share)]
 
 
 def _unreachable(out: dict, n: int, r: int, where: str) -> list[dict]:
