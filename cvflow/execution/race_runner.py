@@ -13,8 +13,10 @@ started the race and over its tests: a param is dropped at a look when its p-val
 the leader is at most ``alpha * share / (k * (k - 1))`` (:meth:`Race.cut`). The test is a
 finite-sample betting test for a bounded loss, whose looks in the first repeat are one
 anytime-valid test (``share`` 0.8 for each of them, the later looks sharing 0.2:
-:func:`sequence_looks`), and a skewness-corrected t-test for an unbounded one, every look a
-test (``share`` 1 / looks) (:mod:`cvflow.execution.racing_rule`, docs/guide/racing.md). The store keeps the race
+:func:`sequence_looks`), for a classification loss without a range the same betting test on
+each unit's range over the labels together with the t-test (both must reject), and a
+skewness-corrected t-test for an unbounded one, every look a test (``share`` 1 / looks)
+(:mod:`cvflow.execution.racing_rule`, docs/guide/racing.md). The store keeps the race
 (:meth:`Race.to_json`): per dropped param the stage, the leader, the test's p-value, and the
 mean difference, its standard error and z for reading.
 

@@ -15,7 +15,7 @@ samples, so they are not new units. The test assumes these unit observations ind
 a common mean, the difference of risks: exact for fixed predictors, and for learners the
 first-order statement of Bayle et al. (2020, Thm. 1 and 3, under loss stability).
 
-Two tests, chosen by what is known about the loss:
+The test is chosen by what is known about the loss:
 
 - **bounded** (the loss has a declared range, ``zero_one``, ``brier``, or ``racing.loss_range``):
   :func:`betting_p`, the inverse wealth of a mixture of bets on the differences (Waudby-Smith &
@@ -23,7 +23,13 @@ Two tests, chosen by what is known about the loss:
   Its p-value is valid at every sample size, whatever the skewness (Markov's inequality),
   under the unit assumption above, and over the first repeat's looks at once (Ville's
   inequality: the wealth is a supermartingale as units arrive).
-- **unbounded** (squared, log loss, ...): :func:`skew_corrected_p`, the t statistic through
+- **classification** (any other loss of a classification cube: log loss, hinge, a user's):
+  :func:`label_range_p`, the same bets on each unit's difference scaled by the range it can
+  take over the labels (:func:`label_ranges`, from the stored predictions), valid at every n
+  when the best param is no worse at every x (not under the weaker null above: the scale
+  depends on the covariates), together with :func:`skew_corrected_p` (without Cochran's
+  guard), asymptotic under the weaker null: the runner drops only when both reject.
+- **unbounded** (squared, absolute, ...): :func:`skew_corrected_p`, the t statistic through
   Hall's (1992) cubic transformation, which removes the O(n^-1/2) skewness term of its
   distribution. Valid only asymptotically: no test of a mean is valid at a finite n for every
   unbounded distribution (Bahadur & Savage 1956); benchmarks/racing_validity.py measures it.
