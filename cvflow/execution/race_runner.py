@@ -470,6 +470,11 @@ class Race:
             default=float)
 
 
+# DESIGN CHOICE: a classification race keeps every seen fit's loss at every label (param x repeat
+# x sample x class floats); beyond this many (400 MB) it falls back to the t-test and says so
+LABELLED_MOST = 50_000_000
+
+
 class StageReader:
     """The out-of-fold losses of a race's stages, read from the store as they land.
 
@@ -586,8 +591,15 @@ def run_stages(race: Race, *, path: str, done: np.ndarray, chunks: tuple[int, in
         if reader is None:
             reader = StageReader(path, race, loss)
             race.bounds = reader.bounds()
-            race.labelled = race.bounds is None and reader.labels() > 1
-            if race.bounds is None and not race.labelled:
+            classes = reader.labels()
+            race.labelled = (race.bounds is None and classes > 1
+                             and reader.losses.size * classes <= LABELLED_MOST)
+            if race.bounds is None and not race.labelled and classes > 1:
+                warnings.warn(f"racing on {loss}: {classes} classes x {reader.losses.size} "
+                              "losses are too many to keep at every label, so the race uses "
+                              "the asymptotic t-test; give racing.loss_range: [low, high] for a "
+                              "finite-sample guarantee", RacingWarning, stacklevel=2)
+            elif race.bounds is None and not race.labelled:
                 warnings.warn(f"racing on {loss}: an unbounded loss, so the chance of dropping "
                               "the best param is at most alpha only asymptotically (a "
                               "skewness-corrected t-test); give racing.loss_range: [low, high] "
