@@ -65,8 +65,8 @@ SCALARS = ("estimate", "delta", "var_sample", "var_within", "var_repeat", "se", 
 # variance, σ²_w / (σ²_s + σ²_w): the covariance between samples that shared training points
 # (Bengio & Grandvalet 2004), which the model leaves out, grows with the same sensitivity to
 # the training set. benchmarks/plan_instability.py (two learners of equal risk, n = 200,
-# 5 x 2): OLS 0.01 (true Var(d̄) 1.0x the model's), depth-2 trees 0.14, 1-NN 0.26 (1.8x),
-# full trees 0.56 (1.5x)
+# 5 x 2, 300 data sets): OLS 0.01 (true Var(d̄) 0.98x the model's, the z-test's level 4.7%),
+# depth-2 trees 0.16 (1.26x, 7.0%), 1-NN 0.27 (1.66x, 12.3%), full trees 0.54 (1.59x, 12.7%)
 UNSTABLE = 0.1
 # the paired tests a study can run on the planned design; compare_all's default first
 TESTS = ("corrected_t", "wald_cv", "z")
@@ -337,7 +337,7 @@ def _unstable(v: dict, r: int, where: str) -> list[dict]:
         f"with the fold it lands in ({share:.0%} of its variance), so the learners are "
         "unstable and the covariance between samples that shared training points, which the "
         "plan's variance leaves out (Bengio & Grandvalet 2004), can make Var(d̄) larger than "
-        "planned (1.5-1.8x for 1-NN and full trees: docs/guide/comparisons.md)",
+        "planned (1.3-1.7x for trees and 1-NN: docs/guide/comparisons.md)",
         instability=share)]
 
 
