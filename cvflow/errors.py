@@ -23,6 +23,11 @@ class RacingWarning(UserWarning):
     """A race whose promise holds only asymptotically (an unbounded loss, no declared range)."""
 
 
+class ComparisonWarning(UserWarning):
+    """A comparison of learners across data sets whose assumptions are weak here (few data sets,
+    ties, no per-data-set intervals): :func:`cvflow.estimators.compare_learners`."""
+
+
 class LockLostError(RuntimeError):
     """A run no longer holds its store's run lock: it stops writing (exit 1)."""
 

@@ -18,6 +18,8 @@ from .ustat import nadeau_bengio, ustat
 from .corrected_t import corrected_t
 from .bayes_t import bayes_t
 from .compare_all import compare_all
+# across data sets: a table (data sets x learners), not a cube; not a registered estimator
+from .compare_learners import LearnerComparison, compare_learners
 from .paired_5x2cv import paired_5x2cv
 from .bbc_cv import bbc_cv
 from .cv_confidence import cv_confidence
@@ -29,6 +31,7 @@ from .memory import fits_budget, is_lazy, load_if_small
 from ._cube import shared_terms
 
 __all__ = ["corrected_kfold", "kfold", "stability", "stability_nested", "nested_cv", "nested_compare", "bates_ncv",
-           "wald_cv", "ustat", "nadeau_bengio", "corrected_t", "bayes_t", "compare_all", "paired_5x2cv", "bbc_cv",
+           "wald_cv", "ustat", "nadeau_bengio", "corrected_t", "bayes_t", "compare_all",
+           "compare_learners", "LearnerComparison", "paired_5x2cv", "bbc_cv",
            "cv_confidence", "plan", "REGISTRY", "Estimator", "Option", "declare", "lookup", "fits_budget",
            "is_lazy", "load_if_small", "shared_terms"]

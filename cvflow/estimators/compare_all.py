@@ -12,8 +12,8 @@ letter are not significantly different, and any two params that are not signific
 different share a letter. Significance need not be transitive (a ~ b, b ~ c, a ≠ c gives
 a: "a", b: "ab", c: "b"), which is why a param may carry several letters.
 
-The numpy kernels (:func:`holm`, :func:`benjamini_hochberg`, :func:`letter_display`) are
-apart from the cube reader :func:`compare_all`.
+The numpy kernels (:func:`letter_display` here; :func:`holm` and :func:`benjamini_hochberg`
+in :mod:`cvflow.estimators.multiplicity`) are apart from the cube reader :func:`compare_all`.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from . import guardrails, np_roles
 from ._cube import role_terms
 from .cube_losses import loss_name
 from .labels import param_label, param_text, resolve_param
+from .multiplicity import benjamini_hochberg, holm
 from .memory import is_lazy, load_if_small
 from ._readers import fold_sizes
 from .split_scores import kfold_scores
@@ -48,32 +49,6 @@ CLUSTER_KEYS = ("estimate", "t_cluster", "p_value_cluster")
 
 # ---------------------------------------------------------------------------------------------
 # kernels
-
-
-def holm(p: np.ndarray) -> np.ndarray:
-    """Holm's step-down adjusted p-values: with p_(1) ≤ … ≤ p_(m),
-    p̃_(k) = max_{j ≤ k} min(1, (m − j + 1)·p_(j)). NaN stays NaN and does not count in m."""
-    p = np.asarray(p, dtype=np.float64)
-    out = np.full(p.shape, np.nan)
-    ok = np.flatnonzero(np.isfinite(p))
-    m = ok.size
-    order = ok[np.argsort(p[ok], kind="stable")]
-    scaled = (m - np.arange(m)) * p[order]
-    out[order] = np.minimum(1.0, np.maximum.accumulate(scaled)) if m else scaled
-    return out
-
-
-def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
-    """Benjamini–Hochberg's step-up adjusted p-values: with p_(1) ≤ … ≤ p_(m),
-    p̃_(k) = min_{j ≥ k} min(1, m·p_(j)/j). NaN stays NaN and does not count in m."""
-    p = np.asarray(p, dtype=np.float64)
-    out = np.full(p.shape, np.nan)
-    ok = np.flatnonzero(np.isfinite(p))
-    m = ok.size
-    order = ok[np.argsort(p[ok], kind="stable")]
-    scaled = m * p[order] / np.arange(1, m + 1)
-    out[order] = np.minimum(1.0, np.minimum.accumulate(scaled[::-1])[::-1]) if m else scaled
-    return out
 
 
 def _letter(k: int) -> str:
