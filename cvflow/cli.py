@@ -22,9 +22,18 @@ from .store.location import exists, resolve
 def cmd_validate(args) -> int:
     from .execution.preflight import check_cluster
     from .fitting.trial import check_learners
-    from .workflow.spec import load_workflow
+    from .workflow import suite
 
-    wf = load_workflow(args.workflow)
+    loaded = suite.load(args.workflow)
+    if isinstance(loaded, suite.Suite):
+        built = suite.build_all(loaded)
+        for i, (label, wf) in enumerate(loaded.workflows.items()):
+            check_learners(wf, built[label].data, f"{args.workflow}: data[{i}] ({label})")
+        fits = sum(len(b.params) * b.design.n_splits for b in built.values())
+        print(visible(f"{args.workflow}: valid suite of {len(built)} data sets "
+                      f"({', '.join(built)}); {fits} fits"))
+        return 0
+    wf = loaded
     if wf.execution.get("cluster") is not None:
         check_cluster(wf)         # the profile the workflow names (reads Dask's config)
     study = wf.build()
@@ -52,7 +61,11 @@ def cmd_run(args) -> int:
     from .store.cube import open_cube
     from .trust import workflow_code
 
-    wf = load_workflow(args.workflow)
+    from .workflow import suite
+
+    wf = suite.load(args.workflow)
+    if isinstance(wf, suite.Suite):
+        return _run_suite(wf, args)
     # every argument and path is checked by the run before the store is locked, created or
     # grown (cvflow.execution.preflight.check_run, once)
     result = engine.run(wf, store=args.store, cluster=args.cluster, workers=args.workers,
@@ -158,9 +171,49 @@ def _parse_set(items: list[str] | None) -> dict[str, dict]:
     return out
 
 
+def _run_suite(suite, args) -> int:
+    """``cvflow run`` of a suite: each data set's run, then the suite's report."""
+    from .execution.progress import Progress, summary_lines
+    from .execution.suite_run import run_suite
+    from .report import suite as suite_report
+    from .trust import workflow_code
+
+    results = run_suite(suite, store=args.store, cluster=args.cluster, workers=args.workers,
+                        overwrite=args.overwrite, dashboard_port=args.dashboard_port,
+                        progress=Progress(summary=False), tls=args.tls or None,
+                        cluster_options=args.cluster_option)
+    for label, result in results.items():
+        print(visible(f"== {label} =="))
+        print("\n".join(summary_lines(result)))
+    store = next(iter(results.values())).store.rsplit("/", 1)[0]
+    code = [c for wf in suite.workflows.values() for c in workflow_code(wf.config)]
+    print(visible(suite_report.text(suite_report.compute(store, trust_code=code)), multiline=True))
+    return 0
+
+
+def _report_suite(args) -> int:
+    """``cvflow report`` of a suite's store: the comparison first, then each data set."""
+    from .report import suite as suite_report
+
+    if args.html or (args.loss and len(args.loss) > 1) or args.estimators is not None \
+            or args.set or args.lambdas or args.compare or args.all_params:
+        raise InputError(f"{args.store}: a suite's report takes --json and one --loss for now; "
+                         f"report a data set alone with cvflow report {args.store}/<data set>")
+    result = suite_report.compute(args.store, loss=(args.loss or [None])[0], trust_code=args.trust)
+    if args.json:
+        print(json.dumps(suite_report.to_json(result)))
+    else:
+        print(visible(suite_report.text(result), multiline=True))
+    return 0
+
+
 def cmd_report(args) -> int:
     from .report import results as report
     from .store.cube import open_cube
+    from .store import suite as suite_store
+
+    if suite_store.datasets(args.store) is not None:
+        return _report_suite(args)
 
     if args.html:
         from .execution.preflight import check_output_file

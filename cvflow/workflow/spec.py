@@ -626,8 +626,18 @@ def _estimators(where: str, raw: Any, base: Path) -> list[tuple[str, dict]]:
 
 
 def load_workflow(path: str | Path) -> Workflow:
-    """Read and validate a workflow file (YAML). Raises InputError with a one-line message."""
+    """Read and validate a workflow file (YAML). Raises InputError with a one-line message
+    (a suite's file, ``data:`` a list, is :func:`cvflow.workflow.suite.load`'s)."""
     path = Path(path)
+    config = read_workflow_file(path)
+    if isinstance(config, dict) and isinstance(config.get("data"), list):
+        raise InputError(f"{path}: data: a list of data sets makes a suite; run it with cvflow "
+                         "run, or load it with cvflow.workflow.suite.load")
+    return parse_workflow(config, path)
+
+
+def read_workflow_file(path: Path) -> Any:
+    """The parsed YAML of a workflow file (InputError when it cannot be read or parsed)."""
     if not path.is_file():
         raise InputError(f"{path}: workflow file does not exist")
     try:
@@ -644,4 +654,4 @@ def load_workflow(path: str | Path) -> Workflow:
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise InputError(f"{path}: YAML does not parse{at}: {problem}") from None
-    return parse_workflow(config, path)
+    return config
