@@ -57,7 +57,6 @@ def cmd_run(args) -> int:
         dask.config.set({"logging.distributed": "error"})
     from .execution import run as engine
     from .report import results as report
-    from .workflow.spec import load_workflow
     from .store.cube import open_cube
     from .trust import workflow_code
 

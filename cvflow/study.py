@@ -297,9 +297,9 @@ class Study:
         return (f"valid; {len(built.params)} params x {built.design.n_splits} splits = "
                 f"{len(built.params) * built.design.n_splits} fits")
 
-    def run(self, X, y, groups=None, *, sample_weight=None, store=None, cluster=None,
+    def run(self, X, y=None, groups=None, *, sample_weight=None, store=None, cluster=None,
             workers=None, overwrite=False, client=None, progress=None,
-            fit_params=None, fit_hooks=None) -> "StudyResult":
+            fit_params=None, fit_hooks=None):
         """Fit every (param, split) not yet in ``store`` and return the results over it.
 
         Goes through :func:`cvflow.execution.run.run` exactly as ``cvflow run`` does (the same
@@ -308,9 +308,24 @@ class Study:
         default the execution choice, a progress bar (notebook-aware with tqdm) and a summary
         on stderr; ``progress=False`` runs silently. ``fit_params`` and ``fit_hooks`` as
         :meth:`workflow`'s.
+
+        A suite: ``X`` a dict ``{name: (X, y)}`` (or ``(X, y, groups)``) and no ``y``. Every
+        data set is validated (and its learners trial-fitted) before any runs, then each runs
+        into ``<store>/<name>`` as a suite's file does (:func:`cvflow.execution.suite_run.run_suite`);
+        returns ``{name: StudyResult}``, and ``cvflow report <store>`` compares the learners
+        across the data sets.
         """
         from .execution.run import run
 
+        if isinstance(X, dict):
+            if y is not None or groups is not None or sample_weight is not None or fit_hooks:
+                raise InputError("Study.run: a dict of data sets carries each one's (X, y[, groups]); "
+                                 "give no y, groups, sample_weight or fit_hooks beside it")
+            return self._run_suite(X, store=store, cluster=cluster, workers=workers,
+                                   overwrite=overwrite, client=client, progress=progress,
+                                   fit_params=fit_params)
+        if y is None:
+            raise InputError("Study.run: y is missing; give run(X, y) or run({name: (X, y)})")
         wf = self.workflow(X, y, groups, sample_weight=sample_weight, fit_params=fit_params,
                            fit_hooks=fit_hooks)
         path = Path(store) if store is not None else Path(f"{self.name}.zarr")
@@ -320,6 +335,40 @@ class Study:
         # this study is code: the names it holds are trusted in its results, nothing else
         return StudyResult(path, run=done, loss=wf.loss, trust_code=list(workflow_code(wf.config)),
                            params=wf.params)
+
+    def _run_suite(self, datasets: dict, *, store, fit_params, **options) -> dict:
+        """Study.run over ``{name: (X, y[, groups])}``: validated first, then one run each."""
+        from .execution.run import run
+        from .fitting.trial import check_learners
+        from .store import suite as suite_store
+        from .workflow.suite import LABEL
+
+        if not datasets:
+            raise InputError("Study.run: an empty dict of data sets; give {name: (X, y)}")
+        workflows = {}
+        for name, value in datasets.items():
+            where = f"Study.run: data set {name!r}"
+            if not isinstance(name, str) or not LABEL.match(name):
+                raise InputError(f"{where}: a data set's name names its cube; use letters, digits, "
+                                 "'_', '.', '-'")
+            if not isinstance(value, tuple) or len(value) not in (2, 3):
+                raise InputError(f"{where}: {type(value).__name__}; give (X, y) or (X, y, groups)")
+            try:
+                wf = self.workflow(*value, fit_params=fit_params)
+                built = wf.build()
+                check_learners(wf, built.data, str(wf.path))
+            except InputError as exc:
+                raise InputError(f"{where}: {exc}") from None
+            workflows[name] = wf
+        path = Path(store) if store is not None else Path(f"{self.name}.zarr")
+        root = suite_store.create(path, self.name, list(workflows))
+        out = {}
+        for name, wf in workflows.items():
+            member = suite_store.member(root, name)
+            done = run(wf, store=member, **options)
+            out[name] = StudyResult(member, run=done, loss=wf.loss,
+                                    trust_code=list(workflow_code(wf.config)), params=wf.params)
+        return out
 
     # -- files ---------------------------------------------------------------------------------
 

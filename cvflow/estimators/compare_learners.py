@@ -167,7 +167,7 @@ class LearnerComparison:
         for j in order:
             lines.append(f"  {fmt(float(self.mean_rank[j])):>6}  {learners[j]}")
         lines += [f"Friedman χ² = {fmt(float(fr['statistic']))} (df {int(fr['df'])}), p = "
-                  f"{fmt(float(fr['p_value']))}; Iman-Davenport F = {fmt(float(fr['f']))} "
+                  f"{fmt(float(fr['p_value']))}; Iman-Davenport F = {_number(float(fr['f']))} "
                   f"({int(fr['f_df1'])}, {int(fr['f_df2'])}), p = {fmt(float(fr['f_p_value']))}",
                   f"Nemenyi critical difference of mean ranks at alpha {fmt(alpha)}: "
                   f"{fmt(float(nem['critical_difference']))}",
@@ -190,6 +190,11 @@ class LearnerComparison:
         lines.append(f"hierarchical model: {self.hierarchical}")
         lines += [f"warning: {w['message']}" for w in self.warnings]
         return lines
+
+
+def _number(x: float) -> str:
+    """fmt, with an infinite F (every data set ranks the learners alike) shown as inf."""
+    return "inf" if x == float("inf") else fmt(x)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -59,6 +59,8 @@ def entry_label(entry: dict, i: int, where: str) -> str:
 def _message(exc: InputError, where: str, i: int, label: str) -> str:
     text = str(exc)
     rest = text[len(where) + 2:] if text.startswith(f"{where}: ") else text
+    if rest.startswith("data.") and "unknown key" in rest:
+        rest += ", and in a suite label, " + ", ".join(OVERRIDES)
     return f"{where}: data[{i}] ({label}): {rest}"
 
 

@@ -1,0 +1,175 @@
+"""Suites (data: a list): validation naming the bad entry before anything runs, one store with a
+cube per data set equal to the single-data-set run's, Study.run over a dict, and the suite's
+report recomputed with scipy / scikit-posthocs / baycomp."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import yaml
+from scipy import stats
+
+import cvflow
+from cvflow.errors import InputError
+from cvflow.execution.run import run
+from cvflow.execution.suite_run import run_suite
+from cvflow.store import suite as suite_store
+from cvflow.workflow import suite
+from cvflow.workflow.spec import load_workflow
+
+from cvtest import run_cli
+
+SUITE = """\
+name: mini
+data:
+  - {source: sklearn, name: diabetes}
+  - {source: synthetic, name: linear, params: {n: 60, p: 4}, label: lin}
+  - {source: synthetic, name: linear, params: {n: 70, p: 6}, seed: 5, label: lin5}
+  - {source: synthetic, name: sparse_linear, params: {n: 60, p: 8}, seed: 7, label: sparse7,
+     design: {folds: 4}}
+  - {source: synthetic, name: sparse_linear, params: {n: 50, p: 5}, seed: 9, label: sparse9}
+  - {source: synthetic, name: linear, params: {n: 50, p: 3}, seed: 11, label: lin11}
+learners:
+  - name: ridge
+    class: sklearn.linear_model.Ridge
+    grid: {alpha: [0.1, 10.0]}
+  - name: lasso
+    class: sklearn.linear_model.Lasso
+    grid: {alpha: [0.1]}
+  - name: knn
+    class: sklearn.neighbors.KNeighborsRegressor
+    grid: {n_neighbors: [5]}
+design: {folds: 5, repeats: 1, seed: 0}
+estimators: [kfold]
+execution: {cluster: threads, workers: 1}
+"""
+
+
+def _write(tmp_path: Path, text: str = SUITE) -> Path:
+    path = tmp_path / "suite.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_list_of_data_makes_a_suite_and_a_mapping_stays_one_study(tmp_path):
+    loaded = suite.load(_write(tmp_path))
+    assert isinstance(loaded, suite.Suite)
+    assert loaded.datasets == ["diabetes", "lin", "lin5", "sparse7", "sparse9", "lin11"]
+    assert loaded.workflows["sparse7"].config["design"]["folds"] == 4        # the entry's override
+    assert loaded.workflows["lin"].config["design"]["folds"] == 5
+    one = tmp_path / "one.yaml"
+    config = yaml.safe_load(SUITE)
+    config["data"] = config["data"][0]
+    one.write_text(yaml.safe_dump(config))
+    assert not isinstance(suite.load(one), suite.Suite)
+    with pytest.raises(InputError, match="data: a list of data sets makes a suite"):
+        load_workflow(_write(tmp_path))
+
+
+@pytest.mark.parametrize("entry, message", [
+    ("{source: sklearn, name: diabetes, target: nope}", None),          # at build: data loading
+    ("{source: sklearn, name: diabetes, colour: red}",
+     r"data\[1\] \(diabetes\): data.colour: unknown key.*and in a suite label, design"),
+    ("{source: csv, path: x.csv}", r"data\[1\]: has no name"),
+    ("{source: synthetic, name: linear}", r"data\[1\]: the data set name 'linear' is also data\[0\]'s"),
+    ("{source: sklearn, name: 'no such'}", r"data\[1\].name: 'no such' cannot name"),
+])
+def test_a_bad_entry_is_refused_naming_it_before_anything_runs(tmp_path, entry, message):
+    text = ("name: bad\ndata:\n  - {source: synthetic, name: linear}\n  - " + entry + "\nlearners:"
+            + SUITE.split("learners:")[1])
+    path = _write(tmp_path, text)
+    store = tmp_path / "bad.zarr"
+    if message is None:                        # the file parses; loading the data set fails
+        with pytest.raises(InputError, match=r"data\[1\] \(diabetes\): data.target: .*nope"):
+            run_suite(suite.load(path), store=store, progress=False)
+    else:
+        with pytest.raises(InputError, match=message):
+            suite.load(path)
+    assert not store.exists()                  # nothing ran, no store made
+    res = run_cli("validate", path)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "data[1]" in res.stderr
+
+
+def test_each_cube_equals_its_single_data_set_run_and_opens_alone(tmp_path):
+    loaded = suite.load(_write(tmp_path))
+    store = tmp_path / "mini.zarr"
+    results = run_suite(loaded, store=store, progress=False)
+    assert list(results) == loaded.datasets
+    assert suite_store.datasets(store) == loaded.datasets
+    for label in ("lin", "sparse7"):
+        config = yaml.safe_load(SUITE)
+        entry = next(e for e in config["data"] if e.get("label", e["name"]) == label)
+        if "design" in entry:
+            config["design"] = {**config["design"], **entry.pop("design")}
+        entry.pop("label", None)
+        config.update(name=label, data=entry)
+        single = tmp_path / f"{label}.yaml"
+        single.write_text(yaml.safe_dump(config))
+        run(load_workflow(single), store=tmp_path / f"{label}.zarr", progress=False)
+        alone, member = cvflow.open(tmp_path / f"{label}.zarr"), cvflow.open(store / label)
+        for name in ("pred", "y", "fold"):
+            np.testing.assert_array_equal(member[name].values, alone[name].values)
+    tree = xr.open_datatree(store, engine="zarr", consolidated=False)
+    assert set(tree.children) == set(loaded.datasets)
+    # a member is a cube every tool reads: report it alone
+    res = run_cli("report", store / "lin", "--json")
+    assert res.returncode == 0, res.stderr
+    assert "kfold" in json.loads(res.stdout)
+
+
+def test_suite_report_leads_with_the_comparison_and_recomputes_with_references(tmp_path):
+    sp = pytest.importorskip("scikit_posthocs")
+    baycomp = pytest.importorskip("baycomp")
+    path = _write(tmp_path)
+    res = run_cli("run", path, "--store", tmp_path / "mini.zarr", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.index("== lin ==") < res.stdout.index("suite mini")
+    text = run_cli("report", tmp_path / "mini.zarr")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0] == "suite mini: 6 data sets, loss squared"
+    assert lines[1].startswith("3 learners on 6 data sets")
+    assert text.stdout.index("Friedman") < text.stdout.index("== data set diabetes ==")
+    assert "optimistic" in text.stdout and "tuned here: ridge" in text.stdout
+    out = json.loads(run_cli("report", tmp_path / "mini.zarr", "--json").stdout)
+    assert sorted(out["datasets"]) == sorted(["diabetes", "lin", "lin5", "sparse7", "sparse9", "lin11"])
+    learners = out["suite"]["learners"]
+    table = np.array([[out["suite"]["estimates"][d][k] for k in learners] for d in out["suite"]["datasets"]])
+    # the table: each learner's best K-fold estimate, as the data set's own kfold result says
+    for d, row in zip(out["suite"]["datasets"], table):
+        kfold = out["datasets"][d]["kfold"]
+        est, labels = kfold["estimate"]["values"], [str(v) for v in kfold["coords"]["learner"]["values"]]
+        for k, value in zip(learners, row):
+            assert value == pytest.approx(min(e for e, lab in zip(est, labels) if lab == k))
+    ref = stats.friedmanchisquare(*table.T)
+    assert out["suite"]["friedman"]["statistic"] == pytest.approx(ref.statistic)
+    assert out["suite"]["friedman"]["p_value"] == pytest.approx(ref.pvalue)
+    np.testing.assert_allclose(out["suite"]["nemenyi"]["p_value"], sp.posthoc_nemenyi_friedman(table).to_numpy())
+    for pair in out["suite"]["bayes_signed_rank"]["pairs"]:
+        i, j = learners.index(pair["a"]), learners.index(pair["b"])
+        p = baycomp.SignedRankTest.probs(-table[:, i], -table[:, j], 0, nsamples=50000, random_state=0)
+        assert (pair["p_a_better"], pair["p_b_better"]) == pytest.approx(tuple(p), abs=1e-12)
+
+
+def test_study_run_over_a_dict_of_data_sets(tmp_path):
+    from sklearn.datasets import make_regression
+    from sklearn.linear_model import Lasso, Ridge
+
+    data = {f"d{i}": make_regression(40 + 10 * i, 4, noise=5.0, random_state=i)[:2] for i in range(3)}
+    study = cvflow.Study({"ridge": (Ridge(), {"alpha": [1.0]}), "lasso": (Lasso(), {"alpha": [1.0]})},
+                         cv=4, name="py")
+    out = study.run(data, store=tmp_path / "py.zarr", progress=False, cluster="threads")
+    assert list(out) == ["d0", "d1", "d2"]
+    assert suite_store.datasets(tmp_path / "py.zarr") == ["d0", "d1", "d2"]
+    alone = study.run(*data["d1"], store=tmp_path / "d1.zarr", progress=False, cluster="threads")
+    np.testing.assert_array_equal(cvflow.open(tmp_path / "py.zarr" / "d1")["pred"].values,
+                                  cvflow.open(alone.store)["pred"].values)
+    bad = dict(data, d3=(np.ones((5, 2)), np.ones(4)))
+    with pytest.raises(InputError, match="Study.run: data set 'd3': "):
+        study.run(bad, store=tmp_path / "bad.zarr", progress=False, cluster="threads")
+    assert not (tmp_path / "bad.zarr").exists()
+    with pytest.raises(InputError, match="give no y"):
+        study.run(data, np.ones(3))
