@@ -194,13 +194,17 @@ def _report_suite(args) -> int:
     """``cvflow report`` of a suite's store: the comparison first, then each data set."""
     from .report import suite as suite_report
 
-    if args.html or (args.loss and len(args.loss) > 1) or args.estimators is not None \
+    if (args.loss and len(args.loss) > 1) or args.estimators is not None \
             or args.set or args.lambdas or args.compare or args.all_params:
-        raise InputError(f"{args.store}: a suite's report takes --json and one --loss for now; "
-                         f"report a data set alone with cvflow report {args.store}/<data set>")
+        raise InputError(f"{args.store}: a suite's report takes --json, --html and one --loss for "
+                         f"now; report a data set alone with cvflow report {args.store}/<data set>")
     result = suite_report.compute(args.store, loss=(args.loss or [None])[0], trust_code=args.trust)
+    if args.html:
+        written = suite_report.write_html(result, args.html)
     if args.json:
         print(json.dumps(suite_report.to_json(result)))
+    elif args.html:
+        print(visible(f"{args.store}: HTML report written to {written}"))
     else:
         print(visible(suite_report.text(result), multiline=True))
     return 0
@@ -211,13 +215,12 @@ def cmd_report(args) -> int:
     from .store.cube import open_cube
     from .store import suite as suite_store
 
-    if suite_store.datasets(args.store) is not None:
-        return _report_suite(args)
-
     if args.html:
         from .execution.preflight import check_output_file
 
         check_output_file(args.html, "--html")
+    if suite_store.datasets(args.store) is not None:
+        return _report_suite(args)
     losses = args.loss or [None]
     if args.html and len(losses) > 1:
         raise InputError(f"--html: the page draws one loss, got {len(losses)} (--loss "

@@ -173,3 +173,26 @@ def test_study_run_over_a_dict_of_data_sets(tmp_path):
     assert not (tmp_path / "bad.zarr").exists()
     with pytest.raises(InputError, match="give no y"):
         study.run(data, np.ones(3))
+
+
+def test_critical_difference_bars_join_exactly_the_maximal_runs_within_cd():
+    from cvflow.report.plots.suite import cliques
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        ranks = np.sort(rng.uniform(1, 6, size=rng.integers(2, 8)))
+        cd = float(rng.uniform(0.2, 3))
+        # brute force: every run i..j (j > i) of the sorted ranks within cd, not inside another
+        runs = [(i, j) for i in range(ranks.size) for j in range(i + 1, ranks.size) if ranks[j] - ranks[i] < cd]
+        maximal = [(i, j) for i, j in runs if not any((a, b) != (i, j) and a <= i and j <= b for a, b in runs)]
+        assert sorted(cliques(rng.permutation(ranks), cd)) == sorted(maximal)
+
+
+def test_suite_html_draws_the_diagram_and_the_dots(tmp_path):
+    loaded = suite.load(_write(tmp_path))
+    store = tmp_path / "mini.zarr"
+    run_suite(loaded, store=store, progress=False)
+    res = run_cli("report", store, "--html", tmp_path / "page.html")
+    assert res.returncode == 0, res.stderr
+    page = (tmp_path / "page.html").read_text()
+    assert '"critical-difference"' in page and '"datasets-dots"' in page and "Data set sparse9" in page

@@ -286,7 +286,7 @@ def compare_learners(table, *, better: Better = "lower", control: str | None = N
     control : str, optional
         The learner the others are tested against (Holm); default the best mean rank.
     se : same shape as ``table``, optional
-        Per-data-set standard errors; a win or loss needs |a − b| > z · sqrt(se_a² + se_b²).
+        Per-data-set standard errors; a win or loss needs abs(a − b) > z · sqrt(se_a² + se_b²).
     lower, upper : same shape as ``table``, optional
         Per-data-set intervals; a win or loss needs the two intervals not to overlap.
     folds : xarray.DataArray, optional

@@ -9,10 +9,12 @@ of a tuned learner).
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import xarray as xr
+from markupsafe import Markup
 
 from ..errors import ComparisonWarning, InputError
 from ..estimators import compare_learners
@@ -20,6 +22,8 @@ from ..estimators.losses import get_loss
 from ..store import suite as suite_store
 from ..store.cube import open_cube
 from . import results as report
+from .page import div, heading
+from .plots.suite import critical_difference_figure, dots_figure
 
 SELECTION = ("each learner enters a data set with the K-fold estimate of the setting K-fold "
              "selects; for a learner with a grid this minimum is optimistic (nested CV gives "
@@ -109,3 +113,41 @@ def to_json(suite: dict) -> dict:
         "datasets": {label: report.to_json(results, cube)
                      for label, (cube, results) in suite["datasets"].items()},
     }
+
+
+def write_html(suite: dict, path: str | Path) -> Path:
+    """The suite's self-contained HTML page: the comparison across data sets (its text, the
+    critical-difference diagram named ``critical-difference``), each data set's estimates with
+    ± 1.96 se as dots (``datasets-dots``), then each data set's text report (``cvflow report
+    <store>/<data set> --html`` draws one data set's page)."""
+    from bokeh.embed import file_html
+    from bokeh.resources import INLINE
+
+    path = Path(path)
+    path.write_text(file_html(build_layout(suite), INLINE, title=f"cvflow suite report: {suite['name']}"),
+                    encoding="utf-8")
+    return path
+
+
+def build_layout(suite: dict):
+    """The suite's page as a bokeh column (:func:`write_html`)."""
+    from bokeh.layouts import column
+
+    comparison = suite["comparison"]
+    est, se = suite["estimates"], suite["se"]
+    answer = comparison.describe() if comparison is not None else [f"no comparison: {suite['why']}"]
+    if suite["tuned"]:
+        answer.append(f"note: {SELECTION} (tuned here: {', '.join(suite['tuned'])})")
+    items = [div(heading(f"Suite {suite['name']}: {len(suite['datasets'])} data sets, loss {suite['loss']}")
+                 + heading("The answer across data sets")
+                 + Markup("<pre>{}</pre>").format("\n".join(answer)))]
+    if comparison is not None:
+        items.append(critical_difference_figure(
+            {str(k): float(v) for k, v in zip(comparison.mean_rank["learner"].values,
+                                              comparison.mean_rank.values)},
+            float(comparison.nemenyi["critical_difference"]), float(comparison.friedman.attrs["alpha"])))
+    items.append(dots_figure(est.to_numpy(), (est - 1.96 * se).to_numpy(), (est + 1.96 * se).to_numpy(),
+                             [str(c) for c in est.columns], [str(i) for i in est.index], loss=suite["loss"]))
+    for label, (cube, results) in suite["datasets"].items():
+        items.append(div(heading(f"Data set {label}") + Markup("<pre>{}</pre>").format(report.text(cube, results))))
+    return column(*items)
