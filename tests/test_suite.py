@@ -196,3 +196,19 @@ def test_suite_html_draws_the_diagram_and_the_dots(tmp_path):
     assert res.returncode == 0, res.stderr
     page = (tmp_path / "page.html").read_text()
     assert '"critical-difference"' in page and '"datasets-dots"' in page and "Data set sparse9" in page
+
+
+def test_adding_a_data_set_fits_only_its_cells(tmp_path):
+    config = yaml.safe_load(SUITE)
+    config["data"] = config["data"][1:3]
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(config))
+    store = tmp_path / "grow.zarr"
+    first = run_suite(suite.load(path), store=store, progress=False)
+    assert all(r.fits_executed > 0 for r in first.values())
+    config["data"] = yaml.safe_load(SUITE)["data"][1:4]
+    path.write_text(yaml.safe_dump(config))
+    second = run_suite(suite.load(path), store=store, progress=False)
+    assert [second[k].fits_executed for k in ("lin", "lin5")] == [0, 0]
+    assert second["sparse7"].fits_executed == second["sparse7"].total_fits > 0
+    assert suite_store.datasets(store) == ["lin", "lin5", "sparse7"]
