@@ -97,8 +97,16 @@ def cmd_status(args) -> int:
     from .report import results as report
     from .store.group import is_store
 
+    from .store import suite as suite_store
+
     if not exists(resolve(args.store)):
         raise InputError(f"store: {args.store} does not exist")
+    members = suite_store.datasets(args.store)
+    if members is not None:          # a suite: each data set's status, in the workflow's order
+        infos = {label: report.status(suite_store.member(args.store, label)) for label in members}
+        print(json.dumps(infos) if args.json else "\n\n".join(
+            f"== {visible(label)} ==\n{report.format_status(info)}" for label, info in infos.items()))
+        return 1 if any(info.get("damaged") for info in infos.values()) else 0
     if not is_store(args.store):
         raise InputError(f"store: {args.store} exists but is not a cvflow store")
     info = report.status(args.store)
@@ -108,7 +116,14 @@ def cmd_status(args) -> int:
 
 def cmd_verify(args) -> int:
     from .store.damage import verify
+    from .store import suite as suite_store
 
+    members = suite_store.datasets(args.store)
+    if members is not None:          # a suite: each data set's cube verified
+        checked = {label: verify(suite_store.member(args.store, label)) for label in members}
+        print(json.dumps({label: f.to_json() for label, f in checked.items()}) if args.json
+              else "\n".join(f"== {visible(label)} ==\n{f.text()}" for label, f in checked.items()))
+        return 0 if all(f.ok for f in checked.values()) else 1
     found = verify(args.store)
     print(json.dumps(found.to_json()) if args.json else found.text())
     return 0 if found.ok else 1

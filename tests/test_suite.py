@@ -212,3 +212,20 @@ def test_adding_a_data_set_fits_only_its_cells(tmp_path):
     assert [second[k].fits_executed for k in ("lin", "lin5")] == [0, 0]
     assert second["sparse7"].fits_executed == second["sparse7"].total_fits > 0
     assert suite_store.datasets(store) == ["lin", "lin5", "sparse7"]
+
+
+def test_status_verify_and_open_on_a_suite_store(tmp_path):
+    config = yaml.safe_load(SUITE)
+    config["data"] = config["data"][1:3]
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(config))
+    store = tmp_path / "two.zarr"
+    run_suite(suite.load(path), store=store, progress=False)
+    status = run_cli("status", store, "--json")
+    assert status.returncode == 0, status.stderr
+    info = json.loads(status.stdout)
+    assert list(info) == ["lin", "lin5"] and all(v["done"] == v["total"] for v in info.values())
+    verify = run_cli("verify", store, "--json")
+    assert verify.returncode == 0 and set(json.loads(verify.stdout)) == {"lin", "lin5"}
+    with pytest.raises(cvflow.errors.StoreError, match="is a suite's store; open one data set's cube"):
+        cvflow.open(store)

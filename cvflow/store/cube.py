@@ -55,6 +55,7 @@ import numpy as np
 import xarray as xr
 
 from . import attributes, integrity
+from . import suite
 from .coords import RESERVED, hyperparameter_coord, param_coords  # noqa: F401 - the schema
 from .damage import listed_damage
 from .damage import verify  # noqa: F401 - cvflow.store.cube.verify, as the docs name it
@@ -107,6 +108,10 @@ def _open_cube(location: str, scores: bool) -> xr.Dataset:
                 _raise_first_damage(location, exclude=LAZY_VARIABLES)
             cube = None
     if cube is None or FORMAT_ATTR not in cube.attrs:
+        members = suite.datasets(location)
+        if members:
+            raise StoreError(f"store: {location} is a suite's store; open one data set's cube, "
+                             f"e.g. {suite.member(location, members[0])}")
         raise StoreError(f"store: {location} exists but is not a cvflow store")
     if not scores:
         cube = cube.drop_vars([n for n in integrity.SCORE_VARIABLES if n in cube.variables])
