@@ -309,21 +309,15 @@ class Study:
         on stderr; ``progress=False`` runs silently. ``fit_params`` and ``fit_hooks`` as
         :meth:`workflow`'s.
 
-        A suite: ``X`` a dict ``{name: (X, y)}`` (or ``(X, y, groups)``) and no ``y``. Every
-        data set is validated (and its learners trial-fitted) before any runs, then each runs
-        into ``<store>/<name>`` as a suite's file does (:func:`cvflow.execution.suite_run.run_suite`);
-        returns ``{name: StudyResult}``, and ``cvflow report <store>`` compares the learners
-        across the data sets.
+        A suite: ``X`` a dict ``{name: (X, y[, groups])}``, no ``y``: all validated first, each run
+        into ``<store>/<name>`` (:mod:`cvflow.execution.suite_run`); returns ``{name: StudyResult}``.
         """
         from .execution.run import run
 
         if isinstance(X, dict):
-            if y is not None or groups is not None or sample_weight is not None or fit_hooks:
-                raise InputError("Study.run: a dict of data sets carries each one's (X, y[, groups]); "
-                                 "give no y, groups, sample_weight or fit_hooks beside it")
-            return self._run_suite(X, store=store, cluster=cluster, workers=workers,
-                                   overwrite=overwrite, client=client, progress=progress,
-                                   fit_params=fit_params)
+            return self._run_suite(X, (y, groups, sample_weight, fit_hooks), store=store,
+                                   cluster=cluster, workers=workers, overwrite=overwrite,
+                                   client=client, progress=progress, fit_params=fit_params)
         if y is None:
             raise InputError("Study.run: y is missing; give run(X, y) or run({name: (X, y)})")
         wf = self.workflow(X, y, groups, sample_weight=sample_weight, fit_params=fit_params,
@@ -336,39 +330,30 @@ class Study:
         return StudyResult(path, run=done, loss=wf.loss, trust_code=list(workflow_code(wf.config)),
                            params=wf.params)
 
-    def _run_suite(self, datasets: dict, *, store, fit_params, **options) -> dict:
+    def _run_suite(self, datasets: dict, beside: tuple, *, store, fit_params, **options) -> dict:
         """Study.run over ``{name: (X, y[, groups])}``: validated first, then one run each."""
-        from .execution.run import run
-        from .fitting.trial import check_learners
+        from .execution.suite_run import run_workflows
         from .store import suite as suite_store
         from .workflow.suite import LABEL
 
-        if not datasets:
-            raise InputError("Study.run: an empty dict of data sets; give {name: (X, y)}")
-        workflows = {}
+        if not datasets or any(v is not None for v in beside):
+            raise InputError("Study.run: give a dict {name: (X, y[, groups])} and no other data argument")
+        workflows, where = {}, {}
         for name, value in datasets.items():
-            where = f"Study.run: data set {name!r}"
-            if not isinstance(name, str) or not LABEL.match(name):
-                raise InputError(f"{where}: a data set's name names its cube; use letters, digits, "
-                                 "'_', '.', '-'")
-            if not isinstance(value, tuple) or len(value) not in (2, 3):
-                raise InputError(f"{where}: {type(value).__name__}; give (X, y) or (X, y, groups)")
+            where[name] = f"Study.run: data set {name!r}"
             try:
-                wf = self.workflow(*value, fit_params=fit_params)
-                built = wf.build()
-                check_learners(wf, built.data, str(wf.path))
+                if not isinstance(name, str) or not LABEL.match(name):
+                    raise InputError("a data set's name names its cube; use letters, digits, '_', '.', '-'")
+                if not isinstance(value, tuple) or len(value) not in (2, 3):
+                    raise InputError(f"{type(value).__name__}; give (X, y) or (X, y, groups)")
+                workflows[name] = self.workflow(*value, fit_params=fit_params)
             except InputError as exc:
-                raise InputError(f"{where}: {exc}") from None
-            workflows[name] = wf
+                raise InputError(f"{where[name]}: {exc}") from None
         path = Path(store) if store is not None else Path(f"{self.name}.zarr")
-        root = suite_store.create(path, self.name, list(workflows))
-        out = {}
-        for name, wf in workflows.items():
-            member = suite_store.member(root, name)
-            done = run(wf, store=member, **options)
-            out[name] = StudyResult(member, run=done, loss=wf.loss,
-                                    trust_code=list(workflow_code(wf.config)), params=wf.params)
-        return out
+        done = run_workflows(workflows, name=self.name, where=where, store=path, **options)
+        return {name: StudyResult(suite_store.member(path, name), run=done[name], loss=wf.loss,
+                                  trust_code=list(workflow_code(wf.config)), params=wf.params)
+                for name, wf in workflows.items()}
 
     # -- files ---------------------------------------------------------------------------------
 

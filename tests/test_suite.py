@@ -171,7 +171,7 @@ def test_study_run_over_a_dict_of_data_sets(tmp_path):
     with pytest.raises(InputError, match="Study.run: data set 'd3': "):
         study.run(bad, store=tmp_path / "bad.zarr", progress=False, cluster="threads")
     assert not (tmp_path / "bad.zarr").exists()
-    with pytest.raises(InputError, match="give no y"):
+    with pytest.raises(InputError, match="and no other data argument"):
         study.run(data, np.ones(3))
 
 

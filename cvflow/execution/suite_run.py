@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 
+from ..errors import InputError
 from ..fitting.trial import check_learners
 from ..store import suite as suite_store
-from ..workflow.suite import Suite, build_all
+from ..workflow.spec import Workflow
+from ..workflow.suite import Suite
 from .run import RunResult, run
 
 
@@ -24,11 +26,24 @@ def run_suite(suite: Suite, *, store: str | os.PathLike | None = None, **options
     and each data set runs into ``<store>/<data set>`` with ``options`` (those of
     :func:`cvflow.execution.run.run`). Returns data set -> RunResult, in the file's order.
     """
-    built = build_all(suite)
-    for i, (label, wf) in enumerate(suite.workflows.items()):
-        if wf.execution.get("trial_fits", True):
-            check_learners(wf, built[label].data, f"{suite.path}: data[{i}] ({label})")
-    root = suite_store.create(store if store is not None else f"{suite.name}.zarr", suite.name,
-                              suite.datasets)
+    where = {label: f"{suite.path}: data[{i}] ({label})" for i, label in enumerate(suite.datasets)}
+    return run_workflows(suite.workflows, name=suite.name, where=where,
+                         store=store if store is not None else f"{suite.name}.zarr", **options)
+
+
+def run_workflows(workflows: dict[str, Workflow], *, name: str, where: dict[str, str],
+                  store: str | os.PathLike, **options) -> dict[str, RunResult]:
+    """Validate every workflow on its data (build, trial fits; an InputError is prefixed with
+    ``where[label]``), then create the suite's root group and run each into its member."""
+    for label, wf in workflows.items():
+        try:
+            built = wf.build()
+            if wf.execution.get("trial_fits", True):
+                check_learners(wf, built.data, str(wf.path))
+        except InputError as exc:
+            text = str(exc)
+            rest = text[len(str(wf.path)) + 2:] if text.startswith(f"{wf.path}: ") else text
+            raise InputError(f"{where[label]}: {rest}") from None
+    root = suite_store.create(store, name, list(workflows))
     return {label: run(wf, store=suite_store.member(root, label), **options)
-            for label, wf in suite.workflows.items()}
+            for label, wf in workflows.items()}
