@@ -213,7 +213,8 @@ def _report_suite(args) -> int:
             or args.set or args.lambdas or args.compare or args.all_params:
         raise InputError(f"{args.store}: a suite's report takes --json, --html and one --loss for "
                          f"now; report a data set alone with cvflow report {args.store}/<data set>")
-    result = suite_report.compute(args.store, loss=(args.loss or [None])[0], trust_code=args.trust)
+    result = suite_report.compute(args.store, loss=(args.loss or [None])[0],
+                                  estimate=args.suite_estimate, trust_code=args.trust)
     if args.html:
         written = suite_report.write_html(result, args.html)
     if args.json:
@@ -340,6 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--json", action="store_true",
                      help="one JSON object, a key per estimator (and 'racing' for a raced study)")
     rep.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    rep.add_argument("--suite-estimate", default="auto",
+                     choices=("auto", "nested_cv", "kfold", "corrected_kfold"),
+                     help="a suite's store: each learner's number per data set (auto: nested_cv "
+                          "when the store has its splits, else the K-fold-selected K-fold estimate)")
     rep.add_argument("--set", action="append", metavar="ESTIMATOR.OPTION=VALUE",
                      help="override an estimator's option, the value read as YAML, e.g. "
                           "stability_nested.lambdas=[0,1,10] or bates_ncv.alpha=0.05 (repeatable)")

@@ -229,3 +229,24 @@ def test_status_verify_and_open_on_a_suite_store(tmp_path):
     assert verify.returncode == 0 and set(json.loads(verify.stdout)) == {"lin", "lin5"}
     with pytest.raises(cvflow.errors.StoreError, match="is a suite's store; open one data set's cube"):
         cvflow.open(store)
+
+
+def test_suite_report_takes_nested_cv_when_the_store_has_its_splits(tmp_path):
+    from cvflow.report import suite as suite_report
+
+    config = yaml.safe_load(SUITE)
+    config["data"] = config["data"][1:3]
+    config["estimators"] = ["kfold", "nested_cv"]
+    path = tmp_path / "nested.yaml"
+    path.write_text(yaml.safe_dump(config))
+    store = tmp_path / "nested.zarr"
+    run_suite(suite.load(path), store=store, progress=False)
+    auto = suite_report.compute(store)
+    plain = suite_report.compute(store, estimate="kfold")
+    assert auto["estimate"] == "nested_cv" and plain["estimate"] == "kfold"
+    # a learner with one setting has nothing to tune: its nested CV estimate is its K-fold one
+    for learner in ("lasso", "knn"):
+        np.testing.assert_allclose(auto["estimates"][learner], plain["estimates"][learner], rtol=1e-12)
+    assert "honest for a tuned learner" in suite_report.text(auto)
+    with pytest.raises(InputError, match="--suite-estimate: 'best'"):
+        suite_report.compute(store, estimate="best")

@@ -1,10 +1,11 @@
 """The report of a suite: the comparison of learners across data sets first, then each data
 set's own report (its cube's, as ``cvflow report`` gives it for one data set).
 
-Each learner enters each data set with one number: the K-fold estimate of its setting that
-K-fold selects (the first best of its grid). For a learner with a grid that minimum is
-optimistic, more so for larger grids; the report says so (nested CV gives the honest estimate
-of a tuned learner).
+Each learner enters each data set with one number (``estimate``): its nested CV estimate (its
+grid tuned by inner K-fold and scored on the outer folds: honest for a tuned learner), or the
+K-fold or corrected K-fold estimate of the setting that criterion selects within its grid (the
+first best), which for a learner with a grid is optimistic, more so for larger grids; the
+report says which. ``auto`` takes nested CV when the store has the nested (pair) splits.
 """
 from __future__ import annotations
 
@@ -17,71 +18,123 @@ import xarray as xr
 from markupsafe import Markup
 
 from ..errors import ComparisonWarning, InputError
-from ..estimators import compare_learners
+from ..estimators import compare_learners, corrected_kfold, kfold, nested_cv
 from ..estimators.losses import get_loss
+from ..estimators.np_roles import corrected_repeated_se
 from ..store import suite as suite_store
 from ..store.cube import open_cube
 from . import results as report
 from .page import div, heading
 from .plots.suite import critical_difference_figure, dots_figure
 
-SELECTION = ("each learner enters a data set with the K-fold estimate of the setting K-fold "
+ESTIMATES = ("auto", "nested_cv", "kfold", "corrected_kfold")
+SELECTION = {
+    "nested_cv": "each learner enters a data set with its nested CV estimate (its grid tuned by "
+                 "inner K-fold, scored on the outer folds): honest for a tuned learner",
+    "kfold": "each learner enters a data set with the K-fold estimate of the setting K-fold "
              "selects; for a learner with a grid this minimum is optimistic (nested CV gives "
-             "the honest estimate of a tuned learner)")
+             "the honest estimate of a tuned learner)",
+    "corrected_kfold": "each learner enters a data set with the corrected K-fold estimate of the "
+                       "setting it selects; for a learner with a grid this minimum is optimistic "
+                       "(nested CV gives the honest estimate of a tuned learner)",
+}
 
 
-def _learner_rows(kfold: xr.Dataset, cube: xr.Dataset, sign: float) -> dict[str, tuple]:
-    """learner -> (estimate, se, grid size) of the param K-fold selects within that learner."""
-    learners = np.asarray([str(v) for v in cube["learner"].values])
-    est, se = kfold["estimate"].values, kfold["se"].values
+def _learners(cube: xr.Dataset) -> dict[str, np.ndarray]:
+    names = np.asarray([str(v) for v in cube["learner"].values])
+    return {name: np.flatnonzero(names == name) for name in dict.fromkeys(names)}
+
+
+def learner_estimates(cube: xr.Dataset, loss: str, estimate: str) -> dict[str, tuple]:
+    """learner -> (estimate, se, per-fold losses (repeat, fold) or None, grid size) on one cube.
+
+    ``nested_cv``: the learner's params alone through :func:`cvflow.estimators.nested_cv` (se:
+    the corrected repeated K-fold se of its outer-fold scores); ``kfold`` / ``corrected_kfold``:
+    the param that estimator selects within the learner (its se; K-fold's fold scores)."""
+    sign = get_loss(loss).sign
     out = {}
-    for name in dict.fromkeys(learners):
-        rows = np.flatnonzero(learners == name)
+    if estimate == "nested_cv":
+        for name, rows in _learners(cube).items():
+            res = nested_cv(cube.isel(param=rows), loss=loss)
+            folds = np.asarray(res["outer_score"].values, dtype=float)
+            out[name] = (float(res["estimate"]), float(corrected_repeated_se(folds)), folds, rows.size)
+        return out
+    res = (kfold if estimate == "kfold" else corrected_kfold)(cube, loss=loss)
+    est, se = res["estimate"].values, res["se"].values
+    fold_score = res["fold_score"].values if "fold_score" in res else None
+    for name, rows in _learners(cube).items():
         finite = rows[np.isfinite(est[rows])]
-        if finite.size:
-            best = int(finite[np.argmin(sign * est[finite])])
-            out[name] = (float(est[best]), float(se[best]), rows.size)
-        else:
-            out[name] = (np.nan, np.nan, rows.size)
+        if not finite.size:
+            out[name] = (np.nan, np.nan, None, rows.size)
+            continue
+        best = int(finite[np.argmin(sign * est[finite])])
+        out[name] = (float(est[best]), float(se[best]),
+                     None if fold_score is None else np.asarray(fold_score[best], dtype=float), rows.size)
     return out
 
 
-def compute(store, *, loss: str | None = None, trust_code=False) -> dict:
+def _has_pairs(cube: xr.Dataset, loss: str) -> bool:
+    try:
+        nested_cv(cube.isel(param=[0]), loss=loss)
+    except InputError:
+        return False
+    return True
+
+
+def _folds(chosen: dict[str, dict], learners: list[str]) -> xr.DataArray | None:
+    """Per-fold results (dataset, learner, repeat, fold) when every data set has them in one
+    shape (else None: win/tie/loss falls back to the standard errors)."""
+    shapes = {v[2].shape if v[2] is not None else None for c in chosen.values() for v in c.values()}
+    if len(shapes) != 1 or None in shapes:
+        return None
+    data = np.stack([np.stack([chosen[d][k][2] for k in learners]) for d in chosen])
+    return xr.DataArray(data, dims=("dataset", "learner", "repeat", "fold"),
+                        coords={"dataset": list(chosen), "learner": learners})
+
+
+def compute(store, *, loss: str | None = None, estimate: str = "auto", trust_code=False) -> dict:
     """Every data set's report and the cross-data-set comparison of a suite's store.
 
-    Returns ``{"name", "datasets": {data set: (cube, Results)}, "estimates", "se" (pandas
-    DataFrames, data sets x learners), "comparison" (LearnerComparison or None), "why"
-    (why there is none), "loss", "tuned" (learners with a grid)}``.
+    ``estimate``: one of ``ESTIMATES`` (see the module's docstring). Returns ``{"name",
+    "datasets": {data set: (cube, Results)}, "estimates", "se" (pandas DataFrames, data sets x
+    learners), "comparison" (LearnerComparison or None), "why" (why there is none), "loss",
+    "estimate" (the one used), "tuned" (learners with a grid)}``.
     """
+    if estimate not in ESTIMATES:
+        raise InputError(f"--suite-estimate: {estimate!r}; use one of {', '.join(ESTIMATES)}")
     labels = suite_store.datasets(store)
     if labels is None:
         raise InputError(f"store: {store} is not a suite's store")
     per: dict[str, tuple] = {}
-    rows, ses = {}, {}
-    tuned: set[str] = set()
+    chosen: dict[str, dict] = {}
     used = loss
     for label in labels:
         cube = report.workflow_view(open_cube(suite_store.member(store, label)))
         used = used or cube.attrs["loss"]
         per[label] = (cube, report.compute(cube, loss=used, trust_code=trust_code))
-        kfold = report.compute(cube, ["kfold"], loss=used)["kfold"]
-        sign = get_loss(used).sign
-        chosen = _learner_rows(kfold, cube, sign)
-        rows[label] = {k: v[0] for k, v in chosen.items()}
-        ses[label] = {k: v[1] for k, v in chosen.items()}
-        tuned |= {k for k, v in chosen.items() if v[2] > 1}
-    estimates = pd.DataFrame.from_dict(rows, orient="index")
-    se = pd.DataFrame.from_dict(ses, orient="index")
+    if estimate == "auto":
+        estimate = "nested_cv" if all(_has_pairs(cube, used) for cube, _ in per.values()) else "kfold"
+    for label, (cube, _) in per.items():
+        try:
+            chosen[label] = learner_estimates(cube, used, estimate)
+        except InputError as exc:
+            raise InputError(f"{store}/{label}: --suite-estimate {estimate}: {exc}") from None
+    estimates = pd.DataFrame.from_dict({d: {k: v[0] for k, v in c.items()} for d, c in chosen.items()},
+                                       orient="index")
+    se = pd.DataFrame.from_dict({d: {k: v[1] for k, v in c.items()} for d, c in chosen.items()},
+                                orient="index")
+    tuned = sorted({k for c in chosen.values() for k, v in c.items() if v[3] > 1})
     comparison, why = None, None
     better = "lower" if get_loss(used).sign > 0 else "higher"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ComparisonWarning)   # kept in its warnings
-            comparison = compare_learners(estimates, se=se, better=better)
+            folds = _folds(chosen, [str(c) for c in estimates.columns])
+            comparison = compare_learners(estimates, se=se, folds=folds, better=better)
     except InputError as exc:
         why = str(exc)
     return {"name": suite_store.name(store), "datasets": per, "estimates": estimates, "se": se,
-            "comparison": comparison, "why": why, "loss": used, "tuned": sorted(tuned)}
+            "comparison": comparison, "why": why, "loss": used, "estimate": estimate, "tuned": tuned}
 
 
 def text(suite: dict) -> str:
@@ -91,9 +144,9 @@ def text(suite: dict) -> str:
         lines += suite["comparison"].describe()
     else:
         lines.append(f"no comparison across data sets: {suite['why']}")
-    if suite["tuned"]:
-        lines.append(f"note: {SELECTION} (tuned here: {', '.join(suite['tuned'])})")
-    lines.append("estimates (K-fold, selected setting per learner):")
+    lines.append(f"note: {SELECTION[suite['estimate']]}"
+                 + (f" (tuned here: {', '.join(suite['tuned'])})" if suite["tuned"] else ""))
+    lines.append(f"estimates ({suite['estimate']}):")
     lines += ["  " + row for row in suite["estimates"].to_string(float_format="{:.4g}".format).splitlines()]
     for label, (cube, results) in suite["datasets"].items():
         lines += ["", f"== data set {label} ==", report.text(cube, results)]
@@ -105,7 +158,8 @@ def to_json(suite: dict) -> dict:
     comparison = suite["comparison"]
     est = suite["estimates"]
     return {
-        "suite": {"name": suite["name"], "loss": suite["loss"], "selection": SELECTION,
+        "suite": {"name": suite["name"], "loss": suite["loss"], "estimate": suite["estimate"],
+                  "selection": SELECTION[suite["estimate"]],
                   "tuned": suite["tuned"],
                   "estimates": {d: {k: (None if not np.isfinite(v) else float(v))
                                     for k, v in est.loc[d].items()} for d in est.index},
@@ -136,8 +190,8 @@ def build_layout(suite: dict):
     comparison = suite["comparison"]
     est, se = suite["estimates"], suite["se"]
     answer = comparison.describe() if comparison is not None else [f"no comparison: {suite['why']}"]
-    if suite["tuned"]:
-        answer.append(f"note: {SELECTION} (tuned here: {', '.join(suite['tuned'])})")
+    answer.append(f"note: {SELECTION[suite['estimate']]}"
+                  + (f" (tuned here: {', '.join(suite['tuned'])})" if suite["tuned"] else ""))
     items = [div(heading(f"Suite {suite['name']}: {len(suite['datasets'])} data sets, loss {suite['loss']}")
                  + heading("The answer across data sets")
                  + Markup("<pre>{}</pre>").format("\n".join(answer)))]
