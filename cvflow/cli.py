@@ -199,6 +199,12 @@ def _run_suite(suite, args) -> int:
     for label, result in results.items():
         print(visible(f"== {label} =="))
         print("\n".join(summary_lines(result)))
+    failed = [label for label, r in results.items() if r.fits_executed and r.failed == r.fits_executed]
+    if failed:
+        print(visible(f"cvflow: error: every fit failed on {', '.join(failed)} (cvflow report "
+                      f"{next(iter(results.values())).store.rsplit('/', 1)[0]}/{failed[0]} lists why)"),
+              file=sys.stderr)
+        return 1
     store = next(iter(results.values())).store.rsplit("/", 1)[0]
     code = [c for wf in suite.workflows.values() for c in workflow_code(wf.config)]
     print(visible(suite_report.text(suite_report.compute(store, trust_code=code)), multiline=True))
