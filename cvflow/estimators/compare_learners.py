@@ -233,13 +233,16 @@ def _labelled(value, where: str, dims: tuple[str, ...]) -> xr.DataArray:
     return xr.DataArray(data, dims=dims, coords=coords)
 
 
-def _aligned(value, table: xr.DataArray, where: str, dims=("dataset", "learner")) -> xr.DataArray:
+def _aligned(value, table: xr.DataArray, kept: xr.DataArray, where: str,
+             dims=("dataset", "learner")) -> xr.DataArray:
+    """``value`` labelled as ``table`` (every data set and learner of it), restricted and ordered
+    as ``kept`` (the table's complete data sets)."""
     out = _labelled(value, where, dims)
     for d in ("dataset", "learner"):
         if set(out[d].values.tolist()) != set(table[d].values.tolist()):
             raise InputError(f"{where}: its {d}s {out[d].values.tolist()} are not the table's "
                              f"{table[d].values.tolist()}; give one value per data set and learner")
-    return out.sel(dataset=table["dataset"], learner=table["learner"])
+    return out.sel(dataset=kept["dataset"], learner=kept["learner"])
 
 
 def _positive_int(value, where: str) -> int:
@@ -349,9 +352,9 @@ def compare_learners(table, *, better: Better = "lower", control: str | None = N
         raise InputError(f"{where}.control: {control!r} is not a learner of the table ({', '.join(learners)})")
     sign = 1.0 if better == "lower" else -1.0
     losses = sign * tab.values
-    se_v = _aligned(se, tab, f"{where}.se").values if se is not None else None
-    low_v = sign * _aligned(lower, tab, f"{where}.lower").values if lower is not None else None
-    high_v = sign * _aligned(upper, tab, f"{where}.upper").values if upper is not None else None
+    se_v = _aligned(se, full, tab, f"{where}.se").values if se is not None else None
+    low_v = sign * _aligned(lower, full, tab, f"{where}.lower").values if lower is not None else None
+    high_v = sign * _aligned(upper, full, tab, f"{where}.upper").values if upper is not None else None
     if low_v is not None and better == "higher":
         low_v, high_v = high_v, low_v
     folds_v = None
@@ -359,7 +362,7 @@ def compare_learners(table, *, better: Better = "lower", control: str | None = N
         dims = ("dataset", "learner", "repeat", "fold")
         if isinstance(folds, xr.DataArray) and "repeat" not in folds.dims:
             folds = folds.expand_dims("repeat")
-        folds_v = sign * _aligned(folds, tab, f"{where}.folds", dims).values
+        folds_v = sign * _aligned(folds, full, tab, f"{where}.folds", dims).values
     level = 1.0 - alpha
 
     if n < FEW_DATASETS:
