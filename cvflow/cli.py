@@ -187,7 +187,6 @@ def _parse_set(items: list[str] | None) -> dict[str, dict]:
 
 def _run_suite(suite, args) -> int:
     """``cvflow run`` of a suite: each data set's run, then the suite's report."""
-    from .execution.progress import Progress, summary_lines
     from .execution.suite_run import run_suite
     from .report import suite as suite_report
     from .trust import workflow_code
