@@ -319,8 +319,6 @@ class Study:
             return self._run_suite(X, (y, groups, sample_weight, fit_hooks), store=store,
                                    cluster=cluster, workers=workers, overwrite=overwrite,
                                    client=client, progress=progress, fit_params=fit_params)
-        if y is None:
-            raise InputError("Study.run: y is missing; give run(X, y) or run({name: (X, y)})")
         wf = self.workflow(X, y, groups, sample_weight=sample_weight, fit_params=fit_params,
                            fit_hooks=fit_hooks)
         path = Path(store) if store is not None else Path(f"{self.name}.zarr")
