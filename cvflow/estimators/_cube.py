@@ -18,11 +18,11 @@ import numpy as np
 import xarray as xr
 
 from ..errors import InputError
-from .cube_losses import cube_classes, pointwise
-from .losses import Loss, apply_loss
-from .memory import compute_here, fits_budget, is_lazy, load_if_small, store_here
+from .cube_losses import pointwise
+from .losses import Loss
+from .memory import load_if_small
+from .one_pass import pass_terms
 from . import np_roles
-from .. import config
 
 
 def has_splits(cube: xr.Dataset, table: str) -> bool:
@@ -76,16 +76,6 @@ def full_split_index(cube: xr.Dataset, what: str) -> int:
     return index
 
 
-# DESIGN CHOICE: the kernels' temporaries (a block of params' predictions and losses on its
-# splits, gathered per role, masked copies) stay near KERNEL_BLOCK_BYTES per block, whatever
-# the cube's size: each temporary (< 0.5 MB) stays in cache and the allocator reuses it. With
-# 16 MB blocks each multi-MB temporary was fresh memory (a page fault per 4 kB): the K-fold
-# sums of a 100-param lasso cube (n = 2000) took 21-25 ms of CPU, 5-6 ms in 2 MB blocks (4 MB
-# blocks were fast or slow by the roles asked). A lazy cube is read in groups of params
-# within the in-memory budget (_lazy_terms), each group reduced in kernel blocks.
-KERNEL_BLOCK_BYTES = 2 * 2**20
-
-
 def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str,
                weights: np.ndarray | None = None, nan_rule: bool = True
                ) -> dict[str, np.ndarray]:
@@ -93,16 +83,16 @@ def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str,
     "oof", "change", "train").
 
     One pass over the splits the roles need (each needed chunk of ``pred`` read once, no
-    other): in memory when the selection fits the in-memory budget, otherwise in groups of params
-    within that budget, each read chunk by chunk into one array (memory bounded by the budget
-    and a kernel block).
+    other; :func:`cvflow.estimators.one_pass.split_sums`), memory bounded by the in-memory
+    budget whatever the cube's size.
     "pair" and "oof" imply "fold" (the inner study's full fit is the fold fit); "oof" adds
     the out-of-fold losses ``oof_loss`` (P, R, n); "change" (implies "full" and "fold") adds
     ``fold_change``. Returns numpy arrays with ``param`` first (see the table in
     :mod:`cvflow.estimators.np_roles`) and ``missing`` (P,) bool.
 
     Within :func:`shared_terms` of this very cube, the terms of all the shared roles are
-    computed once per loss (one pass) and each call gets the part it asks for.
+    computed once (one pass for every loss the block names, and one more for a loss it did
+    not name) and each call gets the part it asks for.
 
     The NaN rule (one for every estimator): a param missing any fit these roles need (failed,
     or not written yet) gets NaN in every term, so it is NaN in the estimator, never a partial
@@ -114,12 +104,14 @@ def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str,
     roles = _implied(roles)
     rule = np_roles.nan_rule if nan_rule else dict
     if weights is not None:                       # a weighted sum is its caller's alone
-        return rule(_terms(cube, decl, roles, what, weights))
+        return rule(_terms(cube, [decl], roles, what, weights)[decl])
     shared = _SHARED.get()
     if shared is None or shared.cube is not cube or not roles <= shared.roles:
-        return rule(_terms(cube, decl, roles, what))
+        return rule(_terms(cube, [decl], roles, what)[decl])
     if decl not in shared.terms:
-        shared.terms[decl] = _terms(cube, decl, shared.roles, what)
+        # the losses the block named and not yet computed ride along: one pass for all
+        todo = [decl] + [d for d in shared.losses if d not in shared.terms and d != decl]
+        shared.terms.update(_terms(cube, todo, shared.roles, what))
     return rule({key: value for key, value in shared.terms[decl].items()
                  if np_roles.TERM_ROLE[key] in roles})
 
@@ -135,8 +127,8 @@ class _Shared:
     """The role terms one :func:`shared_terms` block computes once per loss (before the NaN
     rule, which depends on the roles each caller asks for)."""
 
-    def __init__(self, cube: xr.Dataset, roles: frozenset[str]):
-        self.cube, self.roles = cube, roles
+    def __init__(self, cube: xr.Dataset, roles: frozenset[str], losses: list[Loss]):
+        self.cube, self.roles, self.losses = cube, roles, losses
         self.terms: dict = {}
 
 
@@ -144,10 +136,13 @@ _SHARED: ContextVar[_Shared | None] = ContextVar("cvflow_shared_terms", default=
 
 
 @contextmanager
-def shared_terms(cube: xr.Dataset, roles):
+def shared_terms(cube: xr.Dataset, roles, losses=()):
     """Within the block, :func:`role_terms` of ``cube`` (this object, not a selection of it)
     computes the terms of every role of ``roles`` the cube has splits for once per loss, in
     one pass over ``pred``, when first asked, and returns each call the part it asks for.
+    ``losses`` (names or declarations; None the cube's default): the losses the block will
+    ask for, computed together in the first pass (a report of several losses reads ``pred``
+    once); a per-fold metric among them is left to its estimators.
 
     DESIGN CHOICE: the estimators of one report share their loss sums (K-fold, corrected
     K-fold and stability all sum the fold fits' losses): each reads ``pred`` and applies the
@@ -159,116 +154,24 @@ def shared_terms(cube: xr.Dataset, roles):
     tables = {"full": int(cube.attrs.get("full_split", -1)) >= 0,
               "fold": has_splits(cube, "fold_split"), "pair": has_splits(cube, "pair_split")}
     usable = frozenset(r for r in roles if all(tables.get(t, True) for t in _implied({r})))
-    token = _SHARED.set(_Shared(cube, usable))
+    decls = []
+    for loss in losses:
+        try:
+            decls.append(pointwise(cube, loss, "the report"))
+        except InputError:           # a per-fold metric, or a loss the estimators refuse
+            continue
+    token = _SHARED.set(_Shared(cube, usable, list(dict.fromkeys(decls))))
     try:
         yield
     finally:
         _SHARED.reset(token)
 
 
-def _terms(cube: xr.Dataset, decl: Loss, roles: frozenset[str], what: str,
-           weights: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """:func:`role_terms` before the NaN rule."""
-    tables = {}
-    if "full" in roles:
-        tables["full"] = np.asarray(full_split_index(cube, what))
-    for role in ("fold", "pair"):
-        if role in roles:
-            tables[role] = np.asarray(require(cube, f"{role}_split", what).values)
-    distinct = np.unique(np.concatenate([t.ravel() for t in tables.values()]))
-    distinct = distinct[distinct >= 0]
-    where = {role: np.searchsorted(distinct, np.maximum(t, 0)) for role, t in tables.items()}
-    member = np_roles.fold_members(cube["fold"].values, int(cube.sizes["outer"]))
-    analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
-    y = np.asarray(cube["y"].values)
-    classes = cube_classes(cube)
-    outputs = np.asarray([str(o) for o in cube["output"].values], dtype=object)
-
-    def terms_of(pred: np.ndarray, p0: int) -> dict[str, np.ndarray]:
-        losses = apply_loss(decl, y, pred, classes, outputs[p0:p0 + len(pred)])
-        out, full = {}, None
-        if "full" in where:
-            full = losses[:, where["full"]]
-            out.update(np_roles.full_terms(full, analysis))
-        if "fold" in where:
-            folds = losses[:, where["fold"]]
-            out.update(np_roles.fold_terms(folds, member, analysis,
-                                           full if "change" in roles else None,
-                                           train="train" in roles, weights=weights))
-            if "oof" in roles:
-                out["oof_loss"] = np_roles.out_of_fold(folds, member)
-        if "pair" in where:
-            out.update(np_roles.pair_terms(losses, where["pair"], where["fold"], member, analysis))
-        return out
-
-    data = cube["pred"].data
-    n = int(np.prod(data.shape[2:]))                            # n samples (x classes)
-    # a block's predictions and losses, the fold gather and the pair loop's copies: < 5 per split
-    per_param = 8 * n * 5 * len(distinct)
-    rows = max(1, KERNEL_BLOCK_BYTES // per_param)
-
-    def block_terms(block, p0: int = 0, splits=None) -> dict[str, np.ndarray]:
-        """The terms of a block of params (numpy), in kernel blocks of ``rows`` params."""
-        parts = [terms_of(np.asarray(block[q:q + rows] if splits is None
-                                     else block[q:q + rows][:, splits]), p0 + q)
-                 for q in range(0, len(block), rows)]
-        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
-
-    every_split = len(distinct) == data.shape[1]
-    if is_lazy(data):
-        data = data if every_split else data[:, distinct, :]
-        if fits_budget(data.dtype.itemsize * data.size):
-            data, every_split = compute_here(data), True
-    if not is_lazy(data):
-        return block_terms(data, splits=None if every_split else distinct)
-    return _lazy_terms(data, block_terms)
-
-
-def _lazy_terms(data, terms_of) -> dict[str, np.ndarray]:
-    """:func:`role_terms` on a lazy selection: its params in groups within the in-memory budget
-    (:func:`_param_groups`), one dask computation each, reduced by ``terms_of`` (kernel blocks)."""
-    # DESIGN CHOICE: a group is stored chunk by chunk into one numpy array (dask.array.store)
-    # and its terms go straight into the outputs. Rechunked into param blocks (one task each),
-    # a group was held twice (the chunks' pieces and the blocks they were concatenated into)
-    # beside a kernel per thread, and every group's terms once more until their concatenation.
-    # On a 10^7-fit float32 cube (10001 splits, 442 samples): the K-fold sums of a group of 28
-    # params (0.46 GiB of predictions) took 0.73 GiB above the open cube, 0.57 GiB so
-    # (tracemalloc peaks); the K-fold of all 1000 params (groups of 14) 1.03 GiB of RSS above
-    # the open cube, 0.66 GiB so.
-    out: dict[str, np.ndarray] = {}
-    for group in _param_groups(data):
-        selected = data[group]
-        block = np.empty(selected.shape, dtype=selected.dtype)
-        store_here(selected, block)
-        terms = terms_of(block, group.start)
-        del block
-        for key, value in terms.items():
-            if key not in out:
-                out[key] = np.empty((data.shape[0],) + value.shape[1:])   # float64, as before
-            out[key][group] = value
-    if not out:                                      # no params: the terms' shapes, empty
-        probe = terms_of(np.full((1,) + data.shape[1:], np.nan), 0)
-        out = {key: np.empty((0,) + value.shape[1:]) for key, value in probe.items()}
-    return out
-
-
-def _param_groups(data) -> list[slice]:
-    """Params in groups whose selected predictions fit the in-memory budget, aligned to the
-    store's param chunks where a chunk is within 4 budgets.
-
-    DESIGN CHOICE: one dask computation per group. A store written by path tasks is chunked
-    by splits (every param in one chunk), so a block of params needs every chunk: one graph
-    over all params would hold the whole selection in memory at once (2.3 GiB for a 10^6-fit
-    float32 cube). Per group, memory stays near the budget; each chunk is read once per group.
-    """
-
-    budget = config.get("cvflow.reduce.in-memory-bytes")
-    n_params, chunk = data.shape[0], max(data.chunks[0])
-    per_param = data.dtype.itemsize * int(np.prod(data.shape[1:]))
-    size = max(1, budget // max(per_param, 1))
-    if size >= chunk or chunk * per_param <= 4 * budget:
-        size = max(size - size % chunk, chunk)       # whole chunks: each read once
-    return [slice(p0, min(p0 + size, n_params)) for p0 in range(0, n_params, size)]
+def _terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset[str], what: str,
+           weights: np.ndarray | None = None) -> dict[Loss, dict[str, np.ndarray]]:
+    """:func:`role_terms` before the NaN rule, for every loss of ``decls`` in one pass over
+    ``pred`` (:func:`cvflow.estimators.one_pass.pass_terms`: each chunk read once)."""
+    return pass_terms(cube, decls, roles, what, weights)
 
 
 def fold_membership(cube: xr.Dataset) -> xr.DataArray:

@@ -6,6 +6,8 @@ Public: the estimators, the reports and the plots read a lazy cube through these
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import xarray as xr
 
@@ -39,15 +41,48 @@ def _configured_scheduler():
     return None if scheduler in ("dask.distributed", "distributed") else scheduler
 
 
-def compute_here(array):
-    """A dask array computed in this process (synchronous scheduler unless one is configured)."""
+def active_client():
+    """The ``distributed.Client`` the caller holds as its default, else None (distributed is
+    not imported for this: a process that never imported it holds no client)."""
+    import sys
+
+    if "distributed" not in sys.modules:
+        return None
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
+Parallel = Literal[False, "threads", "cluster"]
+
+
+def compute_here(collection, *, parallel: Parallel = False):
+    """A dask collection computed: the one place the reducers pick their scheduler.
+
+    ``parallel=False`` (a role's few MB of chunks): the synchronous scheduler in this process.
+    ``"threads"``: Dask's threads in this process. ``"cluster"`` (the one pass over ``pred``,
+    :mod:`cvflow.estimators.one_pass`, whose tasks read the store themselves): the active
+    ``distributed.Client``'s workers when the caller holds one, else Dask's threads. A
+    scheduler set in dask config (e.g. a test's "sync") is respected, but for "cluster" when
+    that scheduler is the active Client's.
+    """
     import dask
     from dask.local import get_sync
+    from dask.threaded import get
 
-    # else respect what the caller set (e.g. a test's scheduler). The synchronous scheduler
-    # itself, not its name "sync": dask resolves a name by first looking for a distributed
-    # Client, which imports distributed (~0.3 s) into a plain `cvflow report`.
-    (data,) = dask.compute(array, scheduler=_configured_scheduler() or get_sync)
+    configured = _configured_scheduler()
+    if configured is not None:
+        scheduler = configured
+    elif parallel == "cluster" and active_client() is not None:
+        scheduler = active_client().get
+    else:
+        # the schedulers themselves, not their names: dask resolves a name by first looking
+        # for a distributed Client, which imports distributed (~0.3 s) into a plain `cvflow report`
+        scheduler = get if parallel else get_sync
+    (data,) = dask.compute(collection, scheduler=scheduler)
     return data
 
 

@@ -1,0 +1,516 @@
+"""One pass over ``pred``: every role's loss sums for every loss, each chunk read once.
+
+Public API (the report, every estimator through ``role_terms``, and a distributed cluster's
+client all call this one function)::
+
+    split_sums(cube_or_store, losses=None, *, roles=("fold",), weights=None, what="the pass")
+        -> {loss label: {term: numpy array, params first}}
+
+``cube_or_store``: a cube (``cvflow.open(store)``, lazy, or any Dataset with the cube's schema,
+in memory) or a store path / URL. ``losses``: a loss name or declaration, or a list of them
+(default: the cube's loss); every one is applied to the same read of each chunk. ``roles``:
+"full", "fold", "pair", "oof", "change", "train" (see the term table of
+:mod:`cvflow.estimators.np_roles`; "pair", "oof", "change", "train" imply "fold", "change"
+implies "full"). ``weights`` (n,): the "fold" and "train" sums weigh sample i by w_i. The
+terms are the raw sums, before the NaN rule (:func:`cvflow.estimators.np_roles.nan_rule`):
+a failed or unwritten fit's NaN reaches exactly the terms whose samples it covers, as with
+``np_roles``' kernels. Answers equal those kernels' to rounding (tests/test_one_pass.py
+checks both against a brute-force numpy computation over the whole cube).
+
+How it runs
+-----------
+The pass is a Dask graph with one task per *block*: a group of params (every param, unless
+the in-memory budget says otherwise) times a run of whole split chunks of the store (a shard
+of ``pred`` holds every param of a few splits; the run is a few MB). A task reads its block
+itself (a store: by its location, ``cvflow.store.integrity.read``, so a worker process on
+another machine opens the store and reads its own chunks; a lazy cube that is not a store's
+own ``pred``: its dask slice; an in-memory cube: a numpy view), applies each loss in kernel
+blocks of :data:`KERNEL_BYTES`, and returns only the sums its
+splits contribute (params x roles, kilobytes). The graph is computed by
+:func:`cvflow.estimators.memory.compute_here` (``parallel="cluster"``): the active
+``distributed.Client`` when the caller holds one, else Dask's threads in this process.
+
+What each role needs, and how many reads
+----------------------------------------
+Per (param, split) loss sums over fixed sample sets (the split's test fold N_j, D, D \\ N_j,
+the held-out test set; weighted when asked) serve ``fold`` (kfold, corrected_kfold's fold
+terms, the outer sums of nested_cv and stability_nested), ``full`` (corrected_kfold,
+selection's test risk), ``train`` and ``pair`` (``inner_sum``: the inner K-fold of nested_cv,
+stability_nested, bates_ncv, nested_compare): all in the one pass, each chunk read once.
+``oof`` (bates_ncv, wald_cv, bbc_cv, cv_confidence) copies each fold fit's test rows out in
+the same pass (P x R x n floats kept, as before). Two terms are not sums of one fit's losses:
+``fold_change`` (stability: |ℓ(fold j) − ℓ(full)|) needs the full fit's losses and
+``inner_change`` (stability_nested: |ℓ(pair(t, l)) − ℓ(fold t)|) the fold fits' losses.
+Those *reference* losses are read first by one task per param group (the full split, the fold
+splits: 1 + R·K splits of S, one more read of their chunks only), then handed to the blocks
+that need them; the rest of the cube is still read once. Bates' inner folds are the pair
+splits (``inner_sum`` and ``oof``: one pass); the U-statistic's subset pairs (ustat,
+nadeau_bengio) read only the 2P subset splits of two params and keep their own reader.
+
+Memory: a task holds its block (at most a quarter of ``cvflow.reduce.in-memory-bytes`` per
+thread) and a kernel block; the reference losses of a param group stay within half the
+budget (more params than that: several groups, each reading only its params' inner chunks);
+the client holds the terms (P x R x K floats, P x R x n for ``oof``) whatever the cube's size.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+import xarray as xr
+
+from .. import config
+from ..errors import InputError
+from . import np_roles
+from .cube_losses import cube_classes, pointwise
+from .losses import Loss, apply_loss
+from .memory import compute_here, is_lazy
+
+# one task's block of `pred`: at most this many bytes (and half the budget over the threads).
+# DESIGN CHOICE: a few MB a task: a 10^6-fit float32 cube's shard of 1000 params x 6 splits
+# (10 MB) is one task, and ~170 tasks keep two threads busy with ~1 ms of Dask each.
+TASK_BYTES = 32 * 2**20
+# the kernel's temporaries (losses of a sub-block of params on the task's splits), as _cube's
+KERNEL_BYTES = 2 * 2**20
+
+ROLES = ("full", "fold", "pair", "oof", "change", "train")
+
+
+def implied_roles(roles) -> frozenset[str]:
+    """``roles`` with the roles they imply ("pair", "oof", "change", "train" need "fold";
+    "change" needs "full")."""
+    roles = set(roles)
+    unknown = roles - set(ROLES)
+    if unknown:
+        raise InputError(f"split_sums.roles: {sorted(unknown)[0]!r} is not a role; use some of "
+                         f"{', '.join(ROLES)}")
+    roles |= {"fold"} if roles & {"pair", "oof", "change", "train"} else set()
+    roles |= {"full"} if "change" in roles else set()
+    return frozenset(roles)
+
+
+def split_sums(cube_or_store, losses=None, *, roles=("fold",), weights=None,
+               what: str = "the pass") -> dict[str, dict[str, np.ndarray]]:
+    """Every role's loss sums of every loss, in one pass over ``pred`` (module docstring).
+
+    Parameters
+    ----------
+    cube_or_store : xarray.Dataset or str or os.PathLike
+        A cube (lazy or in memory) or a store's path / URL (opened with ``cvflow.open``).
+    losses : str or Loss or list of them, optional
+        Pointwise losses; default the cube's own.
+    roles : iterable of str, default ("fold",)
+        Which terms (np_roles' table); implied roles are added.
+    weights : ndarray (n,), optional
+        Sample weights of the "fold" and "train" sums.
+    what : str
+        Who asks (named in an error when the cube lacks a role's splits).
+
+    Returns
+    -------
+    dict
+        loss label -> term name -> ndarray with ``param`` first (``test_risk`` only when
+        samples are held out), before the NaN rule.
+
+    Examples
+    --------
+    >>> sums = split_sums("study.zarr", ["squared", "absolute"], roles=("full", "fold"))  # doctest: +SKIP
+    >>> sums["squared"]["fold_sum"].shape          # (param, repeat, outer)  # doctest: +SKIP
+    """
+    cube = _as_cube(cube_or_store)
+    items = losses if isinstance(losses, (list, tuple)) else [losses]
+    decls = list(dict.fromkeys(pointwise(cube, item, what) for item in items))
+    terms = pass_terms(cube, decls, implied_roles(roles), what, weights)
+    return {decl.label: terms[decl] for decl in decls}
+
+
+def _as_cube(cube_or_store) -> xr.Dataset:
+    if isinstance(cube_or_store, xr.Dataset):
+        return cube_or_store
+    if isinstance(cube_or_store, (str, os.PathLike)):
+        from ..store.cube import open_cube
+
+        return open_cube(cube_or_store)
+    raise InputError(f"split_sums: got {type(cube_or_store).__name__}; give a cube (xarray "
+                     "Dataset) or a store's path or URL")
+
+
+# ----------------------------------------------------------------------------------------
+# the plan: what each split contributes (small, sent once to every worker)
+# ----------------------------------------------------------------------------------------
+
+@dataclass
+class Plan:
+    """What a task needs besides its block: the losses, targets, sample sets and each split's
+    roles (``entries``: split -> list of ("full",) / ("fold", r, j) / ("pair", r, t, l))."""
+
+    decls: list
+    y: np.ndarray
+    classes: list | None
+    outputs: np.ndarray
+    member: np.ndarray                # (R, K, n) bool
+    analysis: np.ndarray              # (n,) bool
+    roles: frozenset
+    weights: np.ndarray | None
+    entries: dict = field(default_factory=dict)
+    refs: list = field(default_factory=list)      # reference splits, in reference order
+
+    @property
+    def test(self) -> np.ndarray:
+        return ~self.analysis
+
+
+def _entries(cube: xr.Dataset, roles: frozenset, what: str) -> dict[int, list[tuple]]:
+    from ._cube import full_split_index, require
+
+    entries: dict[int, list[tuple]] = {}
+    if "full" in roles:
+        entries.setdefault(full_split_index(cube, what), []).append(("full",))
+    if "fold" in roles:
+        table = np.asarray(require(cube, "fold_split", what).values)
+        for (r, j), s in np.ndenumerate(table):
+            entries.setdefault(int(s), []).append(("fold", r, j))
+    if "pair" in roles:
+        table = np.asarray(require(cube, "pair_split", what).values)
+        for (r, t, l), s in np.ndenumerate(table):
+            if t != l:
+                entries.setdefault(int(s), []).append(("pair", r, t, l))
+    return dict(sorted(entries.items()))
+
+
+def make_plan(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
+              weights=None) -> Plan:
+    if weights is not None and "change" in roles:
+        raise ValueError("split_sums: fold_change is not weighted; give no weights")
+    k = int(cube.sizes["outer"])
+    plan = Plan(decls=list(decls), y=np.asarray(cube["y"].values), classes=cube_classes(cube),
+                outputs=np.asarray([str(o) for o in cube["output"].values], dtype=object),
+                member=np_roles.fold_members(cube["fold"].values, k),
+                analysis=~np.asarray(cube["is_test"].values, dtype=bool), roles=roles,
+                weights=None if weights is None else np.asarray(weights, dtype=np.float64),
+                entries=_entries(cube, roles, what))
+    refs = set()
+    for entries in plan.entries.values():
+        for entry in entries:
+            if entry[0] == "fold" and "change" in roles:
+                refs.add(("full",))
+            if entry[0] == "pair":
+                refs.add(("fold", entry[1], entry[2]))
+    plan.refs = sorted(refs, key=str)
+    return plan
+
+
+def _ref_split(cube: xr.Dataset, ref: tuple) -> int:
+    if ref[0] == "full":
+        return int(cube.attrs["full_split"])
+    return int(cube["fold_split"].values[ref[1], ref[2]])
+
+
+def term_shapes(plan: Plan, n_params: int) -> dict[str, tuple]:
+    r, k, n = plan.member.shape
+    shapes = {}
+    if "full" in plan.roles:
+        shapes["full_risk"] = (n_params,)
+        if plan.test.any():
+            shapes["test_risk"] = (n_params,)
+    if "fold" in plan.roles:
+        shapes["fold_sum"] = shapes["fold_risk"] = (n_params, r, k)
+    if "train" in plan.roles:
+        shapes["train_sum"] = (n_params, r, k)
+    if "change" in plan.roles:
+        shapes["fold_change"] = (n_params, r, k)
+    if "oof" in plan.roles:
+        shapes["oof_loss"] = (n_params, r, n)
+    if "pair" in plan.roles:
+        shapes["inner_sum"] = shapes["inner_change"] = (n_params, r, k, k)
+    return shapes
+
+
+# ----------------------------------------------------------------------------------------
+# the kernel: one block's contributions (module-level, runs on any worker)
+# ----------------------------------------------------------------------------------------
+
+def _columns(plan: Plan, entries: list[tuple]):
+    """The sums one split contributes: ``plain`` [(term, index, mask, weight, divisor)] are
+    Σ_{i∈mask} w_i ℓ_i / divisor; ``change`` [(term, index, mask, ref position, divisor)] are
+    Σ_{i∈mask} |ℓ_i − ref_i| / divisor; ``copies`` [((r, j), mask)]: oof rows."""
+    member, analysis, w = plan.member, plan.analysis, plan.weights
+    n_d = analysis.sum()
+    plain, change, copies = [], [], []
+    for entry in entries:
+        if entry[0] == "full":
+            plain.append(("full_risk", (), analysis, None, n_d))
+            if plan.test.any():
+                plain.append(("test_risk", (), plan.test, None, plan.test.sum()))
+        elif entry[0] == "fold":
+            _, r, j = entry
+            d_weight = n_d if w is None else (analysis * w).sum()
+            plain.append(("fold_sum", (r, j), member[r, j], w, 1.0))
+            plain.append(("fold_risk", (r, j), analysis, w, d_weight))
+            if "train" in plan.roles:
+                plain.append(("train_sum", (r, j), ~member[r, j] & analysis, w, 1.0))
+            if "change" in plan.roles:
+                change.append(("fold_change", (r, j), analysis, plan.refs.index(("full",)), n_d))
+            if "oof" in plan.roles:
+                copies.append(((r, j), member[r, j]))
+        else:
+            _, r, t, l = entry
+            rest = analysis & ~member[r, t]
+            plain.append(("inner_sum", (r, t, l), member[r, l], None, 1.0))
+            change.append(("inner_change", (r, t, l), rest, plan.refs.index(("fold", r, t)),
+                           rest.sum()))
+    return plain, change, copies
+
+
+def _masked_sums(values: np.ndarray, masks: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Σ_i values[:, i] · weights[c, i] over masks[c] for each column c: (rows, n) -> (rows, C).
+
+    A matrix product where every value is finite; the rows holding a NaN or an infinity are
+    summed mask by mask (np_roles.masked_sum's rule: a value outside the mask never counts)."""
+    matrix = np.where(masks, weights, 0.0).T                 # (n, C)
+    out = values @ matrix
+    bad = ~np.isfinite(values).all(axis=1)
+    if bad.any():
+        rows = values[bad]
+        out[bad] = np.stack([(np.where(m, rows, 0.0) * w).sum(axis=1)
+                             for m, w in zip(masks, weights)], axis=1)
+    return out
+
+
+def block_sums(block: np.ndarray, plan: Plan, p0: int, splits: list[int],
+               refs: dict | None = None) -> list[tuple]:
+    """The contributions of one block of ``pred`` (params p0.., the store's splits ``splits``;
+    shape (p, len(splits), n[, C])) to the terms: a list of (loss label, term, index arrays,
+    values (p, m)) that :func:`assemble` writes at ``[p0:p0 + p, *index arrays]``.
+
+    ``refs``: loss label -> the reference losses (p, len(plan.refs), n) of these params.
+    """
+    block = np.asarray(block)
+    rows_total, n = block.shape[0], plan.y.shape[0]
+    rows = max(1, KERNEL_BYTES // max(1, 8 * n * len(splits) * 3))
+    layouts = [_columns(plan, plan.entries.get(s, [])) for s in splits]
+    parts: dict[tuple, list] = {}
+    for decl in plan.decls:
+        for q in range(0, rows_total, rows):
+            sub = block[q:q + rows]
+            losses = np.asarray(apply_loss(decl, plan.y, sub, plan.classes,
+                                           plan.outputs[p0 + q:p0 + q + len(sub)]),
+                                dtype=np.float64)
+            ref = None if refs is None else refs[decl.label][q:q + rows]
+            for position, (plain, change, copies) in enumerate(layouts):
+                values = losses[:, position]
+                if plain:
+                    masks = np.stack([c[2] for c in plain])
+                    weights = np.stack([np.ones(n) if c[3] is None else c[3] for c in plain])
+                    sums = _masked_sums(values, masks, weights) / np.array([c[4] for c in plain])
+                    for c, (term, index, *_) in enumerate(plain):
+                        parts.setdefault((decl.label, term, index), []).append((q, sums[:, c]))
+                for term, index, mask, at, divisor in change:
+                    diff = np.abs(values - ref[:, at])
+                    total = _masked_sums(diff, mask[None], np.ones((1, n)))[:, 0] / divisor
+                    parts.setdefault((decl.label, term, index), []).append((q, total))
+                for index, mask in copies:
+                    parts.setdefault((decl.label, "oof_loss", index), []).append(
+                        (q, values[:, mask]))
+    out = []
+    for (label, term, index), pieces in parts.items():
+        values = np.concatenate([v for _, v in sorted(pieces, key=lambda item: item[0])])
+        if term == "oof_loss":
+            r, j = index
+            where = np.flatnonzero(plan.member[r, j])
+            out.append((label, term, (np.full(where.size, r), where), values))
+        else:
+            out.append((label, term, tuple(np.array([i]) for i in index),
+                        values[:, None] if index else values))
+    return out
+
+
+def reference_losses(block: np.ndarray, plan: Plan, p0: int) -> dict[str, np.ndarray]:
+    """The losses of the reference splits (block (p, len(plan.refs), n[, C])): label -> array."""
+    block = np.asarray(block)
+    return {decl.label: np.asarray(apply_loss(decl, plan.y, block, plan.classes,
+                                              plan.outputs[p0:p0 + len(block)]),
+                                   dtype=np.float64)
+            for decl in plan.decls}
+
+
+# ----------------------------------------------------------------------------------------
+# reading a block: a store by its location, a dask slice, or a numpy view
+# ----------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=8)
+def _pred_array(location: str):
+    from ..store.integrity import open_array
+
+    return open_array(location, "pred")
+
+
+def read_store_block(location: str, params: slice, splits) -> np.ndarray:
+    """``pred[params, splits]`` read from the store at ``location`` (a damaged chunk is named)."""
+    from ..store.integrity import read
+
+    return np.asarray(read(location, "pred", (params, splits), array=_pred_array(location)))
+
+
+def _store_block_sums(location, plan, params, s0, s1, splits, refs=None):
+    block = read_store_block(location, params, slice(s0, s1))
+    return block_sums(block[:, [s - s0 for s in splits]], plan, params.start, splits, refs)
+
+
+def _array_block_sums(block, plan, p0, s0, splits, refs=None):
+    return block_sums(np.asarray(block)[:, [s - s0 for s in splits]], plan, p0, splits, refs)
+
+
+def _store_references(location, plan, params, ref_splits):
+    block = read_store_block(location, params, np.asarray(ref_splits))
+    return reference_losses(block, plan, params.start)
+
+
+def _array_references(block, plan, p0):
+    return reference_losses(block, plan, p0)
+
+
+# ----------------------------------------------------------------------------------------
+# the graph
+# ----------------------------------------------------------------------------------------
+
+def _store_location(cube: xr.Dataset) -> str | None:
+    """The store whose own ``pred`` this cube's is (untouched lazy array), else None."""
+    from ..store.cube import STORED
+
+    data = cube["pred"].data
+    if is_lazy(data) and data.name == cube.encoding.get(STORED) and "source" in cube.encoding:
+        return str(cube.encoding["source"])
+    return None
+
+
+def _split_runs(splits: list[int], chunk: int, per_split: int, limit: int) -> list[tuple]:
+    """The needed ``splits`` grouped into runs of whole split chunks within ``limit`` bytes
+    (``per_split`` bytes a split): [(s0, s1, [splits])] with s0..s1 chunk-aligned."""
+    by_chunk: dict[int, list[int]] = {}
+    for s in splits:
+        by_chunk.setdefault(s // chunk, []).append(s)
+    runs: list[tuple] = []
+    for c, members in sorted(by_chunk.items()):
+        s0, s1 = c * chunk, c * chunk + chunk
+        if runs and runs[-1][1] == s0 and (s1 - runs[-1][0]) * per_split <= limit:
+            runs[-1] = (runs[-1][0], s1, runs[-1][2] + members)
+        else:
+            runs.append((s0, s1, members))
+    return runs
+
+
+def _param_groups(n_params: int, param_chunk: int, size: int) -> list[slice]:
+    """Params in groups of ``size``, whole param chunks when a chunk fits (each stored chunk
+    then read by one group only)."""
+    if size >= param_chunk:
+        size -= size % param_chunk
+    return [slice(p0, min(p0 + size, n_params)) for p0 in range(0, n_params, max(size, 1))]
+
+
+def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
+               weights=None) -> dict[Loss, dict[str, np.ndarray]]:
+    """The terms of every loss of ``decls`` for ``roles`` (raw, before the NaN rule), one pass."""
+    import dask
+
+    plan = make_plan(cube, decls, roles, what, weights)
+    pred = cube["pred"]
+    data = pred.data
+    n_params, n_splits = int(pred.shape[0]), int(pred.shape[1])
+    out = {decl: {term: np.zeros(shape) for term, shape in term_shapes(plan, n_params).items()}
+           for decl in decls}
+    if n_params == 0 or not plan.entries:
+        return out
+    location = _store_location(cube)
+    param_chunk, split_chunk = _chunks(pred, location)
+    budget = int(config.get("cvflow.reduce.in-memory-bytes"))
+    threads = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+    limit = max(1, min(TASK_BYTES, budget // (2 * threads)))
+    cell = int(np.prod(pred.shape[2:])) * pred.dtype.itemsize
+    per_param_refs = 8 * len(plan.refs) * plan.y.shape[0] * len(decls)
+    per_param = cell * min(split_chunk, n_splits)
+    size = limit // max(1, per_param)
+    if size < param_chunk and param_chunk * per_param <= budget // 2:
+        size = param_chunk          # a whole stored chunk, within half the budget: read once
+    if plan.refs:
+        size = min(size, (budget // 2) // per_param_refs)
+    groups = _param_groups(n_params, param_chunk, max(1, size))
+    ref_splits = [_ref_split(cube, ref) for ref in plan.refs]
+    # the calls: one reference call per param group (if any), one block call per run of chunks
+    references: dict[int, tuple] = {}
+    blocks: list[tuple] = []          # (group, function, arguments, wants references)
+    for g, params in enumerate(groups):
+        if plan.refs:
+            references[g] = ((_store_references, (location, plan, params, ref_splits))
+                             if location is not None else
+                             (_array_references, (data[params][:, ref_splits], plan, params.start)))
+        per_split = cell * (params.stop - params.start)
+        for s0, s1, splits in _split_runs(list(plan.entries), split_chunk, per_split, limit):
+            wants = any(_needs_refs(plan, s) for s in splits)
+            if location is not None:
+                call = (_store_block_sums, (location, plan, params, s0, min(s1, n_splits), splits))
+            else:      # a contiguous view (numpy) or slice (dask) of whole chunks; the task picks
+                call = (_array_block_sums, (data[params, s0:s1], plan, params.start, s0, splits))
+            blocks.append((g, *call, wants))
+    results = _run(references, blocks, plan, in_memory=not is_lazy(data), small=len(blocks) <= 2)
+    by_label = {decl.label: out[decl] for decl in decls}
+    for (g, *_), contributions in zip(blocks, results):
+        assemble(by_label, groups[g], contributions)
+    return out
+
+
+def _run(references: dict, blocks: list, plan: Plan, *, in_memory: bool, small: bool) -> list:
+    """The block calls' results, in order: called here when the cube is in memory and small (a
+    graph's few ms would be most of the work), else as one Dask graph computed by
+    :func:`cvflow.estimators.memory.compute_here`.
+
+    DESIGN CHOICE: an in-memory cube is reduced by this process's threads (its numpy blocks
+    would otherwise travel to a cluster); a store's blocks are read where the tasks run (the
+    active Client's workers when the caller holds one), only their sums travel back.
+    """
+    if in_memory and small:
+        refs = {g: function(*args) for g, (function, args) in references.items()}
+        return [function(*args, refs[g] if wants else None)
+                for g, function, args, wants in blocks]
+    import dask
+
+    tag = uuid.uuid4().hex
+    # the plan once in the graph (each worker gets it once), not once per task
+    plan_key = dask.delayed(plan, name=f"cvflow-pass-plan-{tag}")
+
+    def task(function, args, *extra, key):
+        args = tuple(plan_key if arg is plan else arg for arg in args)
+        return dask.delayed(function)(*args, *extra, dask_key_name=key)
+
+    refs = {g: task(function, args, key=f"cvflow-pass-refs-{tag}-{g}")
+            for g, (function, args) in references.items()}
+    tasks = [task(function, args, refs[g] if wants else None, key=f"cvflow-pass-{tag}-{i}")
+             for i, (g, function, args, wants) in enumerate(blocks)]
+    return compute_here(tasks, parallel="threads" if in_memory else "cluster")
+
+
+def _chunks(pred: xr.DataArray, location: str | None) -> tuple[int, int]:
+    """(params, splits) of a read unit: the store's inner chunk's params and its shard's
+    splits; a dask array's chunks; one param and one split for numpy (any view is cheap)."""
+    if location is not None:
+        encoding = pred.encoding
+        chunks = tuple(encoding.get("chunks") or pred.data.chunksize)
+        shards = tuple(encoding.get("shards") or chunks)
+        return int(chunks[0]), int(shards[1])
+    if is_lazy(pred.data):
+        return int(pred.data.chunksize[0]), int(pred.data.chunksize[1])
+    return 1, 1
+
+
+def _needs_refs(plan: Plan, split: int) -> bool:
+    return any(e[0] == "pair" or (e[0] == "fold" and "change" in plan.roles)
+               for e in plan.entries[split])
+
+
+def assemble(out: dict[str, dict[str, np.ndarray]], params: slice, contributions) -> None:
+    """Write one block's contributions (:func:`block_sums`) into the terms ``out``."""
+    for label, term, index, values in contributions:
+        out[label][term][(params,) + tuple(index)] = values
