@@ -271,8 +271,9 @@ def _masked_sums(values: np.ndarray, masks: np.ndarray, weights: np.ndarray) -> 
     A matrix product where every value is finite; the rows holding a NaN or an infinity are
     summed mask by mask (np_roles.masked_sum's rule: a value outside the mask never counts)."""
     matrix = np.where(masks, weights, 0.0).T                 # (n, C)
-    out = values @ matrix
     bad = ~np.isfinite(values).all(axis=1)
+    with np.errstate(invalid="ignore", over="ignore"):      # the bad rows are redone below
+        out = values @ matrix
     if bad.any():
         rows = values[bad]
         out[bad] = np.stack([(np.where(m, rows, 0.0) * w).sum(axis=1)
