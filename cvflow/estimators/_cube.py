@@ -142,7 +142,8 @@ def shared_terms(cube: xr.Dataset, roles, losses=()):
     one pass over ``pred``, when first asked, and returns each call the part it asks for.
     ``losses`` (names or declarations; None the cube's default): the losses the block will
     ask for, computed together in the first pass (a report of several losses reads ``pred``
-    once); a per-fold metric among them is left to its estimators.
+    once); a per-fold metric among them is left to its estimators. Within a block of the
+    same cube whose roles include these, the enclosing block's sums serve.
 
     DESIGN CHOICE: the estimators of one report share their loss sums (K-fold, corrected
     K-fold and stability all sum the fold fits' losses): each reads ``pred`` and applies the
@@ -154,6 +155,10 @@ def shared_terms(cube: xr.Dataset, roles, losses=()):
     tables = {"full": int(cube.attrs.get("full_split", -1)) >= 0,
               "fold": has_splits(cube, "fold_split"), "pair": has_splits(cube, "pair_split")}
     usable = frozenset(r for r in roles if all(tables.get(t, True) for t in _implied({r})))
+    enclosing = _SHARED.get()
+    if enclosing is not None and enclosing.cube is cube and usable <= enclosing.roles:
+        yield                            # a report of several losses already shares its sums
+        return
     decls = []
     for loss in losses:
         try:

@@ -201,12 +201,21 @@ def compute_losses(cube: xr.Dataset, losses: list[str | None], estimators: list 
     >>> out["roc_auc"].skipped["corrected_kfold"]                    # doctest: +SKIP
     "loss: 'roc_auc' is a per-fold metric, but corrected_kfold averages per-sample losses; ..."
     """
+    from ..estimators import REGISTRY, shared_terms
+
     cube = _pred_in_memory_if_small(workflow_view(cube, all_params=all_params))
+    names = [e if isinstance(e, str) else e[0] for e in estimators] if estimators else \
+        [name for name, _ in requested_estimators(cube)]
+    # cvflow's own estimators' declared sums (a user estimator is imported, if trusted, by
+    # compute alone, and reads its own)
+    roles = {role for name in names if name in REGISTRY for role in REGISTRY[name].terms}
     out: dict[str, Results] = {}
-    for loss in losses:
-        results = compute(cube, estimators, loss=loss, overrides=overrides,
-                          trust_code=trust_code)
-        out[_label(results, loss, cube)] = results
+    # every loss's sums in one pass over pred (cvflow.estimators.one_pass)
+    with shared_terms(cube, roles, losses):
+        for loss in losses:
+            results = compute(cube, estimators, loss=loss, overrides=overrides,
+                              trust_code=trust_code)
+            out[_label(results, loss, cube)] = results
     return out
 
 
