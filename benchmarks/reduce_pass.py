@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -44,7 +43,7 @@ data: {{source: sklearn, name: diabetes}}
 task: regression
 learners:
   - name: ridge
-    estimator: sklearn.linear_model.Ridge
+    class: sklearn.linear_model.Ridge
     grid: {{alpha: {{logspace: [-4, 4, {alphas}]}}}}
 design: {{folds: 5, repeats: {repeats}, seed: 0}}
 estimators: [kfold, corrected_kfold, stability]
@@ -83,8 +82,10 @@ def load() -> str:
 # runs a module (-m NAME) or a script under this process's rusage: its own peak RSS, on stderr
 WRAP = """\
 import atexit, resource, runpy, sys
-atexit.register(lambda: print("PEAK_KIB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                              file=sys.stderr))
+def _usage():
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    print("PEAK_KIB", own.ru_maxrss, own.ru_utime + own.ru_stime, file=sys.stderr)
+atexit.register(_usage)
 target, sys.argv = sys.argv[1], sys.argv[1:]
 if target == "-m":
     sys.argv = sys.argv[1:]
@@ -94,8 +95,9 @@ else:
 """
 
 
-def child(args: list[str], pythonpath: str | None) -> tuple[float, float, str]:
-    """Run ``python ARGS`` in a fresh process: (wall seconds, its peak RSS in GiB, stdout)."""
+def child(args: list[str], pythonpath: str | None) -> tuple[float, float, float, str]:
+    """Run ``python ARGS`` in a fresh process: (wall seconds, its peak RSS in GiB, its CPU
+    seconds (user + system, every thread), stdout)."""
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath
@@ -105,8 +107,10 @@ def child(args: list[str], pythonpath: str | None) -> tuple[float, float, str]:
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed: {out.stderr[-2000:]}")
-    peak = [line for line in out.stderr.splitlines() if line.startswith("PEAK_KIB")]
-    return wall, int(peak[-1].split()[1]) / 2**20 if peak else math.nan, out.stdout
+    usage = [line.split() for line in out.stderr.splitlines() if line.startswith("PEAK_KIB")]
+    if not usage:
+        return wall, math.nan, math.nan, out.stdout
+    return wall, int(usage[-1][1]) / 2**20, float(usage[-1][2]), out.stdout
 
 
 def same(a, b, where="report") -> None:
@@ -141,33 +145,35 @@ def main() -> None:
             wf.write_text(textwrap.dedent(WORKFLOW.format(alphas=args.alphas,
                                                           repeats=args.repeats)))
             print(f"fitting {args.alphas} x {5 * args.repeats + 1} ({load()})", flush=True)
-            wall, _, _ = child(["-m", "cvflow", "run", str(wf), "--store", store], str(REPO))
+            wall, _, _, _ = child(["-m", "cvflow", "run", str(wf), "--store", store], str(REPO))
             print(f"  fitted in {wall:.1f} s ({load()})", flush=True)
         floor_script = Path(tmp) / "floor.py"
         floor_script.write_text(FLOOR)
-        report = ["-m", "cvflow", "report", store, "--json", "--estimators", args.estimators]
+        # timed: the text report (as the issue timed it); the JSON once each, compared
+        report = ["-m", "cvflow", "report", store, "--estimators", args.estimators]
+        before_path, after_path = str(Path(args.before).resolve()), str(REPO)
+        same(json.loads(child(report + ["--json"], before_path)[3]),
+             json.loads(child(report + ["--json"], after_path)[3]))
         routes = {"floor": ([str(floor_script), store], None),
-                  "after": (report, str(REPO)),
-                  "before": (report, str(Path(args.before).resolve()))}
+                  "after": (report, after_path), "before": (report, before_path)}
         walls: dict[str, list[float]] = {name: [] for name in routes}
+        cpus: dict[str, list[float]] = {name: [] for name in routes}
         peaks: dict[str, list[float]] = {name: [] for name in routes}
-        outputs: dict[str, str] = {}
         for run in range(args.runs):
             for name, (argv, path) in routes.items():
                 before = load()
-                wall, peak, stdout = child(argv, path)
+                wall, peak, cpu, _ = child(argv, path)
                 walls[name].append(wall)
                 peaks[name].append(peak)
-                outputs[name] = stdout
-                print(f"  run {run + 1} {name:6s} {wall:7.2f} s  {peak:.2f} GiB  "
+                cpus[name].append(cpu)
+                print(f"  run {run + 1} {name:6s} {wall:7.2f} s wall {cpu:7.2f} s CPU {peak:.2f} GiB  "
                       f"({before} -> {load()})", flush=True)
-        same(json.loads(outputs["before"]), json.loads(outputs["after"]))
         print(f"\nstore {store}; estimators {args.estimators}; JSON of before and after agree "
               "(1e-12)")
         for name, values in walls.items():
             print(f"  {name:6s} median {sorted(values)[len(values) // 2]:7.2f} s  "
-                  f"(runs {', '.join(f'{v:.2f}' for v in values)}), peak RSS "
-                  f"{max(peaks[name]):.2f} GiB")
+                  f"(runs {', '.join(f'{v:.2f}' for v in values)}), CPU median "
+                  f"{sorted(cpus[name])[len(values) // 2]:.2f} s, peak RSS {max(peaks[name]):.2f} GiB")
 
 
 if __name__ == "__main__":

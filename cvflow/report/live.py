@@ -46,8 +46,6 @@ RACE_COLUMNS = ("stage", "dropped", "learner", "leader", "difference", "z", "p")
 # the client publishes its summary at most this often (seconds); the page polls at this period
 PUBLISH_SECONDS = 0.5
 POLL_MS = 1000
-# the live K-fold curves are computed this many (param, repeat, outer) cells at a time
-CURVE_BLOCK_CELLS = 2**20
 
 
 def enable_routes() -> None:
@@ -166,8 +164,25 @@ class Monitor:
         self.failed = np.zeros((n_params, n_splits), dtype=bool)
         self.dropped = np.zeros(n_params, dtype=bool)       # by racing
         self.race: dict[str, list] = {k: [] for k in RACE_COLUMNS}
-        self.oof_sum = np.full((n_params, n_splits), np.nan)
-        self.risk = np.full((n_params, n_splits), np.nan)
+        # DESIGN CHOICE: the curves are running sums, folded in as blocks land (issue 40 item
+        # 4): each publication reads P numbers, not the (param, repeat, outer) cells of every
+        # fit (about 5 s of CPU a publication at 10^7 fits, beside the workers). Fold cell
+        # (r, j) adds ℓ-sum / (n_r R) to the K-fold estimate (kfold_scores: the pooled mean of
+        # each repeat, averaged over repeats) and |N_j|/n_r · risk / R to the fold models'
+        # risk (corrected_scores); a failed fit adds NaN, so its param stays NaN (the NaN rule)
+        self.kfold_sum = np.zeros(n_params)
+        self.fold_model_sum = np.zeros(n_params)
+        self.folds_done = np.zeros(n_params, dtype=int)
+        self.full_risk = np.full(n_params, np.nan)
+        self.cells: dict[int, list[tuple[float, float]]] = {}     # fold split -> its cells' weights
+        if self.has_folds:
+            n_r = self.sizes.sum(axis=1, keepdims=True)
+            repeats = self.fold_split.shape[0]
+            to_kfold = np.broadcast_to(1.0 / (n_r * repeats), self.sizes.shape)
+            weights = zip(self.fold_split.ravel(), to_kfold.ravel(),
+                          (self.sizes / n_r / repeats).ravel())
+            for split, to_kfold, to_model in weights:
+                self.cells.setdefault(int(split), []).append((float(to_kfold), float(to_model)))
         self.errors: list[tuple[str, str]] = []          # (learner, message) of failed fits
         self.scoring_error: str | None = None          # the scorer's first error
         self.meta = {"run": self.run, "name": workflow.name, "store": store, "loss": self.loss,
@@ -192,6 +207,7 @@ class Monitor:
         # the cells it fitted
         fitted = (np.ones(self.done[ps, ss].shape, bool) if status.fitted is None
                   else np.asarray(status.fitted, bool))
+        new = fitted & ~self.done[ps, ss]          # a retried block is folded in once
         self.done[ps, ss] |= fitted
         self.failed[ps, ss] = np.where(fitted, status.failed, self.failed[ps, ss])
         terms = summary.get("terms")
@@ -200,16 +216,30 @@ class Monitor:
             self.scoring_error = self.meta["scoring_error"] = summary["terms_error"]
             log.warning("live page: the K-fold curve is not shown: scoring the fits (loss %s) "
                         "failed: %s", self.loss, self.scoring_error)
-        if terms is not None:
-            self.oof_sum[ps, ss] = np.where(fitted, terms["oof_sum"], self.oof_sum[ps, ss])
-            self.risk[ps, ss] = np.where(fitted, terms["risk"], self.risk[ps, ss])
+        self._fold_in(ps, ss, new, terms)
         rows = self.learner[ps]
         for (i, j), message in np.ndenumerate(status.error):
-            if status.failed[i, j]:
+            if status.failed[i, j] and new[i, j]:      # a retried block: once
                 self.errors.append((str(rows[i]), str(message)))
         self.behind = True
         if time.monotonic() - self.published > PUBLISH_SECONDS:
             self.publish()
+
+    def _fold_in(self, ps: slice, ss: slice, new: np.ndarray, terms: dict | None) -> None:
+        """Add the newly fitted cells of a block to the running sums (NaN sums: no terms)."""
+        shape = new.shape
+        oof = np.full(shape, np.nan) if terms is None else np.asarray(terms["oof_sum"], float)
+        risk = np.full(shape, np.nan) if terms is None else np.asarray(terms["risk"], float)
+        for col, split in enumerate(range(*ss.indices(self.done.shape[1]))):
+            fresh = new[:, col]
+            if not fresh.any():
+                continue
+            if split == self.full_split:
+                self.full_risk[ps] = np.where(fresh, risk[:, col], self.full_risk[ps])
+            for to_kfold, to_model in self.cells.get(split, ()):
+                self.kfold_sum[ps] += np.where(fresh, oof[:, col] * to_kfold, 0.0)
+                self.fold_model_sum[ps] += np.where(fresh, risk[:, col] * to_model, 0.0)
+                self.folds_done[ps] += fresh
 
     def raced(self, rows: list[dict]) -> None:
         """Racing (:mod:`cvflow.execution.race_runner`) dropped these params (the race's records, each with
@@ -243,34 +273,18 @@ class Monitor:
 
     def curves(self) -> dict[str, np.ndarray]:
         """K-fold and corrected K-fold per param from the fits done so far (NaN where a fit
-        the estimator needs is missing or failed), as :mod:`cvflow.estimators` computes them."""
-        from ..estimators.corrected import corrected_scores
-        from ..estimators.split_scores import kfold_scores
-
+        the estimator needs is missing or failed), as :mod:`cvflow.estimators` computes them
+        (:func:`cvflow.estimators.split_scores.kfold_scores`,
+        :func:`cvflow.estimators.corrected.corrected_scores`), from the running sums."""
         n = len(self.learner)
         out = {"kfold": np.full(n, np.nan), "corrected": np.full(n, np.nan),
-               "folds_done": np.zeros(n, dtype=int)}
+               "folds_done": self.folds_done.copy()}
         if not self.has_folds:
             return out
-        folds = self.fold_split
-        # DESIGN CHOICE: in blocks of params (each param's curves are its own): the gathered
-        # (param, repeat, outer) copies of the whole study were ~0.4 GiB of the client at
-        # every publication of a 10^7-fit study (1000 params x 2000 repeats x 5 folds)
-        rows = max(1, CURVE_BLOCK_CELLS // max(folds.size, 1))
-        for p0 in range(0, n, rows):
-            block = slice(p0, p0 + rows)
-            done = self.done[block][:, folds]
-            # a fit not yet done contributes NaN: its param stays NaN (the estimators' NaN rule)
-            fold_sum = np.where(done, self.oof_sum[block][:, folds], np.nan)
-            out["folds_done"][block] = done.reshape(len(done), -1).sum(axis=1)
-            out["kfold"][block] = kfold_scores(fold_sum, self.sizes)["estimate"].values
-            if self.meta["corrected"]:
-                full = self.full_split
-                terms = {"fold_sum": fold_sum,
-                         "fold_risk": np.where(done, self.risk[block][:, folds], np.nan),
-                         "full_risk": np.where(self.done[block, full], self.risk[block, full],
-                                               np.nan)}
-                out["corrected"][block] = corrected_scores(terms, self.sizes)["estimate"].values
+        complete = self.folds_done == self.fold_split.size
+        out["kfold"] = np.where(complete, self.kfold_sum, np.nan)
+        if self.meta["corrected"]:
+            out["corrected"] = out["kfold"] + self.full_risk - self.fold_model_sum
         return out
 
     def state(self) -> dict:
