@@ -223,3 +223,35 @@ def test_on_a_distributed_clusters_workers(store, client):
                for t in stream.data), "no pass task ran on the cluster"
     for term in got:
         np.testing.assert_allclose(got[term], expected[term], rtol=1e-12, atol=1e-15, err_msg=term)
+
+
+def test_each_chunk_of_a_store_is_read_once_and_references_once_more(store, monkeypatch):
+    """A block task reads whole split chunks of every param, each once; stability's change
+    terms add one read of the full split (its reference) and nothing else."""
+    import cvflow.estimators.one_pass as one_pass
+
+    reads = []
+    real = one_pass.read_store_block
+
+    def counted(location, params, splits):
+        reads.append((params, splits))
+        return real(location, params, splits)
+
+    monkeypatch.setattr(one_pass, "read_store_block", counted)
+    cube = cvflow.open(store)
+    shard = int((cube["pred"].encoding.get("shards") or cube["pred"].encoding["chunks"])[1])
+    n_splits = cube.sizes["split"]
+    for roles, extra in ((("fold",), 0), (("full", "fold", "change"), 1)):
+        reads.clear()
+        split_sums(store, "squared", roles=roles)
+        blocks = [r for r in reads if isinstance(r[1], slice)]
+        assert len(reads) - len(blocks) == extra                   # the reference read
+        covered = np.zeros(n_splits, int)
+        for params, splits in blocks:
+            assert params == slice(0, cube.sizes["param"])
+            assert splits.start % shard == 0
+            covered[splits] += 1
+        assert covered.max() == 1                                  # no chunk read twice
+        if extra:
+            (params, splits), = [r for r in reads if not isinstance(r[1], slice)]
+            assert list(splits) == [int(cube.attrs["full_split"])]
