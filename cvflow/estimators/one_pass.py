@@ -265,20 +265,37 @@ def _columns(plan: Plan, entries: list[tuple]):
     return plain, change, copies
 
 
-def _masked_sums(values: np.ndarray, masks: np.ndarray, weights: np.ndarray) -> np.ndarray:
+def _masked_sums(values: np.ndarray, masks: np.ndarray, weights: np.ndarray,
+                 matrix: np.ndarray | None = None) -> np.ndarray:
     """Σ_i values[:, i] · weights[c, i] over masks[c] for each column c: (rows, n) -> (rows, C).
 
-    A matrix product where every value is finite; the rows holding a NaN or an infinity are
-    summed mask by mask (np_roles.masked_sum's rule: a value outside the mask never counts)."""
-    matrix = np.where(masks, weights, 0.0).T                 # (n, C)
-    bad = ~np.isfinite(values).all(axis=1)
+    A matrix product (``matrix`` (n, C): the weights within the masks, 0 outside); a row
+    holding a NaN or an infinity makes every column of its product non-finite (0 · NaN and
+    0 · inf are NaN), so those rows, found on the small product, are summed again mask by mask
+    (np_roles.masked_sum's rule: a value outside the mask never counts)."""
+    if matrix is None:
+        matrix = np.where(masks, weights, 0.0).T
     with np.errstate(invalid="ignore", over="ignore"):      # the bad rows are redone below
         out = values @ matrix
+    bad = ~np.isfinite(out).all(axis=1)
     if bad.any():
         rows = values[bad]
         out[bad] = np.stack([(np.where(m, rows, 0.0) * w).sum(axis=1)
                              for m, w in zip(masks, weights)], axis=1)
     return out
+
+
+def _split_kernel(plan: Plan, entries: list[tuple]):
+    """One split's sums, ready for its blocks: (plain columns, masks, weights, matrix,
+    divisors, change columns, oof copies) (see :func:`_columns`)."""
+    plain, change, copies = _columns(plan, entries)
+    n = plan.y.shape[0]
+    if not plain:
+        return plain, None, None, None, None, change, copies
+    masks = np.stack([c[2] for c in plain])
+    weights = np.stack([np.ones(n) if c[3] is None else c[3] for c in plain])
+    divisors = np.array([c[4] for c in plain], dtype=np.float64)
+    return plain, masks, weights, np.where(masks, weights, 0.0).T, divisors, change, copies
 
 
 def block_sums(block: np.ndarray, plan: Plan, p0: int, splits: list[int],
@@ -292,7 +309,8 @@ def block_sums(block: np.ndarray, plan: Plan, p0: int, splits: list[int],
     block = np.asarray(block)
     rows_total, n = block.shape[0], plan.y.shape[0]
     rows = max(1, KERNEL_BYTES // max(1, 8 * n * len(splits) * 3))
-    layouts = [_columns(plan, plan.entries.get(s, [])) for s in splits]
+    layouts = [_split_kernel(plan, plan.entries.get(s, [])) for s in splits]
+    ones = np.ones((1, n))
     parts: dict[tuple, list] = {}
     for decl in plan.decls:
         for q in range(0, rows_total, rows):
@@ -301,17 +319,16 @@ def block_sums(block: np.ndarray, plan: Plan, p0: int, splits: list[int],
                                            plan.outputs[p0 + q:p0 + q + len(sub)]),
                                 dtype=np.float64)
             ref = None if refs is None else refs[decl.label][q:q + rows]
-            for position, (plain, change, copies) in enumerate(layouts):
+            for position, layout in enumerate(layouts):
+                plain, masks, weights, matrix, divisors, change, copies = layout
                 values = losses[:, position]
                 if plain:
-                    masks = np.stack([c[2] for c in plain])
-                    weights = np.stack([np.ones(n) if c[3] is None else c[3] for c in plain])
-                    sums = _masked_sums(values, masks, weights) / np.array([c[4] for c in plain])
+                    sums = _masked_sums(values, masks, weights, matrix) / divisors
                     for c, (term, index, *_) in enumerate(plain):
                         parts.setdefault((decl.label, term, index), []).append((q, sums[:, c]))
                 for term, index, mask, at, divisor in change:
                     diff = np.abs(values - ref[:, at])
-                    total = _masked_sums(diff, mask[None], np.ones((1, n)))[:, 0] / divisor
+                    total = _masked_sums(diff, mask[None], ones)[:, 0] / divisor
                     parts.setdefault((decl.label, term, index), []).append((q, total))
                 for index, mask in copies:
                     parts.setdefault((decl.label, "oof_loss", index), []).append(
