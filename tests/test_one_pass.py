@@ -233,9 +233,9 @@ def test_each_chunk_of_a_store_is_read_once_and_references_once_more(store, monk
     reads = []
     real = one_pass.read_store_block
 
-    def counted(location, params, splits):
+    def counted(location, params, splits, *opened):
         reads.append((params, splits))
-        return real(location, params, splits)
+        return real(location, params, splits, *opened)
 
     monkeypatch.setattr(one_pass, "read_store_block", counted)
     cube = cvflow.open(store)

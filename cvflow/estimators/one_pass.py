@@ -157,6 +157,7 @@ class Plan:
     weights: np.ndarray | None
     entries: dict = field(default_factory=dict)
     refs: list = field(default_factory=list)      # reference splits, in reference order
+    opened: str = ""                  # the store's opening this cube comes from (_pred_array)
 
     @property
     def test(self) -> np.ndarray:
@@ -360,21 +361,25 @@ def reference_losses(block: np.ndarray, plan: Plan, p0: int) -> dict[str, np.nda
 # ----------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=8)
-def _pred_array(location: str):
+def _pred_array(location: str, opened: str):
+    """The store's ``pred`` opened once per process and per opening of the cube (``opened``:
+    the cube's own name for it, new at each ``cvflow.open``, so a store grown since is
+    reopened)."""
     from ..store.integrity import open_array
 
     return open_array(location, "pred")
 
 
-def read_store_block(location: str, params: slice, splits) -> np.ndarray:
+def read_store_block(location: str, params: slice, splits, opened: str = "") -> np.ndarray:
     """``pred[params, splits]`` read from the store at ``location`` (a damaged chunk is named)."""
     from ..store.integrity import read
 
-    return np.asarray(read(location, "pred", (params, splits), array=_pred_array(location)))
+    return np.asarray(read(location, "pred", (params, splits),
+                           array=_pred_array(location, opened)))
 
 
 def _store_block_sums(location, plan, params, s0, s1, splits, refs=None):
-    block = read_store_block(location, params, slice(s0, s1))
+    block = read_store_block(location, params, slice(s0, s1), plan.opened)
     return block_sums(block[:, [s - s0 for s in splits]], plan, params.start, splits, refs)
 
 
@@ -383,7 +388,7 @@ def _array_block_sums(block, plan, p0, s0, splits, refs=None):
 
 
 def _store_references(location, plan, params, ref_splits):
-    block = read_store_block(location, params, np.asarray(ref_splits))
+    block = read_store_block(location, params, np.asarray(ref_splits), plan.opened)
     return reference_losses(block, plan, params.start)
 
 
@@ -443,6 +448,7 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
     if n_params == 0 or not plan.entries:
         return out
     location = _store_location(cube)
+    plan.opened = str(data.name) if location is not None else ""
     param_chunk, split_chunk = _chunks(pred, location)
     budget = int(config.get("cvflow.reduce.in-memory-bytes"))
     threads = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
