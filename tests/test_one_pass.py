@@ -255,3 +255,24 @@ def test_each_chunk_of_a_store_is_read_once_and_references_once_more(store, monk
         if extra:
             (params, splits), = [r for r in reads if not isinstance(r[1], slice)]
             assert list(splits) == [int(cube.attrs["full_split"])]
+
+
+def test_a_missing_chunk_the_pass_reads_is_named(store, tmp_path):
+    """A pred object a done fit wrote, deleted: the pass names it (one listing, before any task
+    reads fill values for it); with a tiny budget too."""
+    import shutil
+
+    from cvflow.store.integrity import DamagedStore
+
+    copy = tmp_path / "s.zarr"
+    shutil.copytree(store, copy)
+    encoding = cvflow.open(store)["pred"].encoding
+    shard = int((encoding.get("shards") or encoding["chunks"])[1])
+    chunk = (0, int(cvflow.open(store).attrs["full_split"]) // shard)     # the full fit's
+    (copy / "pred" / "c" / str(chunk[0]) / str(chunk[1]) / "0").unlink()
+    cube = cvflow.open(str(copy))
+    split_sums(cube, "squared", roles=("pair",))          # a chunk the pass does not read
+    for budget in (None, 1):
+        with dask.config.set({} if budget is None else {"cvflow.reduce.in-memory-bytes": budget}):
+            with pytest.raises(DamagedStore, match=rf"pred chunk \({chunk[0]}, {chunk[1]}, 0\) is missing"):
+                split_sums(cube, "squared", roles=("full", "fold"))

@@ -450,6 +450,9 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
     location = _store_location(cube)
     plan.opened = str(data.name) if location is not None else ""
     param_chunk, split_chunk = _chunks(pred, location)
+    if location is not None:
+        _refuse_missing(cube, location, split_chunk, list(plan.entries) +
+                        [_ref_split(cube, ref) for ref in plan.refs])
     budget = int(config.get("cvflow.reduce.in-memory-bytes"))
     threads = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
     limit = max(1, min(TASK_BYTES, budget // (2 * threads)))
@@ -514,6 +517,25 @@ def _run(references: dict, blocks: list, plan: Plan, *, in_memory: bool, small: 
     tasks = [task(function, args, refs[g] if wants else None, key=f"cvflow-pass-{tag}-{i}")
              for i, (g, function, args, wants) in enumerate(blocks)]
     return compute_here(tasks, parallel="threads" if in_memory else "cluster")
+
+
+def _refuse_missing(cube: xr.Dataset, location: str, split_chunk: int, splits: list[int]) -> None:
+    """DamagedStore for the first stored object of ``pred`` among those the pass reads that a
+    done fit wrote and that is missing or empty (one listing, here, before any task: a missing
+    object would read as fill values, NaN, on any worker); as the lazy cube's reader refuses it
+    (:class:`cvflow.store.integrity.Checked`)."""
+    from ..store import integrity
+
+    array = integrity.open_array(location, "pred")
+    must = integrity.required("pred", array, cube["done"].values, cube["failed"].values)
+    read = np.zeros(must.shape[1], dtype=bool)
+    read[np.unique(np.asarray(splits, dtype=int) // split_chunk)] = True
+    must = must & read.reshape((1, -1) + (1,) * (must.ndim - 2))
+    damage = integrity.missing_or_empty("pred", array, integrity.array_objects(location, "pred"),
+                                        must)
+    damage = [d for d in damage if read[d.chunk[1]]]
+    if damage:
+        raise integrity.DamagedStore(location, damage[0])
 
 
 def _chunks(pred: xr.DataArray, location: str | None) -> tuple[int, int]:
