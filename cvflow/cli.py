@@ -159,6 +159,20 @@ def _parse_set(items: list[str] | None) -> dict[str, dict]:
 
 
 def cmd_report(args) -> int:
+    if args.cluster is None:
+        return _report(args)
+    from .execution.profiles import decide
+    from .execution.schedulers import connect
+
+    # the route is checked before the store is opened (a bad --cluster: one line, exit 2); the
+    # reducers compute on the workers of the client connect makes current
+    # (cvflow.estimators.memory.active_client)
+    route = decide(args.cluster, workers=args.workers, options=args.cluster_option)
+    with connect(route, store=args.store):
+        return _report(args)
+
+
+def _report(args) -> int:
     from .report import results as report
     from .store.cube import open_cube
 
@@ -277,6 +291,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "(shorthand for --set stability_nested.lambdas=[...])")
     rep.add_argument("--compare", help="the params ustat / nadeau_bengio compare, comma-separated "
                      "(indices or learner(key=value)); one param gives its error alone")
+    rep.add_argument("--cluster", help="reduce on a Dask cluster's workers, each reading its own "
+                     "chunks of the store: local | slurm | FILE.yaml | tcp://ADDR (as cvflow run; "
+                     "auto is local here; default: in this process)")
+    rep.add_argument("--workers", type=int, help="number of local workers (or SLURM jobs)")
+    rep.add_argument("--cluster-option", action="append", metavar="KEY=VALUE",
+                     help="override a cluster profile key, as cvflow run's (repeatable)")
     rep.set_defaults(func=cmd_report)
 
     ver = sub.add_parser("verify", help="read every chunk of a store; list what is damaged "

@@ -1,10 +1,14 @@
 """What a reducer reads into this process, and how: the one in-memory budget
 (:func:`fits_budget`, :func:`load_if_small`, dask config ``cvflow.reduce.in-memory-bytes``) and
-dask arrays computed here (:func:`compute_here`, :func:`store_here`, :func:`is_lazy`).
+where dask arrays are computed (:func:`compute_here`, :func:`store_here`, :func:`is_lazy`): on
+the workers of the active ``distributed.Client`` when there is one (:func:`active_client`),
+else in this process.
 
 Public: the estimators, the reports and the plots read a lazy cube through these.
 """
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import xarray as xr
@@ -28,22 +32,67 @@ def fits_budget(nbytes: int) -> bool:
 
 
 _SYNC = ("sync", "synchronous", "single-threaded")
+_DISTRIBUTED = ("dask.distributed", "distributed")
 
 
 def _configured_scheduler():
-    """Dask's configured scheduler, None when none is or it is a distributed cluster's (the
-    reducers compute in this process)."""
+    """Dask's configured scheduler, None when none is or it is a distributed cluster's."""
     import dask
 
     scheduler = dask.config.get("scheduler", None)
-    return None if scheduler in ("dask.distributed", "distributed") else scheduler
+    return None if scheduler in _DISTRIBUTED else scheduler
+
+
+def active_client():
+    """The ``distributed.Client`` the reducers compute on: the current one (``with
+    Client(...)``, or the latest made with ``set_as_default``, as Dask itself picks it), unless
+    dask's config names another scheduler (``dask.config.set(scheduler="threads")``); else None.
+
+    DESIGN CHOICE: a user holding a Client (a notebook on the cluster that fitted the study,
+    ``cvflow report --cluster``) wants the cube reduced where its chunks can be read in
+    parallel, by the workers, not in the client's threads. A client made with
+    ``set_as_default=False`` (the session's warm cluster a run keeps,
+    :func:`cvflow.execution.schedulers.warm_client`) is no one's current client and is not used.
+    Without ``distributed`` imported there is no client: nothing is imported to find out.
+    """
+    if "distributed" not in sys.modules or _configured_scheduler() is not None:
+        return None
+    from distributed import Client
+
+    try:
+        client = Client.current()
+    except ValueError:
+        return None
+    return client if client.status == "running" else None
+
+
+def _on_client(client, array) -> np.ndarray:
+    """``array`` computed by the client's workers, the result gathered here, within config
+    ``cvflow.reduce.timeout`` seconds."""
+    import dask.distributed
+
+    seconds = config.get("cvflow.reduce.timeout")
+    future = client.compute(array)
+    try:
+        return np.asarray(future.result(timeout=seconds))
+    except dask.distributed.TimeoutError:
+        raise TimeoutError(f"cluster {client.scheduler.address}: the reduction did not finish "
+                           f"within {seconds:g} s (config cvflow.reduce.timeout); are its "
+                           "workers up?") from None
+    finally:
+        future.release()
 
 
 def compute_here(array):
-    """A dask array computed in this process (synchronous scheduler unless one is configured)."""
+    """A dask array computed where the reducers compute: on the workers of the active
+    ``distributed.Client`` (:func:`active_client`), else in this process (synchronous scheduler
+    unless one is configured)."""
     import dask
     from dask.local import get_sync
 
+    client = active_client()
+    if client is not None:
+        return _on_client(client, array)
     # else respect what the caller set (e.g. a test's scheduler). The synchronous scheduler
     # itself, not its name "sync": dask resolves a name by first looking for a distributed
     # Client, which imports distributed (~0.3 s) into a plain `cvflow report`.
@@ -52,13 +101,18 @@ def compute_here(array):
 
 
 def store_here(array, out: np.ndarray) -> None:
-    """Compute the dask ``array`` into the numpy array ``out`` (same shape) in this process,
-    chunk by chunk: Dask's threads, or its synchronous scheduler when that is configured (a
-    numpy target cannot be written by a distributed cluster's workers nor by other processes)."""
+    """Compute the dask ``array`` into the numpy array ``out`` (same shape): chunk by chunk in
+    this process, Dask's threads or its synchronous scheduler when that is configured; with an
+    active ``distributed.Client``, on its workers, the result gathered into ``out`` (a numpy
+    target cannot be written by a cluster's workers: the result is held twice for a moment)."""
     import dask.array as da
     from dask.local import get_sync
     from dask.threaded import get
 
+    client = active_client()
+    if client is not None:
+        out[...] = _on_client(client, array)
+        return
     # the schedulers themselves, not their names (see compute_here)
     scheduler = get_sync if _configured_scheduler() in _SYNC else get
     # each chunk writes its own region of `out`: no lock needed
