@@ -42,7 +42,6 @@ SCHEMA: dict[str, tuple] = {
     "cvflow.limits.yaml-alias-nodes": (object,),
     "cvflow.limits.synthetic-values": (object,),
     "cvflow.reduce.in-memory-bytes": (Real,),
-    "cvflow.reduce.timeout": (Real,),
 }
 
 _MISSING = object()

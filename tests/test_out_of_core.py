@@ -134,10 +134,9 @@ def test_thousand_params_sixteen_splits_twenty_thousand_samples():
 @pytest.mark.parametrize("scheduler", ["threads", "sync", "processes", None])
 def test_lazy_reduction_under_a_default_client(scheduler, monkeypatch):
     """With a distributed Client as the default (an open cluster, a notebook's Client()), the
-    reducers' groups of params are computed on its workers when no other scheduler is configured
-    (None; tests/test_report_cluster.py), else read into this process's memory on threads,
-    synchronously, or with processes configured (their writes would be lost: read on threads),
-    with the same answers."""
+    reducers' groups of params are read into this process's memory (a numpy target its workers
+    could not write) on threads, synchronously, with processes configured (their writes would be
+    lost: read on threads) and with no scheduler configured (None) alike."""
     import cvflow.estimators._cube as cube_module
     from cvflow.execution.schedulers import connect
 

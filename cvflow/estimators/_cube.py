@@ -20,7 +20,7 @@ import xarray as xr
 from ..errors import InputError
 from .cube_losses import cube_classes, pointwise
 from .losses import Loss, apply_loss
-from .memory import compute_here, fits_budget, is_lazy, load_if_small, store_here
+from .memory import active_client, compute_here, fits_budget, is_lazy, load_if_small, store_here
 from . import np_roles
 from .. import config
 
@@ -218,7 +218,7 @@ def _terms(cube: xr.Dataset, decl: Loss, roles: frozenset[str], what: str,
     if is_lazy(data):
         data = data if every_split else data[:, distinct, :]
         if fits_budget(data.dtype.itemsize * data.size):
-            data, every_split = compute_here(data), True
+            data, every_split = compute_here(data, parallel="cluster"), True
     if not is_lazy(data):
         return block_terms(data, splits=None if every_split else distinct)
     return _lazy_terms(data, block_terms)
@@ -238,8 +238,11 @@ def _lazy_terms(data, terms_of) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for group in _param_groups(data):
         selected = data[group]
-        block = np.empty(selected.shape, dtype=selected.dtype)
-        store_here(selected, block)
+        if active_client() is not None:     # read by the workers: a numpy target they cannot write
+            block = np.asarray(compute_here(selected, parallel="cluster"))
+        else:
+            block = np.empty(selected.shape, dtype=selected.dtype)
+            store_here(selected, block)
         terms = terms_of(block, group.start)
         del block
         for key, value in terms.items():

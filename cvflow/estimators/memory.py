@@ -1,14 +1,12 @@
 """What a reducer reads into this process, and how: the one in-memory budget
 (:func:`fits_budget`, :func:`load_if_small`, dask config ``cvflow.reduce.in-memory-bytes``) and
-where dask arrays are computed (:func:`compute_here`, :func:`store_here`, :func:`is_lazy`): on
-the workers of the active ``distributed.Client`` when there is one (:func:`active_client`),
-else in this process.
+dask arrays computed here (:func:`compute_here`, :func:`store_here`, :func:`is_lazy`).
 
 Public: the estimators, the reports and the plots read a lazy cube through these.
 """
 from __future__ import annotations
 
-import sys
+from typing import Literal
 
 import numpy as np
 import xarray as xr
@@ -32,87 +30,70 @@ def fits_budget(nbytes: int) -> bool:
 
 
 _SYNC = ("sync", "synchronous", "single-threaded")
-_DISTRIBUTED = ("dask.distributed", "distributed")
 
 
 def _configured_scheduler():
-    """Dask's configured scheduler, None when none is or it is a distributed cluster's."""
+    """Dask's configured scheduler, None when none is or it is a distributed cluster's (the
+    reducers compute in this process)."""
     import dask
 
     scheduler = dask.config.get("scheduler", None)
-    return None if scheduler in _DISTRIBUTED else scheduler
+    return None if scheduler in ("dask.distributed", "distributed") else scheduler
 
 
 def active_client():
-    """The ``distributed.Client`` the reducers compute on: the current one (``with
-    Client(...)``, or the latest made with ``set_as_default``, as Dask itself picks it), unless
-    dask's config names another scheduler (``dask.config.set(scheduler="threads")``); else None.
+    """The ``distributed.Client`` the caller holds as its default, else None (distributed is
+    not imported for this: a process that never imported it holds no client)."""
+    import sys
 
-    DESIGN CHOICE: a user holding a Client (a notebook on the cluster that fitted the study,
-    ``cvflow report --cluster``) wants the cube reduced where its chunks can be read in
-    parallel, by the workers, not in the client's threads. A client made with
-    ``set_as_default=False`` (the session's warm cluster a run keeps,
-    :func:`cvflow.execution.schedulers.warm_client`) is no one's current client and is not used.
-    Without ``distributed`` imported there is no client: nothing is imported to find out.
-    """
-    if "distributed" not in sys.modules or _configured_scheduler() is not None:
+    if "distributed" not in sys.modules:
         return None
-    from distributed import Client
+    from distributed import default_client
 
     try:
-        client = Client.current()
+        return default_client()
     except ValueError:
         return None
-    return client if client.status == "running" else None
 
 
-def _on_client(client, array) -> np.ndarray:
-    """``array`` computed by the client's workers, the result gathered here, within config
-    ``cvflow.reduce.timeout`` seconds."""
-    import dask.distributed
-
-    seconds = config.get("cvflow.reduce.timeout")
-    future = client.compute(array)
-    try:
-        return np.asarray(future.result(timeout=seconds))
-    except dask.distributed.TimeoutError:
-        raise TimeoutError(f"cluster {client.scheduler.address}: the reduction did not finish "
-                           f"within {seconds:g} s (config cvflow.reduce.timeout); are its "
-                           "workers up?") from None
-    finally:
-        future.release()
+Parallel = Literal[False, "threads", "cluster"]
 
 
-def compute_here(array):
-    """A dask array computed where the reducers compute: on the workers of the active
-    ``distributed.Client`` (:func:`active_client`), else in this process (synchronous scheduler
-    unless one is configured)."""
+def compute_here(collection, *, parallel: Parallel = False):
+    """A dask collection computed: the one place the reducers pick their scheduler.
+
+    ``parallel=False`` (a role's few MB of chunks): the synchronous scheduler in this process.
+    ``"threads"``: Dask's threads in this process. ``"cluster"`` (the one pass over ``pred``,
+    :mod:`cvflow.estimators.one_pass`, whose tasks read the store themselves): the active
+    ``distributed.Client``'s workers when the caller holds one, else Dask's threads. A
+    scheduler set in dask config (e.g. a test's "sync") is respected, but for "cluster" when
+    that scheduler is the active Client's.
+    """
     import dask
     from dask.local import get_sync
+    from dask.threaded import get
 
-    client = active_client()
-    if client is not None:
-        return _on_client(client, array)
-    # else respect what the caller set (e.g. a test's scheduler). The synchronous scheduler
-    # itself, not its name "sync": dask resolves a name by first looking for a distributed
-    # Client, which imports distributed (~0.3 s) into a plain `cvflow report`.
-    (data,) = dask.compute(array, scheduler=_configured_scheduler() or get_sync)
+    configured = _configured_scheduler()
+    if configured is not None:
+        scheduler = configured
+    elif parallel == "cluster" and active_client() is not None:
+        scheduler = active_client().get
+    else:
+        # the schedulers themselves, not their names: dask resolves a name by first looking
+        # for a distributed Client, which imports distributed (~0.3 s) into a plain `cvflow report`
+        scheduler = get if parallel else get_sync
+    (data,) = dask.compute(collection, scheduler=scheduler)
     return data
 
 
 def store_here(array, out: np.ndarray) -> None:
-    """Compute the dask ``array`` into the numpy array ``out`` (same shape): chunk by chunk in
-    this process, Dask's threads or its synchronous scheduler when that is configured; with an
-    active ``distributed.Client``, on its workers, the result gathered into ``out`` (a numpy
-    target cannot be written by a cluster's workers: the result is held twice for a moment)."""
+    """Compute the dask ``array`` into the numpy array ``out`` (same shape) in this process,
+    chunk by chunk: Dask's threads, or its synchronous scheduler when that is configured (a
+    numpy target cannot be written by a distributed cluster's workers nor by other processes)."""
     import dask.array as da
     from dask.local import get_sync
     from dask.threaded import get
 
-    client = active_client()
-    if client is not None:
-        out[...] = _on_client(client, array)
-        return
     # the schedulers themselves, not their names (see compute_here)
     scheduler = get_sync if _configured_scheduler() in _SYNC else get
     # each chunk writes its own region of `out`: no lock needed
