@@ -2,7 +2,7 @@
 
     python benchmarks/reduce_floor.py                      # the 10^6-fit cube (1000 alphas x 1001 splits)
     python benchmarks/reduce_floor.py --alphas 200 --repeats 50   # a smaller one (2 x 10^5 fits)
-    python benchmarks/reduce_floor.py --cluster local --workers 2  # + the report on a LocalCluster
+    python benchmarks/reduce_floor.py --cluster local --workers 1,2  # + the report on LocalClusters
     python benchmarks/reduce_floor.py --tree /work/wt-pass40 --label pass40   # another checkout
 
 The cube: ridge on diabetes (n = 442), ``alphas`` alphas (logspace -4..4) x (5 folds x
@@ -130,7 +130,11 @@ def main() -> None:
                    help="the cvflow checkout whose `cvflow report` is timed (default: this one)")
     p.add_argument("--label", default=None, help="the results' key (default: the tree's branch)")
     p.add_argument("--cluster", default=None, help="also time `cvflow report --cluster` on this")
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", default="2", help="the cluster's workers, comma-separated for "
+                   "several sizes (e.g. 1,2,4): one process each")
+    p.add_argument("--sides", default="kfold,seed",
+                   help="the in-process reports timed beside the floor: kfold, seed, both "
+                        "(default) or none (with --cluster: only the cluster's)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per process at most")
     args = p.parse_args()
 
@@ -147,12 +151,15 @@ def main() -> None:
 
     python = [sys.executable]
     report = [*python, "-m", "cvflow", "report", str(store), "--json", "--estimators"]
-    sides = {"floor": [*python, str(HERE / "floor_kfold.py"), str(store)],
-             "report kfold": [*report, "kfold"],
-             "report " + ",".join(SEED): [*report, ",".join(SEED)]}
-    if args.cluster:
-        sides[f"report kfold --cluster {args.cluster} ({args.workers} workers)"] = [
-            *report, "kfold", "--cluster", args.cluster, "--workers", str(args.workers)]
+    wanted = {side.strip() for side in args.sides.split(",")}
+    sides = {"floor": [*python, str(HERE / "floor_kfold.py"), str(store)]}
+    if "kfold" in wanted:
+        sides["report kfold"] = [*report, "kfold"]
+    if "seed" in wanted:
+        sides["report " + ",".join(SEED)] = [*report, ",".join(SEED)]
+    for workers in (args.workers.split(",") if args.cluster else []):
+        sides[f"report kfold --cluster {args.cluster} --workers {workers}"] = [
+            *report, "kfold", "--cluster", args.cluster, "--workers", workers.strip()]
 
     run_child(sides["floor"], env, args.timeout)          # untimed: the store in the page cache
     runs: dict[str, list[dict]] = {name: [] for name in sides}
@@ -170,7 +177,7 @@ def main() -> None:
 
     floor = runs["floor"][0]["answer"]
     wall = {name: statistics.median(r["wall"] for r in rs) for name, rs in runs.items()}
-    rss = {name: max(r["peak_rss"] for r in rs) for name, rs in runs.items()}
+    rss = {name: statistics.median(r["peak_rss"] for r in rs) for name, rs in runs.items()}
     entry = {
         "commit": commit, "tree": str(tree), "machine": common.machine(),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -195,8 +202,8 @@ def main() -> None:
 
 def markdown(everything: dict) -> str:
     lines = ["# A report against its floor (benchmarks/reduce_floor.py)", "",
-             "Whole fresh processes, one after the other, store in the page cache; median wall "
-             "time of the runs, peak RSS the largest of the runs (the client process's own); "
+             "Whole fresh processes, one after the other, store in the page cache; medians of the "
+             "runs' wall time and peak RSS (the client process's own, not its workers'); "
              "ratios to the floor (zarr + numpy, each shard read once, one thread). The load "
              "average (1 min) is read before each run; the machine has 2 cores shared with "
              "other jobs.", ""]
@@ -211,7 +218,7 @@ def markdown(everything: dict) -> str:
                      if cube.get("fit") else "") + ".",
                   f"Load average during the runs: {min(loads):.1f}-{max(loads):.1f}; "
                   f"{len(next(iter(e['runs'].values())))} runs. {e['machine']}", "",
-                  "| process | wall (s, median) | peak RSS (GiB) | wall / floor | RSS / floor "
+                  "| process | wall (s) | peak RSS (GiB) | wall / floor | RSS / floor "
                   "| same selection and estimates as the floor |",
                   "|---|---|---|---|---|---|"]
         for name in e["median_wall"]:
