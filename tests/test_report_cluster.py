@@ -18,6 +18,7 @@ import zarr
 import cvflow
 from cvflow import estimators
 from cvtest import REPO
+from test_s3 import BUCKET, s3  # noqa: F401 - the moto S3 server fixture
 
 WORKFLOW = """\
 name: ridge_cluster
@@ -61,10 +62,10 @@ def cluster():
         yield started
 
 
-def brute_force_kfold(path) -> tuple[np.ndarray, np.ndarray]:
+def brute_force_kfold(path, storage_options=None) -> tuple[np.ndarray, np.ndarray]:
     """Each param's K-fold estimate (squared loss) and fold scores (param, repeat, outer), from
     the arrays zarr reads: split fold_split[r, j] scored on the samples with fold[r] == j."""
-    group = zarr.open_group(str(path), mode="r")
+    group = zarr.open_group(str(path), mode="r", storage_options=storage_options)
     pred, y = np.asarray(group["pred"][:], dtype=np.float64), np.asarray(group["y"][:])
     fold, fold_split = np.asarray(group["fold"][:]), np.asarray(group["fold_split"][:])
     scores = np.empty((pred.shape[0],) + fold_split.shape)
@@ -184,3 +185,29 @@ def test_report_in_process_imports_no_distributed(store):
     out = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, text=True,
                          cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+@pytest.mark.timeout(600)
+def test_workers_read_an_s3_store_themselves(s3, tmp_path):  # noqa: F811 - the fixture
+    """A store on S3 (moto): under a Client of 2 worker processes (started with the AWS
+    environment, as a cluster's jobs would be), the estimators' tasks read ``pred`` from the
+    object store on the workers, and K-fold equals the brute force over zarr's read of the URL."""
+    from distributed import Client, LocalCluster, get_task_stream
+
+    url = f"s3://{BUCKET}/cluster-{os.getpid()}.zarr"
+    workflow = tmp_path / "wf.yaml"
+    workflow.write_text(WORKFLOW)
+    out = _cli("run", workflow, "--store", url)
+    assert out.returncode == 0, out.stderr[-2000:]
+    with dask.config.set({"cvflow.reduce.in-memory-bytes": 0}):
+        here = {name: getattr(estimators, name)(cvflow.open(url)) for name in ("kfold", "nested_cv")}
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address="127.0.0.1:0") as started, \
+                Client(started) as client, get_task_stream(client) as stream:
+            there = {name: getattr(estimators, name)(cvflow.open(url)) for name in here}
+    assert stream.data, "no task ran on the cluster"
+    for name in here:
+        assert_same(there[name], here[name])
+    estimate, scores = brute_force_kfold(url, {"endpoint_url": s3["AWS_ENDPOINT_URL"]})
+    np.testing.assert_allclose(there["kfold"]["estimate"].values, estimate, rtol=1e-12)
+    np.testing.assert_allclose(there["kfold"]["fold_score"].values, scores, rtol=1e-12)
