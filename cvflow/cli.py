@@ -38,14 +38,19 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def cmd_run(args) -> int:
+def _quiet_distributed() -> None:
+    """Dask's own INFO logging would drown the progress bar and the report; distributed reads
+    this setting when it is first imported (lazily, when a cluster starts), so it is set before
+    that. Only `run` and `report --cluster` may start one: the other commands do not import
+    Dask's config for it."""
     import dask.config
 
-    # Dask's own INFO logging would drown the progress bar; distributed reads this setting when
-    # it is first imported (lazily, when a cluster starts), so set it before that. Only `run`
-    # may start one: the other commands do not import Dask's config for it.
     if "DASK_LOGGING__DISTRIBUTED" not in os.environ:
         dask.config.set({"logging.distributed": "error"})
+
+
+def cmd_run(args) -> int:
+    _quiet_distributed()
     from .execution import run as engine
     from .report import results as report
     from .workflow.spec import load_workflow
@@ -161,6 +166,7 @@ def _parse_set(items: list[str] | None) -> dict[str, dict]:
 def cmd_report(args) -> int:
     if args.cluster is None:
         return _report(args)
+    _quiet_distributed()
     from .execution.profiles import decide
     from .execution.schedulers import connect
 

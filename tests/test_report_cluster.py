@@ -36,8 +36,10 @@ NAMES = ["kfold", "corrected_kfold", "stability", "nested_cv"]
 
 
 def _cli(*args, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The CLI in a subprocess, with distributed's logging as a user has it (not the tests')."""
+    environ = {k: v for k, v in os.environ.items() if k != "DASK_LOGGING__DISTRIBUTED"}
     return subprocess.run([sys.executable, "-m", "cvflow", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, env={**environ, **(env or {})},
                           timeout=timeout)
 
 
@@ -137,6 +139,7 @@ def test_cli_report_on_a_local_cluster_equals_in_process_and_brute_force(store):
                  "--workers", "2", env=env)
     assert here.returncode == 0, here.stderr[-2000:]
     assert there.returncode == 0, there.stderr[-2000:]
+    assert there.stderr == ""            # no log line of the cluster's start and close
     here_json, there_json = json.loads(here.stdout), json.loads(there.stdout)
     assert there_json.keys() == here_json.keys() == set(NAMES)
     for name in NAMES:
