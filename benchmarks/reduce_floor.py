@@ -2,18 +2,21 @@
 
     python benchmarks/reduce_floor.py                      # the 10^6-fit cube (1000 alphas x 1001 splits)
     python benchmarks/reduce_floor.py --alphas 200 --repeats 50   # a smaller one (2 x 10^5 fits)
+    python benchmarks/reduce_floor.py --pairs --repeats 66         # with the pair splits (~10^6 fits)
     python benchmarks/reduce_floor.py --cluster local --workers 1,2  # + the report on LocalClusters
     python benchmarks/reduce_floor.py --tree /work/wt-pass40 --label pass40   # another checkout
 
 The cube: ridge on diabetes (n = 442), ``alphas`` alphas (logspace -4..4) x (5 folds x
-``repeats`` repeats + the full fit) splits, float32, built once with ``cvflow run`` under
+``repeats`` repeats + the full fit; with ``--pairs`` also the 10 pair splits of each repeat)
+splits, float32, built once with ``cvflow run`` under
 ``--dir`` and reused while it exists. Then, after one untimed read of the whole store (so every
 side finds it in the page cache), ``--runs`` rounds of, in turn:
 
 - the floor (``floor_kfold.py``: zarr + numpy, each shard read once, one thread);
 - ``cvflow report STORE --estimators kfold --json``;
 - ``cvflow report STORE --estimators kfold,corrected_kfold,stability --json`` (the seed
-  estimators this design has splits for: no pair splits here, so no nested ones);
+  estimators this design has splits for; with ``--pairs``
+  ``kfold,corrected_kfold,stability_nested,nested_cv``);
 - with ``--cluster``: ``cvflow report STORE --estimators kfold --json --cluster ...``.
 
 Each is a fresh ``python`` process whose wall time is measured around it and whose peak
@@ -41,9 +44,10 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 SEED = ["kfold", "corrected_kfold", "stability"]
+SEED_PAIRS = ["kfold", "corrected_kfold", "stability_nested", "nested_cv"]
 
 WORKFLOW = """\
-name: ridge_{alphas}x{splits}
+name: ridge_{alphas}x{splits}{suffix}
 data: {{source: sklearn, name: diabetes}}
 task: regression
 learners:
@@ -83,21 +87,28 @@ def run_child(argv: list[str], env: dict, timeout: float) -> dict:
         return result
 
 
-def build(store: Path, alphas: int, repeats: int, env: dict) -> dict | None:
+def n_splits(repeats: int, pairs: bool) -> int:
+    """The design's splits: the full fit, 5 fold splits a repeat, and 10 pair splits a repeat."""
+    return 1 + repeats * (15 if pairs else 5)
+
+
+def build(store: Path, alphas: int, repeats: int, seed: list[str], env: dict) -> dict | None:
     """The cube, fitted with ``cvflow run`` unless ``store`` holds it already (every fit done)."""
     import zarr
 
     if store.exists():
         done = np.asarray(zarr.open_group(str(store), mode="r")["done"][:])
-        if done.all() and done.shape == (alphas, 5 * repeats + 1):
+        if done.all() and done.shape == (alphas, n_splits(repeats, seed == SEED_PAIRS)):
             return None
-        raise SystemExit(f"{store}: exists but is not the complete {alphas} x "
-                         f"{5 * repeats + 1} cube; remove it or give another --dir")
+        raise SystemExit(f"{store}: exists but is not the complete cube of {alphas} params; "
+                         "remove it or give another --dir")
     store.parent.mkdir(parents=True, exist_ok=True)
     workflow = store.with_suffix(".yaml")
-    workflow.write_text(WORKFLOW.format(alphas=alphas, repeats=repeats, splits=5 * repeats + 1,
-                                        estimators=", ".join(SEED)))
-    print(f"building {store} ({alphas} x {5 * repeats + 1} fits) ...", flush=True)
+    splits = n_splits(repeats, seed == SEED_PAIRS)
+    workflow.write_text(WORKFLOW.format(alphas=alphas, repeats=repeats, splits=splits,
+                                        suffix="_pairs" if seed == SEED_PAIRS else "",
+                                        estimators=", ".join(seed)))
+    print(f"building {store} ({alphas} x {splits} fits) ...", flush=True)
     fitted = run_child([sys.executable, "-m", "cvflow", "run", str(workflow), "--store", str(store)],
                        env, timeout=3600)
     if fitted["code"]:
@@ -124,6 +135,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--alphas", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=200, help="5-fold repeats (splits: 5 x this + 1)")
+    p.add_argument("--pairs", action="store_true",
+                   help="a design with the pair splits (15 x repeats + 1 splits) and the nested "
+                        "seed estimators")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "cvflow_reduce_floor"))
     p.add_argument("--tree", default=str(HERE.parent),
@@ -144,9 +158,10 @@ def main() -> None:
                                          capture_output=True, text=True).stdout.strip() or "tree"
     commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
-    splits = 5 * args.repeats + 1
-    store = Path(args.dir) / f"ridge_{args.alphas}x{splits}.zarr"
-    fitted = build(store, args.alphas, args.repeats, env)
+    seed = SEED_PAIRS if args.pairs else SEED
+    splits = n_splits(args.repeats, args.pairs)
+    store = Path(args.dir) / f"ridge_{args.alphas}x{splits}{'_pairs' if args.pairs else ''}.zarr"
+    fitted = build(store, args.alphas, args.repeats, seed, env)
     size = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
 
     python = [sys.executable]
@@ -156,7 +171,7 @@ def main() -> None:
     if "kfold" in wanted:
         sides["report kfold"] = [*report, "kfold"]
     if "seed" in wanted:
-        sides["report " + ",".join(SEED)] = [*report, ",".join(SEED)]
+        sides["report " + ",".join(seed)] = [*report, ",".join(seed)]
     for workers in (args.workers.split(",") if args.cluster else []):
         sides[f"report kfold --cluster {args.cluster} --workers {workers}"] = [
             *report, "kfold", "--cluster", args.cluster, "--workers", workers.strip()]
@@ -182,6 +197,7 @@ def main() -> None:
         "commit": commit, "tree": str(tree), "machine": common.machine(),
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "cube": {"alphas": args.alphas, "splits": splits, "fits": args.alphas * splits,
+                 "pairs": args.pairs,
                  "samples": 442, "dtype": "float32", "bytes_on_disk": size, "store": str(store),
                  "fit": fitted},
         "runs": runs,
@@ -212,7 +228,8 @@ def markdown(everything: dict) -> str:
         loads = e["load"]
         lines += [f"## {label} ({e['commit']}, {e['when']})", "",
                   f"Cube: ridge, {cube['alphas']} alphas x {cube['splits']} splits = "
-                  f"{cube['fits']:,} fits, {cube['samples']} samples, {cube['dtype']}, "
+                  f"{cube['fits']:,} fits{' (with the pair splits)' if cube.get('pairs') else ''}, "
+                  f"{cube['samples']} samples, {cube['dtype']}, "
                   f"{cube['bytes_on_disk'] / 2**30:.2f} GiB on disk"
                   + (f"; fitted in {cube['fit']['wall']:.0f} s (load {cube['fit']['load']:.1f})"
                      if cube.get("fit") else "") + ".",
