@@ -168,13 +168,18 @@ def cmd_report(args) -> int:
         return _report(args)
     _quiet_distributed()
     from .execution.profiles import decide
-    from .execution.schedulers import connect
+    from .execution.schedulers import connect, first_worker
 
     # the route is checked before the store is opened (a bad --cluster: one line, exit 2); the
     # reducers compute on the workers of the client connect makes current
-    # (cvflow.estimators.memory.active_client)
-    route = decide(args.cluster, workers=args.workers, options=args.cluster_option)
-    with connect(route, store=args.store):
+    # (cvflow.estimators.memory.active_client), once one is connected (within a deadline)
+    # DESIGN CHOICE: the dashboard of a cluster started for one report is on a free port
+    # (--dashboard-port to name one): the local profile's 8787 is often held by a running study
+    port = 0 if args.dashboard_port is None else args.dashboard_port
+    route = decide(args.cluster, workers=args.workers, options=args.cluster_option,
+                   dashboard_port=port)
+    with connect(route, store=args.store) as client:
+        first_worker(client)
         return _report(args)
 
 
@@ -301,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "chunks of the store: local | slurm | FILE.yaml | tcp://ADDR (as cvflow run; "
                      "auto is local here; default: in this process)")
     rep.add_argument("--workers", type=int, help="number of local workers (or SLURM jobs)")
+    rep.add_argument("--dashboard-port", type=int,
+                     help="the --cluster's dashboard port (default: any free one)")
     rep.add_argument("--cluster-option", action="append", metavar="KEY=VALUE",
                      help="override a cluster profile key, as cvflow run's (repeatable)")
     rep.set_defaults(func=cmd_report)

@@ -214,3 +214,18 @@ def test_workers_read_an_s3_store_themselves(s3, tmp_path):  # noqa: F811 - the 
     estimate, scores = brute_force_kfold(url, {"endpoint_url": s3["AWS_ENDPOINT_URL"]})
     np.testing.assert_allclose(there["kfold"]["estimate"].values, estimate, rtol=1e-12)
     np.testing.assert_allclose(there["kfold"]["fold_score"].values, scores, rtol=1e-12)
+
+
+@pytest.mark.timeout(300)
+def test_a_scheduler_without_workers_is_given_up_with_one_line(store):
+    """``--cluster tcp://ADDR`` of a scheduler no worker joins: exit 1 with one line after config
+    ``cvflow.execution.no-worker-seconds``, not a wait for ever."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=0, processes=False, host="127.0.0.1", protocol="tcp://",
+                      dashboard_address=None) as empty:
+        out = _cli("report", store, "--cluster", empty.scheduler_address,
+                   env={"DASK_CVFLOW__EXECUTION__NO_WORKER_SECONDS": "2"}, timeout=120)
+    assert out.returncode == 1, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no worker connected within 2 s" in lines[0], lines
