@@ -238,7 +238,7 @@ def _lazy_terms(data, terms_of) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for group in _param_groups(data):
         selected = data[group]
-        if active_client() is not None:     # read by the workers: a numpy target they cannot write
+        if _on_client():          # read by the workers: a numpy target they cannot write
             block = np.asarray(compute_here(selected, parallel="cluster"))
         else:
             block = np.empty(selected.shape, dtype=selected.dtype)
@@ -253,6 +253,15 @@ def _lazy_terms(data, terms_of) -> dict[str, np.ndarray]:
         probe = terms_of(np.full((1,) + data.shape[1:], np.nan), 0)
         out = {key: np.empty((0,) + value.shape[1:]) for key, value in probe.items()}
     return out
+
+
+def _on_client() -> bool:
+    """Whether compute_here(parallel="cluster") computes on the active Client's workers: there
+    is one, and Dask's config names no other scheduler (a test's "processes", "sync")."""
+    import dask
+
+    return (active_client() is not None
+            and dask.config.get("scheduler", None) in (None, "dask.distributed", "distributed"))
 
 
 def _param_groups(data) -> list[slice]:
