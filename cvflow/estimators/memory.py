@@ -6,6 +6,7 @@ Public: the estimators, the reports and the plots read a lazy cube through these
 """
 from __future__ import annotations
 
+import sys
 from typing import Literal
 
 import numpy as np
@@ -44,8 +45,6 @@ def _configured_scheduler():
 def active_client():
     """The ``distributed.Client`` the caller holds as its default, else None (distributed is
     not imported for this: a process that never imported it holds no client)."""
-    import sys
-
     if "distributed" not in sys.modules:
         return None
     from distributed import default_client
