@@ -47,14 +47,19 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def cmd_run(args) -> int:
+def _quiet_distributed() -> None:
+    """Dask's own INFO logging would drown the progress bar and the report; distributed reads
+    this setting when it is first imported (lazily, when a cluster starts), so it is set before
+    that. Only `run` and `report --cluster` may start one: the other commands do not import
+    Dask's config for it."""
     import dask.config
 
-    # Dask's own INFO logging would drown the progress bar; distributed reads this setting when
-    # it is first imported (lazily, when a cluster starts), so set it before that. Only `run`
-    # may start one: the other commands do not import Dask's config for it.
     if "DASK_LOGGING__DISTRIBUTED" not in os.environ:
         dask.config.set({"logging.distributed": "error"})
+
+
+def cmd_run(args) -> int:
+    _quiet_distributed()
     from .execution import run as engine
     from .report import results as report
     from .store.cube import open_cube
@@ -232,6 +237,26 @@ def _report_suite(args) -> int:
 
 
 def cmd_report(args) -> int:
+    if args.cluster is None:
+        return _report(args)
+    _quiet_distributed()
+    from .execution.profiles import decide
+    from .execution.schedulers import connect, first_worker
+
+    # the route is checked before the store is opened (a bad --cluster: one line, exit 2); the
+    # reducers compute on the workers of the client connect makes current
+    # (cvflow.estimators.memory.active_client), once one is connected (within a deadline)
+    # DESIGN CHOICE: the dashboard of a cluster started for one report is on a free port
+    # (--dashboard-port to name one): the local profile's 8787 is often held by a running study
+    port = 0 if args.dashboard_port is None else args.dashboard_port
+    route = decide(args.cluster, workers=args.workers, options=args.cluster_option,
+                   dashboard_port=port)
+    with connect(route, store=args.store) as client:
+        first_worker(client)
+        return _report(args)
+
+
+def _report(args) -> int:
     from .report import results as report
     from .store.cube import open_cube
     from .store import suite as suite_store
@@ -357,6 +382,14 @@ def build_parser() -> argparse.ArgumentParser:
                      "(shorthand for --set stability_nested.lambdas=[...])")
     rep.add_argument("--compare", help="the params ustat / nadeau_bengio compare, comma-separated "
                      "(indices or learner(key=value)); one param gives its error alone")
+    rep.add_argument("--cluster", help="reduce on a Dask cluster's workers, each reading its own "
+                     "chunks of the store: local | slurm | FILE.yaml | tcp://ADDR (as cvflow run; "
+                     "auto is local here; default: in this process)")
+    rep.add_argument("--workers", type=int, help="number of local workers (or SLURM jobs)")
+    rep.add_argument("--dashboard-port", type=int,
+                     help="the --cluster's dashboard port (default: any free one)")
+    rep.add_argument("--cluster-option", action="append", metavar="KEY=VALUE",
+                     help="override a cluster profile key, as cvflow run's (repeatable)")
     rep.set_defaults(func=cmd_report)
 
     ver = sub.add_parser("verify", help="read every chunk of a store; list what is damaged "

@@ -49,6 +49,8 @@ KEYS = {
               "lifetime", "lifetime_stagger", "jobqueue"},
 }
 ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://")
+# what follows the scheme: HOST:PORT (an IPv6 host in brackets); inproc:// takes any name
+HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):\d{1,5}/?$")
 SHARED_WARNING_PREFIXES = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 
 
@@ -253,7 +255,11 @@ def decide(cluster: str | os.PathLike | None = None, *, workers: int | None = No
         As :func:`load_profile`.
     """
     name = cluster_name(cluster)
-    if ADDRESS.match(name):
+    scheme = ADDRESS.match(name)
+    if scheme:
+        if scheme.group(1) != "inproc" and not HOST_PORT.match(name[scheme.end():]):
+            raise InputError(f"--cluster: {name!r} is not a scheduler address; give "
+                             f"{scheme.group(1)}://HOST:PORT, e.g. {scheme.group(1)}://10.0.0.5:8786")
         return Route(name, None)
     options = parse_options(options)
     explicit = {k: v for k, v in (("workers", workers), ("dashboard_port", dashboard_port),

@@ -350,6 +350,22 @@ def warm_client(prof: dict):
         return w["client"]
 
 
+def first_worker(client, seconds: float | None = None) -> None:
+    """Return when ``client``'s cluster has a worker connected (at once on the threads route,
+    whose tasks run in this process); RuntimeError after ``seconds`` (config
+    ``cvflow.execution.no-worker-seconds``) without one: a SLURM queue that never starts the
+    jobs, a scheduler whose workers are gone."""
+    if not hasattr(client, "wait_for_workers"):
+        return
+    if seconds is None:
+        seconds = float(config.get("cvflow.execution.no-worker-seconds"))
+    try:
+        client.wait_for_workers(1, timeout=seconds)
+    except TimeoutError:
+        raise RuntimeError(f"cluster {client.scheduler.address}: no worker connected within "
+                           f"{seconds:g} s (config cvflow.execution.no-worker-seconds)") from None
+
+
 def slurm_kwargs(prof: dict) -> dict:
     """Keyword arguments of ``dask_jobqueue.SLURMCluster`` for a resolved slurm profile."""
     jq = {k: v for k, v in dict(prof.get("jobqueue") or {}).items()}

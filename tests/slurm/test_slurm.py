@@ -125,3 +125,20 @@ def test_workers_retire_before_walltime_and_are_replaced(tmp_path, client, no_jo
     assert not [n for n, t in texts.items() if "TIME LIMIT" in t], "a job reached its walltime"
     retired = [n for n, t in texts.items() if "worker-lifetime-reached" in t]
     assert retired, "no worker retired by its lifetime"
+
+
+def test_report_on_slurm_equals_the_report_in_process(tmp_path, no_jobs_left):
+    """``cvflow report STORE --cluster PROFILE`` (above the in-memory budget: the SLURM job's
+    worker reads the store's blocks itself) gives the JSON of the report in this process."""
+    import json
+
+    store = tmp_path / "q.zarr"
+    run = _cvflow("run", REPO / "workflows" / "quickstart.yaml", "--store", store,
+                  "--cluster", "threads")
+    assert run.returncode == 0, run.stderr[-3000:]
+    env = fh.cli_env(DASK_CVFLOW__REDUCE__IN_MEMORY_BYTES="0")
+    here = _cvflow("report", store, "--json", env=env)
+    there = _cvflow("report", store, "--json", "--cluster", PROFILE, "--workers", "1", env=env)
+    assert here.returncode == 0, here.stderr[-3000:]
+    assert there.returncode == 0, there.stderr[-3000:]
+    assert json.loads(there.stdout) == json.loads(here.stdout)

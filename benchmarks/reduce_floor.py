@@ -1,0 +1,250 @@
+"""The report of a big cube against its floor (issue 40 item 2): whole fresh processes, side by side.
+
+    python benchmarks/reduce_floor.py                      # the 10^6-fit cube (1000 alphas x 1001 splits)
+    python benchmarks/reduce_floor.py --alphas 200 --repeats 50   # a smaller one (2 x 10^5 fits)
+    python benchmarks/reduce_floor.py --pairs --repeats 66         # with the pair splits (~10^6 fits)
+    python benchmarks/reduce_floor.py --cluster local --workers 1,2  # + the report on LocalClusters
+    python benchmarks/reduce_floor.py --tree /work/wt-pass40 --label pass40   # another checkout
+
+The cube: ridge on diabetes (n = 442), ``alphas`` alphas (logspace -4..4) x (5 folds x
+``repeats`` repeats + the full fit; with ``--pairs`` also the 10 pair splits of each repeat)
+splits, float32, built once with ``cvflow run`` under
+``--dir`` and reused while it exists. Then, after one untimed read of the whole store (so every
+side finds it in the page cache), ``--runs`` rounds of, in turn:
+
+- the floor (``floor_kfold.py``: zarr + numpy, each shard read once, one thread);
+- ``cvflow report STORE --estimators kfold --json``;
+- ``cvflow report STORE --estimators kfold,corrected_kfold,stability --json`` (the seed
+  estimators this design has splits for; with ``--pairs``
+  ``kfold,corrected_kfold,stability_nested,nested_cv``);
+- with ``--cluster``: ``cvflow report STORE --estimators kfold --json --cluster ...``.
+
+Each is a fresh ``python`` process whose wall time is measured around it and whose peak
+resident memory is read from ``os.wait4`` (the child's own; on a cluster, the client's, the
+workers' are their own processes). The selected alpha and the estimates of the floor and of each
+report are compared. The load average is recorded before each run. Results go to
+``benchmarks/results/reduce_floor.{json,md}`` under ``--label`` (other labels kept).
+"""
+from __future__ import annotations
+
+import common  # noqa: F401 - one BLAS thread, before numpy
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+SEED = ["kfold", "corrected_kfold", "stability"]
+SEED_PAIRS = ["kfold", "corrected_kfold", "stability_nested", "nested_cv"]
+
+WORKFLOW = """\
+name: ridge_{alphas}x{splits}{suffix}
+data: {{source: sklearn, name: diabetes}}
+task: regression
+learners:
+  - name: ridge
+    class: sklearn.linear_model.Ridge
+    grid: {{alpha: {{logspace: [-4, 4, {alphas}]}}}}
+design: {{folds: 5, repeats: {repeats}, seed: 0}}
+estimators: [{estimators}]
+execution: {{dtype: float32}}
+"""
+
+
+def run_child(argv: list[str], env: dict, timeout: float) -> dict:
+    """Run ``argv`` as a fresh process: wall seconds, peak RSS (bytes), its stdout, exit code."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        load = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        child = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
+        deadline = t0 + timeout
+        while True:                    # os.wait4 gives the child's own rusage; poll to a deadline
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                child.kill()
+                pid, status, usage = os.wait4(child.pid, 0)
+                break
+            time.sleep(0.02)
+        wall = time.perf_counter() - t0
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        result = {"wall": wall, "peak_rss": usage.ru_maxrss * 1024, "code": child.returncode,
+                  "load": load, "stdout": out.read().decode()}
+        if child.returncode:
+            result["stderr"] = err.read().decode()[-2000:]
+        return result
+
+
+def n_splits(repeats: int, pairs: bool) -> int:
+    """The design's splits: the full fit, 5 fold splits a repeat, and 10 pair splits a repeat."""
+    return 1 + repeats * (15 if pairs else 5)
+
+
+def build(store: Path, alphas: int, repeats: int, seed: list[str], env: dict) -> dict | None:
+    """The cube, fitted with ``cvflow run`` unless ``store`` holds it already (every fit done)."""
+    import zarr
+
+    if store.exists():
+        done = np.asarray(zarr.open_group(str(store), mode="r")["done"][:])
+        if done.all() and done.shape == (alphas, n_splits(repeats, seed == SEED_PAIRS)):
+            return None
+        raise SystemExit(f"{store}: exists but is not the complete cube of {alphas} params; "
+                         "remove it or give another --dir")
+    store.parent.mkdir(parents=True, exist_ok=True)
+    workflow = store.with_suffix(".yaml")
+    splits = n_splits(repeats, seed == SEED_PAIRS)
+    workflow.write_text(WORKFLOW.format(alphas=alphas, repeats=repeats, splits=splits,
+                                        suffix="_pairs" if seed == SEED_PAIRS else "",
+                                        estimators=", ".join(seed)))
+    print(f"building {store} ({alphas} x {splits} fits) ...", flush=True)
+    fitted = run_child([sys.executable, "-m", "cvflow", "run", str(workflow), "--store", str(store)],
+                       env, timeout=3600)
+    if fitted["code"]:
+        raise SystemExit(f"cvflow run failed: {fitted.get('stderr', '')}")
+    return {"wall": fitted["wall"], "peak_rss": fitted["peak_rss"], "load": fitted["load"]}
+
+
+def kfold_of(report: dict) -> dict:
+    """The selected index and estimates of a ``cvflow report --json`` kfold entry."""
+    kfold = report["kfold"]
+    estimate = np.asarray(kfold["estimate"]["values"], dtype=np.float64)
+    selected = int(kfold["selected"])
+    return {"selected": selected, "estimate": float(estimate[selected]),
+            "estimate_sum": float(estimate.sum())}
+
+
+def agree(floor: dict, other: dict) -> bool:
+    return (floor["selected"] == other["selected"]
+            and np.isclose(floor["estimate"], other["estimate"], rtol=1e-9)
+            and np.isclose(floor["estimate_sum"], other["estimate_sum"], rtol=1e-9))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--alphas", type=int, default=1000)
+    p.add_argument("--repeats", type=int, default=200, help="5-fold repeats (splits: 5 x this + 1)")
+    p.add_argument("--pairs", action="store_true",
+                   help="a design with the pair splits (15 x repeats + 1 splits) and the nested "
+                        "seed estimators")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "cvflow_reduce_floor"))
+    p.add_argument("--tree", default=str(HERE.parent),
+                   help="the cvflow checkout whose `cvflow report` is timed (default: this one)")
+    p.add_argument("--label", default=None, help="the results' key (default: the tree's branch)")
+    p.add_argument("--cluster", default=None, help="also time `cvflow report --cluster` on this")
+    p.add_argument("--workers", default="2", help="the cluster's workers, comma-separated for "
+                   "several sizes (e.g. 1,2,4): one process each")
+    p.add_argument("--sides", default="kfold,seed",
+                   help="the in-process reports timed beside the floor: kfold, seed, both "
+                        "(default) or none (with --cluster: only the cluster's)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per process at most")
+    args = p.parse_args()
+
+    tree = Path(args.tree).resolve()
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    label = args.label or subprocess.run(["git", "-C", str(tree), "rev-parse", "--abbrev-ref", "HEAD"],
+                                         capture_output=True, text=True).stdout.strip() or "tree"
+    commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    seed = SEED_PAIRS if args.pairs else SEED
+    splits = n_splits(args.repeats, args.pairs)
+    store = Path(args.dir) / f"ridge_{args.alphas}x{splits}{'_pairs' if args.pairs else ''}.zarr"
+    fitted = build(store, args.alphas, args.repeats, seed, env)
+    size = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
+
+    python = [sys.executable]
+    report = [*python, "-m", "cvflow", "report", str(store), "--json", "--estimators"]
+    wanted = {side.strip() for side in args.sides.split(",")}
+    sides = {"floor": [*python, str(HERE / "floor_kfold.py"), str(store)]}
+    if "kfold" in wanted:
+        sides["report kfold"] = [*report, "kfold"]
+    if "seed" in wanted:
+        sides["report " + ",".join(seed)] = [*report, ",".join(seed)]
+    for workers in (args.workers.split(",") if args.cluster else []):
+        sides[f"report kfold --cluster {args.cluster} --workers {workers}"] = [
+            *report, "kfold", "--cluster", args.cluster, "--workers", workers.strip()]
+
+    run_child(sides["floor"], env, args.timeout)          # untimed: the store in the page cache
+    runs: dict[str, list[dict]] = {name: [] for name in sides}
+    for i in range(args.runs):
+        for name, argv in sides.items():
+            r = run_child(argv, env, args.timeout)
+            if r["code"]:
+                raise SystemExit(f"{name}: exit {r['code']}: {r.get('stderr', '')}")
+            answer = json.loads(r["stdout"])
+            r["answer"] = answer if name == "floor" else kfold_of(answer)
+            del r["stdout"]
+            runs[name].append(r)
+            print(f"run {i + 1} {name}: {r['wall']:.2f} s, {r['peak_rss'] / 2**30:.2f} GiB, "
+                  f"load {r['load']:.1f}", flush=True)
+
+    floor = runs["floor"][0]["answer"]
+    wall = {name: statistics.median(r["wall"] for r in rs) for name, rs in runs.items()}
+    rss = {name: statistics.median(r["peak_rss"] for r in rs) for name, rs in runs.items()}
+    entry = {
+        "commit": commit, "tree": str(tree), "machine": common.machine(),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cube": {"alphas": args.alphas, "splits": splits, "fits": args.alphas * splits,
+                 "pairs": args.pairs,
+                 "samples": 442, "dtype": "float32", "bytes_on_disk": size, "store": str(store),
+                 "fit": fitted},
+        "runs": runs,
+        "median_wall": wall, "peak_rss": rss,
+        "ratio_wall": {name: wall[name] / wall["floor"] for name in sides},
+        "ratio_rss": {name: rss[name] / rss["floor"] for name in sides},
+        "same_answer": {name: all(agree(floor, r["answer"]) for r in rs) for name, rs in runs.items()},
+        "load": [r["load"] for rs in runs.values() for r in rs],
+    }
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / "reduce_floor.json"
+    everything = json.loads(path.read_text()) if path.exists() else {}
+    everything[label] = entry
+    path.write_text(json.dumps(everything, indent=1) + "\n")
+    (RESULTS / "reduce_floor.md").write_text(markdown(everything))
+    print((RESULTS / "reduce_floor.md").read_text())
+
+
+def markdown(everything: dict) -> str:
+    lines = ["# A report against its floor (benchmarks/reduce_floor.py)", "",
+             "Whole fresh processes, one after the other, store in the page cache; medians of the "
+             "runs' wall time and peak RSS (the client process's own, not its workers'); "
+             "ratios to the floor (zarr + numpy, each shard read once, one thread). The load "
+             "average (1 min) is read before each run; the machine has 2 cores shared with "
+             "other jobs.", ""]
+    for label, e in everything.items():
+        cube = e["cube"]
+        loads = e["load"]
+        lines += [f"## {label} ({e['commit']}, {e['when']})", "",
+                  f"Cube: ridge, {cube['alphas']} alphas x {cube['splits']} splits = "
+                  f"{cube['fits']:,} fits{' (with the pair splits)' if cube.get('pairs') else ''}, "
+                  f"{cube['samples']} samples, {cube['dtype']}, "
+                  f"{cube['bytes_on_disk'] / 2**30:.2f} GiB on disk"
+                  + (f"; fitted in {cube['fit']['wall']:.0f} s (load {cube['fit']['load']:.1f})"
+                     if cube.get("fit") else "") + ".",
+                  f"Load average during the runs: {min(loads):.1f}-{max(loads):.1f}; "
+                  f"{len(next(iter(e['runs'].values())))} runs. {e['machine']}", "",
+                  "| process | wall (s) | peak RSS (GiB) | wall / floor | RSS / floor "
+                  "| same selection and estimates as the floor |",
+                  "|---|---|---|---|---|---|"]
+        for name in e["median_wall"]:
+            lines.append(f"| {name} | {e['median_wall'][name]:.2f} | "
+                         f"{e['peak_rss'][name] / 2**30:.2f} | {e['ratio_wall'][name]:.2f} | "
+                         f"{e['ratio_rss'][name]:.2f} | {'yes' if e['same_answer'][name] else 'NO'} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
