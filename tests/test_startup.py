@@ -136,6 +136,22 @@ def test_main_called_in_process_leaves_the_callers_heap_unfrozen(store, capsys):
     assert gc.get_freeze_count() == 0
 
 
+def _is_module(name: str) -> bool:
+    """Whether the dotted ``name`` is a module's, found by its file without importing anything."""
+    import importlib.util
+    from pathlib import Path
+
+    top, *rest = name.split(".")
+    spec = importlib.util.find_spec(top)
+    if spec is None or not rest:
+        return spec is not None
+    for where in spec.submodule_search_locations or ():
+        path = Path(where, *rest)
+        if path.with_suffix(".py").exists() or (path / "__init__.py").exists():
+            return True
+    return False
+
+
 def _function_imports() -> list[tuple[str, int, list[str]]]:
     """``(module, line, modules it loads)`` for each import statement inside a function of
     cvflow, but those in a ``try`` (an optional dependency, found or not at run time)."""
@@ -162,7 +178,8 @@ def _function_imports() -> list[tuple[str, int, list[str]]]:
                         target = (f"{base}.{child.module}" if child.module else base) if child.level \
                             else child.module
                         # `from a import b`: b is a module of a, or a name a defines
-                        targets = [target] + [f"{target}.{a.name}" for a in child.names]
+                        targets = [target] + [f"{target}.{a.name}" for a in child.names
+                                              if _is_module(f"{target}.{a.name}")]
                     out.append((module, child.lineno, targets))
                 visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)),
                       in_try or (in_function and isinstance(child, ast.Try)))

@@ -297,7 +297,6 @@ def wald_cv(cube: xr.Dataset, *, loss: str | None = None, param: int | None = No
             out[f"p_value_{kind}"] = xr.apply_ufunc(
                 lambda v: np.vectorize(math.erfc)(np.abs(v) / math.sqrt(2)), out[f"z_{kind}"])
         if codes is not None:
-            from scipy import stats     # imported here: scipy.stats alone takes ~0.5 s
 
             t = out["estimate"] / out["se_cluster"]
             out["t_cluster"] = t

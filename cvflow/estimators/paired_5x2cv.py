@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 import xarray as xr
+from scipy import stats
 
 from ..errors import InputError
 from . import guardrails
@@ -40,7 +41,6 @@ def five_by_two_stats(p: np.ndarray, alpha: float) -> dict:
     ``se`` = sqrt(Σ s_i² / 5), ``t``, ``p_value`` (two-sided, 5 df), ``lower``/``upper``
     (p_1^(1) ± t_{5, 1−α/2}·se, the interval the t-test inverts), ``f`` and ``f_p_value``.
     """
-    from scipy import stats     # imported here: scipy.stats alone takes ~0.5 s to import
 
     p = np.asarray(p, dtype=np.float64)
     s2 = ((p - p.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
