@@ -23,25 +23,7 @@ from .losses import Loss
 from .memory import load_if_small
 from .one_pass import pass_terms
 from . import np_roles
-
-
-def has_splits(cube: xr.Dataset, table: str) -> bool:
-    """Whether every entry of a role table (``fold_split``, ``pair_split``, ...) is present."""
-    index = cube[table]
-    if table == "pair_split":
-        k = index.sizes["outer"]
-        off_diag = ~np.eye(k, dtype=bool)
-        return not bool((index.values[:, off_diag] < 0).any()) if k else False
-    return not bool((index.values < 0).any()) and index.size > 0
-
-
-def require(cube: xr.Dataset, table: str, what: str) -> xr.DataArray:
-    """A role table with every entry present, or a clear error naming what is missing."""
-    index = cube[table]
-    if not has_splits(cube, table):
-        raise InputError(f"cube: {what} needs the {table.replace('_split', '')} splits, which this "
-                         "store does not have; add the estimator to the workflow and run it again")
-    return index
+from .split_tables import full_split_index, has_splits, require  # noqa: F401 - the estimators' lookups
 
 
 def at_splits(values: xr.DataArray, index: xr.DataArray) -> xr.DataArray:
@@ -65,15 +47,6 @@ def at_splits(values: xr.DataArray, index: xr.DataArray) -> xr.DataArray:
     if (idx < 0).any():
         result = result.where(xr.DataArray(idx >= 0, dims=index.dims))
     return result
-
-
-def full_split_index(cube: xr.Dataset, what: str) -> int:
-    """Index of the split trained on all of D, or a clear error if the design lacks it."""
-    index = int(cube.attrs.get("full_split", -1))
-    if index < 0:
-        raise InputError(f"cube: {what} needs the full split (trained on all of D), which this "
-                         "store does not have; add the estimator to the workflow and run it again")
-    return index
 
 
 def role_terms(cube: xr.Dataset, loss: str | None = None, *, roles, what: str,

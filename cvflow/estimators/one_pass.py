@@ -68,6 +68,7 @@ from . import np_roles
 from .cube_losses import cube_classes, pointwise
 from .losses import Loss, apply_loss
 from .memory import compute_here, is_lazy
+from .split_tables import full_split_index, require
 
 # one task's block of `pred`: at most this many bytes (and half the budget over the threads).
 # DESIGN CHOICE: a few MB a task: a 10^6-fit float32 cube's shard of 1000 params x 6 splits
@@ -165,8 +166,6 @@ class Plan:
 
 
 def _entries(cube: xr.Dataset, roles: frozenset, what: str) -> dict[int, list[tuple]]:
-    from ._cube import full_split_index, require
-
     entries: dict[int, list[tuple]] = {}
     if "full" in roles:
         entries.setdefault(full_split_index(cube, what), []).append(("full",))
