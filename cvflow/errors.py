@@ -41,3 +41,26 @@ OVERWRITE = "--overwrite (overwrite=True in Python)"
 OTHER_STORE = "another --store (another store= in Python)"
 # what to do about damage cvflow cannot refit (every such message ends with it)
 RESTORE = f"restore it from a copy, or rerun with {OVERWRITE} to refit everything"
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C, SIGTERM or SIGHUP: its lock released, the fits done kept.
+
+    A KeyboardInterrupt (code that stops on Ctrl-C stops on it), whose message says what the
+    store kept and how to resume; the CLI prints it in one line, with the command, and exits 130.
+    ``store`` is None when the run stopped before it knew its store, ``kept`` None when the
+    store was not created."""
+
+    def __init__(self, store: str | None, kept: int | None = None, total: int | None = None):
+        self.store, self.kept, self.total = store, kept, total
+        super().__init__(str(self))
+
+    def what_was_kept(self) -> str:
+        if self.store is None:
+            return "nothing written"
+        if self.kept is None:
+            return f"nothing written ({self.store} not created)"
+        return f"{self.kept} of {self.total} fits kept in {self.store}"
+
+    def __str__(self) -> str:
+        return f"interrupted: {self.what_was_kept()}; run it again to resume"

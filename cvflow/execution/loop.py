@@ -35,6 +35,7 @@ from ..errors import LockLostError, StallError
 from ..workflow.params import Param
 from .tasks import TaskContext, _value, run_block, time_fits, trial_fits
 from .. import config
+from . import interrupts
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +257,7 @@ class Loop:
                     future = self.finished.get(timeout=WAKE_SECONDS)
                 except queue.Empty:
                     future = None
+                interrupts.check()        # a Ctrl-C Python could not raise where it came
                 if self.lock_lost():
                     raise LockLostError(f"store: {self.ctx.store}: another run took over the run "
                                         "lock; this run stopped and cancelled its tasks")

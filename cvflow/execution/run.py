@@ -28,7 +28,9 @@ from ..fitting.scoring import Scoring
 from ..fitting.trial import check_learners, scorer_probe, wants_keys
 from ..store import creation, damage, writes
 from .. import config
-from ..errors import InputError
+from ..errors import InputError, RunInterrupted
+from ..store.group import read_mask
+from . import interrupts
 from ..store.location import exists
 from .schedulers import choose, connect, quiet_port
 from .run_plan import pending_blocks, prepare_store, seconds_per_fit
@@ -204,6 +206,31 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
         No progress within the deadline (``cvflow.execution.stall-seconds``).
     """
     notify = reporter(progress)
+    where: list[str] = []            # the store, once known: what an interrupt says was kept
+    try:
+        with interrupts.stoppable():
+            return _run(workflow, store=store, cluster=cluster, workers=workers,
+                        overwrite=overwrite, dashboard_port=dashboard_port, client=client,
+                        notify=notify, tls=tls, cluster_options=cluster_options, where=where)
+    except RunInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise interrupted(where[0] if where else None) from None
+
+
+def interrupted(store: str | None) -> RunInterrupted:
+    """What a run stopped by a signal left in ``store`` (its done fits, read back)."""
+    if store is None:
+        return RunInterrupted(None)
+    try:
+        done = read_mask(store, "done")
+    except Exception:  # noqa: BLE001 - not created (or not finished): nothing kept
+        return RunInterrupted(store)
+    return RunInterrupted(store, int(done.sum()), int(done.size))
+
+
+def _run(workflow, *, store, cluster, workers, overwrite, dashboard_port, client, notify, tls,
+         cluster_options, where: list[str]) -> RunResult:
     if not isinstance(workflow, Workflow):
         workflow = load_workflow(os.fspath(workflow))
     # bad arguments, profiles and unwritable stores fail before the store is created, grown or
@@ -214,6 +241,7 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
                         dashboard_port=dashboard_port, tls=tls, cluster_options=cluster_options,
                         client=client)
     path = checked.store
+    where.append(path)
     # One run per store at a time; a lock left by a crashed run is taken over.
     # The pool creates a new store beside the run; leaving it waits for the creation, so the
     # lock is never released with a store half created.

@@ -30,6 +30,7 @@ import yaml
 from ..errors import InputError
 from .. import config
 from . import processes
+from .worker_session import spawning_loop
 from .profiles import (AUTO, REMOVED, THREADS, Route, decide, load_profile, cluster_name,
                        store_warning)
 from .threaded import ThreadedClient
@@ -218,6 +219,7 @@ def _local(prof: dict):
     port = prof.get("dashboard_port")
     n = prof.get("workers") or os.cpu_count() or 1
     return LocalCluster(
+        loop=spawning_loop(),     # its workers start with the terminal's signals blocked
         n_workers=n, threads_per_worker=int(prof.get("threads_per_worker") or 1), processes=True,
         host=host, dashboard_address=None if port is None else f"{host}:{port}",
         # no dashboard: the scheduler's HTTP server (health, metrics) still starts, on 8787
@@ -225,8 +227,25 @@ def _local(prof: dict):
         scheduler_kwargs=None if port is not None else {"dashboard_address": f"{host}:0"},
         memory_limit=prof.get("memory_limit", "auto"),
         security=security, protocol="tls://" if security else None,
-        silence_logs=logging.CRITICAL,
+        silence_logs=logging.CRITICAL, **_own_session_preload(),
     )
+
+
+WORKER_SESSION = "cvflow.execution.worker_session"
+
+
+def _own_session_preload() -> dict:
+    """The nannies' ``preload`` and ``preload_argv``: the config's, then
+    :mod:`cvflow.execution.worker_session` (each worker process in a session of its own, out of
+    reach of the terminal's Ctrl-C and SIGHUP). Given to every nanny, those a scale-up starts
+    later too."""
+    preload = dask.config.get("distributed.worker.preload") or []
+    preload = [preload] if isinstance(preload, str) else list(preload)
+    argv = dask.config.get("distributed.worker.preload-argv") or []
+    if argv and isinstance(argv[0], str):      # one argv for every preload
+        argv = [list(argv)] * len(preload)
+    argv = [list(a) for a in argv] or [[] for _ in preload]
+    return {"preload": [*preload, WORKER_SESSION], "preload_argv": [*argv, []]}
 
 
 # --- the session's warm process cluster ------------------------------------------------------
