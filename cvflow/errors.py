@@ -51,16 +51,21 @@ class RunInterrupted(KeyboardInterrupt):
     ``store`` is None when the run stopped before it knew its store, ``kept`` None when the
     store was not created."""
 
-    def __init__(self, store: str | None, kept: int | None = None, total: int | None = None):
-        self.store, self.kept, self.total = store, kept, total
+    def __init__(self, store: str | None, kept: int | None = None, total: int | None = None,
+                 *, why: str = ""):
+        self.store, self.kept, self.total, self.why = store, kept, total, why
         super().__init__(str(self))
 
     def what_was_kept(self) -> str:
         if self.store is None:
-            return "nothing written"
+            return f"nothing kept{f' ({self.why})' if self.why else ''}"
         if self.kept is None:
-            return f"nothing written ({self.store} not created)"
+            return f"nothing kept ({self.store} not created yet)"
         return f"{self.kept} of {self.total} fits kept in {self.store}"
 
     def __str__(self) -> str:
+        if self.store is None and self.why:
+            return f"interrupted: {self.what_was_kept()}"
+        if self.kept is not None and self.kept == self.total:
+            return f"interrupted: {self.what_was_kept()}, all of them; run it again for the results"
         return f"interrupted: {self.what_was_kept()}; run it again to resume"

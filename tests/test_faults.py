@@ -131,8 +131,8 @@ def test_ctrl_c_then_resume(workflow, clean, tmp_path, cluster, who):
         left = fh.group_alive(proc.pid, wait=30)        # workers leave with their client
     finally:
         fh.reap(proc)
-    assert proc.returncode == 130 and "interrupted; run the same command again to resume" in err, \
-        err[-2000:]
+    assert proc.returncode == 130 and re.search(r"cvflow: interrupted: \d+ of 24 fits kept in "
+                                                r".*; resume with: cvflow run ", err), err[-2000:]
     assert fh.read_lock_pid(store) is None  # released on Ctrl-C
     assert not left
     done_before = fh.done_count(store)

@@ -53,6 +53,7 @@ def stoppable() -> Iterator[None]:
         _state["depth"] += 1
         try:
             yield
+            check()
         finally:
             _state["depth"] -= 1
         return
@@ -104,3 +105,23 @@ def deferred() -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[list[str]]:
+    """The three signals are noted, not raised, inside (the names yielded, in order): for a
+    step that must not be cut in the middle (a cluster starting: cut, it could no longer be
+    closed); the caller undoes the step and raises when one came."""
+    noted: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+    previous = {s: signal.getsignal(s) for s in SIGNALS
+                if _ours(s) or signal.getsignal(s) is _handler}
+    for s in previous:
+        signal.signal(s, lambda signum, frame: noted.append(signal.Signals(signum).name))
+    try:
+        yield noted
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
