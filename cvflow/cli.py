@@ -102,7 +102,7 @@ def cmd_run(args) -> int:
 
 def cmd_status(args) -> int:
     from .report import results as report
-    from .store.group import is_store
+    from .store.group import is_store, not_a_store
 
     from .store import suite as suite_store
 
@@ -115,7 +115,7 @@ def cmd_status(args) -> int:
             f"== {visible(label)} ==\n{report.format_status(info)}" for label, info in infos.items()))
         return 1 if any(info.get("damaged") for info in infos.values()) else 0
     if not is_store(args.store):
-        raise InputError(f"store: {args.store} exists but is not a cvflow store")
+        raise not_a_store(args.store)
     info = report.status(args.store)
     print(json.dumps(info) if args.json else report.format_status(info))
     return 1 if info.get("damaged") else 0

@@ -43,6 +43,11 @@ OTHER_STORE = "another --store (another store= in Python)"
 RESTORE = f"restore it from a copy, or rerun with {OVERWRITE} to refit everything"
 
 
+class DiskFullError(RuntimeError):
+    """The disk (or the quota) holding a run's store is full: the run stopped, its fits done
+    are kept; the message names the store and says to free space and rerun (exit 1)."""
+
+
 class RunInterrupted(KeyboardInterrupt):
     """A run stopped by Ctrl-C, SIGTERM or SIGHUP: its lock released, the fits done kept.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import importlib
 import json
 import logging
@@ -28,7 +29,7 @@ from ..fitting.scoring import Scoring
 from ..fitting.trial import check_learners, scorer_probe, wants_keys
 from ..store import creation, damage, writes
 from .. import config
-from ..errors import InputError, RunInterrupted
+from ..errors import DiskFullError, InputError, RunInterrupted
 from ..store.group import read_mask
 from . import interrupts
 from ..store.location import exists
@@ -216,6 +217,21 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
         raise
     except KeyboardInterrupt:
         raise interrupted(where[0] if where else None) from None
+    except OSError as exc:
+        if exc.errno not in FULL or not where:
+            raise
+        raise disk_full(where[0], exc) from None
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(store: str, exc: OSError) -> DiskFullError:
+    """A write on a full disk (or over a quota), in one line: which store, what to do."""
+    what = f"writing {exc.filename}: " if exc.filename else ""
+    return DiskFullError(f"store: {store}: {what}{exc.strerror or exc}; free space on its disk "
+                         "and run the same command again: the fits done are kept, the rest "
+                         "is fitted")
 
 
 def interrupted(store: str | None) -> RunInterrupted:
