@@ -232,7 +232,7 @@ def test_ctrl_c_in_study_run_then_resume(tmp_path, cluster):
     assert fh.read_lock_pid(store) is None and not _left(procs)
     reference = tmp_path / "reference.zarr"
     for path in (store, reference):            # resumed, and run once without interruption
-        proc = subprocess.run([sys.executable, str(script), str(path), cluster, "fits", "0"],
+        proc = subprocess.run([sys.executable, str(script), str(path), cluster, "fits", "0.3"],
                               capture_output=True, text=True, env=fh.cli_env(), timeout=600)
         assert "carried on" in proc.stdout, proc.stderr[-3000:]
     fh.assert_same_cube(store, reference)
