@@ -235,7 +235,7 @@ def test_store_creation_cut_midway_leaves_no_half_store(tmp_path, monkeypatch):
     assert (path / "zarr.json").exists() and not is_store(path)
     with pytest.raises(StoreError, match=r"s\.zarr: its creation did not finish \(the run "
                                          r"creating it stopped or failed; .*s\.zarr\.creating "
-                                         "remains\); run the same command again"):
+                                         r"remains\); run the same command again"):
         cube_store.open_cube(path)
     layout = cvflow.execution.run.prepare_store(wf, study, path)  # the rerun
     assert is_store(path) and not (tmp_path / "s.zarr.creating").exists()
