@@ -459,10 +459,11 @@ def _interrupted(exc: KeyboardInterrupt, argv: list[str]) -> None:
 
     with interrupts.deferred():         # a second Ctrl-C does not cut the close short
         schedulers.close_warm()
-    kept = f"{exc.what_was_kept()}; " if isinstance(exc, RunInterrupted) else ""
+    again = f"cvflow {shlex.join(argv)}"
+    line = (f"cvflow: interrupted: {exc.what_was_kept()}; resume with: {again}"
+            if isinstance(exc, RunInterrupted) else f"cvflow: interrupted; run it again: {again}")
     with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
-        print(f"cvflow: interrupted: {visible(kept)}resume with: cvflow {shlex.join(argv)}",
-              file=sys.stderr, flush=True)
+        print(visible(line), file=sys.stderr, flush=True)
 
 
 def console() -> None:
