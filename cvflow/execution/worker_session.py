@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 import threading
 
 TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGHUP)
@@ -77,5 +78,23 @@ def own_session() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, TERMINAL_SIGNALS)
 
 
+def quiet_closed_clients() -> None:
+    """In a worker process: the client a worker made for its tasks (distributed's
+    ``get_client``: cvflow's store event, fit timeouts) is collected after the worker's loop
+    closed, and its ``__del__`` printed ``Exception ignored ... RuntimeError: IOLoop is
+    closed`` on the terminal the worker shares with its client (a run's stop, issue 44). That
+    message alone is dropped; every other goes to Python's hook as before."""
+    previous = sys.unraisablehook
+
+    def hook(info) -> None:
+        if (isinstance(info.exc_value, RuntimeError) and str(info.exc_value) == "IOLoop is closed"
+                and getattr(info.object, "__qualname__", "") == "Client.__del__"):
+            return
+        previous(info)
+
+    sys.unraisablehook = hook
+
+
 def dask_setup(worker) -> None:                # distributed's preload interface
     own_session()
+    quiet_closed_clients()
