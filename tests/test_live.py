@@ -432,9 +432,11 @@ def test_live_kfold_of_a_string_labelled_study_equals_sklearn_losses(tmp_path, p
     with caplog.at_level("WARNING", logger="cvflow.report.live"):
         result = run(wf, store=tmp_path / "s.zarr", client=page_client)
     assert result.live, "the scheduler did not serve the live page"
-    run_id = urllib.parse.parse_qs(urllib.parse.urlsplit(result.live).query)["run"][0]
+    asked = urllib.parse.parse_qs(urllib.parse.urlsplit(result.live).query)
+    run_id, token = asked["run"][0], asked["token"][0]       # the page's data: its owner's only
     base = result.live.split("?")[0]
-    with urllib.request.urlopen(f"{base}/data/{run_id}/learner-0.json", timeout=60) as response:
+    with urllib.request.urlopen(f"{base}/data/{run_id}/learner-0.json?token={token}",
+                                timeout=60) as response:
         columns = json.loads(response.read())
     study = cvflow.load_workflow(wf).build()
     expected = _sklearn_kfold(cvflow.open(result.store), labels, study.design, loss)
@@ -500,13 +502,15 @@ def test_cvflow_run_of_a_string_labelled_study_shows_the_kfold_on_the_page(tmp_p
     proc = fh.start_run(wf, store, "--cluster", "local", "--workers", "2")
     try:
         url = fh.live_page_url(proc, timeout=180)
-        run_id = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["run"][0]
-        data = f"{url.split('?')[0]}/data/{run_id}"
+        asked = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+        data = f"{url.split('?')[0]}/data/{asked['run'][0]}"
+        token = f"?token={asked['token'][0]}"                 # the page's data: its owner's only
         # every fit but the one held at the gate lands (12 fits: 3 params x (3 folds + full))
         deadline = time.monotonic() + 150
-        while _json(f"{data}/progress.json")["done"] != [11] and time.monotonic() < deadline:
+        while (_json(f"{data}/progress.json{token}")["done"] != [11]
+               and time.monotonic() < deadline):
             time.sleep(0.3)
-        columns = _json(f"{data}/learner-0.json")
+        columns = _json(f"{data}/learner-0.json{token}")
         with urllib.request.urlopen(url, timeout=60) as response:
             page = response.read().decode()
         (tmp_path / "gate").touch()
