@@ -6,14 +6,16 @@ The CLI parses arguments and calls library functions. Exit codes: 0 success, 2 b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
 import os
+import shlex
 import sys
 import warnings
 
-from .errors import InputError
+from .errors import InputError, RunInterrupted
 from .terminal import visible
 from .execution.progress import Progress, summary_lines
 from .store.location import exists, resolve
@@ -100,7 +102,7 @@ def cmd_run(args) -> int:
 
 def cmd_status(args) -> int:
     from .report import results as report
-    from .store.group import is_store
+    from .store.group import is_store, not_a_store
 
     from .store import suite as suite_store
 
@@ -113,7 +115,7 @@ def cmd_status(args) -> int:
             f"== {visible(label)} ==\n{report.format_status(info)}" for label, info in infos.items()))
         return 1 if any(info.get("damaged") for info in infos.values()) else 0
     if not is_store(args.store):
-        raise InputError(f"store: {args.store} exists but is not a cvflow store")
+        raise not_a_store(args.store)
     info = report.status(args.store)
     print(json.dumps(info) if args.json else report.format_status(info))
     return 1 if info.get("damaged") else 0
@@ -438,8 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"cvflow: error: {visible(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("cvflow: interrupted; run the same command again to resume", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        _interrupted(exc, sys.argv[1:] if argv is None else argv)
         return 130
     except Exception as exc:  # noqa: BLE001 - run-time failures: one line, exit 1
         logging.getLogger(__name__).debug("run-time failure", exc_info=True)
@@ -447,6 +449,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         warnings.formatwarning = formatwarning
+
+
+def _interrupted(exc: KeyboardInterrupt, argv: list[str]) -> None:
+    """Ctrl-C, SIGTERM or SIGHUP stopped the command: the worker processes closed now (not at
+    exit, where distributed's callbacks can no longer run), then one line: what was kept and
+    the command that resumes."""
+    from .execution import interrupts, schedulers
+
+    with interrupts.deferred():         # a second Ctrl-C does not cut the close short
+        schedulers.close_warm()
+    again = f"cvflow {shlex.join(argv)}"
+    line = (f"cvflow: interrupted: {exc.what_was_kept()}; resume with: {again}"
+            if isinstance(exc, RunInterrupted) else f"cvflow: interrupted; run it again: {again}")
+    with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+        print(visible(line), file=sys.stderr, flush=True)
 
 
 def console() -> None:

@@ -44,6 +44,17 @@ SCHEMA: dict[str, tuple] = {
     "cvflow.reduce.in-memory-bytes": (Real,),
 }
 
+# the numbers a setting accepts, (above, at least): a lock, a deadline or a count out of range
+# is one line naming the setting (issue 44), not a ValueError deep in a run
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "cvflow.lock.heartbeat": (0, None),
+    "cvflow.lock.stale-after": (0, None),
+    "cvflow.execution.stall-seconds": (0, None),
+    "cvflow.execution.no-worker-seconds": (0, None),
+    "cvflow.execution.allowed-failures": (None, 0),
+    "cvflow.reduce.in-memory-bytes": (None, 0),
+}
+
 _MISSING = object()
 _loaded: dict | None = None          # the packaged defaults, once merged
 
@@ -83,5 +94,17 @@ def get(key: str, default: Any = _MISSING) -> Any:
     types = SCHEMA.get(key)
     if types is not None and value is not None and value is not default and not isinstance(value, types):
         names = " or ".join(t.__name__ for t in types)
-        raise InputError(f"config {key}: {value!r} ({type(value).__name__}); give a {names}")
+        raise InputError(f"config {setting(key)}: {value!r} ({type(value).__name__}); "
+                         f"give a {names}")
+    above, least = RANGES.get(key, (None, None))
+    if isinstance(value, Real) and not isinstance(value, bool) and (
+            (above is not None and not value > above) or (least is not None and value < least)):
+        allowed = f"more than {above}" if above is not None else f"at least {least}"
+        raise InputError(f"config {setting(key)}: {value!r}; give a number {allowed}")
     return value
+
+
+def setting(key: str) -> str:
+    """How a user sets ``key``: its name and its environment variable."""
+    variable = "DASK_" + key.upper().replace(".", "__").replace("-", "_")
+    return f"{key} ({variable})"

@@ -41,3 +41,36 @@ OVERWRITE = "--overwrite (overwrite=True in Python)"
 OTHER_STORE = "another --store (another store= in Python)"
 # what to do about damage cvflow cannot refit (every such message ends with it)
 RESTORE = f"restore it from a copy, or rerun with {OVERWRITE} to refit everything"
+
+
+class DiskFullError(RuntimeError):
+    """The disk (or the quota) holding a run's store is full: the run stopped, its fits done
+    are kept; the message names the store and says to free space and rerun (exit 1)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C, SIGTERM or SIGHUP: its lock released, the fits done kept.
+
+    A KeyboardInterrupt (code that stops on Ctrl-C stops on it), whose message says what the
+    store kept and how to resume; the CLI prints it in one line, with the command, and exits 130.
+    ``store`` is None when the run stopped before it knew its store, ``kept`` None when the
+    store was not created."""
+
+    def __init__(self, store: str | None, kept: int | None = None, total: int | None = None,
+                 *, why: str = ""):
+        self.store, self.kept, self.total, self.why = store, kept, total, why
+        super().__init__(str(self))
+
+    def what_was_kept(self) -> str:
+        if self.store is None:
+            return f"nothing kept{f' ({self.why})' if self.why else ''}"
+        if self.kept is None:
+            return f"nothing kept ({self.store} not created yet)"
+        return f"{self.kept} of {self.total} fits kept in {self.store}"
+
+    def __str__(self) -> str:
+        if self.store is None and self.why:
+            return f"interrupted: {self.what_was_kept()}"
+        if self.kept is not None and self.kept == self.total:
+            return f"interrupted: {self.what_was_kept()}, all of them; run it again for the results"
+        return f"interrupted: {self.what_was_kept()}; run it again to resume"

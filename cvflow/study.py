@@ -26,7 +26,7 @@ import yaml
 
 from .workflow.data import decode_frame, encode_frame, from_arrays, save_npz
 from .objects import CLASS, build, describe, describe_splitter, is_estimator, unbuildable
-from .errors import InputError
+from .errors import InputError, RunInterrupted
 from .estimators.losses import declared_task
 from .workflow.learners import grid_values
 from .workflow.scorer_specs import build_scorer, describe_scorer
@@ -313,7 +313,8 @@ class Study:
         A suite: ``X`` a dict ``{name: (X, y[, groups])}``, no ``y``: all validated first, each run
         into ``<store>/<name>`` (:mod:`cvflow.execution.suite_run`); returns ``{name: StudyResult}``.
         """
-        from .execution.run import run
+        from .execution import interrupts
+        from .execution.run import interrupted, run
 
         if isinstance(X, dict):
             return self._run_suite(X, (y, groups, sample_weight, fit_hooks), store=store,
@@ -322,12 +323,20 @@ class Study:
         wf = self.workflow(X, y, groups, sample_weight=sample_weight, fit_params=fit_params,
                            fit_hooks=fit_hooks)
         path = Path(store) if store is not None else Path(f"{self.name}.zarr")
-        # the run checks its arguments and paths once, before the store is locked
-        done = run(wf, store=path, cluster=cluster, workers=workers, overwrite=overwrite,
-                   client=client, progress=progress)
-        # this study is code: the names it holds are trusted in its results, nothing else
-        return StudyResult(path, run=done, loss=wf.loss, trust_code=list(workflow_code(wf.config)),
-                           params=wf.params)
+        # Ctrl-C, SIGTERM, SIGHUP until the results are back: RunInterrupted (a KeyboardInterrupt)
+        done = None
+        try:
+            with interrupts.stoppable():
+                # the run checks its arguments and paths once, before the store is locked
+                done = run(wf, store=path, cluster=cluster, workers=workers, overwrite=overwrite,
+                           client=client, progress=progress)
+                # this study is code: the names it holds are trusted in its results, nothing else
+                return StudyResult(path, run=done, loss=wf.loss,
+                                   trust_code=list(workflow_code(wf.config)), params=wf.params)
+        except RunInterrupted:
+            raise
+        except KeyboardInterrupt:
+            raise interrupted(done and done.store) from None
 
     def _run_suite(self, datasets: dict, beside: tuple, *, store, fit_params, **options) -> dict:
         """Study.run over ``{name: (X, y[, groups])}``: validated first, then one run each."""

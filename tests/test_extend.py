@@ -465,3 +465,40 @@ def test_a_grow_cut_anywhere_is_finished_by_the_next_run(tmp_path, writes, mid_w
     assert "its last extension was cut; finishing it" in result.stderr
     fh.assert_same_cube(store, reference)
     assert run_cli("verify", store).returncode == 0 and not marker.exists()
+
+
+def test_a_default_spelled_out_matches_the_stored_param(tmp_path, write_workflow, client):
+    """Ridge(solver="auto") is Ridge() (scikit-learn builds them alike: equal get_params), so a
+    grid that spells the default out fits only its new values (it refitted all of them)."""
+    from sklearn.linear_model import Ridge
+
+    assert Ridge(solver="auto").get_params() == Ridge().get_params()
+    store = tmp_path / "s.zarr"
+    base = ("name: d\ndata: {source: sklearn, name: diabetes}\ntask: regression\n"
+            "design: {folds: 4, seed: 0}\nestimators: [kfold]\nlearners:\n"
+            "  - {name: ridge, class: sklearn.linear_model.Ridge, grid: {alpha: [0.1, 1.0]%s}}\n")
+    first = run(write_workflow(base % "", name="a.yaml"), store=store, client=client)
+    before = stored(store)
+    second = run(write_workflow(base % ", solver: [auto, svd]", name="b.yaml"), store=store,
+                 client=client)
+    # 5 splits (4 folds and the full fit): only the 2 svd params are new
+    assert first.fits_executed == 2 * 5 and second.fits_executed == 2 * 5
+    assert stored(store)[:2].tobytes() == before.tobytes()
+    third = run(write_workflow(base % ", solver: [auto]", name="c.yaml"), store=store,
+                client=client)
+    assert third.fits_executed == 0
+    assert cvflow.open(store).sizes["param"] == 4
+
+
+def test_param_key_leaves_out_constructor_defaults():
+    from cvflow.execution.extend import param_key
+    from cvflow.workflow.params import Param
+
+    ridge = "sklearn.linear_model.Ridge"
+    defaults = {ridge: {"alpha": 1.0, "solver": "auto", "fit_intercept": True}}
+
+    def key(**params):
+        return param_key(Param("r", ridge, {}, params).to_json(), defaults)
+    assert key(solver="auto") == key() == key(alpha=1) == key(fit_intercept=True)
+    assert key(solver="svd") != key() and key(fit_intercept=False) != key()
+    assert key(fit_intercept=1) != key()         # True is not 1.0 here: JSON tells them apart

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
+import shutil
+import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -129,10 +133,50 @@ def test_run_prints_the_live_page_beside_the_dashboard(live_run):
     proc, urls, store = live_run
     assert urls["dashboard"].endswith("/status")
     base = urls["dashboard"].rsplit("/", 1)[0]
-    assert re.fullmatch(re.escape(base) + r"/cvflow\?run=slow-[0-9a-f]{8}", urls["live"]), urls
+    m = re.fullmatch(re.escape(base) + r"/cvflow\?run=(slow-[0-9a-f]{8})&token=([\w-]{32})",
+                     urls["live"])
+    assert m, urls
     with urllib.request.urlopen(urls["live"], timeout=60) as response:
         body = response.read().decode()
     assert response.status == 200 and "cvflow-learner-0" in body and "Bokeh" in body
+    assert f"/cvflow/data/{m.group(1)}/progress.json?token={m.group(2)}" in body
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_the_live_page_answers_only_its_owner(live_run):
+    """Anyone on the machine reaches the port; only the printed URL carries the run's secret:
+    the page and its data answer 403 without it, with another, or for a run guessed."""
+    proc, urls, store = live_run
+    page, query = urls["live"].split("?", 1)
+    asked = dict(part.split("=", 1) for part in query.split("&"))
+    data = f"{page}/data/{asked['run']}/progress.json"
+    assert _status(f"{data}?token={asked['token']}") == 200
+    for url in (page, f"{page}?run={asked['run']}", f"{page}?run={asked['run']}&token=x",
+                f"{page}?token={asked['token'][:-1]}", data, f"{data}?token=",
+                f"{page}/data/slow-00000000/progress.json?token={asked['token']}"):
+        assert _status(url) == 403, url
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("curl"),
+                    reason="needs root, useradd and curl: a second Unix user")
+def test_another_user_reads_no_live_page(live_run):
+    """What another local user can do: reach the port, without the secret (only in the URL
+    cvflow printed to its owner): 403."""
+    proc, urls, store = live_run
+    user = "cvflowother"
+    if subprocess.run(["id", user], capture_output=True).returncode:
+        subprocess.run(["useradd", "--no-create-home", user], check=True)
+    page = urls["live"].split("?", 1)[0]
+    latest = subprocess.run(["runuser", "-u", user, "--", "curl", "-s", "-o", "/dev/null", "-w",
+                             "%{http_code}", page], capture_output=True, text=True, timeout=60)
+    assert latest.stdout == "403", latest
 
 
 # the page's sources (by name), its canvases through shadow roots, and the glyph renderers
@@ -388,9 +432,11 @@ def test_live_kfold_of_a_string_labelled_study_equals_sklearn_losses(tmp_path, p
     with caplog.at_level("WARNING", logger="cvflow.report.live"):
         result = run(wf, store=tmp_path / "s.zarr", client=page_client)
     assert result.live, "the scheduler did not serve the live page"
-    run_id = urllib.parse.parse_qs(urllib.parse.urlsplit(result.live).query)["run"][0]
+    asked = urllib.parse.parse_qs(urllib.parse.urlsplit(result.live).query)
+    run_id, token = asked["run"][0], asked["token"][0]       # the page's data: its owner's only
     base = result.live.split("?")[0]
-    with urllib.request.urlopen(f"{base}/data/{run_id}/learner-0.json", timeout=60) as response:
+    with urllib.request.urlopen(f"{base}/data/{run_id}/learner-0.json?token={token}",
+                                timeout=60) as response:
         columns = json.loads(response.read())
     study = cvflow.load_workflow(wf).build()
     expected = _sklearn_kfold(cvflow.open(result.store), labels, study.design, loss)
@@ -456,13 +502,15 @@ def test_cvflow_run_of_a_string_labelled_study_shows_the_kfold_on_the_page(tmp_p
     proc = fh.start_run(wf, store, "--cluster", "local", "--workers", "2")
     try:
         url = fh.live_page_url(proc, timeout=180)
-        run_id = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["run"][0]
-        data = f"{url.split('?')[0]}/data/{run_id}"
+        asked = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+        data = f"{url.split('?')[0]}/data/{asked['run'][0]}"
+        token = f"?token={asked['token'][0]}"                 # the page's data: its owner's only
         # every fit but the one held at the gate lands (12 fits: 3 params x (3 folds + full))
         deadline = time.monotonic() + 150
-        while _json(f"{data}/progress.json")["done"] != [11] and time.monotonic() < deadline:
+        while (_json(f"{data}/progress.json{token}")["done"] != [11]
+               and time.monotonic() < deadline):
             time.sleep(0.3)
-        columns = _json(f"{data}/learner-0.json")
+        columns = _json(f"{data}/learner-0.json{token}")
         with urllib.request.urlopen(url, timeout=60) as response:
             page = response.read().decode()
         (tmp_path / "gate").touch()

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cvflow.errors import StoreError
+from cvflow.errors import InputError, StoreError
 from cvflow.store.lock import lock_path, read_lock, run_lock
 
 
@@ -142,7 +142,8 @@ def test_lock_write_on_a_full_disk_leaves_no_lock(tmp_path, caplog):
     proc = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(f"cannot write the run lock {lock_path(store)}: [Errno 27] "
+    # the errno kept: a full disk (ENOSPC) is told apart (cvflow.execution.run.disk_full)
+    assert proc.stdout.startswith(f"[Errno 27] cannot write the run lock {lock_path(store)}: "
                                   "File too large"), proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == []      # no lock, no temporary file
     with run_lock(store, heartbeat=1, stale_after=120):
@@ -159,7 +160,9 @@ def test_heartbeat_refreshes_the_record(tmp_path):
 
 
 def test_bad_timing_arguments(tmp_path):
-    with pytest.raises(ValueError, match=r"stale_after \(1.0\) must exceed heartbeat \(2.0\)"):
+    with pytest.raises(InputError, match=r"^config cvflow\.lock\.stale-after "
+                       r"\(DASK_CVFLOW__LOCK__STALE_AFTER\): 1 s; give more seconds than "
+                       r"cvflow\.lock\.heartbeat \(2 s; the defaults: 120 and 10\)$"):
         with run_lock(tmp_path / "s.zarr", heartbeat=2, stale_after=1):
             pass
 

@@ -368,13 +368,15 @@ def test_live_page_lists_who_racing_dropped_while_the_run_goes_on(tmp_path):
         while not (tmp_path / "claim").exists() and time.monotonic() < deadline:
             time.sleep(0.2)                   # the last stage has begun: every look is done
         assert (tmp_path / "claim").exists()
-        base, run = url.split("?run=")
-        data = f"{base.rsplit('/', 1)[0]}/cvflow/data/{run}"
+        base, query = url.split("?", 1)
+        asked = dict(part.split("=", 1) for part in query.split("&"))
+        data = f"{base.rsplit('/', 1)[0]}/cvflow/data/{asked['run']}"
+        token = f"?token={asked['token']}"              # the page's data are its owner's only
         racing, progress, deadline = {}, {}, time.monotonic() + 60
         while time.monotonic() < deadline:     # the monitor publishes at most every second
-            with urllib.request.urlopen(f"{data}/racing.json", timeout=30) as r:
+            with urllib.request.urlopen(f"{data}/racing.json{token}", timeout=30) as r:
                 racing = json.loads(r.read())          # strict JSON (no Infinity)
-            with urllib.request.urlopen(f"{data}/progress.json", timeout=30) as r:
+            with urllib.request.urlopen(f"{data}/progress.json{token}", timeout=30) as r:
                 progress = json.loads(r.read())
             if racing["stage"] and progress["skipped"][0]:
                 break

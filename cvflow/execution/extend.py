@@ -54,7 +54,8 @@ from ..store import creation, cube as cube_store, writes
 from ..workflow.designs import Design
 from ..errors import OTHER_STORE, OVERWRITE, StoreError
 from ..store.attributes import LEARNERS_ATTR, WORKFLOW_PARAMS_ATTR
-from ..workflow.params import Param
+from ..objects import init_signature
+from ..workflow.params import Param, import_estimator
 
 log = logging.getLogger(__name__)
 
@@ -187,19 +188,54 @@ def _canonical(value, name: str = ""):
     return value
 
 
-def param_key(text: str) -> str:
-    """The matching key of a param's JSON: equal keys are the same fits (see above)."""
+JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def defaults_of(params: list[Param]) -> dict[str, dict]:
+    """The constructor defaults (plain values only) of the estimator classes ``params`` name,
+    by dotted path: the workflow's own classes (imported by the workflow anyway; a store's
+    other classes are never imported to match them, :mod:`cvflow.trust`)."""
+    out: dict[str, dict] = {}
+    for p in params:
+        if p.estimator in out:
+            continue
+        try:
+            cls = type(p.source[0]) if p.source is not None else import_estimator(p.estimator)
+        except Exception:  # noqa: BLE001 - unimportable: matched by its spelling only
+            out[p.estimator] = {}
+            continue
+        signature = init_signature(cls)
+        out[p.estimator] = {} if signature is None else {
+            k: v.default for k, v in signature.parameters.items()
+            if isinstance(v.default, JSON_SCALARS)}
+    return out
+
+
+def _is_default(name: str, value, defaults: dict) -> bool:
+    return name in defaults and json.dumps(_canonical(value, name)) == json.dumps(
+        _canonical(defaults[name], name))
+
+
+def param_key(text: str, defaults: dict[str, dict] | None = None) -> str:
+    """The matching key of a param's JSON: equal keys are the same fits (see above). With
+    ``defaults`` (:func:`defaults_of`), a setting equal to its estimator's constructor default
+    is left out: ``Ridge(solver="auto")`` is ``Ridge()``, as scikit-learn builds them alike."""
     setting = json.loads(text)
-    setting["params"] = _canonical(setting["params"])
+    own = (defaults or {}).get(setting["estimator"]) or {}
+    setting["params"] = _canonical({k: v for k, v in setting["params"].items()
+                                    if not _is_default(k, v, own)})
     return json.dumps(setting, sort_keys=True)
 
 
 def _as_stored(param: Param, text: str) -> Param:
     """The workflow's ``param`` with the stored param's spelling of its values (``text``), so
-    its JSON, fit seeds and coordinates stay the store's."""
+    its JSON, fit seeds and coordinates stay the store's: a default the workflow spells out
+    and the store does not is left out, one the store spells out is kept (as fixed)."""
     settings = json.loads(text)["params"]
-    return replace(param, fixed={k: settings.get(k, v) for k, v in param.fixed.items()},
-                   hyper={k: settings.get(k, v) for k, v in param.hyper.items()})
+    given = param.settings()
+    return replace(param, fixed={**{k: v for k, v in settings.items() if k not in given},
+                                 **{k: settings[k] for k in param.fixed if k in settings}},
+                   hyper={k: settings[k] for k in param.hyper if k in settings})
 
 
 def store_params(cube: xr.Dataset, params: list[Param], specs: dict) -> tuple[list[Param], int]:
@@ -217,18 +253,21 @@ def store_params(cube: xr.Dataset, params: list[Param], specs: dict) -> tuple[li
     if "" in stored:
         raise StoreError("store: param_json has blank entries before the last param; the "
                          f"store is damaged, pass {OVERWRITE} to refit")
-    by_key = {param_key(p.to_json()): p for p in params}
-    ordered = [_as_stored(by_key[param_key(j)], j) if param_key(j) in by_key
-               else _param_from_json(j, specs) for j in stored]
-    known = {param_key(j) for j in stored}
-    ordered += [p for p in params if param_key(p.to_json()) not in known]
+    defaults = defaults_of(params)
+    by_key = {param_key(p.to_json(), defaults): p for p in params}
+    keys = [param_key(j, defaults) for j in stored]
+    ordered = [_as_stored(by_key[k], j) if k in by_key else _param_from_json(j, specs)
+               for k, j in zip(keys, stored)]
+    known = set(keys)
+    ordered += [p for p in params if param_key(p.to_json(), defaults) not in known]
     return ordered, n_old
 
 
 def workflow_params(params: list[Param], workflow_params: list[Param]) -> list[int]:
     """The store indices of the workflow's params (``params`` in store order)."""
-    keys = {param_key(p.to_json()) for p in workflow_params}
-    return [h for h, p in enumerate(params) if param_key(p.to_json()) in keys]
+    defaults = defaults_of(workflow_params)
+    keys = {param_key(p.to_json(), defaults) for p in workflow_params}
+    return [h for h, p in enumerate(params) if param_key(p.to_json(), defaults) in keys]
 
 
 def check_kept_code(path: str, cube: xr.Dataset, stored: list[Param], workflow) -> None:

@@ -35,6 +35,7 @@ from ..errors import LockLostError, StallError
 from ..workflow.params import Param
 from .tasks import TaskContext, _value, run_block, time_fits, trial_fits
 from .. import config
+from . import interrupts
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class Block:
     todo: np.ndarray | None = None
     isolated: bool = False            # its fits in child processes: it killed its workers
     deaths: int = 0                   # KilledWorker of its isolated task so far
+    lost: int = 0                     # times the scheduler lost its result (fitted again)
 
 
 # seconds per fit assumed when the timing task fails: blocks of a few fits each
@@ -85,6 +87,18 @@ def _killed_worker() -> type[Exception]:
 
 # times a one-off task whose result was lost at the scheduler is submitted again
 LOST_RESULT_RETRIES = 2
+
+
+def lost_result(future, exc: BaseException) -> bool:
+    """Whether ``exc``, raised reading ``future``'s result, says the scheduler lost the result
+    (the task was fine): a CancelledError, or distributed's UnboundLocalError ('result') when a
+    gather it cancelled under load is joined ("Couldn't gather keys ... forgotten"), as
+    opposed to the task's own error (its status "error")."""
+    from concurrent.futures import CancelledError
+
+    if isinstance(exc, CancelledError):
+        return True
+    return isinstance(exc, UnboundLocalError) and getattr(future, "status", None) != "error"
 
 
 def _one_task_result(client, submit: Callable[[str], Any], key: str):
@@ -115,7 +129,9 @@ def _one_task_result(client, submit: Callable[[str], Any], key: str):
         except KilledWorker:
             future.cancel()
             return None
-        except CancelledError:
+        except (CancelledError, UnboundLocalError) as exc:
+            if not lost_result(future, exc):
+                raise
             log.warning("the result of %s was lost at the scheduler; computing it again",
                         future.key)
             continue
@@ -256,6 +272,7 @@ class Loop:
                     future = self.finished.get(timeout=WAKE_SECONDS)
                 except queue.Empty:
                     future = None
+                interrupts.check()        # a Ctrl-C Python could not raise where it came
                 if self.lock_lost():
                     raise LockLostError(f"store: {self.ctx.store}: another run took over the run "
                                         "lock; this run stopped and cancelled its tasks")
@@ -274,9 +291,29 @@ class Loop:
 
     def _take(self, future) -> dict | None:
         """A finished task's block summary, or None (the block was sent again)."""
+        from concurrent.futures import CancelledError
+
         KilledWorker = _killed_worker()
         try:
             return future.result()
+        except (CancelledError, UnboundLocalError) as exc:
+            # DESIGN CHOICE: a block whose result the scheduler lost is a block whose worker
+            # died: fitted again (it rewrites the same chunk of pred), at most
+            # LOST_RESULT_RETRIES times
+            if not lost_result(future, exc):
+                raise
+            block = self.blocks.pop(future.key)
+            if block.lost >= LOST_RESULT_RETRIES:
+                raise RuntimeError(
+                    f"the result of the block of params {block.params.start}-"
+                    f"{block.params.stop - 1} x splits {block.splits.start}-"
+                    f"{block.splits.stop - 1} was lost at the scheduler "
+                    f"{block.lost + 1} times; is the scheduler shared or short of memory?"
+                ) from exc
+            log.warning("the result of %s was lost at the scheduler; fitting its block again",
+                        future.key)
+            self.submit([dataclasses.replace(block, lost=block.lost + 1)])
+            return None
         except KilledWorker as exc:
             if self._lost_input(future, exc):
                 return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import importlib
 import json
 import logging
@@ -28,7 +29,9 @@ from ..fitting.scoring import Scoring
 from ..fitting.trial import check_learners, scorer_probe, wants_keys
 from ..store import creation, damage, writes
 from .. import config
-from ..errors import InputError
+from ..errors import DiskFullError, InputError, RunInterrupted
+from ..store.group import read_mask
+from . import interrupts
 from ..store.location import exists
 from .schedulers import choose, connect, quiet_port
 from .run_plan import pending_blocks, prepare_store, seconds_per_fit
@@ -204,6 +207,46 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
         No progress within the deadline (``cvflow.execution.stall-seconds``).
     """
     notify = reporter(progress)
+    where: list[str] = []            # the store, once known: what an interrupt says was kept
+    try:
+        with interrupts.stoppable():
+            return _run(workflow, store=store, cluster=cluster, workers=workers,
+                        overwrite=overwrite, dashboard_port=dashboard_port, client=client,
+                        notify=notify, tls=tls, cluster_options=cluster_options, where=where)
+    except RunInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise interrupted(where[0] if where else None) from None
+    except OSError as exc:
+        if exc.errno not in FULL or not where:
+            raise
+        raise disk_full(where[0], exc) from None
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(store: str, exc: OSError) -> DiskFullError:
+    """A write on a full disk (or over a quota), in one line: which store, what to do."""
+    what = f"writing {exc.filename}: " if exc.filename else ""
+    return DiskFullError(f"store: {store}: {what}{exc.strerror or exc}; free space on its disk "
+                         "and run the same command again: the fits done are kept, the rest "
+                         "is fitted")
+
+
+def interrupted(store: str | None) -> RunInterrupted:
+    """What a run stopped by a signal left in ``store`` (its done fits, read back)."""
+    if store is None:
+        return RunInterrupted(None)
+    try:
+        done = read_mask(store, "done")
+    except Exception:  # noqa: BLE001 - not created (or not finished): nothing kept
+        return RunInterrupted(store)
+    return RunInterrupted(store, int(done.sum()), int(done.size))
+
+
+def _run(workflow, *, store, cluster, workers, overwrite, dashboard_port, client, notify, tls,
+         cluster_options, where: list[str]) -> RunResult:
     if not isinstance(workflow, Workflow):
         workflow = load_workflow(os.fspath(workflow))
     # bad arguments, profiles and unwritable stores fail before the store is created, grown or
@@ -214,6 +257,7 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
                         dashboard_port=dashboard_port, tls=tls, cluster_options=cluster_options,
                         client=client)
     path = checked.store
+    where.append(path)
     # One run per store at a time; a lock left by a crashed run is taken over.
     # The pool creates a new store beside the run; leaving it waits for the creation, so the
     # lock is never released with a store half created.

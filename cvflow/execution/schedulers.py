@@ -29,7 +29,8 @@ import yaml
 
 from ..errors import InputError
 from .. import config
-from . import processes
+from . import interrupts, processes
+from .worker_session import spawning_loop
 from .profiles import (AUTO, REMOVED, THREADS, Route, decide, load_profile, cluster_name,
                        store_warning)
 from .threaded import ThreadedClient
@@ -218,6 +219,7 @@ def _local(prof: dict):
     port = prof.get("dashboard_port")
     n = prof.get("workers") or os.cpu_count() or 1
     return LocalCluster(
+        loop=spawning_loop(),     # its workers start with the terminal's signals blocked
         n_workers=n, threads_per_worker=int(prof.get("threads_per_worker") or 1), processes=True,
         host=host, dashboard_address=None if port is None else f"{host}:{port}",
         # no dashboard: the scheduler's HTTP server (health, metrics) still starts, on 8787
@@ -225,8 +227,25 @@ def _local(prof: dict):
         scheduler_kwargs=None if port is not None else {"dashboard_address": f"{host}:0"},
         memory_limit=prof.get("memory_limit", "auto"),
         security=security, protocol="tls://" if security else None,
-        silence_logs=logging.CRITICAL,
+        silence_logs=logging.CRITICAL, **_own_session_preload(),
     )
+
+
+WORKER_SESSION = "cvflow.execution.worker_session"
+
+
+def _own_session_preload() -> dict:
+    """The nannies' ``preload`` and ``preload_argv``: the config's, then
+    :mod:`cvflow.execution.worker_session` (each worker process in a session of its own, out of
+    reach of the terminal's Ctrl-C and SIGHUP). Given to every nanny, those a scale-up starts
+    later too."""
+    preload = dask.config.get("distributed.worker.preload") or []
+    preload = [preload] if isinstance(preload, str) else list(preload)
+    argv = dask.config.get("distributed.worker.preload-argv") or []
+    if argv and isinstance(argv[0], str):      # one argv for every preload
+        argv = [list(argv)] * len(preload)
+    argv = [list(a) for a in argv] or [[] for _ in preload]
+    return {"preload": [*preload, WORKER_SESSION], "preload_argv": [*argv, []]}
 
 
 # --- the session's warm process cluster ------------------------------------------------------
@@ -336,12 +355,9 @@ def warm_client(prof: dict):
             # a run links to it only when asked or long enough to watch (quiet_port)
             port = prof.get("dashboard_port")
             with clean_main(), processes.tagged() as token:
-                started = _local({**prof, "dashboard_port": 0 if port is None else port})
-                try:
-                    client = Client(started, set_as_default=False)
-                except BaseException:
-                    started.close(timeout=WARM_CLOSE_SECONDS)
-                    raise
+                started, client = _started(
+                    _local, {**prof, "dashboard_port": 0 if port is None else port},
+                    lambda cluster: Client(cluster, set_as_default=False))
             _WARM = w = {"key": key, "cluster": started, "client": client, "token": token,
                          "environment": _environment()}
             if not _AT_EXIT:
@@ -364,6 +380,26 @@ def first_worker(client, seconds: float | None = None) -> None:
     except TimeoutError:
         raise RuntimeError(f"cluster {client.scheduler.address}: no worker connected within "
                            f"{seconds:g} s (config cvflow.execution.no-worker-seconds)") from None
+
+
+def _started(factory, prof: dict, connect):
+    """``(cluster, client)``: ``factory(prof)`` and ``connect(cluster)``, never cut in the
+    middle by Ctrl-C, SIGTERM or SIGHUP (a cluster cut while it starts can no longer be
+    closed: its workers were left behind); one that came meanwhile closes both, then is raised."""
+    with interrupts.held() as noted:
+        cluster = factory(prof)
+        try:
+            client = connect(cluster)
+        except BaseException:
+            cluster.close(timeout=WARM_CLOSE_SECONDS)
+            raise
+    if noted:
+        with interrupts.deferred():
+            for closing in (client.close, cluster.close):
+                with contextlib.suppress(Exception):
+                    closing(timeout=WARM_CLOSE_SECONDS)
+        raise KeyboardInterrupt(noted[0])
+    return cluster, client
 
 
 def slurm_kwargs(prof: dict) -> dict:
@@ -509,8 +545,10 @@ def connect(cluster: str | os.PathLike | Route | None = None, *, workers: int | 
             # an in-process scheduler's address names no host: link to where the dashboard listens
             stack.enter_context(dask.config.set({"distributed.dashboard.link":
                                                  f"http://{prof.get('host') or '127.0.0.1'}:{{port}}/status"}))
-        started = stack.enter_context({"local": _local, THREADS: _threads, "slurm": _slurm}[kind](prof))
-        client = stack.enter_context(Client(started))
+        started, client = _started({"local": _local, THREADS: _threads, "slurm": _slurm}[kind],
+                                   prof, Client)
+        stack.enter_context(started)
+        stack.enter_context(client)
         log.info("cluster %s (%s): dashboard %s", prof["name"], kind,
                  client.dashboard_link or None)
         yield client

@@ -23,10 +23,12 @@ configuration lists ``cvflow.report.live`` among ``distributed.scheduler.http.ro
 """
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import math
 import re
+import secrets
 import time
 import uuid
 from dataclasses import dataclass
@@ -139,7 +141,13 @@ class Monitor:
 
         self.client = client
         self.run = run_id(workflow.name)
-        self.url = f"{url}?run={self.run}"
+        # DESIGN CHOICE: the page and its data answer only requests carrying this run's secret,
+        # as Jupyter's token: the scheduler's HTTP port is open to every local user (on a
+        # shared login node, every user of the cluster), the URL cvflow prints only to its
+        # owner. The secret travels in the metadata, which only this run's client (TLS) reads
+        # and writes; docs/guide/execution.md says who can read what.
+        self.token = secrets.token_urlsafe(24)
+        self.url = f"{url}?run={self.run}&token={self.token}"
         n_params, n_splits = len(params), design.n_splits
         self.learner = np.asarray([p.learner for p in params])
         self.labels = _labels(params)
@@ -185,7 +193,8 @@ class Monitor:
                 self.cells.setdefault(int(split), []).append((float(to_kfold), float(to_model)))
         self.errors: list[tuple[str, str]] = []          # (learner, message) of failed fits
         self.scoring_error: str | None = None          # the scorer's first error
-        self.meta = {"run": self.run, "name": workflow.name, "store": store, "loss": self.loss,
+        self.meta = {"run": self.run, "token": self.token, "name": workflow.name,
+                     "store": store, "loss": self.loss,
                      "raced": bool(workflow.racing),
                      "started": time.time(), "learners": list(dict.fromkeys(self.learner)),
                      "scoring_error": None,
@@ -412,7 +421,8 @@ def page_html(state: dict, *, base: str) -> str:
         # JSON has no NaN: missing estimates travel as null and are NaN again here, so lines
         # break at them instead of dropping to 0
         data = {k: [np.nan if v is None else v for v in values] for k, values in data.items()}
-        return AjaxDataSource(data_url=f"{base}/data/{state['run']}/{name}.json",
+        return AjaxDataSource(data_url=f"{base}/data/{state['run']}/{name}.json"
+                                       f"?token={state.get('token', '')}",
                               polling_interval=POLL_MS, mode="replace", method="GET",
                               data=data, name=f"cvflow-{name}", adapter=NULL_TO_NAN)
 
@@ -568,13 +578,20 @@ def _routes() -> list:
                 return runs.get(run)
             return max(runs.values(), key=lambda s: s["started"]) if runs else None
 
+        def owned(self, run: str | None) -> dict:
+            """The run's state when the request carries its secret; else 403, the same for a
+            run that does not exist (a guess learns nothing)."""
+            state = self.state(run)
+            given = self.get_argument("token", "")
+            if state is None or not hmac.compare_digest(str(state.get("token", "")), given):
+                raise web.HTTPError(403, "this page needs the URL cvflow printed (its token)")
+            return state
+
     class DataHandler(_Handler):
-        """``cvflow/data/<run>/<source>.json``: one AjaxDataSource's columns."""
+        """``cvflow/data/<run>/<source>.json?token=<secret>``: one AjaxDataSource's columns."""
 
         def get(self, run: str, source: str):
-            state = self.state(run)
-            if state is None:
-                raise web.HTTPError(404, f"no cvflow run {run!r} on this scheduler")
+            state = self.owned(run)
             self.set_header("Content-Type", "application/json")
             self.set_header("X-Content-Type-Options", "nosniff")
             self.set_header("Cache-Control", "no-store")
@@ -583,20 +600,15 @@ def _routes() -> list:
         post = get
 
     class PageHandler(_Handler):
-        """``cvflow``: the page (``?run=<id>``; default the latest run on this scheduler)."""
+        """``cvflow?run=<id>&token=<secret>``: the page (without ``run``, the latest run on
+        this scheduler; 403 without the run's secret)."""
 
         def head(self):
             """200 when this route is installed (see :func:`start`)."""
 
         def get(self):
-            run = self.get_argument("run", None)
-            state = self.state(run)
             self.set_header("Cache-Control", "no-store")
-            if state is None:
-                self.write("<!doctype html><meta http-equiv='refresh' content='2'>"
-                           "<title>cvflow</title><p>No cvflow study on this scheduler yet "
-                           "(this page reloads itself).</p>")
-                return
+            state = self.owned(self.get_argument("run", None))
             self.write(page_html(state, base=self.request.path.rstrip("/")))
 
     return [

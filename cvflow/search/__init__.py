@@ -36,6 +36,7 @@ from sklearn.utils.validation import check_is_fitted
 from sklearn import get_config
 from sklearn.metrics import accuracy_score, check_scoring, get_scorer, get_scorer_names
 
+from ..errors import RunInterrupted
 from ..estimators.losses import apply_loss
 from ..fitting.scoring import estimator_score
 from ..objects import describe_splitter
@@ -348,11 +349,19 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         store = self._new_store()
         weights = fit_params.get("sample_weight")
         hooks = tasks.hooks(len(candidates), splitter, X, y_arr, groups)
-        result = study.run(X, y, groups, sample_weight=weights, store=store,
-                           client=default_client(self.cluster), cluster=self.cluster,
-                           workers=self._workers(), progress=None if self.progress else False,
-                           fit_params={k: v for k, v in fit_params.items()
-                                       if k != "sample_weight"}, fit_hooks=hooks)
+        try:
+            result = study.run(X, y, groups, sample_weight=weights, store=store,
+                               client=default_client(self.cluster), cluster=self.cluster,
+                               workers=self._workers(), progress=None if self.progress else False,
+                               fit_params={k: v for k, v in fit_params.items()
+                                           if k != "sample_weight"}, fit_hooks=hooks)
+        except RunInterrupted:
+            if self.store is not None:
+                raise
+            self._release()          # the temporary store: nothing a later fit could resume
+            raise RunInterrupted(None, why="the search had no store=, its temporary one is "
+                                 "removed; give store= to keep a search's fits and resume it"
+                                 ) from None
         self.store_, self.result_ = str(store), result
         self._failures(X, y_arr, estimator, candidates, fit_params)
         tasks.searched()

@@ -60,7 +60,8 @@ from .coords import RESERVED, hyperparameter_coord, param_coords  # noqa: F401 -
 from .damage import listed_damage
 from .damage import verify  # noqa: F401 - cvflow.store.cube.verify, as the docs name it
 from ..errors import StoreError
-from .group import FORMAT_ATTR, LAZY_VARIABLES, marker, open_group, read_mask, stable
+from .group import (FORMAT_ATTR, LAZY_VARIABLES, marker, not_a_store, open_group, read_mask,
+                    stable)
 from .integrity import DamagedStore
 from .location import exists, is_url, resolve, storage_options
 
@@ -112,7 +113,7 @@ def _open_cube(location: str, scores: bool) -> xr.Dataset:
         if members:
             raise StoreError(f"store: {location} is a suite's store; open one data set's cube, "
                              f"e.g. {suite.member(location, members[0])}")
-        raise StoreError(f"store: {location} exists but is not a cvflow store")
+        raise not_a_store(location)
     if not scores:
         cube = cube.drop_vars([n for n in integrity.SCORE_VARIABLES if n in cube.variables])
     attributes.check_format(location, cube.attrs)

@@ -14,7 +14,7 @@ import zarr
 
 from . import attributes, integrity
 from ..errors import StoreError
-from .group import LAZY_VARIABLES, is_store, open_group, read_mask, stable
+from .group import LAZY_VARIABLES, is_store, not_a_store, open_group, read_mask, stable
 from .integrity import Damage
 from .location import exists, get, get_all, is_url, listing, resolve
 
@@ -290,7 +290,7 @@ def verify(store: str | os.PathLike) -> integrity.Report:
 
 def _verify(location: str) -> integrity.Report:
     if not is_store(location):
-        raise StoreError(f"store: {location} exists but is not a cvflow store")
+        raise not_a_store(location)
     group = open_group(location)
     attributes.check_newer(location, group.attrs)
     arrays = {name: group[name] for name in sorted(group.array_keys())}

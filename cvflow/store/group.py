@@ -62,6 +62,17 @@ def marker(location: str) -> str:
     return sibling(identity(location), CREATING)
 
 
+def not_a_store(location: str) -> StoreError:
+    """The error for ``location`` when it holds no cvflow store: one whose creation did not
+    finish (its marker remains: the run creating it stopped, or failed, e.g. on a full disk)
+    says so, and how to finish it."""
+    if exists(marker(location)):
+        return StoreError(f"store: {location}: its creation did not finish (the run creating it "
+                          f"stopped or failed; {marker(location)} remains); run the same "
+                          "command again to create it anew")
+    return StoreError(f"store: {location} exists but is not a cvflow store")
+
+
 def grow_marker(location: str) -> str:
     """The grow marker of the store at ``location``: ``<store>.growing`` beside the store
     itself, present while a run appends params or splits (:func:`cvflow.store.creation.grow`)."""

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Iterator
 
 
-from ..errors import StoreError
+from ..errors import InputError, StoreError
 from .location import filesystem, identity, is_url, link_target, resolve, sibling
 from .. import config
 
@@ -335,7 +335,8 @@ class RunLock:
             except FileExistsError:
                 pass
             except OSError as err:       # a full disk, a read-only directory: nothing written
-                raise OSError(f"cannot write the run lock {self.path}: {err}") from err
+                raise OSError(err.errno, f"cannot write the run lock {self.path}: "
+                              f"{err.strerror or err}") from err
             data, version, mtime = self._slot.read()
             record = _parse(data)
             if record is None:
@@ -436,7 +437,9 @@ def run_lock(store: str | os.PathLike, *, heartbeat: float | None = None,
     stale_after = float(config.get("cvflow.lock.stale-after")
                         if stale_after is None else stale_after)
     if stale_after <= heartbeat:
-        raise ValueError(f"stale_after ({stale_after}) must exceed heartbeat ({heartbeat})")
+        raise InputError(f"config {config.setting('cvflow.lock.stale-after')}: {stale_after:g} s; "
+                         "give more seconds than cvflow.lock.heartbeat "
+                         f"({heartbeat:g} s; the defaults: 120 and 10)")
     lock = RunLock(store, heartbeat=heartbeat, stale_after=stale_after)
     lock.acquire()
     try:

@@ -5,6 +5,8 @@ import contextlib
 import hashlib
 import io
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -278,14 +280,14 @@ def load_raw(cfg: dict, base: Path, where: str):
     if source == "csv":
 
         path = base / str(cfg.get("path"))
-        if not path.is_file():
-            raise InputError(f"{where}: data.path: {path} does not exist")
+        if not_a_file(path):
+            raise InputError(f"{where}: data.path: {path} {not_a_file(path)}")
         frame = _read_csv(path, where)
         return _frame_to_arrays(frame, cfg, where)
     if source == "npz":
         path = base / str(cfg.get("path"))
-        if not path.is_file():
-            raise InputError(f"{where}: data.path: {path} does not exist")
+        if not_a_file(path):
+            raise InputError(f"{where}: data.path: {path} {not_a_file(path)}")
         return _read_npz(path, where)
     if source == "synthetic":
         gen = GENERATORS.get(str(name))
@@ -336,6 +338,31 @@ def _generator_args(gen, params, where: str) -> dict:
     limits.check("synthetic-values", values, f"{where}: data.params: {gen.__name__} with n = "
                  f"{n}, p = {p} draws {limits.count_text(values)} values")
     return out
+
+
+KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+         (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+         (stat.S_ISSOCK, "a socket"))
+
+
+def not_a_file(path: Path) -> str | None:
+    """What ``path`` is when it is not a regular file a study can read twice (its bytes hashed,
+    then parsed), said after its name: "does not exist", "is a named pipe (FIFO); give a
+    regular file", "is a symbolic link to /dev/zero, a character device; ..."; None for a
+    regular file (or a link to one)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return f"is a symbolic link to {os.readlink(path)}, which does not exist"
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in KINDS if test(mode)), "not a regular file")
+    link = f"is a symbolic link to {os.readlink(path)}, " if os.path.islink(path) else "is "
+    return f"{link}{kind}; give a regular file"
 
 
 def _read_csv(path: Path, where: str):

@@ -15,7 +15,7 @@ import numpy as np
 import yaml
 import xarray as xr
 
-from .data import Data, load_data
+from .data import Data, load_data, not_a_file
 from ..objects import CLASS
 from ..objects import build as build_description
 from .designs import (Design, complete_subset_count, fold_labels, make_design, not_a_partition,
@@ -351,8 +351,9 @@ def parse_workflow(config: Any, path: Path, *, objects: dict | None = None) -> W
     if data["source"] in ("csv", "npz"):
         if "path" not in data:
             fail(where, "data.path", f"missing; {data['source']} data needs a path")
-        if not (path.parent / str(data["path"])).is_file():
-            fail(where, "data.path", f"{path.parent / str(data['path'])} does not exist")
+        what = not_a_file(path.parent / str(data["path"]))
+        if what:
+            fail(where, "data.path", f"{path.parent / str(data['path'])} {what}")
     elif "name" not in data and data["source"] != "arrays":
         fail(where, "data.name", "missing")
     data.setdefault("seed", 0)
