@@ -24,7 +24,8 @@ from dataclasses import replace
 import numpy as np
 import yaml
 
-from .workflow.data import decode_frame, encode_frame, from_arrays, save_npz
+from .workflow.data import (decode_frame, encode_frame, from_arrays, one_value_a_row,
+                            one_value_rows, save_npz)
 from .objects import CLASS, build, describe, describe_splitter, is_estimator, unbuildable
 from .errors import InputError, RunInterrupted
 from .estimators.losses import declared_task
@@ -575,6 +576,8 @@ class StudyResult:
         stored_X = np.asarray(self.cube["X"].values, dtype=np.float64)
         if hasattr(X, "columns") and hasattr(X, "iloc"):
             encoded, _ = encode_frame(X, "refit: X")
+        elif one_value_a_row(X):        # texts: stored as NaN, checked by their number alone
+            encoded = one_value_rows(X, "refit: X")[0]
         else:
             encoded = np.asarray(X, dtype=np.float64)
         if encoded.shape != stored_X.shape or not np.array_equal(encoded, stored_X, equal_nan=True):

@@ -191,10 +191,12 @@ def test_from_arrays_refuses_what_it_cannot_store_with_one_line():
     from cvflow.workflow.data import from_arrays
 
     X = np.zeros((4, 2))
-    with pytest.raises(InputError, match=r"^data: X has shape \(4,\); give a 2-d array"):
-        from_arrays(X[:, 0], np.arange(4.0), "regression")
+    with pytest.raises(InputError, match=r"^data: X has shape \(\); give a 2-d array"):
+        from_arrays(np.float64(1.0), np.arange(4.0), "regression")
     with pytest.raises(InputError, match=r"^data: X: Complex data not supported"):
         from_arrays(X + 1j, np.arange(4.0), "regression")
+    with pytest.raises(InputError, match=r"^data: X: Complex data not supported"):
+        from_arrays(X[:, 0] + 1j, np.arange(4.0), "regression")
     with pytest.raises(InputError, match=r"^data: y has shape \(4, 2\); cvflow's losses read "
                                          "one target per sample"):
         from_arrays(X, np.zeros((4, 2)), "regression")
@@ -229,3 +231,20 @@ def test_from_arrays_gives_an_array_for_what_cannot_be_sliced_and_takes_every_sp
     d = from_arrays(sp.dok_matrix(X), np.arange(6.0), "regression")
     assert d.fit_X.format == "csr"
     np.testing.assert_array_equal(d.X, X)
+
+
+def test_from_arrays_one_value_a_sample():
+    """A 1-d X (texts, dicts, numbers) is fitted as given; numbers are stored as one column,
+    other values as NaN with their digest in the data hash (a hand check: other texts, another
+    hash; the same texts as a list or an object array, the same hash)."""
+    from cvflow.workflow.data import from_arrays
+
+    texts = ["a b", "c d", "a c", "b d"]
+    d = from_arrays(texts, np.arange(4.0), "regression")
+    assert d.fit_X is texts and d.X.shape == (4, 1) and np.isnan(d.X).all()
+    same = from_arrays(np.array(texts, dtype=object), np.arange(4.0), "regression")
+    other = from_arrays([t.upper() for t in texts], np.arange(4.0), "regression")
+    assert same.hash() == d.hash() != other.hash()
+    d = from_arrays([1.0, 2.0, 4.0, 8.0], np.arange(4.0), "regression")
+    np.testing.assert_array_equal(d.X, [[1.0], [2.0], [4.0], [8.0]])
+    assert d.fit_X == [1.0, 2.0, 4.0, 8.0]

@@ -136,7 +136,8 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     train = np.asarray(train, dtype=bool)[None, :]
     n_train = int(train.sum())
     # the path kernels fit numpy X and y only (fitting.block.fit_block): else one fit each
-    path_aware = path_aware and isinstance(X, np.ndarray) and isinstance(y, np.ndarray)
+    path_aware = (path_aware and isinstance(X, np.ndarray) and X.ndim == 2
+                  and isinstance(y, np.ndarray))
     if path_aware:
         for name, group in list(by_learner.items()):
             cost = _path_cost(group, n_train * X.shape[1])

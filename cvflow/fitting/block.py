@@ -58,7 +58,7 @@ def fits_paths(params: list[Param], X, sample_weight=None, path_aware: bool = Tr
     """Whether :func:`fit_block` fits path-aware groups of ``params`` as paths: a numpy ``X``,
     no sample weights nor other fit parameters, no ``fit_seed``, no scorers (they score a fitted model, which a path
     kernel does not make)."""
-    return (path_aware and sample_weight is None and isinstance(X, np.ndarray)
+    return (path_aware and sample_weight is None and isinstance(X, np.ndarray) and X.ndim == 2
             and all(p.fit_seed is None and not p.fit_params and p.fit_hook is None
                     for p in params)
             and not (scoring and scoring.scorers))

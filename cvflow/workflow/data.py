@@ -40,6 +40,7 @@ class Data:
     given_X: Any = None
     given_y: Any = None
     supervised: bool = True        # False: no target (y=None); ``y`` is NaN, fits get no y
+    given_digest: str = ""         # of a given X the store does not keep (1-d texts): hashed
 
     @property
     def positive(self):
@@ -76,6 +77,7 @@ class Data:
             h.update(a if a.dtype != object else "\x00".join(map(str, a)).encode())
         if self.columns is not None:
             h.update(json.dumps(self.columns, sort_keys=True).encode())
+        h.update(self.given_digest.encode())
         return h.hexdigest()[:16]
 
 
@@ -475,13 +477,16 @@ def from_arrays(X, y, task: str, *, groups=None, sample_weight=None, where: str 
     import scipy.sparse as sp
 
     extra: dict = {"columns": None}
-    given_X = None
+    given_X, digest = None, ""
     if sp.issparse(X):
         X_arr, given_X = _sparse(X, where), X.tocsr()
         names = [f"x{j}" for j in range(X_arr.shape[1])]
     elif hasattr(X, "columns") and hasattr(X, "iloc"):
         X_arr, extra["columns"] = encode_frame(X, f"{where}: X")
         names = [str(c) for c in X.columns]
+    elif one_value_a_row(X):
+        X_arr, given_X, digest = one_value_rows(X, where)
+        names = ["x0"]
     else:
         X_arr = _numbers(X, where)
         given_X = (X if np.asarray(X).ndim > 2
@@ -505,7 +510,41 @@ def from_arrays(X, y, task: str, *, groups=None, sample_weight=None, where: str 
             raise InputError(f"{where}: {name} has shape {a.shape}; give one per row of X")
     data = _checked(X_arr, y_arr, names, g, extra, task, {}, where, supervised=supervised)
     data.given_X, data.given_y, data.supervised = given_X, given_y, supervised
+    data.given_digest = digest
     return data
+
+
+def one_value_a_row(X) -> bool:
+    """Whether X holds one value a sample (a list of strings, a 1-d array of objects or
+    numbers), as a text Pipeline's ``TfidfVectorizer`` or a ``DictVectorizer`` takes it."""
+    if hasattr(X, "shape"):
+        return len(X.shape) == 1
+    return isinstance(X, (list, tuple)) and len(X) > 0 and all(
+        isinstance(v, (str, bytes, dict)) or np.ndim(v) == 0 for v in X)
+
+
+def one_value_rows(X, where: str) -> tuple[np.ndarray, Any, str]:
+    """(the stored X, X as the fits receive it, a digest of its values) of a 1-d X.
+
+    DESIGN CHOICE: the cube stores numbers; one value a sample that is not a number (a text,
+    a dict) has none, so its one stored column is NaN (missing) and the fits receive X as given,
+    sliced by rows as scikit-learn slices it (GridSearchCV's ``_safe_indexing``). The values
+    enter the data hash through their digest, so a store refuses other texts; ``refit`` of such
+    a store needs X given again (its copy is not kept). 1-d numbers are stored as they are.
+    """
+    try:
+        values = np.asarray(X)
+    except ValueError:                    # values numpy cannot make one array of (ragged)
+        values = np.asarray(X, dtype=object)
+    if values.ndim != 1:                  # a list of dicts or texts numpy read otherwise
+        values = np.asarray(X, dtype=object)
+    n = values.shape[0]
+    if values.dtype.kind in "biuf":
+        return values.astype(np.float64).reshape(n, 1), X, ""
+    if values.dtype.kind == "c":
+        raise InputError(f"{where}: X: Complex data not supported (dtype {values.dtype})")
+    digest = hashlib.sha256("\x00".join(map(repr, values.tolist())).encode()).hexdigest()[:16]
+    return np.full((n, 1), np.nan), X, digest
 
 
 def _sparse(X, where: str) -> np.ndarray:
