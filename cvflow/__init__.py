@@ -28,7 +28,8 @@ _LAZY = {"estimators": (".estimators", None), "run": (".execution.run", "run"),
          "load_workflow": (".workflow.spec", "load_workflow"), "open": (".store.cube", "open_cube"),
          "Study": (".study", "Study"), "StudyResult": (".study", "StudyResult"),
          "trust": (".trust", None),
-         "cv_results": (".report.tables", "cv_results"), "SearchCV": (".search", "SearchCV")}
+         "cv_results": (".report.tables", "cv_results"), "SearchCV": (".search", "SearchCV"),
+         "RandomizedSearchCV": (".search.randomized", "RandomizedSearchCV")}
 
 # The modules that moved when the package was split into folders by role (issue 30,
 # docs/developer/architecture.md): their old names still import, with a DeprecationWarning,
@@ -98,8 +99,8 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
     sys.meta_path.insert(0, _MovedModules())
 
-__all__ = ["__version__", "SearchCV", "Study", "StudyResult", "cv_results", "estimators",
-           "load_workflow", "open", "run", "trust"]
+__all__ = ["__version__", "RandomizedSearchCV", "SearchCV", "Study", "StudyResult", "cv_results",
+           "estimators", "load_workflow", "open", "run", "trust"]
 
 
 def __getattr__(name: str):

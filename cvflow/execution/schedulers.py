@@ -31,6 +31,7 @@ from ..errors import InputError
 from .. import config
 from . import interrupts, processes
 from .worker_session import spawning_loop
+from .dask_logs import quiet_dask
 from .profiles import (AUTO, REMOVED, THREADS, Route, decide, load_profile, cluster_name,
                        store_warning)
 from .threaded import ThreadedClient
@@ -149,6 +150,7 @@ def clean_main() -> Iterator[None]:
 def _threads(prof: dict):
     from distributed import LocalCluster
 
+    quiet_dask()
     host = prof.get("host") or "127.0.0.1"
     port = prof.get("dashboard_port")
     # DESIGN CHOICE: a real scheduler in this process (threads, no worker processes), started in
@@ -214,6 +216,7 @@ def replace_lost_workers(client, connected: dict | None = None) -> int:
 def _local(prof: dict):
     from distributed import LocalCluster
 
+    quiet_dask()
     security = _security(bool(prof.get("tls")))
     host = prof.get("host") or "127.0.0.1"
     port = prof.get("dashboard_port")

@@ -38,6 +38,7 @@ from sklearn.metrics import accuracy_score, check_scoring, get_scorer, get_score
 
 from ..errors import RunInterrupted
 from ..estimators.losses import apply_loss
+from ..execution.dask_logs import quiet_info
 from ..fitting.scoring import estimator_score
 from ..objects import describe_splitter
 from . import scoring_arg
@@ -315,7 +316,7 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
             raise ValueError(f"SearchCV: racing compares per-sample losses, but scoring "
                              f"{sc.losses[key]!r} is a per-fold metric; give a pointwise scoring "
                              "such as neg_mean_squared_error, neg_log_loss or accuracy")
-        candidates = list(ParameterGrid(self.param_grid))
+        candidates = self._candidates()
         cv = check_cv(self.cv, y_arr, classifier=is_classifier(estimator))
         splitter = splitter_of(cv, X, y_arr, groups)
         n_splits = splitter.get_n_splits(X, y_arr, groups)
@@ -329,7 +330,7 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         # (its reports show them, and a later run may resume or extend it)
         design = ({"splitter": describe_splitter(splitter), "full_fit": False}
                   if self.store is None else splitter)
-        study = Study(estimator, param_grid=sorted_grid(self.param_grid), cv=design,
+        study = Study(estimator, param_grid=self._study_grid(candidates), cv=design,
                       estimators=[{select: options}, *extra],
                       loss=decls[key if key in decls else next(iter(decls))].label
                       if decls else None,
@@ -349,12 +350,16 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         store = self._new_store()
         weights = fit_params.get("sample_weight")
         hooks = tasks.hooks(len(candidates), splitter, X, y_arr, groups)
+        # DESIGN CHOICE: GridSearchCV logs nothing; cvflow's INFO lines (the route chosen, the
+        # cluster started) are shown when asked: verbose > 0, or a level set on cvflow's logger
         try:
-            result = study.run(X, y, groups, sample_weight=weights, store=store,
-                               client=default_client(self.cluster), cluster=self.cluster,
-                               workers=self._workers(), progress=None if self.progress else False,
-                               fit_params={k: v for k, v in fit_params.items()
-                                           if k != "sample_weight"}, fit_hooks=hooks)
+            with quiet_info("cvflow", asked=self.verbose > 0):
+                result = study.run(X, y, groups, sample_weight=weights, store=store,
+                                   client=default_client(self.cluster), cluster=self.cluster,
+                                   workers=self._workers(),
+                                   progress=None if self.progress else False,
+                                   fit_params={k: v for k, v in fit_params.items()
+                                               if k != "sample_weight"}, fit_hooks=hooks)
         except RunInterrupted:
             if self.store is not None:
                 raise
@@ -365,7 +370,7 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         self.store_, self.result_ = str(store), result
         self._failures(X, y_arr, estimator, candidates, fit_params)
         tasks.searched()
-        sc = self._results(result, sc, weighted=weights is not None)
+        sc = self._results(result, sc, candidates, weighted=weights is not None)
         self.n_splits_ = n_splits
         self._scorer(estimator, sc)
         if self.verbose > 1:
@@ -395,6 +400,14 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         if self.n_jobs is not None and (not isinstance(self.n_jobs, numbers.Integral)
                                         or self.n_jobs == 0 or self.n_jobs < -1):
             raise ValueError(f"SearchCV: n_jobs={self.n_jobs!r}; give None, -1 or a positive int")
+
+    def _candidates(self) -> list[dict]:
+        """The candidates, in ``cv_results_`` order: ``ParameterGrid``'s."""
+        return list(ParameterGrid(self.param_grid))
+
+    def _study_grid(self, candidates: list[dict]):
+        """The study's grid, which it expands into ``candidates`` in their order."""
+        return sorted_grid(self.param_grid)
 
     def _workers(self) -> int | None:
         """``workers``, else ``n_jobs`` > 1 (cvflow's scheduler decides for None, 1 and -1)."""
@@ -501,7 +514,8 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
             raise ValueError(message)
         warnings.warn(message, FitFailedWarning, stacklevel=3)
 
-    def _results(self, result, sc: Scorings, *, weighted: bool) -> Scorings:
+    def _results(self, result, sc: Scorings, candidates: list[dict], *,
+                 weighted: bool) -> Scorings:
         """``cv_results_`` in GridSearchCV's key order, with its dtypes and warnings; returns
         the scorings as the fits gave them (a callable that returned a dict of scores is
         several: :func:`cvflow.search.scoring_arg.returned`)."""
@@ -515,7 +529,6 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
                            sign="score", weighted=weighted,
                            error_score=np.nan if isinstance(self.error_score, str)
                            else float(self.error_score))
-        candidates = list(ParameterGrid(self.param_grid))
         out: dict[str, Any] = {}
         for column in ("mean_fit_time", "std_fit_time", "mean_score_time", "std_score_time"):
             out[column] = table[column].to_numpy(dtype=np.float64)

@@ -57,7 +57,7 @@ def wanted(search) -> bool:
     """
     if hasattr(search, "_skl_callbacks") or hasattr(search, "_parent_callback_ctx"):
         return True
-    grid = search.param_grid
+    grid = getattr(search, "param_grid", None) or getattr(search, "param_distributions", {})
     grids = grid if isinstance(grid, (list, tuple)) else [grid]
     values = [v for g in grids if isinstance(g, dict) for vs in g.values()   # not yet checked
               if isinstance(vs, (list, tuple, np.ndarray)) for v in vs]

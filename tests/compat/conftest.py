@@ -1,11 +1,15 @@
-"""The compat suite: scikit-learn's GridSearchCV tests run against cvflow.SearchCV (issue 31).
+"""The compat suite: scikit-learn's GridSearchCV tests run against cvflow.SearchCV (issue 31),
+its RandomizedSearchCV tests against cvflow.RandomizedSearchCV (issue 41).
 
 * test_sklearn_search.py: the tests with GridSearchCV = cvflow.SearchCV (shim.py);
   test_sklearn_search_baseline.py: the same tests with scikit-learn's GridSearchCV.
-* Cases parametrized with another search class (RandomizedSearchCV, Halving*) are deselected.
-* known_failures.txt: the tests SearchCV fails, each with its reason (xfail, strict=False).
-* At the end of a run that ran both modules: "GridSearchCV passes N; SearchCV passes M of them",
-  the listed tests that now pass (to remove from the list) and the list's stale entries.
+  test_sklearn_random_search.py and test_sklearn_random_search_baseline.py: the same pair for
+  RandomizedSearchCV.
+* Cases parametrized with another search class (RandomizedSearchCV, Halving*; GridSearchCV in
+  the random pair) are deselected.
+* known_failures.txt: the tests cvflow fails, each with its reason (xfail, strict=False).
+* At the end of a run that ran both modules of a pair: "GridSearchCV passes N; SearchCV passes
+  M of them", the listed tests that now pass (to remove from the list) and the stale entries.
 """
 from __future__ import annotations
 
@@ -15,13 +19,22 @@ import pytest
 
 HERE = Path(__file__).parent
 KNOWN = HERE / "known_failures.txt"
-MODULES = {"test_sklearn_search.py": "searchcv", "test_sklearn_search_baseline.py": "gridsearchcv"}
+MODULES = {"test_sklearn_search.py": "searchcv", "test_sklearn_search_baseline.py": "gridsearchcv",
+           "test_sklearn_random_search.py": "random_searchcv",
+           "test_sklearn_random_search_baseline.py": "randomizedsearchcv"}
+#: scikit-learn's search -> (cvflow's mode, the baseline mode), with cvflow's name
+PAIRS = {"GridSearchCV": ("searchcv", "gridsearchcv", "SearchCV"),
+         "RandomizedSearchCV": ("random_searchcv", "randomizedsearchcv", "cvflow.RandomizedSearchCV")}
+#: a known_failures.txt prefix -> the modes its line is for (no prefix: searchcv)
+PREFIXES = {"gridsearchcv:": ("searchcv", "gridsearchcv"), "random:": ("random_searchcv",),
+            "randomizedsearchcv:": ("random_searchcv", "randomizedsearchcv")}
 GOAL = 0.9
 
 
 def read_known(path: Path = KNOWN) -> dict[str, dict[str, str]]:
-    """{mode: {test id: reason}}: plain lines are SearchCV's, ``gridsearchcv:`` lines both runs'."""
-    known: dict[str, dict[str, str]] = {"searchcv": {}, "gridsearchcv": {}}
+    """{mode: {test id: reason}}: plain lines are SearchCV's, ``gridsearchcv:`` lines both runs',
+    ``random:`` lines cvflow.RandomizedSearchCV's, ``randomizedsearchcv:`` both random runs'."""
+    known: dict[str, dict[str, str]] = {mode: {} for mode in MODULES.values()}
     for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -30,9 +43,10 @@ def read_known(path: Path = KNOWN) -> dict[str, dict[str, str]]:
         if not sep or not reason.strip():
             raise pytest.UsageError(f"{path}:{number}: give '<test id> | <reason>'; got {raw!r}")
         test = test.strip()
-        modes = ["searchcv"]
-        if test.startswith("gridsearchcv:"):
-            test, modes = test[len("gridsearchcv:"):].strip(), ["searchcv", "gridsearchcv"]
+        modes: tuple[str, ...] = ("searchcv",)
+        for prefix, prefixed in PREFIXES.items():
+            if test.startswith(prefix):
+                test, modes = test[len(prefix):].strip(), prefixed
         for mode in modes:
             known[mode][test] = reason.strip()
     return known
@@ -76,7 +90,7 @@ def pytest_collection_modifyitems(config, items):
             keep.append(item)
             continue
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if any(other_search(v) for v in params.values()):
+        if any(other_search(v, mode) for v in params.values()):
             drop.append(item)
             continue
         keep.append(item)
@@ -109,31 +123,39 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    outcomes = _State.outcomes
+    if not _State.outcomes:
+        return
+    known = read_known()
+    for search, (ours_mode, base_mode, who) in PAIRS.items():
+        _summary(terminalreporter, search, ours_mode, base_mode, who, known)
+
+
+def _summary(tr, search: str, ours_mode: str, base_mode: str, who: str,
+             known: dict[str, dict[str, str]]) -> None:
+    """The share of ``search``'s tests cvflow passes, the listed tests passing now and the stale
+    entries of one pair of modules (nothing when neither of them ran)."""
+    outcomes = {(m, n): o for (m, n), o in _State.outcomes.items() if m in (ours_mode, base_mode)}
     if not outcomes:
         return
-    tr = terminalreporter
     names = {n for (_, n) in outcomes}
-    base = {n for n in names if outcomes.get(("gridsearchcv", n)) in ("passed", "xpassed")}
-    ours = {n for n in names if outcomes.get(("searchcv", n)) in ("passed", "xpassed")}
-    tr.section("cvflow compat: scikit-learn's GridSearchCV tests")
-    both = {m for (m, _) in outcomes} == {"searchcv", "gridsearchcv"}
+    base = {n for n in names if outcomes.get((base_mode, n)) in ("passed", "xpassed")}
+    ours = {n for n in names if outcomes.get((ours_mode, n)) in ("passed", "xpassed")}
+    tr.section(f"cvflow compat: scikit-learn's {search} tests")
+    both = {m for (m, _) in outcomes} == {ours_mode, base_mode}
     if both:
         share = len(base & ours) / len(base) if base else 0.0
-        tr.write_line(f"GridSearchCV passes {len(base)} of {len(names)} tests here; SearchCV passes "
+        tr.write_line(f"{search} passes {len(base)} of {len(names)} tests here; {who} passes "
                       f"{len(base & ours)} of them ({share:.0%}; goal {GOAL:.0%})")
     else:
         mode, = {m for (m, _) in outcomes}
-        who = "SearchCV" if mode == "searchcv" else "GridSearchCV"
-        tr.write_line(f"{who} passes {len(ours if mode == 'searchcv' else base)} of {len(names)} "
-                      "tests (run both modules of tests/compat for SearchCV's share of the tests "
-                      "GridSearchCV passes)")
-    xpassed = sorted(n for (m, n), o in outcomes.items() if m == "searchcv" and o == "xpassed")
+        tr.write_line(f"{who if mode == ours_mode else search} passes "
+                      f"{len(ours if mode == ours_mode else base)} of {len(names)} tests (run both "
+                      f"modules of the pair for {who}'s share of the tests {search} passes)")
+    xpassed = sorted(n for (m, n), o in outcomes.items() if m == ours_mode and o == "xpassed")
     if xpassed:
         tr.write_line(f"listed in known_failures.txt but passing now ({len(xpassed)}; remove "
                       "them): " + ", ".join(xpassed))
-    known = read_known()
-    stale = sorted(t for t in known["searchcv"] if ("searchcv", t) not in _State.used)
+    stale = sorted(t for t in known[ours_mode] if (ours_mode, t) not in _State.used)
     if stale and both:
         tr.write_line(f"known_failures.txt entries matching no collected test ({len(stale)}): "
                       + ", ".join(stale))

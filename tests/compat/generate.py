@@ -1,20 +1,25 @@
-"""scikit-learn's own GridSearchCV tests, generated at collection time from the installed copy.
+"""scikit-learn's own GridSearchCV and RandomizedSearchCV tests, generated at collection time
+from the installed copy.
 
 Nothing of scikit-learn is kept in this repository: :func:`export` reads the installed
 ``sklearn/model_selection/tests/test_search.py`` (found from ``sklearn.__file__``), writes one
 copy per run mode into a cache directory under the system's temporary directory, imports it, and
-returns its tests that use ``GridSearchCV`` for a thin test module to expose to pytest:
+returns its tests that use ``GridSearchCV`` (or ``RandomizedSearchCV``: the ``random_`` modes) for
+a thin test module to expose to pytest:
 
 * ``"searchcv"``: the copy's ``GridSearchCV`` is :func:`shim.GridSearchCV` (``cvflow.SearchCV``).
   The one edit is appended to the line of the ``from sklearn.model_selection import (...)``
   statement, so every line number equals the installed file's.
 * ``"gridsearchcv"``: the file unchanged (scikit-learn's GridSearchCV): the baseline, which tests
   pass at all with this scikit-learn and this pytest configuration (the denominator).
+* ``"random_searchcv"`` and ``"randomizedsearchcv"``: the same for ``RandomizedSearchCV``
+  (:func:`shim.RandomizedSearchCV`, ``cvflow.RandomizedSearchCV``) and its baseline.
 
 A test "uses GridSearchCV" when its definition (decorators included) names ``GridSearchCV``, or
 names a module-level helper that does (``_searchcv_callback_test_cases``), transitively. A test
 parametrized over several search classes keeps only its GridSearchCV cases: conftest.py deselects
-the cases whose parameters are another search (:func:`other_search`).
+the cases whose parameters are another search (:func:`other_search`). Likewise for
+``RandomizedSearchCV`` in the ``random_`` modes.
 """
 from __future__ import annotations
 
@@ -29,9 +34,20 @@ from pathlib import Path
 import sklearn
 
 SOURCE = Path(sklearn.__file__).parent / "model_selection" / "tests" / "test_search.py"
-MODES = ("searchcv", "gridsearchcv")
-SHIM_NAME = "_cvflow_compat_GridSearchCV"
-EDIT = f"; GridSearchCV = {SHIM_NAME}  # cvflow compat: GridSearchCV is cvflow.SearchCV (tests/compat/shim.py)"
+#: mode -> the scikit-learn search its tests use; the modes in SHIMMED rebind it to the shim's
+SEARCH = {"searchcv": "GridSearchCV", "gridsearchcv": "GridSearchCV",
+          "random_searchcv": "RandomizedSearchCV", "randomizedsearchcv": "RandomizedSearchCV"}
+MODES = tuple(SEARCH)
+SHIMMED = ("searchcv", "random_searchcv")
+
+
+def shim_name(search: str) -> str:
+    return f"_cvflow_compat_{search}"
+
+
+def edit(search: str) -> str:
+    return (f"; {search} = {shim_name(search)}  # cvflow compat: {search} is cvflow's "
+            "(tests/compat/shim.py)")
 
 
 def module_name(mode: str) -> str:
@@ -53,13 +69,13 @@ def _top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
     return defs
 
 
-def selected_tests(text: str) -> list[str]:
-    """The top-level ``test_*`` functions that use GridSearchCV (directly or through a helper)."""
+def selected_tests(text: str, search: str = "GridSearchCV") -> list[str]:
+    """The top-level ``test_*`` functions that use ``search`` (directly or through a helper)."""
     tree = ast.parse(text)
     defs = _top_level_names(tree)
     uses = {name: {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
             for name, node in defs.items()}
-    grid = {"GridSearchCV"}
+    grid = {search}
     changed = True
     while changed:
         changed = False
@@ -72,19 +88,20 @@ def selected_tests(text: str) -> list[str]:
 
 
 def rewrite(text: str, mode: str) -> str:
-    """The installed file for ``mode``: unchanged for the baseline; for SearchCV, the name
-    GridSearchCV rebound to the shim right after scikit-learn's import of it (same line)."""
-    if mode == "gridsearchcv":
+    """The installed file for ``mode``: unchanged for a baseline; for a shimmed mode, the name
+    of its search rebound to the shim right after scikit-learn's import of it (same line)."""
+    if mode not in SHIMMED:
         return text
+    search = SEARCH[mode]
     tree = ast.parse(text)
     for node in tree.body:
         if (isinstance(node, ast.ImportFrom) and node.module == "sklearn.model_selection"
-                and any(a.name == "GridSearchCV" and a.asname is None for a in node.names)):
+                and any(a.name == search and a.asname is None for a in node.names)):
             lines = text.splitlines(keepends=True)
             end = node.end_lineno - 1
-            lines[end] = lines[end].rstrip("\n") + EDIT + "\n"
+            lines[end] = lines[end].rstrip("\n") + edit(search) + "\n"
             return "".join(lines)
-    raise RuntimeError(f"{SOURCE}: no 'from sklearn.model_selection import GridSearchCV' "
+    raise RuntimeError(f"{SOURCE}: no 'from sklearn.model_selection import {search}' "
                        "statement; the compat generator needs updating for this scikit-learn")
 
 
@@ -118,10 +135,10 @@ def load(mode: str):
     path = generate(mode)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    if mode == "searchcv":
-        from shim import GridSearchCV
+    if mode in SHIMMED:
+        import shim
 
-        setattr(module, SHIM_NAME, GridSearchCV)
+        setattr(module, shim_name(SEARCH[mode]), getattr(shim, SEARCH[mode]))
     sys.modules[name] = module          # pickle finds the classes the tests define
     try:
         spec.loader.exec_module(module)
@@ -132,7 +149,7 @@ def load(mode: str):
 
 
 def export(mode: str) -> dict:
-    """The generated module's GridSearchCV tests, for a test module's ``globals()`` (the
+    """The generated module's tests of its search, for a test module's ``globals()`` (the
     module is skipped where scikit-learn was installed without its tests)."""
     if not SOURCE.exists():
         import pytest
@@ -141,14 +158,15 @@ def export(mode: str) -> dict:
                     f"({SOURCE} is missing)", allow_module_level=True)
     module = load(mode)
     return {name: getattr(module, name)
-            for name in selected_tests(SOURCE.read_text(encoding="utf-8"))}
+            for name in selected_tests(SOURCE.read_text(encoding="utf-8"), SEARCH[mode])}
 
 
-def other_search(value) -> bool:
-    """A parameter value that is a search other than GridSearchCV (the class or an instance):
-    RandomizedSearchCV, HalvingGridSearchCV, HalvingRandomSearchCV."""
-    from sklearn.model_selection import GridSearchCV
+def other_search(value, mode: str = "searchcv") -> bool:
+    """A parameter value that is a search other than the mode's (the class or an instance):
+    for GridSearchCV, RandomizedSearchCV, HalvingGridSearchCV, HalvingRandomSearchCV. (The
+    shim's search is a function, never a BaseSearchCV.)"""
+    import sklearn.model_selection as ms
     from sklearn.model_selection._search import BaseSearchCV
 
     cls = value if isinstance(value, type) else type(value)
-    return issubclass(cls, BaseSearchCV) and not issubclass(cls, GridSearchCV)
+    return issubclass(cls, BaseSearchCV) and not issubclass(cls, getattr(ms, SEARCH[mode]))

