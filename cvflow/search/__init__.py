@@ -44,7 +44,7 @@ from ..objects import describe_splitter
 from . import scoring_arg
 from .callbacks import SearchTasks
 from .diagram import parallel_block
-from .inputs import (Scorings, check_task, default_client, output_of, refit_failed,
+from .inputs import (NO_FITS, Scorings, check_task, default_client, output_of, refit_failed,
                      sorted_grid, splitter_of, task_of, weights_for)
 from ..estimators.registry import REGISTRY
 from ..report.tables import cv_results, failure_message, fit_lines, fit_records, param_arrays
@@ -317,6 +317,8 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
                              f"{sc.losses[key]!r} is a per-fold metric; give a pointwise scoring "
                              "such as neg_mean_squared_error, neg_log_loss or accuracy")
         candidates = self._candidates()
+        if not candidates:
+            raise ValueError(NO_FITS)
         cv = check_cv(self.cv, y_arr, classifier=is_classifier(estimator))
         splitter = splitter_of(cv, X, y_arr, groups)
         n_splits = splitter.get_n_splits(X, y_arr, groups)

@@ -92,6 +92,10 @@ def sorted_grid(param_grid):
     return [sorted_grid(g) for g in param_grid]
 
 
+#: GridSearchCV's words for a search with no candidate or no split
+NO_FITS = "No fits were performed. Was the CV iterator empty? Were there no candidates?"
+
+
 def splitter_of(cv, X, y, groups):
     """A splitter cvflow can store: scikit-learn's own splitter classes as they are; anything
     else (an iterable of splits, a custom class) as the ``PredefinedSplit`` of its test folds,
@@ -100,11 +104,19 @@ def splitter_of(cv, X, y, groups):
     if module.startswith("sklearn.") and not type(cv).__name__.startswith("_"):
         return seeded(cv)
     labels = np.full(len(y) if y is not None else len(X), -1)
+    count = 0
     for j, (_, test) in enumerate(cv.split(X, y, groups)):
         if (labels[test] >= 0).any():
             raise ValueError("SearchCV: cv tests some samples twice; cvflow needs test folds "
                              "that partition the samples (KFold, StratifiedKFold, GroupKFold, ...)")
         labels[test] = j
+        count += 1
+    if count == 0:
+        raise ValueError(NO_FITS)
+    expected = cv.get_n_splits(X, y, groups)
+    if count != expected:            # GridSearchCV's check and words
+        raise ValueError(f"cv.split and cv.get_n_splits return inconsistent results. Expected "
+                         f"{expected} splits, got {count}")
     if (labels < 0).any():
         raise ValueError("SearchCV: cv never tests some samples; cvflow needs test folds that "
                          "partition the samples (KFold, StratifiedKFold, GroupKFold, ...)")
