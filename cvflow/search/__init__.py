@@ -249,6 +249,7 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
     def __getstate__(self):
         state = super().__getstate__()
         state.pop("_owner", None)          # a copy does not own (and remove) the temporary store
+        state.pop("_fit_X", None)          # nor the caller's X (report's corrected estimate)
         return state
 
     def _sk_visual_block_(self):
@@ -370,6 +371,8 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
                                  "removed; give store= to keep a search's fits and resume it"
                                  ) from None
         self.store_, self.result_ = str(store), result
+        # a reference, not a copy: report() predicts it with best_estimator_ when asked
+        self._fit_X = (X,)
         self._failures(X, y_arr, estimator, candidates, fit_params)
         tasks.searched()
         sc = self._results(result, sc, candidates, weighted=weights is not None)
@@ -608,6 +611,27 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
             raise ValueError(f"SearchCV: {select} chose no candidate (every candidate's fits "
                              f"failed?); see search.result_[{select!r}]")
         return index
+
+    # -- what cvflow adds ----------------------------------------------------------------------
+
+    def report(self, file=None) -> None:
+        """Print what cvflow adds to ``GridSearchCV``'s answer for the chosen candidate: the
+        K-fold estimate with its standard error (sd of the fold scores / sqrt(K)), the
+        bias-corrected K-fold estimate (Burman 1989, the ``corrected_kfold`` estimator's kernel;
+        a pointwise scoring or accuracy, with ``refit``) and every warning (the estimators'
+        guardrails, failed fits). ``file``: where to print (default stdout).
+
+        The corrected estimate fits nothing more: the chosen candidate's full fit is
+        ``best_estimator_`` (its predictions of X are made here) and its fold models'
+        predictions of every sample are in the cube.
+        """
+        from .estimates import text
+
+        check_is_fitted(self, "result_")
+        if not hasattr(self, "best_index_"):
+            raise AttributeError(f"{type(self).__name__}.report: no chosen candidate (several "
+                                 "scorings and refit=False); give refit a scoring name")
+        print(text(self), file=file)
 
     # -- delegation ----------------------------------------------------------------------------
 

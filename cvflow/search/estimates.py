@@ -1,0 +1,146 @@
+"""What a search adds to ``GridSearchCV``'s answer, for its chosen candidate: the K-fold
+estimate with its standard error, the bias-corrected K-fold estimate (Burman 1989) and the
+warnings (``SearchCV.report``, docs/guide/searchcv.md).
+
+The corrected estimate needs the chosen candidate fitted on all the data (``best_estimator_``,
+whose predictions :func:`full_predictions` keeps at ``fit``) and its fold models' predictions
+on every sample (the cube's ``pred``): corrected = K-fold + the full fit's risk on D − Σ_j p_j
+· the risk of fold model j on D, computed by :func:`cvflow.estimators.corrected.corrected_scores`,
+the ``corrected_kfold`` estimator's own kernel, for the one candidate.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from ..estimators.losses import Loss, apply_loss, get_loss
+
+#: a per-fold metric -> the pointwise loss whose mean it is one minus (the corrected estimate
+#: is computed on the loss and shown on the metric's scale)
+COMPLEMENT = {"accuracy": "zero_one"}
+
+
+def pointwise_loss(decl: Loss | None) -> Loss | None:
+    """The pointwise loss the corrected estimate of scoring ``decl`` is computed on, or None."""
+    if decl is None:
+        return None
+    if decl.pointwise:
+        return decl
+    name = COMPLEMENT.get(decl.name)
+    return None if name is None else get_loss(name)
+
+
+def full_predictions(model, X, cube, h: int) -> np.ndarray:
+    """The predictions of ``model`` (the chosen candidate fitted on all of X) in the form the
+    cube stores candidate ``h``'s (:func:`cvflow.fitting.learners.predict_output`)."""
+    from ..fitting.learners import predict_output
+
+    classes = json.loads(cube.attrs.get("classes") or "null")
+    positive = None if not classes else classes[-1] if len(classes) == 2 else tuple(classes)
+    output = str(cube["output"].values[h]) if "output" in cube.coords else "predict"
+    return predict_output(model, X, output, positive)
+
+
+def estimates(cube, h: int, decl: Loss | None, full_pred: np.ndarray | None) -> dict[str, Any]:
+    """``kfold``, ``kfold_se`` (the K-fold estimate of candidate ``h`` over every sample and
+    sd(fold scores) / sqrt(K), as the ``kfold`` estimator), ``corrected``, ``corrected_se``
+    (NaN, with ``why``, when it cannot be computed), ``loss`` (what they measure) and
+    ``warnings`` (the ``kfold`` estimator's)."""
+    from ..estimators import guardrails
+    from ..estimators._cube import role_terms
+    from ..estimators._readers import fold_sizes
+    from ..estimators.corrected import corrected_scores
+    from ..estimators.kfold import kfold
+
+    out: dict[str, Any] = {"loss": None if decl is None else decl.label, "kfold": np.nan,
+                           "kfold_se": np.nan, "corrected": np.nan, "corrected_se": np.nan,
+                           "why": "", "warnings": []}
+    if decl is None:
+        out["why"] = "the scoring is computed at fit time (no stored loss)"
+        return out
+    result = kfold(cube.isel(param=[h]), loss=decl.label)
+    out["kfold"] = float(result["estimate"].values[0])
+    out["kfold_se"] = float(result["se"].values[0])
+    out["warnings"] = [w["message"] for w in guardrails.read(result)
+                       + guardrails.test_set_sizes(fold_sizes(cube), "test fold")]
+    loss = pointwise_loss(decl)
+    if loss is None:
+        out["why"] = (f"{decl.label} is a per-fold metric; a pointwise scoring (accuracy, "
+                      "neg_log_loss, neg_brier_score, neg_mean_squared_error) has one")
+        return out
+    if full_pred is None:
+        out["why"] = "refit=False: it needs the chosen candidate fitted on all the data"
+        return out
+    one = cube.isel(param=[h])
+    terms = role_terms(one, loss, roles=("fold",), what="corrected K-fold", nan_rule=False)
+    if not np.isfinite(terms["fold_risk"]).all():
+        out["why"] = "the cube holds no fold model's predictions of its training samples"
+        return out
+    classes = json.loads(cube.attrs.get("classes") or "null")
+    analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
+    y = np.asarray(cube["y"].values)[analysis]
+    outputs = [str(one["output"].values[0])] if "output" in one.coords else None
+    full = np.asarray(apply_loss(loss, y, full_pred[analysis][None], classes, outputs))[0]
+    terms["full_risk"] = np.array([float(np.mean(full))])
+    scores = corrected_scores(terms, fold_sizes(cube))
+    corrected, se = float(scores["estimate"].values[0]), float(scores["se"].values[0])
+    if loss is not decl:                   # the metric's scale: 1 - the loss
+        corrected = 1.0 - corrected
+    out["corrected"], out["corrected_se"] = corrected, se
+    return out
+
+
+def text(search) -> str:
+    """The lines ``SearchCV.report`` prints."""
+    from ..report.tables import fit_records
+
+    sc = search._scoring
+    key = sc.key
+    decl = sc.decls.get(key) if key in sc.losses else None
+    column = search._column(key)
+    h = int(search.best_index_)
+    splits = search.n_splits_
+    name = type(search).__name__
+    scoring = sc.losses.get(key, key)
+    lines = [f"{name}: {len(search.cv_results_['params'])} candidates x {splits} splits; "
+             f"chosen {search.best_params_} (best_index_ {h})"]
+    cube = search.result_.cube
+    best = getattr(search, "best_estimator_", None)
+    X = search.__dict__.get("_fit_X")
+    full_pred = (full_predictions(best, X[0], cube, h)
+                 if best is not None and X is not None and pointwise_loss(decl) is not None
+                 else None)
+    est = estimates(cube, h, decl, full_pred)
+    if best is not None and X is None and pointwise_loss(decl) is not None:
+        est["why"] = "a copied (pickled) search does not keep X; report() on the fitted one"
+    if decl is None:
+        scores = np.array([search.cv_results_[f"split{k}_test_{column}"][h]
+                           for k in range(splits)], dtype=float)
+        est["kfold"] = float(scores.mean())
+        est["kfold_se"] = float(scores.std(ddof=1) / np.sqrt(splits)) if splits > 1 else np.nan
+    what = est["loss"] or scoring
+    lines.append(f"  K-fold estimate ({what}):            {est['kfold']:.6g}  "
+                 f"se {est['kfold_se']:.3g}")
+    if np.isfinite(est["corrected"]):
+        lines.append(f"  corrected K-fold estimate ({what}):  {est['corrected']:.6g}  "
+                     f"se {est['corrected_se']:.3g}  (Burman 1989: without the bias of "
+                     "fitting (K-1)/K of the data)")
+    else:
+        lines.append(f"  corrected K-fold estimate: not computed: {est['why']}")
+    if hasattr(search, "best_score_"):
+        lines.append(f"  best_score_ ({scoring}, GridSearchCV's mean of the fold scores): "
+                     f"{search.best_score_:.6g}")
+    warnings = list(est["warnings"])
+    failed, _, _ = fit_records(search.result_)
+    if failed.any():
+        warnings.append(f"{int(failed.sum())} of {failed.size} fits failed "
+                        f"({int(failed[h].sum())} of the chosen candidate's)")
+    if search.select != "kfold":
+        res = search.result_[search._select()[0]]
+        from ..estimators import guardrails
+
+        warnings += [w["message"] for w in guardrails.read(res)]
+    lines += [f"  warning: {w}" for w in warnings] or ["  warnings: none"]
+    return "\n".join(lines)
