@@ -114,3 +114,18 @@ def test_report_says_what_it_cannot_compute_and_the_warnings(cancer):
     text = printed(search)
     assert "warning: the smallest test fold scores only 8 sample(s)" in text
     assert "warning: 5 of 10 fits failed (0 of the chosen candidate's)" in text
+
+
+def test_the_guides_first_example_shows_its_real_output():
+    """docs/guide/searchcv.md: its first example, run, prints the report its text block shows."""
+    import contextlib
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[1] / "docs/guide/searchcv.md").read_text()
+    code = re.search(r"```python\n(.*?)```", guide, re.S).group(1)
+    shown = re.search(r"```text\n(.*?)```", guide, re.S).group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code.replace("cv=5,", "cv=5, cluster='threads',"), "searchcv.md", "exec"),
+             {})
+    assert out.getvalue() == shown

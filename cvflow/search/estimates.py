@@ -130,7 +130,7 @@ def text(search) -> str:
     else:
         lines.append(f"  corrected K-fold estimate: not computed: {est['why']}")
     if hasattr(search, "best_score_"):
-        lines.append(f"  best_score_ ({scoring}, GridSearchCV's mean of the fold scores): "
+        lines.append(f"  best_score_ ({scoring}, scikit-learn's mean of the fold scores): "
                      f"{search.best_score_:.6g}")
     warnings = list(est["warnings"])
     failed, _, _ = fit_records(search.result_)
