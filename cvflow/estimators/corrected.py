@@ -109,6 +109,20 @@ def corrected_kfold(cube: xr.Dataset, *, loss: str | None = None) -> xr.Dataset:
     return guardrails.attach(out, guardrails.missing(int(terms["missing"].sum()),
                                                      "corrected_kfold"), "corrected_kfold")
 
+def corrected_with_full(cube: xr.Dataset, full_losses: np.ndarray, *, loss: str) -> xr.Dataset:
+    """:func:`corrected_scores` of a cube's params whose full fits are not in the cube: a
+    search's, where ``best_estimator_`` is the chosen param's full fit.
+
+    ``full_losses`` (param, sample): each param's full-fit loss of every sample (the cube's
+    held-out test samples are left out here); the fold terms are read from the cube's fold
+    splits, which must hold every sample's predictions (NaN terms otherwise).
+    """
+    terms = role_terms(cube, loss, roles=("fold",), what="the corrected K-fold", nan_rule=False)
+    analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
+    terms["full_risk"] = np.asarray(full_losses, dtype=np.float64)[:, analysis].mean(axis=1)
+    return corrected_scores(terms, fold_sizes(cube))
+
+
 def _at(values: xr.DataArray, index: int) -> str:
     return f"{float(values.values[index]):.6g}" if index >= 0 else "nan"
 

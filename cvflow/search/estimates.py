@@ -49,9 +49,7 @@ def estimates(cube, h: int, decl: Loss | None, full_pred: np.ndarray | None) -> 
     (NaN, with ``why``, when it cannot be computed), ``loss`` (what they measure) and
     ``warnings`` (the ``kfold`` estimator's)."""
     from ..estimators import guardrails
-    from ..estimators._cube import role_terms
-    from ..estimators._readers import fold_sizes
-    from ..estimators.corrected import corrected_scores
+    from ..estimators.corrected import corrected_with_full
     from ..estimators.kfold import kfold
 
     out: dict[str, Any] = {"loss": None if decl is None else decl.label, "kfold": np.nan,
@@ -63,8 +61,9 @@ def estimates(cube, h: int, decl: Loss | None, full_pred: np.ndarray | None) -> 
     result = kfold(cube.isel(param=[h]), loss=decl.label)
     out["kfold"] = float(result["estimate"].values[0])
     out["kfold_se"] = float(result["se"].values[0])
+    sizes = np.asarray(result["fold_size"].values) if "fold_size" in result else []
     out["warnings"] = [w["message"] for w in guardrails.read(result)
-                       + guardrails.test_set_sizes(fold_sizes(cube), "test fold")]
+                       + guardrails.test_set_sizes(sizes, "test fold")]
     loss = pointwise_loss(decl)
     if loss is None:
         out["why"] = (f"{decl.label} is a per-fold metric; a pointwise scoring (accuracy, "
@@ -74,18 +73,15 @@ def estimates(cube, h: int, decl: Loss | None, full_pred: np.ndarray | None) -> 
         out["why"] = "refit=False: it needs the chosen candidate fitted on all the data"
         return out
     one = cube.isel(param=[h])
-    terms = role_terms(one, loss, roles=("fold",), what="corrected K-fold", nan_rule=False)
-    if not np.isfinite(terms["fold_risk"]).all():
+    classes = json.loads(cube.attrs.get("classes") or "null")
+    outputs = [str(one["output"].values[0])] if "output" in one.coords else None
+    full = np.asarray(apply_loss(loss, np.asarray(cube["y"].values), full_pred[None], classes,
+                                 outputs))
+    scores = corrected_with_full(one, full, loss=loss.label)
+    corrected, se = float(scores["estimate"].values[0]), float(scores["se"].values[0])
+    if not np.isfinite(corrected):
         out["why"] = "the cube holds no fold model's predictions of its training samples"
         return out
-    classes = json.loads(cube.attrs.get("classes") or "null")
-    analysis = ~np.asarray(cube["is_test"].values, dtype=bool)
-    y = np.asarray(cube["y"].values)[analysis]
-    outputs = [str(one["output"].values[0])] if "output" in one.coords else None
-    full = np.asarray(apply_loss(loss, y, full_pred[analysis][None], classes, outputs))[0]
-    terms["full_risk"] = np.array([float(np.mean(full))])
-    scores = corrected_scores(terms, fold_sizes(cube))
-    corrected, se = float(scores["estimate"].values[0]), float(scores["se"].values[0])
     if loss is not decl:                   # the metric's scale: 1 - the loss
         corrected = 1.0 - corrected
     out["corrected"], out["corrected_se"] = corrected, se
