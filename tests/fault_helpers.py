@@ -207,6 +207,20 @@ class DyingRidge(Ridge):
         return super().fit(X, y, sample_weight=sample_weight)
 
 
+class SegfaultRidge(Ridge):
+    """Ridge whose fit ends its process with a segmentation fault (SIGSEGV) when
+    ``alpha == crash_at``, as a crash in compiled code would."""
+
+    def __init__(self, alpha=1.0, crash_at=None):
+        super().__init__(alpha=alpha)
+        self.crash_at = crash_at
+
+    def fit(self, X, y, sample_weight=None):
+        if self.crash_at is not None and self.alpha == self.crash_at:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
 def sleeping_workflow(path: Path, sleep_at, execution: str = "fits_per_task: 16") -> Path:
     """4 alphas x (3 folds + full fit) of a learner that never ends at ``alpha == sleep_at``."""
     return faulty_workflow(path, "StuckRidge", "stuck_at", sleep_at, execution)

@@ -33,6 +33,7 @@ from ..errors import DiskFullError, InputError, RunInterrupted
 from ..store.group import read_mask
 from . import interrupts
 from ..store.location import exists
+from . import inflight
 from .schedulers import choose, connect, quiet_port
 from .run_plan import pending_blocks, prepare_store, seconds_per_fit
 from ..workflow.spec import Workflow, load_workflow
@@ -262,7 +263,7 @@ def _run(workflow, *, store, cluster, workers, overwrite, dashboard_port, client
     # The pool creates a new store beside the run; leaving it waits for the creation, so the
     # lock is never released with a store half created.
     try:
-        with run_lock(path) as lock, \
+        with run_lock(path) as lock, inflight.recording(lock.mark), \
                 ThreadPoolExecutor(1, thread_name_prefix="cvflow-create") as pool:
             result = _run_locked(workflow, path, route=checked.route, workers=workers,
                                  overwrite=overwrite, client=client, progress=notify,
@@ -296,13 +297,17 @@ def _run_locked(workflow: Workflow, path: str, *, route, workers, overwrite, cli
     # learned on a trial fit before the store is made (with the check, or alone without it)
     probing = wants_keys(study.scorers)
     auto = client is None and route.auto
+    # the last run on this store ended in a fit in its process: this one isolates every fit
+    crashed = getattr(lock, "inherited", None) if client is None else None
+    if crashed:
+        log.warning("%s", inflight.crash_line(path, crashed))
     # DESIGN CHOICE: under auto without a fit_timeout, every learner is checked and timed here,
     # in this process, as GridSearchCV fits it: the timed estimate picks the route
     # (cluster.choose), and a study too short to pay for processes never waits for them (_probe:
     # within a deadline). Asked for isolation (fit_timeout, --cluster local), a learner's own
     # fit code runs on the workers only (tasks.trial_fits, tasks.time_fits); cvflow's path
     # kernels are always checked and timed here.
-    here = in_process_safe or (auto and not fit_timeout)
+    here = not crashed and (in_process_safe or (auto and not fit_timeout))
     if fit_timeout and client is None and not auto and route.in_process:
         raise InputError("execution.fit_timeout: a fit in this process's threads cannot be "
                          "stopped; use --cluster local (worker processes) or auto")
@@ -334,6 +339,12 @@ def _run_locked(workflow: Workflow, path: str, *, route, workers, overwrite, cli
             per_fit = _probe_seconds()
     if client is not None:
         execution = "the given client"
+    elif crashed:
+        execution = ("local: worker processes (the last run on this store ended in a fit in "
+                     "its process)")
+        log.info("execution: %s", execution)
+        route = route.pick("local", dashboard_port=route.profile.get("dashboard_port")
+                           if route.name == "local" else None)
     else:
         picked, execution = choose(
             route.name, seconds=(per_fit or 0.0) * n_fits, workers=n_workers,
@@ -411,7 +422,9 @@ def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True,
             # one BLAS/OpenMP thread, as the study's fits get on every route: a learner's
             # OpenMP threads contending with another process cost it up to 10x (measured:
             # HistGradientBoosting, GridSearchCV at load 6)
-            with one_blas_thread():
+            with one_blas_thread(), inflight.fitting(
+                    {"block": "the learners' trial and timing fits",
+                     "params": sorted({p.learner for p in study.params})}):
                 if trial:
                     out["keys"] = check_learners(workflow, study.data, str(workflow.path))
                 elif probing:

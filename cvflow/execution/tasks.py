@@ -28,6 +28,7 @@ from ..fitting.block import BlockResult, fit_block
 from ..fitting.isolated import fit_cells, timeout_message
 from ..fitting.scoring import Scoring
 from ..workflow.params import Param
+from . import inflight
 from .sizing import estimate_seconds_per_fit, one_openmp_thread_here
 from ..fitting.learners import pred_shape
 from ..fitting.trial import check_learners, scorer_probe
@@ -257,7 +258,8 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
         result = _fit_isolated(ctx, params, X, y, train, params_slice, splits_slice, positive,
                                todo, sample_weight, scoring)
     elif todo is None:
-        with one_openmp_thread_here():
+        with one_openmp_thread_here(), \
+                inflight.fitting(inflight.block_record(params, params_slice, splits_slice)):
             result = fit_block(params, X, y, train, params_slice=params_slice,
                                splits_slice=splits_slice, positive=positive,
                                path_aware=path_aware, sample_weight=sample_weight, watch=watch,
@@ -265,7 +267,8 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
     else:                 # the stored cells are read: the whole store must exist
         if ctx.ready is not None:
             _wait_ready(ctx, whole=True)
-        with one_openmp_thread_here():
+        with one_openmp_thread_here(), \
+                inflight.fitting(inflight.block_record(params, params_slice, splits_slice)):
             result = fit_missing(ctx.store, params, X, y, train, params_slice, splits_slice,
                                  positive, path_aware, todo, sample_weight, watch, scoring)
     for h, s in late:

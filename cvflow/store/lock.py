@@ -320,11 +320,28 @@ class RunLock:
         self._version: object = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._write = threading.Lock()
+        # what this run fits in its own process (mark), and the record of a dead run taken
+        # over that was fitting in its process when it died (cvflow.execution.inflight)
+        self.running: list | None = None
+        self.inherited: dict | None = None
 
     def _record(self, started: float) -> bytes:
-        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": started,
-                           "heartbeat": time.time(), "token": self.token,
-                           "store": self.store}).encode()
+        record = {"host": socket.gethostname(), "pid": os.getpid(), "started": started,
+                  "heartbeat": time.time(), "token": self.token, "store": self.store}
+        if self.running:
+            record["running"] = self.running
+        return json.dumps(record).encode()
+
+    def mark(self, running: list | None) -> None:
+        """Record what this process fits now (None: nothing), written at once: a fit that
+        ends the process leaves it in the lock for the next run (``inherited``)."""
+        with self._write:
+            self.running = running
+            try:
+                self._version = self._slot.replace(self._record(self.started), self._version)
+            except OSError as err:        # as a heartbeat: never a reason to stop the run
+                log.warning("could not write the run lock %s: %s", self.path, err)
 
     def acquire(self) -> None:
         self.started = time.time()
@@ -358,7 +375,10 @@ class RunLock:
             # over at once cannot remove each other's fresh lock (a new record differs;
             # on S3 the delete is conditional on the stale record's ETag).
             if _parse(self._slot.read()[0]) == record:
-                log.warning("taking over the stale lock of %s: %s", self.store, reason)
+                if record.get("running"):       # the run says which fits it died in
+                    self.inherited = record
+                else:
+                    log.warning("taking over the stale lock of %s: %s", self.store, reason)
                 with contextlib.suppress(OSError):
                     self._slot.delete(version)
         else:
@@ -400,7 +420,9 @@ class RunLock:
                 log.error("lost the run lock %s to another run", self.path)
                 return
             try:
-                self._version = self._slot.replace(self._record(self.started), self._version)
+                with self._write:
+                    self._version = self._slot.replace(self._record(self.started),
+                                                       self._version)
             except OSError as err:  # a full disk must not kill the run; the lock may go stale
                 log.warning("could not refresh the run lock %s: %s", self.path, err)
 
