@@ -279,3 +279,23 @@ def test_a_live_owner_with_a_clock_ahead_keeps_its_lock(tmp_path):
     finally:
         stop.set()
         thread.join()
+
+
+def test_what_a_run_fits_is_in_its_lock_and_inherited_from_a_dead_run(tmp_path):
+    """``mark`` writes the running fits into the record at once (read back from the file);
+    a run taking over a dead run's lock that names running fits keeps that record
+    (``inherited``), one that names none does not."""
+    store = tmp_path / "s.zarr"
+    running = [{"block": "params 2-2 x splits 0-3", "params": ["ridge {'alpha': 10.0}"]}]
+    with run_lock(store) as lock:
+        assert lock.inherited is None
+        lock.mark(running)
+        assert read_lock(store)["running"] == running
+        lock.mark(None)
+        assert "running" not in read_lock(store)
+    now = time.time()
+    _write(store, host=socket.gethostname(), pid=_dead_pid(), started=now, heartbeat=now,
+           token="x", running=running)
+    with run_lock(store) as lock:
+        assert lock.inherited["running"] == running
+        assert "running" not in read_lock(store)

@@ -339,7 +339,7 @@ def _run_locked(workflow: Workflow, path: str, *, route, workers, overwrite, cli
             per_fit = _probe_seconds()
     if client is not None:
         execution = "the given client"
-    elif crashed:
+    elif crashed and (route.auto or route.in_process):   # other routes fit in processes
         execution = ("local: worker processes (the last run on this store ended in a fit in "
                      "its process)")
         log.info("execution: %s", execution)
