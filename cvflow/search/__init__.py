@@ -41,7 +41,7 @@ from ..estimators.losses import apply_loss
 from ..execution.dask_logs import quiet_info
 from ..fitting.scoring import estimator_score
 from ..objects import describe_splitter
-from . import scoring_arg
+from . import estimates, scoring_arg
 from .callbacks import SearchTasks
 from .diagram import parallel_block
 from .inputs import (NO_FITS, Scorings, check_task, default_client, output_of, refit_failed,
@@ -625,13 +625,11 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         ``best_estimator_`` (its predictions of X are made here) and its fold models'
         predictions of every sample are in the cube.
         """
-        from .estimates import text
-
         check_is_fitted(self, "result_")
         if not hasattr(self, "best_index_"):
             raise AttributeError(f"{type(self).__name__}.report: no chosen candidate (several "
                                  "scorings and refit=False); give refit a scoring name")
-        print(text(self), file=file)
+        print(estimates.text(self), file=file)
 
     # -- delegation ----------------------------------------------------------------------------
 

@@ -15,7 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from ..estimators import guardrails
+from ..estimators.corrected import corrected_with_full
+from ..estimators.kfold import kfold
 from ..estimators.losses import Loss, apply_loss, get_loss
+from ..fitting.learners import predict_output
+from ..report.tables import fit_records
 
 #: a per-fold metric -> the pointwise loss whose mean it is one minus (the corrected estimate
 #: is computed on the loss and shown on the metric's scale)
@@ -35,8 +40,6 @@ def pointwise_loss(decl: Loss | None) -> Loss | None:
 def full_predictions(model, X, cube, h: int) -> np.ndarray:
     """The predictions of ``model`` (the chosen candidate fitted on all of X) in the form the
     cube stores candidate ``h``'s (:func:`cvflow.fitting.learners.predict_output`)."""
-    from ..fitting.learners import predict_output
-
     classes = json.loads(cube.attrs.get("classes") or "null")
     positive = None if not classes else classes[-1] if len(classes) == 2 else tuple(classes)
     output = str(cube["output"].values[h]) if "output" in cube.coords else "predict"
@@ -48,10 +51,6 @@ def estimates(cube, h: int, decl: Loss | None, full_pred: np.ndarray | None) -> 
     sd(fold scores) / sqrt(K), as the ``kfold`` estimator), ``corrected``, ``corrected_se``
     (NaN, with ``why``, when it cannot be computed), ``loss`` (what they measure) and
     ``warnings`` (the ``kfold`` estimator's)."""
-    from ..estimators import guardrails
-    from ..estimators.corrected import corrected_with_full
-    from ..estimators.kfold import kfold
-
     out: dict[str, Any] = {"loss": None if decl is None else decl.label, "kfold": np.nan,
                            "kfold_se": np.nan, "corrected": np.nan, "corrected_se": np.nan,
                            "why": "", "warnings": []}
@@ -90,8 +89,6 @@ def estimates(cube, h: int, decl: Loss | None, full_pred: np.ndarray | None) -> 
 
 def text(search) -> str:
     """The lines ``SearchCV.report`` prints."""
-    from ..report.tables import fit_records
-
     sc = search._scoring
     key = sc.key
     decl = sc.decls.get(key) if key in sc.losses else None
@@ -135,8 +132,6 @@ def text(search) -> str:
                         f"({int(failed[h].sum())} of the chosen candidate's)")
     if search.select != "kfold":
         res = search.result_[search._select()[0]]
-        from ..estimators import guardrails
-
         warnings += [w["message"] for w in guardrails.read(res)]
     lines += [f"  warning: {w}" for w in warnings] or ["  warnings: none"]
     return "\n".join(lines)
