@@ -11,6 +11,7 @@ cube in GridSearchCV's layout and sign. With ``select="kfold"`` (and the default
                              select={"cv_confidence": {"simplest": {"svc__C": "min"}}})
     search.fit(X, y).predict(X_new)
     search.result_["cv_confidence"]        # the selecting estimator's whole result
+    search.report()                        # K-fold and corrected K-fold of the choice, warnings
     cvflow.open(search.store_)             # the cube
 """
 from __future__ import annotations
