@@ -305,8 +305,9 @@ class Study:
         """Fit every (param, split) not yet in ``store`` and return the results over it.
 
         Goes through :func:`cvflow.execution.run.run` exactly as ``cvflow run`` does (the same
-        validation first, the same resume and extension rules). ``store`` defaults to
-        ``<name>.zarr``; ``cluster``, ``workers``, ``client`` and ``progress`` as there: by
+        validation first, the same resume and extension rules). Without ``store`` the cube is
+        kept in memory (``result.save(path)`` writes it as a store; a raced study writes
+        ``<name>.zarr``, which racing reads); ``cluster``, ``workers``, ``client`` and ``progress`` as there: by
         default the execution choice, a progress bar (notebook-aware with tqdm) and a summary
         on stderr; ``progress=False`` runs silently. ``fit_params`` and ``fit_hooks`` as
         :meth:`workflow`'s.
@@ -323,16 +324,19 @@ class Study:
                                    client=client, progress=progress, fit_params=fit_params)
         wf = self.workflow(X, y, groups, sample_weight=sample_weight, fit_params=fit_params,
                            fit_hooks=fit_hooks)
-        path = Path(store) if store is not None else Path(f"{self.name}.zarr")
+        # DESIGN CHOICE: a study that asks for no store keeps its cube in memory (DESIGN.md
+        # section 3); racing reads its store between stages, so a raced one still writes one
+        in_memory = store is None and not wf.racing
+        path = None if in_memory else Path(store if store is not None else f"{self.name}.zarr")
         # Ctrl-C, SIGTERM, SIGHUP until the results are back: RunInterrupted (a KeyboardInterrupt)
         done = None
         try:
             with interrupts.stoppable():
                 # the run checks its arguments and paths once, before the store is locked
                 done = run(wf, store=path, cluster=cluster, workers=workers, overwrite=overwrite,
-                           client=client, progress=progress)
+                           client=client, progress=progress, in_memory=in_memory)
                 # this study is code: the names it holds are trusted in its results, nothing else
-                return StudyResult(path, run=done, loss=wf.loss,
+                return StudyResult(done.cube if in_memory else path, run=done, loss=wf.loss,
                                    trust_code=list(workflow_code(wf.config)), params=wf.params)
         except RunInterrupted:
             raise
@@ -479,7 +483,10 @@ class StudyResult:
     ----------
     cube : xarray.Dataset
         The opened store (:func:`cvflow.open`), restricted to the params of its last
-        workflow (an extended store keeps others; ``all_params=True`` keeps them here too).
+        workflow (an extended store keeps others; ``all_params=True`` keeps them here too);
+        a study run without a store: its cube in memory as a Dataset (built when first read).
+    store : Path or None
+        The store; None for a cube kept in memory (:meth:`save` writes one).
     results : dict name -> xarray.Dataset
         Each requested estimator's result (computed on first use).
     selected : dict criterion -> {"index", "learner", "params"}
@@ -494,12 +501,16 @@ class StudyResult:
 
     def __init__(self, store, *, run=None, loss: str | None = None, trust_code: Trust = False,
                  all_params: bool = False, params: list | None = None):
-        from .report.results import workflow_view
-        from .store.cube import open_cube
+        from .store.memory import MemoryCube
 
-        self.store = Path(store)
-        # an extended store's params the workflow no longer lists are left out unless asked
-        self.cube = workflow_view(open_cube(self.store), all_params=all_params)
+        # a study run without a store: its cube in memory (cvflow.store.memory), read as a
+        # Dataset only when asked (xarray is imported then)
+        self.memory = store if isinstance(store, MemoryCube) else None
+        self.store = None if self.memory is not None else Path(store)
+        self.all_params = all_params
+        self._cube = None
+        if self.store is not None:
+            self.cube                      # noqa: B018 - a store is opened now, as it is now
         self.run = run
         self.loss = loss
         self.trust_code = trust_code
@@ -507,6 +518,38 @@ class StudyResult:
         # the run's own params (Study.run): :meth:`refit` fits their objects, which the store
         # only describes (a lambda, a __main__ class); keyed by the stored param_json
         self._params = {p.to_json(): p for p in params or () if p.source is not None}
+
+    @property
+    def cube(self):
+        if self._cube is None:
+            from .report.results import workflow_view
+
+            if self.memory is not None:
+                cube = self.memory.to_dataset()
+            else:
+                from .store.cube import open_cube
+
+                cube = open_cube(self.store)
+            # an extended store's params the workflow no longer lists are left out unless asked
+            self._cube = workflow_view(cube, all_params=self.all_params)
+        return self._cube
+
+    @property
+    def where(self) -> str:
+        """The store's path, or "(in memory)"."""
+        from .store.memory import IN_MEMORY
+
+        return IN_MEMORY if self.store is None else str(self.store)
+
+    def save(self, path) -> Path:
+        """Write a cube kept in memory as a store at ``path`` (new), which ``cvflow.open`` and
+        :meth:`from_store` read back value for value; returns the path. A result over a store
+        has one already: InputError."""
+        if self.memory is None:
+            raise InputError(f"StudyResult.save: this result's cube is the store {self.store}; "
+                             "copy that store instead")
+        self.memory.save(path)
+        return Path(path)
 
     @classmethod
     def from_store(cls, path, *, loss: str | None = None, trust_code: Trust = False,
@@ -652,12 +695,12 @@ class StudyResult:
         setting = json.loads(text)
         kept = self._params.get(text)
         if kept is None and unbuildable(setting):
-            raise InputError(f"refit: param {h} of {self.store} fitted {unbuildable(setting)[0]}, "
+            raise InputError(f"refit: param {h} of {self.where} fitted {unbuildable(setting)[0]}, "
                              "a Python object that no name imports; the store records it but "
                              "cannot rebuild it (refit it from your own objects)")
         refused = [] if kept is not None else untrusted(param_code(setting), self.trust_code)
         if refused:
-            raise InputError(f"refit: param {h} of {self.store} names code that is not trusted "
+            raise InputError(f"refit: param {h} of {self.where} names code that is not trusted "
                              f"({listed(refused)}); a store is data, so it is not imported: "
                              f"{how(refused, cli=False)}")
         workflow = json.loads(self.cube.attrs["workflow"])
@@ -674,7 +717,7 @@ class StudyResult:
     def __repr__(self) -> str:
         from .report.results import text
 
-        return f"cvflow study {self.store}\n" + text(self.cube, self.results)
+        return f"cvflow study {self.where}\n" + text(self.cube, self.results)
 
     def _repr_html_(self) -> str:
         from markupsafe import Markup
@@ -686,7 +729,7 @@ class StudyResult:
         row = Markup("<tr><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>")
         rows = Markup("").join(row.format(c, s["index"], s["learner"], json.dumps(s["params"]))
                                for c, s in self.selected.items())
-        parts = [Markup("<h4>cvflow study <code>{}</code></h4>").format(self.store),
+        parts = [Markup("<h4>cvflow study <code>{}</code></h4>").format(self.where),
                  Markup("<p>{} of {} fits done, {} failed; task {}, loss {}</p>").format(
                      info["done"], info["total"], info["failed"], self.cube.attrs.get("task"),
                      self.cube.attrs.get("loss"))]

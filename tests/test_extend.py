@@ -217,13 +217,14 @@ def test_sharded_store_runs_reduces_and_extends_like_plain_chunks(tmp_path, writ
     per inner chunk): its tasks write it, readers open it, an extension grows it, and every
     byte equals the same study stored in plain chunks."""
     import cvflow.store.creation
+    import cvflow.store.schema
 
     log = tmp_path / "fits.log"
     first = workflow(write_workflow, log, "[0.1, 1.0, 10.0, 100.0]", name="a.yaml", fpt=20)
     second = workflow(write_workflow, log, "[0.1, 1.0, 10.0, 100.0, 0.01, 1000.0]",
                       name="b.yaml", fpt=20)
     plain = run(second, store=tmp_path / "plain.zarr", client=client).store
-    monkeypatch.setattr(cvflow.store.creation, "SHARD_INNER_BYTES", 1)
+    monkeypatch.setattr(cvflow.store.schema, "SHARD_INNER_BYTES", 1)
     sharded = tmp_path / "sharded.zarr"
     run(first, store=sharded, client=client)
     array = zarr.open_group(str(sharded))["pred"]

@@ -16,7 +16,7 @@ import zarr
 
 from cvflow.store import attributes
 from cvflow.store import integrity
-from cvflow.store import creation, cube as store, damage, writes
+from cvflow.store import creation, cube as store, damage, schema, writes
 from cvflow.store.group import is_store, read_mask
 from cvflow.errors import StoreError
 from cvflow.fitting.block import BlockResult
@@ -342,7 +342,7 @@ def _sharded(tmp_path, monkeypatch):
     written and done."""
     from test_store import _status, _template
 
-    monkeypatch.setattr(creation, "SHARD_INNER_BYTES", 2 * 4 * 12 * 8)
+    monkeypatch.setattr(schema, "SHARD_INNER_BYTES", 2 * 4 * 12 * 8)
     template, _ = _template(chunks=(4, 4))
     assert "shards" in template["pred"].encoding
     path = tmp_path / "c.zarr"

@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from cvflow.store import creation, cube as store, writes
+from cvflow.store import creation, cube as store, schema, writes
 from cvflow.store.group import LAZY_VARIABLES, is_store
 from cvflow.workflow.data import Data
 from cvflow.errors import StoreError
@@ -130,7 +130,7 @@ def _case(case: str, monkeypatch):
     elif case == "in_place":                                   # no variable staged in memory
         monkeypatch.setattr(creation, "STAGED_BYTES", 64)
     elif case == "sharded":
-        monkeypatch.setattr(creation, "SHARD_INNER_BYTES", 2 * 4 * n * 8)    # 2 params an inner chunk
+        monkeypatch.setattr(schema, "SHARD_INNER_BYTES", 2 * 4 * n * 8)    # 2 params an inner chunk
         chunks = (4, 4)
     data = Data(X=rng.normal(size=(n, 3)), y=y, feature_names=["a", "b", "c"],
                 is_test=np.arange(n) >= n - 2, classes=classes, sample_weight=weights)

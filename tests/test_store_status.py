@@ -11,7 +11,7 @@ import zarr
 
 from cvflow.fitting.block import BlockResult
 from cvflow.report.results import status, status_from_cube
-from cvflow.store import creation, cube as store, writes
+from cvflow.store import creation, cube as store, schema, writes
 from cvflow.store.damage import verify
 from cvflow.store.group import read_where
 from cvflow.testing import simple_design
@@ -24,7 +24,7 @@ N, N_PARAMS, BLOCK = 12, 5, (2, 4)          # 11 splits: a grid of 3 x 3 blocks
 @pytest.fixture
 def chunked(tmp_path, monkeypatch):
     """A store whose status chunks are its blocks (2 x 4): STATUS_CHUNK_CELLS made small."""
-    monkeypatch.setattr(creation, "STATUS_CHUNK_CELLS", 8)
+    monkeypatch.setattr(schema, "STATUS_CHUNK_CELLS", 8)
     rng = np.random.default_rng(0)
     data = Data(X=rng.normal(size=(N, 3)), y=rng.normal(size=N), feature_names=["a", "b", "c"],
                 is_test=np.zeros(N, bool))
@@ -80,7 +80,7 @@ def test_status_chunks_are_whole_blocks_within_the_bound():
     assert creation.status_chunks((5, 11), (2, 4)) == (5, 11)           # small: one chunk
     assert creation.status_chunks((1000, 1001), (1000, 6)) == (1000, 258)
     chunk = creation.status_chunks((1000, 10001), (1000, 6))
-    assert chunk[0] * chunk[1] <= creation.STATUS_CHUNK_CELLS and chunk[1] % 6 == 0
+    assert chunk[0] * chunk[1] <= schema.STATUS_CHUNK_CELLS and chunk[1] % 6 == 0
     assert creation.status_chunks((10**6, 10), (10**6, 1)) == (10**6, 1)   # one block at least
     chunk = creation.status_chunks((4000, 4000), (8, 8))
     assert chunk[0] % 8 == 0 and chunk[1] % 8 == 0 and chunk[0] * chunk[1] <= 2**18

@@ -27,21 +27,20 @@ import numpy as np
 
 from ..fitting.scoring import Scoring
 from ..fitting.trial import check_learners, scorer_probe, wants_keys
-from ..store import creation, damage, writes
 from .. import config
 from ..errors import DiskFullError, InputError, RunInterrupted
-from ..store.group import read_mask
 from . import interrupts
 from ..store.location import exists
 from . import inflight
+from ..store.memory import IN_MEMORY, MemoryCube
 from .schedulers import choose, connect, quiet_port
-from .run_plan import pending_blocks, prepare_store, seconds_per_fit
+from .run_plan import new_layout, pending_blocks, prepare_store, seconds_per_fit
 from ..workflow.spec import Workflow, load_workflow
 from ..fitting.block import only_paths
 from ..store.attributes import saved_fits
 from ..store.lock import run_lock
 from .loop import Block, Loop, check_on_workers, time_on_workers
-from .preflight import check_run
+from .preflight import check_cluster, check_run
 from .progress import Progress, reporter
 from .race_runner import Race, labels, mark_done, run_stages, stage_blocks
 from .sizing import gil_share, one_blas_thread, thread_bound_share
@@ -76,6 +75,7 @@ class RunResult:
     saved_fits: int = 0                 # fits racing did not run (cvflow.execution.race_runner)
     dropped_params: int = 0             # params racing dropped
     raced_params: int = 0               # params that started the race (0: not raced)
+    cube: MemoryCube | None = None      # the cube of a run without a store (in_memory)
 
     @property
     def fits_per_distinct(self) -> float:
@@ -84,13 +84,14 @@ class RunResult:
 
 
 class _Recorder:
-    """The client's side of finished blocks: their status written to the store in batches,
-    their counts added to the run's result, a progress event each (and the live page's
-    update, ``monitor``)."""
+    """The client's side of finished blocks: their status written to the cube in batches
+    (``status``: the store's :class:`cvflow.store.writes.StatusWriter`, or the
+    :class:`cvflow.store.memory.MemoryCube` itself), their counts added to the run's result, a
+    progress event each (and the live page's update, ``monitor``)."""
 
-    def __init__(self, path: str, fresh: bool, result: RunResult,
+    def __init__(self, status, result: RunResult,
                  notify: Callable[[dict], None], n_todo: int, monitor=None):
-        self.status = writes.StatusWriter(path, fresh=fresh)
+        self.status = status
         self.result, self.notify, self.n_todo, self.monitor = result, notify, n_todo, monitor
         self.pending: list = []
         self.t0 = self.flushed = time.perf_counter()
@@ -158,7 +159,7 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
         cluster: str | None = None, workers: int | None = None, overwrite: bool = False,
         dashboard_port: int | None = None, client=None,
         progress: Callable[[dict], None] | bool | None = None, tls: bool | None = None,
-        cluster_options=None) -> RunResult:
+        cluster_options=None, in_memory: bool = False) -> RunResult:
     """Run a workflow: fit every (param, split) not yet done and write it into the store.
 
     Every block of fits is a Dask task, whatever runs it.
@@ -193,6 +194,11 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
         Dask TLS with temporary certificates (default: the cluster profile's ``tls``).
     cluster_options : list of "key=value" or dict, optional
         Overrides of the cluster profile (see :func:`cvflow.execution.profiles.load_profile`).
+    in_memory : bool, default False
+        Keep the cube in this process instead of a store (``store`` must be None; no run
+        lock): ``RunResult.cube`` holds it (:class:`cvflow.store.memory.MemoryCube`, saved as
+        a store by its ``save(path)``). A study without a store runs so (:meth:`cvflow.Study.run`,
+        ``cvflow.SearchCV``); a raced workflow needs a store.
 
     Returns
     -------
@@ -213,7 +219,8 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
         with interrupts.stoppable():
             return _run(workflow, store=store, cluster=cluster, workers=workers,
                         overwrite=overwrite, dashboard_port=dashboard_port, client=client,
-                        notify=notify, tls=tls, cluster_options=cluster_options, where=where)
+                        notify=notify, tls=tls, cluster_options=cluster_options, where=where,
+                        in_memory=in_memory)
     except RunInterrupted:
         raise
     except KeyboardInterrupt:
@@ -239,6 +246,10 @@ def interrupted(store: str | None) -> RunInterrupted:
     """What a run stopped by a signal left in ``store`` (its done fits, read back)."""
     if store is None:
         return RunInterrupted(None)
+    if store == IN_MEMORY:
+        return RunInterrupted(None)
+    from ..store.group import read_mask       # zarr: only for a store (tests/test_startup.py)
+
     try:
         done = read_mask(store, "done")
     except Exception:  # noqa: BLE001 - not created (or not finished): nothing kept
@@ -247,9 +258,29 @@ def interrupted(store: str | None) -> RunInterrupted:
 
 
 def _run(workflow, *, store, cluster, workers, overwrite, dashboard_port, client, notify, tls,
-         cluster_options, where: list[str]) -> RunResult:
+         cluster_options, where: list[str], in_memory: bool = False) -> RunResult:
     if not isinstance(workflow, Workflow):
         workflow = load_workflow(os.fspath(workflow))
+    if in_memory:
+        if store is not None or workflow.racing:
+            raise InputError("run: in_memory=True keeps the cube in this process; give no store "
+                             "(and no racing, which reads a store)" if store is not None else
+                             "run: racing reads the cube's store; give a store")
+        route = check_cluster(workflow, cluster=cluster, workers=workers,
+                              dashboard_port=dashboard_port, tls=tls,
+                              cluster_options=cluster_options, client=client)
+        try:
+            with ThreadPoolExecutor(1, thread_name_prefix="cvflow-create") as pool:
+                result = _run_locked(workflow, IN_MEMORY, route=route, workers=workers,
+                                     overwrite=False, client=client, progress=notify, pool=pool,
+                                     lock=_NO_LOCK)
+        except BaseException:
+            if isinstance(notify, Progress) and notify.bar is not None:
+                notify.bar.close()
+            raise
+        if isinstance(notify, Progress):
+            notify.finish(result)
+        return result
     # bad arguments, profiles and unwritable stores fail before the store is created, grown or
     # locked; DESIGN CHOICE: checked here once for both faces (cvflow run, Study.run), and the
     # run goes on with what was decided (the store's location, the cluster's route: its profile
@@ -311,7 +342,7 @@ def _run_locked(workflow: Workflow, path: str, *, route, workers, overwrite, cli
     if fit_timeout and client is None and not auto and route.in_process:
         raise InputError("execution.fit_timeout: a fit in this process's threads cannot be "
                          "stopped; use --cluster local (worker processes) or auto")
-    fresh = overwrite or not exists(path)
+    fresh = overwrite or path == IN_MEMORY or not exists(path)
     wants_timing = fresh and workflow.execution.get("fits_per_task", "auto") == "auto"
     n_fits = len(study.params) * study.design.n_splits
     per_fit = None
@@ -368,8 +399,39 @@ def _run_locked(workflow: Workflow, path: str, *, route, workers, overwrite, cli
     live = live_page() if not route.in_process or route.dashboard else None
     if live is not None:
         live.enable_routes()    # the scheduler started here serves <dashboard>/cvflow
-    with connect(route, store=path, keep=True) as c:
+    with connect(route, store=None if path == IN_MEMORY else path, keep=True) as c:
         return run.on(c, dashboard=route.dashboard)
+
+
+class _NoLock:
+    """The run lock of a cube in memory: no store, nothing to fence (TaskContext.token None)."""
+
+    token = None
+    lost = False
+
+
+_NO_LOCK = _NoLock()
+
+
+# DESIGN CHOICE: the store's writers (zarr) are imported where a store is written: a run that
+# keeps its cube in memory never imports zarr (tests/test_startup.py counts the modules)
+def _create(path: str, template, *, pred_ready) -> None:
+    """Create the store at ``path`` from ``template`` (a :class:`cvflow.store.schema.Schema`)."""
+    from ..store import creation
+
+    creation.create(path, creation.to_dataset(template), pred_ready=pred_ready)
+
+
+def _intact_done(path: str, chunks: tuple[int, int]) -> np.ndarray:
+    from ..store import damage
+
+    return damage.intact_done(path, chunks)
+
+
+def _status_writer(path: str, fresh: bool):
+    from ..store import writes
+
+    return writes.StatusWriter(path, fresh=fresh)
 
 
 def live_page():
@@ -504,29 +566,35 @@ class _Run:
         # its ~25 arrays cost ~40-60 ms (store.create), about as much as a small study's fits.
         # The client writes the status only once the whole store is made. No process is ever
         # forked meanwhile (workers are spawned by distributed's nannies).
-        layout = prepare_store(self.workflow, study, path, overwrite=self.overwrite,
-                               n_workers=self.workers or 2, seconds=per_fit or 0.0, create=False)
+        memory = path == IN_MEMORY
+        if memory:                        # DESIGN.md section 3: a study without a store
+            layout = new_layout(self.workflow, study, n_workers=self.workers or 2,
+                                seconds=per_fit or 0.0)
+        else:
+            layout = prepare_store(self.workflow, study, path, overwrite=self.overwrite,
+                                   n_workers=self.workers or 2, seconds=per_fit or 0.0,
+                                   create=False)
         params, design, chunks = layout.params, layout.design, layout.chunks
         fresh = layout.template is not None
+        cube = MemoryCube(layout.template) if memory else None
         # the event the blocks wait on to write: set as soon as `pred` can be written (the rest
         # of the store is made meanwhile: creation.create), and again (harmless) when the
         # creation ended or failed
-        ready = None if not fresh else _store_event(c, f"cvflow-store-{run_id}")
+        ready = None if not fresh or memory else _store_event(c, f"cvflow-store-{run_id}")
         creating = (None if ready is None
-                    else self.pool.submit(creation.create, path, layout.template,
-                                          pred_ready=ready.set))
+                    else self.pool.submit(_create, path, layout.template, pred_ready=ready.set))
         del layout           # the template (its `error` array of "" per fit) goes with creation
         n_total = len(params) * design.n_splits
         # a store created just now has nothing done: no need to read it back; else the blocks
         # whose pred chunk is missing or corrupt are not done (refitted)
         done = (np.zeros((len(params), design.n_splits), dtype=bool) if fresh
-                else damage.intact_done(path, chunks))
+                else _intact_done(path, chunks))
         todo = pending_blocks(path, chunks, done)
         n_todo = int(n_total - done.sum())
         result = RunResult(store=path, total_fits=n_total, fits_executed=0, failed=0, tasks=0,
                            wall_seconds=0.0, fit_seconds=0.0, distinct_pairs=n_todo, chunks=chunks,
                            roles_requested=len(params) * design.roles_requested,
-                           execution=self.execution)
+                           execution=self.execution, cube=cube)
         notify = self.progress or (lambda event: None)
         if not todo:
             if creating is not None:           # an empty grid or design: the store all the same
@@ -548,12 +616,14 @@ class _Run:
             blocks = [Block(ps, ss, cells) for ps, ss, cells in first]
         if dashboard:
             result.dashboard = getattr(c, "dashboard_link", None) or None   # "" when none
-        live = live_page() if result.dashboard else None
+        # the live page reads the store: a cube in memory has none to read
+        live = live_page() if result.dashboard and not memory else None
         monitor = live.start(c, self.workflow, params, design, d, path) if live is not None else None
         result.live = monitor and monitor.url
         notify({"event": "start", "total": n_total, "todo": n_todo, "dashboard": result.dashboard,
                 "live": result.live, "execution": result.execution})
-        recorder = _Recorder(path, fresh, result, notify, n_todo, monitor)
+        recorder = _Recorder(cube if cube is not None else _status_writer(path, fresh), result,
+                             notify, n_todo, monitor)
         ctx = dataclasses.replace(ctx, ready=ready and ready.name)
         loop = Loop(c, ctx, params=params, train=design.train, data=d, path_aware=self.path_aware,
                     record=recorder.block, idle=recorder.idle, lock_lost=lambda: self.lock.lost,

@@ -5,23 +5,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from ..store import creation, cube as cube_store
 from .sizing import choose_chunks, estimate_seconds_per_fit
 from ..workflow.designs import Design
 from ..errors import StoreError
 from ..workflow.params import Param
-from ..store.group import is_store, read_mask
 from ..store.location import exists, resolve
+from ..store.schema import Schema, block_slices, cube_schema
 from ..workflow.spec import BuiltWorkflow, Workflow
 from ..fitting.paths import plan
-from .extend import reconcile
-
-if TYPE_CHECKING:
-    import xarray as xr
 
 
 def path_length(params: list[Param]) -> int:
@@ -43,12 +36,13 @@ def seconds_per_fit(workflow: Workflow, study: BuiltWorkflow) -> float:
 @dataclass(frozen=True)
 class StoreLayout:
     """The store's params and design (store order: an extended store keeps its indices), the
-    block chunk shape, and the template of a new store not created yet (``create=False``)."""
+    block chunk shape, and the schema of a new store not created yet (``create=False``) or of
+    an in-memory cube."""
 
     params: list[Param]
     design: Design
     chunks: tuple[int, int]
-    template: xr.Dataset | None = None
+    template: Schema | None = None
 
 
 def prepare_store(workflow: Workflow, study: BuiltWorkflow, store: str | os.PathLike, *,
@@ -59,9 +53,15 @@ def prepare_store(workflow: Workflow, study: BuiltWorkflow, store: str | os.Path
     ``study`` is left as built: an existing store's order comes back in the layout.
     ``seconds`` per fit sizes the blocks of a new store (timed here when None and the
     workflow's ``fits_per_task`` is ``auto``). With ``create=False`` a new store is not
-    created: its template comes back in the layout, for ``cvflow.store.creation.create`` (a replaced
+    created: its schema comes back in the layout, for ``cvflow.store.creation.create`` (a replaced
     store is removed here all the same).
     """
+    # DESIGN CHOICE: the store's modules (zarr, xarray) are imported where a store is planned:
+    # a study without a store plans with new_layout alone (tests/test_startup.py)
+    from ..store import creation, cube as cube_store
+    from ..store.group import is_store
+    from .extend import reconcile
+
     location = resolve(store)
     creation.clear_interrupted(location)
     if exists(location) and not overwrite:
@@ -72,6 +72,18 @@ def prepare_store(workflow: Workflow, study: BuiltWorkflow, store: str | os.Path
         return StoreLayout(params, design, cube_store.block_chunks(location))
     if exists(location):
         creation.remove_store(location)       # refuses anything not provably a cvflow store
+    layout = new_layout(workflow, study, n_workers=n_workers, seconds=seconds)
+    if not create:
+        return layout
+    creation.create(location, creation.to_dataset(layout.template))
+    return StoreLayout(study.params, study.design, layout.chunks)
+
+
+def new_layout(workflow: Workflow, study: BuiltWorkflow, *, n_workers: int = 2,
+               seconds: float | None = None) -> StoreLayout:
+    """The layout of a new cube (a store's, or one kept in memory): the block chunk shape from
+    ``seconds`` per fit (timed here when None and ``fits_per_task`` is ``auto``) and the
+    cube's schema (:func:`cvflow.store.schema.cube_schema`)."""
     fpt = workflow.execution.get("fits_per_task", "auto")
     d = study.data
     dtype = workflow.execution.get("dtype", "float64")
@@ -84,15 +96,10 @@ def prepare_store(workflow: Workflow, study: BuiltWorkflow, store: str | os.Path
                                                      else 1),      # values a fit stores
                            itemsize=np.dtype(dtype).itemsize,
                            path_length=path_length(study.params) if auto_path else 1)
-    template = creation.cube_template(study.data, study.design, study.params, attrs=study.attrs,
-                                        chunks=chunks,
-                                        dtype=workflow.execution.get("dtype", "float64"),
-                                        scorers=study.scorer_names,
-                                        train_scores=study.train_scores)
-    if not create:
-        return StoreLayout(study.params, study.design, chunks, template)
-    creation.create(location, template)
-    return StoreLayout(study.params, study.design, chunks)
+    schema = cube_schema(study.data, study.design, study.params, attrs=study.attrs,
+                         chunks=chunks, dtype=dtype, scorers=study.scorer_names,
+                         train_scores=study.train_scores)
+    return StoreLayout(study.params, study.design, chunks, schema)
 
 
 
@@ -100,7 +107,10 @@ def prepare_store(workflow: Workflow, study: BuiltWorkflow, store: str | os.Path
 def pending_blocks(store: str, chunks: tuple[int, int],
                    done: np.ndarray | None = None) -> list[tuple[slice, slice]]:
     """The blocks with a fit not yet ``done`` (``done``: the store's mask, read if None)."""
-    done = read_mask(store, "done") if done is None else done
+    if done is None:
+        from ..store.group import read_mask
+
+        done = read_mask(store, "done")
     n_params, n_splits = done.shape
-    return [(ps, ss) for ps, ss in cube_store.block_slices(n_params, n_splits, chunks)
+    return [(ps, ss) for ps, ss in block_slices(n_params, n_splits, chunks)
             if not done[ps, ss].all()]

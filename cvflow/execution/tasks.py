@@ -21,12 +21,11 @@ import warnings
 
 import numpy as np
 
-from ..store import cube as cube_store, writes
-from ..store.group import is_store, writable
 from ..errors import LockLostError, StoreError
 from ..fitting.block import BlockResult, fit_block
 from ..fitting.isolated import fit_cells, timeout_message
 from ..fitting.scoring import Scoring
+from ..store.memory import IN_MEMORY
 from ..workflow.params import Param
 from . import inflight
 from .sizing import estimate_seconds_per_fit, one_openmp_thread_here
@@ -201,6 +200,8 @@ def _wait_pred(ctx: TaskContext) -> None:
         woken = ready.wait(timeout=min(READY_CHECK_SECONDS, deadline - time.monotonic()))
         if not woken:
             check_fence(ctx)
+    from ..store.group import writable
+
     if not (woken and writable(ctx.store)):
         raise StoreError(f"store: {ctx.store} was not created (or not within "
                          f"{STORE_READY_TIMEOUT} s); this block's predictions were not written")
@@ -211,6 +212,8 @@ def _wait_whole(ctx: TaskContext) -> None:
     written): a block that reads its stored cells (a chunk shared with a raced or extended
     study's other fits) opens the whole store. The run's lock is checked as in _wait_ready;
     StoreError past ``STORE_READY_TIMEOUT``."""
+    from ..store.group import is_store
+
     deadline = time.monotonic() + STORE_READY_TIMEOUT
     fenced, pause = time.monotonic(), 0.01
     while not is_store(ctx.store):
@@ -279,9 +282,17 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
     if ctx.ready is not None:
         _wait_ready(ctx)
     check_fence(ctx)
-    writes.write_pred(ctx.store, result)
+    # DESIGN CHOICE: a cube kept in memory (a study without a store) gets its predictions with
+    # the block's record, which the client puts in (cvflow.store.memory.MemoryCube.write); on
+    # the threaded route that is the array itself, no copy. A store's are written here, by the
+    # block's one task, and never travel.
+    memory = ctx.store == IN_MEMORY
+    if not memory:
+        from ..store import writes      # zarr: only where a store is written (test_startup)
+
+        writes.write_pred(ctx.store, result)
     result.fitted = attempted
-    summary = summarize(result, attempted)
+    summary = summarize(result, attempted, keep_pred=memory)
     if scorer is not None:              # the live page's numbers: never a reason to fail a block
         try:
             summary["terms"] = scorer(result.pred, y, train, params)
@@ -350,6 +361,8 @@ def _unscored(result: BlockResult, h: int, s: int) -> None:
 def _stored(store: str, params_slice: slice, splits_slice: slice,
             scoring: Scoring | None) -> BlockResult:
     """A block's stored cells as a BlockResult (scores too, with scorers)."""
+    from ..store import cube as cube_store
+
     stored = cube_store.read_block(store, params_slice, splits_slice)
     result = _with_scores(BlockResult(params_slice, splits_slice, stored["pred"], stored["failed"],
                                       stored["error"], stored["fit_seconds"]), scoring)
@@ -401,10 +414,12 @@ def trial_fits(workflow, data, where: str, check: bool = True
     return [(w.category, str(w.message)) for w in caught], [r.getMessage() for r in said], keys
 
 
-def summarize(result: BlockResult, todo: np.ndarray | None) -> dict:
-    """The small record of a written block: its status and counts of the fits done now."""
+def summarize(result: BlockResult, todo: np.ndarray | None, *, keep_pred: bool = False) -> dict:
+    """The small record of a written block: its status and counts of the fits done now
+    (``keep_pred``: its predictions too, for a cube in memory)."""
     summary = result.summary()
-    summary["status"] = result.without_pred()       # the client records it (write_status)
+    # the client records it (write_status, or MemoryCube.write with the predictions)
+    summary["status"] = result if keep_pred else result.without_pred()
     fitted = np.ones(result.failed.shape, dtype=bool) if todo is None else todo
     summary.update(fits=int(fitted.sum()), failed=int(result.failed[fitted].sum()),
                    seconds=float(np.nansum(result.fit_seconds[fitted])))

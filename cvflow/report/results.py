@@ -13,7 +13,7 @@ import xarray as xr
 
 from .. import terminal
 from ..errors import OVERWRITE, InputError, UntrustedCodeWarning
-from ..store.integrity import FITTED
+from ..store.schema import FITTED
 from . import racing
 from ..store.attributes import (RACING_ATTR, WORKFLOW_PARAMS_ATTR, check_newer, race_record,
                                 saved_fits, unfilled)

@@ -147,8 +147,10 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         member of its set). A scoring computed at fit time selects with ``"kfold"`` only;
         the other selectors reduce stored predictions with a loss.
     store : path or URL, optional
-        Where the cube is written (kept). None: a temporary directory removed with the search
-        object (or at its next ``fit``). A given store is resumed or extended on refits with
+        Where the cube is written (kept). None: the cube is kept in memory, as the fits' scores
+        of ``GridSearchCV`` are (``cube_``; ``save(path)`` writes it as a store); with
+        ``racing``, which reads a store, a temporary directory removed with the search object
+        (or at its next ``fit``). A given store is resumed or extended on refits with
         the same data, and refused for other data (a store keeps one study).
     estimators : tuple, default ()
         Other estimators to run over the same cube (their results in ``result_``).
@@ -204,8 +206,11 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
     classes_, n_features_in_, feature_names_in_
         Of ``best_estimator_`` (``feature_names_in_`` when it has them).
     multimetric_ : bool
-    store_ : str
-        The cube's path; ``cvflow.open(search.store_)`` opens it.
+    store_ : str or None
+        The cube's path; ``cvflow.open(search.store_)`` opens it. None without ``store``: the
+        cube is kept in memory (``cube_``; ``save(path)`` writes it as a store).
+    cube_ : xarray.Dataset
+        The cube (``result_.cube``; built from the cube in memory when first read).
     result_ : cvflow.study.StudyResult
         The cvflow results over the cube (``result_["kfold"]``, ``result_.cube``, ...).
     """
@@ -371,7 +376,7 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
             raise RunInterrupted(None, why="the search had no store=, its temporary one is "
                                  "removed; give store= to keep a search's fits and resume it"
                                  ) from None
-        self.store_, self.result_ = str(store), result
+        self.store_, self.result_ = None if store is None else str(store), result
         # a reference, not a copy: report() predicts it with best_estimator_ when asked
         self._fit_X = (X,)
         self._failures(X, y_arr, estimator, candidates, fit_params)
@@ -487,9 +492,12 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
             options.setdefault("average", self.average)
         return name, options
 
-    def _new_store(self) -> Path:
+    def _new_store(self) -> Path | None:
         if self.store is not None:
             return Path(self.store)
+        if self.racing in (None, False):
+            return None     # the cube in memory (DESIGN.md section 3): save(path) writes it
+        # racing reads its store between stages: a raced search without one gets a temporary one
         # DESIGN CHOICE: the cube of a search without a store lives as long as the search
         # object (result_ reads it lazily): removed when the object is collected or refitted
         tmp = tempfile.mkdtemp(prefix="cvflow-search-")
@@ -631,6 +639,17 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
             raise AttributeError(f"{type(self).__name__}.report: no chosen candidate (several "
                                  "scorings and refit=False); give refit a scoring name")
         print(estimates.text(self), file=file)
+
+    @property
+    def cube_(self):
+        check_is_fitted(self, "result_")
+        return self.result_.cube
+
+    def save(self, path) -> Path:
+        """Write the cube of a search without a store as a store at ``path`` (new), which
+        ``cvflow.open`` reads back value for value; returns the path."""
+        check_is_fitted(self, "result_")
+        return self.result_.save(path)
 
     # -- delegation ----------------------------------------------------------------------------
 

@@ -18,37 +18,18 @@ import zarr
 from zarr.dtype import parse_dtype
 
 from . import integrity
-from .coords import param_coords
-from ..config import VERSION
 from .cube import open_dataset
 from ..errors import OTHER_STORE, StoreError
-from .group import (FORMAT_ATTR, STORE_FORMAT, STORE_FORMAT_ATTR, UNSCORED_FORMAT, grow_marker,
+from .group import (FORMAT_ATTR, grow_marker,
                     grow_record, is_store, marker, open_group, quiet_consolidation)
 from .integrity import COMPRESSORS, WHOLE
+from .schema import (SHARD_INNER_BYTES, STATUS_CHUNK_CELLS, cube_schema,  # noqa: F401
+                     is_unwritten, status_chunks, to_dataset, unwritten)
 from .location import (create_new, exists, get, identity, is_file, is_link, link_target, listing,
                        put, put_all, remove, resolve, storage_options)
 from .damage import _consolidated, metadata_damage
 
 log = logging.getLogger(__name__)
-
-
-def _version() -> str:
-    return VERSION
-
-
-# DESIGN CHOICE: the template's block variables (written later by the tasks and the client)
-# were dask arrays of fill values; importing dask.array costs ~0.2 s, as much as a small
-# search's fits. They are read-only views of their fill value (no memory), their chunks in
-# their encoding; grow's xarray appends get dask arrays again (lazy_blocks), written as before.
-def unwritten(shape: tuple, fill, dtype) -> np.ndarray:
-    """A variable written later: its fill value broadcast to ``shape`` (a read-only view)."""
-    return np.broadcast_to(np.asarray(fill, dtype=dtype), shape)
-
-
-def is_unwritten(data) -> bool:
-    """Whether a template variable's data is a fill-value view (:func:`unwritten`)."""
-    return (isinstance(data, np.ndarray) and data.ndim > 0 and not any(data.strides)
-            and not data.flags.writeable)
 
 
 def lazy_blocks(ds: xr.Dataset) -> xr.Dataset:
@@ -69,141 +50,11 @@ def lazy_blocks(ds: xr.Dataset) -> xr.Dataset:
 def cube_template(data, design, params, *, attrs: dict, chunks: tuple[int, int],
                   dtype: str = "float64", scorers=(), train_scores: bool = False) -> xr.Dataset:
     """The cube as a Dataset whose block variables are fill-value views (:func:`unwritten`):
-    what the tasks and the client write later.
+    what the tasks and the client write later (:func:`cvflow.store.schema.cube_schema`, whose
+    arguments these are, as a Dataset)."""
+    return to_dataset(cube_schema(data, design, params, attrs=attrs, chunks=chunks, dtype=dtype,
+                                  scorers=scorers, train_scores=train_scores))
 
-    ``data`` is a :class:`cvflow.workflow.data.Data`, ``design`` a :class:`cvflow.workflow.designs.Design`,
-    ``params`` a list of :class:`cvflow.workflow.params.Param`; ``chunks`` = (params, splits) per block.
-    ``scorers`` (their names) adds the fit-time scores ``score`` (and with ``train_scores``
-    ``train_score``) along ``scorer``, and ``score_time`` (store format 3).
-    """
-    n_params, n_splits, n = len(params), design.n_splits, data.X.shape[0]
-    scorers = [str(name) for name in scorers]
-    bp, bs = min(chunks[0], n_params), min(chunks[1], n_splits)
-    block = (bp, bs)
-    # DESIGN CHOICE: a multiclass fit stores C values per sample along a `class` dim; a block's
-    # chunk spans all samples and classes, so one task still owns whole chunks. Binary and
-    # regression cubes keep one value per sample (format 1 layout).
-    classes = list(data.classes or ())
-    per_class = (len(classes),) if len(classes) > 2 else ()
-    class_dim = ("class",) if per_class else ()
-    # DESIGN CHOICE: tasks write only their chunk of `pred`; the client, the only writer of the
-    # (param, split) status variables, writes them in batches as results come back, no lock.
-    # Chunks of whole blocks, at most STATUS_CHUNK_CELLS cells (one chunk for a store up to
-    # that size): a store stays at ~one file per task, and a flush rewrites only the chunks of
-    # the blocks that came back (cvflow.store.writes.StatusWriter), not the whole status.
-    status = (n_params, n_splits)
-    status_chunk = status_chunks(status, block)
-    ds = xr.Dataset(
-        {
-            "pred": (("param", "split", "sample") + class_dim,
-                     unwritten((n_params, n_splits, n) + per_class, np.nan, dtype)),
-            "done": (("param", "split"), unwritten(status, False, bool)),
-            "failed": (("param", "split"), unwritten(status, False, bool)),
-            "error": (("param", "split"), np.full((n_params, n_splits), "", dtype=object)),
-            "fit_seconds": (("param", "split"), unwritten(status, np.nan, np.float64)),
-            "train": (("split", "sample"), design.train),
-            "fold": (("repeat", "sample"), design.fold),
-            "fold_split": (("repeat", "outer"), design.fold_split),
-            "pair_split": (("repeat", "outer", "inner"), design.pair_split),
-            "subset_split": (("group", "member"), design.subset_split),
-            "y": (("sample",), data.y),
-            "is_test": (("sample",), data.is_test),
-            "X": (("sample", "feature"), data.X),
-        },
-        coords={
-            "split_kind": ("split", design.kind.astype(object)),
-            "split_repeat": ("split", design.repeat),
-            "split_outer": ("split", design.outer),
-            "split_inner": ("split", design.inner),
-            "split_group": ("split", design.group),
-            "feature": ("feature", np.asarray(data.feature_names, dtype=object)),
-            **({"class": ("class", np.asarray(classes, dtype=object if isinstance(
-                classes[0], str) else None))} if per_class else {}),
-            **param_coords(params),
-        },
-        attrs={
-            FORMAT_ATTR: _version(),
-            STORE_FORMAT_ATTR: STORE_FORMAT if scorers else UNSCORED_FORMAT,
-            "full_split": int(design.full_split),
-            "chunks": json.dumps([bp, bs]),
-            **attrs,
-        },
-    )
-    if scorers:
-        # DESIGN CHOICE: a scorer needs the fitted model, so its values are computed by the
-        # task that fits and come back in its small record; the client writes them with the
-        # status (one chunk each, whole, before `done`), as it writes fit_seconds.
-        k = len(scorers)
-        for name in ("score",) + (("train_score",) if train_scores else ()):
-            ds[name] = (("param", "split", "scorer"),
-                        unwritten((n_params, n_splits, k), np.nan, np.float64))
-        ds["score_time"] = (("param", "split"), unwritten(status, np.nan, np.float64))
-        ds = ds.assign_coords(scorer=("scorer", np.asarray(scorers, dtype=object)))
-    for name, variable in ds.data_vars.items():      # a block's chunk, the status' chunks
-        if name == "pred":
-            variable.encoding["chunks"] = block + (n,) + per_class
-        elif name in integrity.CLIENT_VARIABLES:
-            variable.encoding["chunks"] = status_chunk + variable.shape[2:]
-    inner = _inner_params(bp, bs * n * int(np.prod(per_class, dtype=int)) * np.dtype(dtype).itemsize)
-    if inner < bp:
-        # DESIGN CHOICE: a block of many params (a path task writes every param of its
-        # splits) is one Zarr v3 shard, still written whole by its one task (one file), made
-        # of inner chunks of `inner` params that readers decode on their own: a reducer going
-        # through the params in groups then reads each byte once, not once per group.
-        ds["pred"].encoding.update(chunks=(inner, bs, n) + per_class, shards=block + (n,) + per_class)
-    if getattr(data, "sample_weight", None) is not None:
-        ds["sample_weight"] = ("sample",), data.sample_weight
-    if getattr(data, "groups", None) is not None:
-        # DESIGN CHOICE: the group labels are kept (an optional variable: older stores lack it
-        # and still open) so that estimators can be cluster-robust (estimators/_cube.py
-        # analysis_groups); numbers as they are, anything else as text.
-        labels = np.asarray(data.groups)
-        ds["groups"] = ("sample",), (labels if labels.dtype.kind in "iub"
-                                     else labels.astype(str).astype(object))
-    # DESIGN CHOICE: every non-dimension coordinate is listed once, in the group's
-    # `coordinates` attribute (CF's global form), not on each data variable: an extension
-    # adds hyperparameter coordinates by rewriting the group's attributes through xarray,
-    # which leaves existing arrays' attributes as they are.
-    for var in ds.data_vars.values():
-        var.encoding["coordinates"] = None
-    return ds
-
-
-# DESIGN CHOICE: inner chunks of up to 4 MiB. A shard costs its index and a decode per inner
-# chunk: a lasso block (100 params x 2000 samples, 1.6 MB) took 6.2-7.9 ms to write and 5.7 ms
-# to read as a shard of two inner chunks against 4.5-5.9 and 3.1-3.4 ms as one chunk (medians
-# of 40, zstd + crc32c, one thread). Inner chunks of megabytes still let a reducer going
-# through the params in groups read each byte once (zarr and dask advise chunks of megabytes).
-SHARD_INNER_BYTES = 4 * 2**20      # at most this much of a block per inner chunk of its shard
-# at most this many (param, split) cells per chunk of a status variable (2 MiB of fit_seconds)
-STATUS_CHUNK_CELLS = 2**18
-
-
-def status_chunks(shape: tuple[int, int], block: tuple[int, int]) -> tuple[int, int]:
-    """The chunk of the (param, split) status variables of a ``shape`` cube of ``block`` blocks:
-    the whole array up to STATUS_CHUNK_CELLS cells, else whole blocks (as many splits' blocks
-    as fit, then params') within STATUS_CHUNK_CELLS, and one block at least.
-
-    >>> status_chunks((1000, 1001), (1000, 6))
-    (1000, 258)
-    >>> status_chunks((5, 11), (2, 4))
-    (5, 11)
-    """
-    if shape[0] * shape[1] <= STATUS_CHUNK_CELLS:
-        return tuple(shape)           # type: ignore[return-value]
-    blocks = max(1, STATUS_CHUNK_CELLS // (block[0] * block[1]))
-    along_split = min(blocks, -(-shape[1] // block[1]))
-    along_param = min(max(1, blocks // along_split), -(-shape[0] // block[0]))
-    return min(block[0] * along_param, shape[0]), min(block[1] * along_split, shape[1])
-
-
-def _inner_params(bp: int, param_bytes: int) -> int:
-    """Params per inner chunk of a block of ``bp`` params (``param_bytes`` each): the largest
-    divisor of ``bp`` within SHARD_INNER_BYTES, or ``bp`` when the whole block is."""
-    want = max(1, SHARD_INNER_BYTES // max(param_bytes, 1))
-    if want >= bp:
-        return bp
-    return max(d for d in range(1, want + 1) if bp % d == 0)
 
 def _write(ds: xr.Dataset, location: str, **kwargs) -> None:
     """``ds.to_zarr(location, ...)`` with consolidated metadata (Zarr v3), blocks left lazy;

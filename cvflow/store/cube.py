@@ -64,6 +64,7 @@ from .group import (FORMAT_ATTR, LAZY_VARIABLES, marker, not_a_store, open_group
                     stable)
 from .integrity import DamagedStore
 from .location import exists, is_url, resolve, storage_options
+from .schema import block_slices  # noqa: F401 - cvflow.store.cube.block_slices, as before
 
 # the encoding key where open_cube keeps the dask name of the store's own `pred`: read_pred
 # knows an untouched one by it
@@ -262,9 +263,3 @@ def block_chunks(store: str | os.PathLike) -> tuple[int, int]:
     return int(bp), int(bs)
 
 
-def block_slices(n_params: int, n_splits: int, chunks: tuple[int, int]):
-    """All blocks as (param slice, split slice), chunk-aligned."""
-    bp, bs = chunks
-    for p0 in range(0, n_params, bp):
-        for s0 in range(0, n_splits, bs):
-            yield slice(p0, min(p0 + bp, n_params)), slice(s0, min(s0 + bs, n_splits))

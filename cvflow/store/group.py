@@ -17,17 +17,11 @@ import zarr
 
 from . import integrity
 from ..errors import StoreError
+from .schema import FORMAT_ATTR, STORE_FORMAT, STORE_FORMAT_ATTR, UNSCORED_FORMAT  # noqa: F401
 from .location import exists, get, identity, is_link, resolve, sibling, storage_options
 from .. import config
 from .lock import _parse, _pid_alive, _slot, is_stale
 
-FORMAT_ATTR = "cvflow_version"
-# Store format: 1 (no attribute) before multiclass; 2 adds the `class` dim of multiclass `pred`;
-# 3 adds the fit-time scores (`score`, `train_score`, `score_time` along `scorer`): only a store
-# with scorers is written as 3 (an older cvflow would extend it without its scores), any other
-# still as 2. A store of format <= STORE_FORMAT opens and reduces; a newer one is refused.
-STORE_FORMAT_ATTR, STORE_FORMAT = "cvflow_format", 3
-UNSCORED_FORMAT = 2             # the format of a store without scorers
 CREATING = ".creating"     # the creation marker beside a store (see creation.create)
 GROWING = ".growing"       # the grow marker beside a store (see creation.grow, stable)
 # a reader waits at most this long for a live run to finish growing the store it reads

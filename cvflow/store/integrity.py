@@ -35,6 +35,8 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 from .. import terminal
 from ..errors import OVERWRITE, RESTORE, StoreError
 from .location import listing, storage_options
+from .schema import (CLIENT_VARIABLES, FITTED, REFITTED, SCORE_VARIABLES,  # noqa: F401
+                     STATUS_VARIABLES)
 
 # DESIGN CHOICE: zarr's default compressor (zstd, level 0) followed by crc32c over the
 # compressed bytes: a chunk is checked before it is decompressed, so any change to its object
@@ -43,12 +45,6 @@ from .location import listing, storage_options
 COMPRESSORS = (ZstdCodec(level=0, checksum=False), Crc32cCodec())
 # Written whole, fill values included, so that every chunk exists (see `required`).
 WHOLE = {"write_empty_chunks": True}
-STATUS_VARIABLES = ("done", "failed", "error", "fit_seconds")
-# the fit-time scores (store format 3), written by the client with the status
-SCORE_VARIABLES = ("score", "train_score", "score_time")
-CLIENT_VARIABLES = STATUS_VARIABLES + SCORE_VARIABLES    # written by the run's client
-REFITTED = "pred"         # the variable `cvflow run` rewrites when its chunk is damaged
-FITTED = (REFITTED,) + SCORE_VARIABLES    # the variables whose damage `cvflow run` refits
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,163 @@
+"""A small search's fixed cost (issue 41): ``cvflow.SearchCV`` without a store against
+``GridSearchCV(n_jobs=None)``, each call a fresh ``python`` process, as a user's script runs.
+
+Per case the two tools alternate (``SearchCV, GridSearchCV`` then ``GridSearchCV, SearchCV``,
+...) for ``--repeats`` rounds after one untimed warm-up round (the page cache of the imports);
+the medians of the whole process and of the time around ``fit`` (``cross_validate`` for the
+nested case; the second ``fit`` in the process for ``a2``) are printed with their ratios
+SearchCV / GridSearchCV, the load average before and after each case, and which of zarr,
+numcodecs, xarray, distributed, bokeh, jinja2 the SearchCV process imported. The cases are
+``searchcv_cases.py``'s (a: the tree, b: scaler + logistic, d: a with sample weights, e: b
+nested, g: SVC on digits); ``a2`` is case a fitted twice in one process.
+
+Run::
+
+    python benchmarks/small_search.py [--repeats 5] [--cases a,b,d,e,a2]
+    python benchmarks/small_search.py --importtime a     # where SearchCV's imports go
+    python benchmarks/small_search.py --profile a        # cProfile of SearchCV's fit
+
+Nothing here asserts a time: it measures.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+TOOLS = ("SearchCV", "GridSearchCV")
+HEAVY = ("zarr", "numcodecs", "xarray", "distributed", "bokeh", "jinja2")
+DEADLINE = 300
+
+
+def child(tool: str, case: str) -> None:
+    """One user's script: build the case, fit, print the seconds around the fit as JSON."""
+    sys.path.insert(0, str(HERE))
+    from searchcv_cases import CASES
+
+    name = case.rstrip("2")
+    est, grid, X, y, fit_params, options = CASES[name]()
+    if tool == "SearchCV":
+        import cvflow
+
+        search = cvflow.SearchCV(est, grid, cv=options.get("cv", 5), scoring=options.get("scoring"))
+    else:
+        from sklearn.model_selection import GridSearchCV
+
+        search = GridSearchCV(est, grid, cv=options.get("cv", 5), scoring=options.get("scoring"))
+    calls = 2 if case.endswith("2") else 1
+    for _ in range(calls):
+        start = time.perf_counter()
+        if options.get("nested"):
+            from sklearn.model_selection import cross_validate
+
+            cross_validate(search, X, y, cv=options["nested"])
+        else:
+            search.fit(X, y, **fit_params)
+        seconds = time.perf_counter() - start
+    print(json.dumps({"fit": seconds, "modules": len(sys.modules),
+                      "heavy": sorted(m for m in HEAVY if m in sys.modules)}))
+
+
+def whole(tool: str, case: str, flags: tuple[str, ...] = ()) -> dict:
+    # DESIGN CHOICE: bytecode is cached as in a user's environment (PYTHONDONTWRITEBYTECODE, set
+    # on this machine, made every process compile cvflow's ~100 modules again: 0.3-0.8 s)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, *flags, __file__, "--child", tool, case], env=env,
+                          capture_output=True, text=True, timeout=DEADLINE, cwd=REPO)
+    seconds = time.perf_counter() - start
+    if proc.returncode:
+        raise SystemExit(f"{tool} {case} failed: {proc.stderr.strip().splitlines()[-1:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {**out, "process": seconds, "stderr": proc.stderr}
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def compare(cases: list[str], repeats: int) -> None:
+    print("| case | GridSearchCV fit | SearchCV fit | fit ratio | GridSearchCV process | "
+          "SearchCV process | process ratio | SearchCV imported | load before / after |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for case in cases:
+        before = load()
+        times: dict[str, dict[str, list[float]]] = {t: {"fit": [], "process": []} for t in TOOLS}
+        heavy: list[str] = []
+        for rnd in range(repeats + 1):
+            for tool in (TOOLS if rnd % 2 == 0 else TOOLS[::-1]):
+                res = whole(tool, case)
+                if rnd:                               # round 0: warm-up
+                    times[tool]["fit"].append(res["fit"])
+                    times[tool]["process"].append(res["process"])
+                if tool == "SearchCV":
+                    heavy = res["heavy"]
+        med = {t: {k: statistics.median(v) for k, v in d.items()} for t, d in times.items()}
+        s, g = med["SearchCV"], med["GridSearchCV"]
+        print(f"| {case} | {g['fit']:.3f} s | {s['fit']:.3f} s | {s['fit'] / g['fit']:.2f}x | "
+              f"{g['process']:.2f} s | {s['process']:.2f} s | {s['process'] / g['process']:.2f}x | "
+              f"{', '.join(heavy) or 'none of ' + '/'.join(HEAVY)} | {before} / {load()} |",
+              flush=True)
+
+
+def importtime(case: str) -> None:
+    """The SearchCV process's import time summed by top-level package (self times), largest
+    first, and the heavy packages it imported."""
+    res = whole("SearchCV", case, ("-X", "importtime"))
+    total: dict[str, int] = {}
+    for line in res["stderr"].splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        self_us, _, name = line[len("import time:"):].split("|")
+        top = name.strip().split(".")[0]
+        total[top] = total.get(top, 0) + int(self_us)
+    print(f"load {load()}; fit {res['fit']:.3f} s; {res['modules']} modules; heavy: "
+          f"{', '.join(res['heavy']) or 'none'}")
+    for top, us in sorted(total.items(), key=lambda kv: -kv[1])[:25]:
+        print(f"  {us / 1e3:8.1f} ms  {top}")
+
+
+def profile(case: str) -> None:
+    import cProfile
+    import pstats
+
+    sys.path.insert(0, str(HERE))
+    from searchcv_cases import CASES
+
+    import cvflow
+
+    est, grid, X, y, fit_params, options = CASES[case]()
+    search = cvflow.SearchCV(est, grid, cv=options.get("cv", 5), scoring=options.get("scoring"))
+    prof = cProfile.Profile()
+    prof.runcall(search.fit, X, y, **fit_params)
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--cases", default="a,b,d,e,a2")
+    parser.add_argument("--child", nargs=2, metavar=("TOOL", "CASE"), help=argparse.SUPPRESS)
+    parser.add_argument("--importtime", metavar="CASE")
+    parser.add_argument("--profile", metavar="CASE")
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+    elif args.importtime:
+        importtime(args.importtime)
+    elif args.profile:
+        profile(args.profile)
+    else:
+        compare(args.cases.split(","), args.repeats)
+
+
+if __name__ == "__main__":
+    main()
