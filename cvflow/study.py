@@ -535,6 +535,12 @@ class StudyResult:
         return self._cube
 
     @property
+    def readable(self):
+        """The cube as the K-fold readers read it by name (``cvflow.cv_results``,
+        ``SearchCV``): the cube in memory itself (no Dataset, no xarray), else :attr:`cube`."""
+        return self.memory if self.memory is not None else self.cube
+
+    @property
     def where(self) -> str:
         """The store's path, or "(in memory)"."""
         from .store.memory import IN_MEMORY

@@ -97,7 +97,7 @@ def test_searchcv_scorers_equal_gridsearchcv(data, scoring, refit):
     assert_same(ours, ref)
     assert ours.score(X, y) == pytest.approx(ref.score(X, y), abs=1e-12)
     assert "mean_score_time" in ours.cv_results_
-    cube = cvflow.open(ours.store_)
+    cube = ours.cube_
     assert cube["score"].dims == ("param", "split", "scorer")
     assert int(cube.attrs["cvflow_format"]) == 3
 
@@ -108,7 +108,7 @@ def test_scoring_none_uses_the_estimators_own_score(data):
     ours = cvflow.SearchCV(Mock(), {"foo_param": [1, 2, 3]}, cv=2, cluster="threads").fit(X, y)
     assert_same(ours, ref)
     assert ours.best_estimator_.foo_param == 2
-    cube = cvflow.open(ours.store_)
+    cube = ours.cube_
     assert not cube["failed"].values.any()          # nothing to store, still scored
     assert np.isnan(cube["pred"].values).all()
     assert list(cube["scorer"].values) == ["score"]
@@ -117,7 +117,7 @@ def test_scoring_none_uses_the_estimators_own_score(data):
 def test_scoring_none_of_a_mixin_score_stays_a_loss(data):
     X, y = data
     search = cvflow.SearchCV(LogisticRegression(), GRID, cv=3, cluster="threads").fit(X, y)
-    assert "score" not in cvflow.open(search.store_)        # accuracy of the stored predictions
+    assert "score" not in search.cube_        # accuracy of the stored predictions
 
 
 @pytest.mark.parametrize("kind", ["classifier", "regressor", "nested pipeline"])
@@ -143,7 +143,7 @@ def test_scoring_none_of_a_pipeline_is_its_last_steps_mixin_score(data, kind):
     ref = GridSearchCV(pipe, values, cv=3).fit(X, y)
     ours = cvflow.SearchCV(pipe, values, cv=3, cluster="threads").fit(X, y)
     assert_same(ours, ref)
-    assert "score" not in cvflow.open(ours.store_)            # a loss of the stored predictions
+    assert "score" not in ours.cube_            # a loss of the stored predictions
 
 
 def test_a_scorer_that_raises_scores_nan_and_keeps_the_fit(data, tmp_path, caplog):

@@ -153,7 +153,7 @@ def test_other_selecting_estimators_choose_and_keep_the_cube(diabetes, tmp_path)
     simplest = {"cv_confidence": {"simplest": {"alpha": "max"}, "alpha": 0.2}}
     conf = cvflow.SearchCV(Ridge(), grid, cv=5, scoring="neg_mean_squared_error",
                            select=simplest, cluster="threads").fit(X, y)
-    want = cv_confidence(cvflow.open(conf.store_), loss="squared", alpha=0.2,
+    want = cv_confidence(conf.cube_, loss="squared", alpha=0.2,
                          simplest={"alpha": "max"})
     assert conf.best_index_ == int(want["simplest"])
     assert conf.best_params_ == {"alpha": grid["alpha"][conf.best_index_]}
@@ -285,9 +285,56 @@ def test_scikit_learn_conventions(diabetes):
     assert not hasattr(unrefit, "best_estimator_")
 
 
-def test_temporary_store_lives_with_the_search(diabetes):
+def test_a_search_without_a_store_keeps_its_cube_in_memory_and_saves_it(diabetes, tmp_path,
+                                                                          monkeypatch):
+    """No store asked: nothing is written (DESIGN.md section 3), the cube is in memory
+    (``cube_``), ``save(path)`` writes the store a run with ``store=`` writes, which
+    ``cvflow.open`` reads back value for value and whose ``cv_results`` are the search's."""
+    monkeypatch.chdir(tmp_path)
     X, y = diabetes
-    search = cvflow.SearchCV(Ridge(), {"alpha": [0.1, 1.0]}, cv=3, cluster="threads").fit(X, y)
+    grid = {"alpha": [0.1, 1.0, 10.0]}
+    search = cvflow.SearchCV(Ridge(), grid, cv=KFold(3), scoring="neg_mean_squared_error",
+                             cluster="threads").fit(X, y)
+    assert search.store_ is None and list(tmp_path.iterdir()) == []
+    cube = search.cube_
+    assert cube["pred"].shape == (3, 3, len(y)) and cube["done"].values.all()
+    path = search.save(tmp_path / "saved.zarr")
+    saved = cvflow.open(path)
+    assert set(saved.variables) == set(cube.variables)
+    for name in cube.variables:
+        a, b = cube[name].values, saved[name].values
+        if a.dtype.kind == "f":
+            assert np.array_equal(a, b, equal_nan=True), name
+            assert a.tobytes() == np.asarray(b, dtype=a.dtype).tobytes(), name
+        elif a.dtype == object:                     # strings (read back as numpy's StringDType)
+            assert [str(v) for v in a.ravel()] == [str(v) for v in np.asarray(b).ravel()], name
+        else:
+            assert a.dtype == b.dtype and np.array_equal(a, b), name
+    assert {k: v for k, v in saved.attrs.items()} == dict(cube.attrs)
+    # the held-out folds' predictions are scikit-learn's own (cross_val_predict's folds)
+    from sklearn.model_selection import cross_val_predict
+
+    oof = np.full(len(y), np.nan)
+    fold_split = saved["fold_split"].values[0]
+    fold = saved["fold"].values[0]
+    for j, s in enumerate(fold_split):
+        oof[fold == j] = saved["pred"].values[1, s][fold == j]
+    np.testing.assert_allclose(oof, cross_val_predict(Ridge(alpha=1.0), X, y, cv=KFold(3)),
+                               rtol=1e-10)
+    table = cvflow.cv_results(path, "neg_mean_squared_error", average="folds")
+    np.testing.assert_allclose(table["mean_test_score"], search.cv_results_["mean_test_score"],
+                               rtol=1e-12)
+    reference = GridSearchCV(Ridge(), grid, cv=KFold(3), scoring="neg_mean_squared_error").fit(X, y)
+    np.testing.assert_allclose(search.cv_results_["mean_test_score"],
+                               reference.cv_results_["mean_test_score"], rtol=1e-12)
+    with pytest.raises(cvflow.errors.StoreError, match="already exists"):
+        search.save(path)
+
+
+def test_temporary_store_of_a_raced_search_lives_with_the_search(diabetes):
+    X, y = diabetes
+    search = cvflow.SearchCV(Ridge(), {"alpha": [0.1, 1.0]}, cv=3, cluster="threads",
+                             scoring="neg_mean_squared_error", racing={"alpha": 0.05}).fit(X, y)
     first = Path(search.store_)
     assert cvflow.open(first)["pred"].shape[0] == 2
     search.fit(X, y)                                      # a refit replaces it

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import cvflow
@@ -218,3 +219,75 @@ def test_an_import_inside_a_function_is_there_for_start_up():
             movable.append(f"{module}:{line} ({', '.join(mods)})")
     assert not movable, "imports inside functions that cost their module nothing at the top:\n" \
         + "\n".join(movable)
+# DESIGN.md section 3: a study without a store keeps its cube in memory and imports neither
+# zarr nor xarray (which imports dask.array) until someone asks for the cube as a Dataset.
+# jinja2 is not in the list: `import dask` imports it (dask.widgets), and every route's blocks
+# are Dask tasks (DESIGN.md section 4), the in-process one on dask's threaded scheduler.
+NOT_WITHOUT_A_STORE = ("zarr", "numcodecs", "xarray", "dask.array", "distributed", "bokeh",
+                       "tornado")
+SEARCH = """\
+import json, sys
+import numpy as np
+from sklearn.datasets import load_breast_cancer
+from sklearn.tree import DecisionTreeClassifier
+import cvflow
+X, y = load_breast_cancer(return_X_y=True)
+search = cvflow.SearchCV(DecisionTreeClassifier(random_state=0), {{"max_depth": [2, 4, 8]}}, cv=5)
+search.fit(X, y{weights})
+loaded = [m for m in {heavy!r} if m in sys.modules]
+print(json.dumps([loaded, search.best_index_.item(), search.best_score_,
+                  search.cv_results_["mean_test_score"].tolist()]))
+"""
+
+
+@pytest.mark.parametrize("weights", ["", ", sample_weight=np.linspace(0.5, 2, len(y))"])
+def test_a_search_without_a_store_imports_no_store_and_no_dataset_library(weights):
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.tree import DecisionTreeClassifier
+
+    out = subprocess.run([sys.executable, "-c", SEARCH.format(heavy=NOT_WITHOUT_A_STORE,
+                                                              weights=weights)],
+                         env=fh.cli_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    loaded, best, score, means = json.loads(out.stdout.splitlines()[-1])
+    assert loaded == []
+    # and the answers are GridSearchCV's (the in-memory cube scores what a store would)
+    X, y = load_breast_cancer(return_X_y=True)
+    params = {"sample_weight": np.linspace(0.5, 2, len(y))} if weights else {}
+    reference = GridSearchCV(DecisionTreeClassifier(random_state=0), {"max_depth": [2, 4, 8]},
+                             cv=5).fit(X, y, **params)
+    assert best == reference.best_index_
+    np.testing.assert_allclose(means, reference.cv_results_["mean_test_score"], rtol=0, atol=1e-12)
+    assert abs(score - reference.best_score_) <= 1e-12
+
+
+def test_a_study_without_a_store_reads_its_dataset_only_when_asked(tmp_path):
+    code = (
+        "import json, sys, numpy as np, cvflow\n"
+        "from sklearn.linear_model import Ridge\n"
+        "rng = np.random.default_rng(0); X = rng.normal(size=(60, 3)); y = X @ [1., 2., 0.]\n"
+        "result = cvflow.Study(Ridge(), param_grid={'alpha': [0.1, 1.0]}, cv=3).run(\n"
+        "    X, y, cluster='threads', progress=False)\n"
+        f"before = [m for m in {NOT_WITHOUT_A_STORE!r} if m in sys.modules]\n"
+        "shape = list(result.cube['pred'].shape)\n"
+        "print(json.dumps([before, 'xarray' in sys.modules, shape, result.store is None]))\n")
+    out = subprocess.run([sys.executable, "-c", code], env=fh.cli_env(), capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == [[], True, [2, 4, 60], True]
+    assert list(tmp_path.iterdir()) == []            # no store written
+
+
+# the modules `import cvflow` added to a process that had imported numpy, on main at 65c43fd
+# and cb6d4a3 (issue 41 item 2: at most these)
+IMPORT_CVFLOW_MODULES = 22
+
+
+def test_import_cvflow_adds_no_more_modules_than_before():
+    code = ("import sys, numpy; before = set(sys.modules); import cvflow; "
+            "print(len(set(sys.modules) - before))")
+    out = subprocess.run([sys.executable, "-c", code], env=fh.cli_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.split()[-1]) <= IMPORT_CVFLOW_MODULES

@@ -15,13 +15,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from ..errors import InputError
 from .cube_losses import pointwise
 from .losses import Loss
 from .memory import load_if_small
 from .one_pass import pass_terms
+from ..store.memory import Variable
 from . import np_roles
 from .split_tables import full_split_index, has_splits, require  # noqa: F401 - the estimators' lookups
 
@@ -36,6 +37,15 @@ def at_splits(values: xr.DataArray, index: xr.DataArray) -> xr.DataArray:
     """
     idx = np.asarray(index.values)
     flat = np.where(idx < 0, 0, idx).ravel()
+    if isinstance(values, Variable):          # a cube in memory: numpy, no Dataset
+        axis = values.dims.index("split")
+        data = np.take(values.values, flat, axis=axis)
+        data = data.reshape(data.shape[:axis] + idx.shape + data.shape[axis + 1:])
+        if (idx < 0).any():
+            shape = (1,) * axis + idx.shape + (1,) * (data.ndim - axis - idx.ndim)
+            data = np.where((idx >= 0).reshape(shape), data, np.nan)
+        dims = values.dims[:axis] + tuple(index.dims) + values.dims[axis + 1:]
+        return Variable(dims, data, values.cube, values.name)
     keep = {k: c for k, c in values.coords.items() if "split" not in c.dims}
     distinct = np.unique(flat)
     picked = load_if_small(values.drop_vars([k for k in values.coords if k not in keep])

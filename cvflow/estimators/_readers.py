@@ -19,7 +19,7 @@ and returns plain arrays or a labelled Dataset; none imports an estimator.
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from ..errors import InputError
 from . import np_roles

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 from scipy import stats
 
 from ..errors import InputError

@@ -22,7 +22,7 @@ p_right)`` are (P(a better), P(rope), P(b better)); with ``rope = 0`` baycomp re
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 from scipy import stats
 
 from ..errors import InputError

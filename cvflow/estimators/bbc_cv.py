@@ -31,7 +31,7 @@ from __future__ import annotations
 
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from . import guardrails, np_roles
 from ._cube import analysis_groups

@@ -21,7 +21,7 @@ import json
 import string
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from ..errors import InputError
 from . import guardrails, np_roles

@@ -15,7 +15,7 @@ big stores.
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from . import guardrails, np_roles
 from ._cube import param_coords, role_terms

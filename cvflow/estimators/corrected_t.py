@@ -19,7 +19,7 @@ corrected repeated K-fold variance).
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from . import guardrails
 from ._cube import fold_level_groups

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from ..errors import InputError
 from .losses import Loss, apply_loss, checked_loss, names_code

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from ..errors import InputError
 from . import guardrails, np_roles

@@ -18,7 +18,7 @@ A fit that failed (any NaN prediction on the fold) gives NaN, never a skipped fo
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from .losses import Loss, stored_scores
 from . import np_roles
@@ -54,14 +54,15 @@ def metric_terms(cube: xr.Dataset, decl: Loss, *, roles=("fold",), what: str,
     n_params = int(pred.sizes["param"])
     out = {}
     for key, table in tables.items():
-        picked = at_splits(pred, table)                   # (param, repeat, outer[, inner], ...)
+        # (param, repeat, outer[, inner], ...): numpy, or dask on a lazy cube
+        picked = at_splits(pred, table).data
         per_param = picked.nbytes // max(n_params, 1)
         step = max(1, IN_MEMORY_BYTES // max(per_param, 1))
         values = np.full(picked.shape[:len(table.dims) + 1], np.nan)
         if key == "inner_metric":                         # the pair diagonal is no fit
             values[:, :, np.eye(k, dtype=bool)] = 0.0
         for p0 in range(0, n_params, step):
-            block = picked.isel(param=slice(p0, p0 + step)).data
+            block = picked[p0:p0 + step]
             block = np.asarray(compute_here(block) if is_lazy(block) else block)
             for index in np.ndindex(*block.shape[:values.ndim]):
                 h, r, scored = p0 + index[0], index[1], index[-1]   # N_scored: outer j or inner l

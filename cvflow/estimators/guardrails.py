@@ -38,7 +38,7 @@ import json
 import logging
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import functools
 import json
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from ..errors import InputError
 from ..objects import short

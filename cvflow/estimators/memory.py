@@ -10,7 +10,7 @@ import sys
 from typing import Literal
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from .. import config
 
@@ -100,9 +100,10 @@ def store_here(array, out: np.ndarray) -> None:
 
 
 def is_lazy(array) -> bool:
-    import dask.array as da
-
-    return isinstance(array, da.Array)
+    # a dask array exists only once dask.array is imported: a numpy cube (a search's in
+    # memory) is told without importing it (~0.2 s; tests/test_startup.py)
+    da = sys.modules.get("dask.array")
+    return da is not None and isinstance(array, da.Array)
 
 
 def load_if_small(values: xr.DataArray) -> xr.DataArray:

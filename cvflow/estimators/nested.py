@@ -17,7 +17,7 @@ The inner machinery every nested estimator reads is in :mod:`cvflow.estimators._
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from . import guardrails, np_roles
 from ._cube import param_coords, role_terms

@@ -60,7 +60,7 @@ import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from .. import config
 from ..errors import InputError

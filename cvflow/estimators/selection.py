@@ -10,7 +10,7 @@ rules as every other reducer.
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from ..errors import InputError
 from . import np_roles

@@ -15,11 +15,11 @@ import time
 from typing import NamedTuple, Sequence
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 from scipy.stats import rankdata
 
 from . import np_roles
-from ._cube import at_splits, require, role_terms
+from ._cube import require, role_terms
 from .cube_losses import cube_loss
 from .fold_metrics import metric_terms
 from .losses import DECLARED, Loss, from_scoring
@@ -81,8 +81,10 @@ def fold_splits(cube: xr.Dataset) -> np.ndarray:
 
 def fold_values(cube: xr.Dataset, values: xr.DataArray) -> np.ndarray:
     """``values`` (param, split) at the fold splits: (P, R·K), repeat-major."""
-    picked = at_splits(values, require(cube, "fold_split", WHAT))
-    return np.asarray(picked.values, dtype=np.float64).reshape(picked.shape[0], -1)
+    # a (param, split) variable, small: read whole and taken at the fold splits (no fold
+    # split is missing: require), in numpy, so that a cube in memory needs no xarray
+    index = np.asarray(require(cube, "fold_split", WHAT).values).ravel()
+    return np.asarray(values.values, dtype=np.float64)[:, index]
 
 
 def scoring_loss(cube: xr.Dataset, name, *, where: str = "cv_results: losses"

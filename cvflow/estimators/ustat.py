@@ -37,7 +37,7 @@ import logging
 import math
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from ..errors import InputError
 from . import guardrails

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 import pandas as pd
 
 from ..errors import InputError
 from ..estimators.losses import Loss
+from ..store.memory import MemoryCube
 from ..estimators.split_scores import (fold_splits, fold_values, rank as rank_of, scoring_loss,
                                        split_scores, spread, with_error_score)
 from .failures import group
@@ -206,15 +207,18 @@ def fit_records(source) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _cube_of(source) -> tuple[xr.Dataset, str | None]:
     """The cube of ``source`` and the default loss its results use (None: the store's)."""
-    if isinstance(source, xr.Dataset):
-        return source, None
-    result = getattr(source, "result_", source)           # a fitted cvflow.SearchCV
-    if hasattr(result, "cube"):                           # a StudyResult
-        return result.cube, getattr(result, "loss", None)
     if isinstance(source, (str, Path)):
         from ..store.cube import open_cube
 
         return open_cube(source), None
+    result = getattr(source, "result_", source)           # a fitted cvflow.SearchCV
+    readable = getattr(result, "readable", None)   # a StudyResult: a cube in memory is read
+    if readable is not None:                       # as it is (no Dataset, no xarray)
+        return readable, getattr(result, "loss", None)
+    if hasattr(result, "cube"):
+        return result.cube, getattr(result, "loss", None)
+    if isinstance(source, MemoryCube) or isinstance(source, xr.Dataset):
+        return source, None
     raise InputError(f"cv_results: {type(source).__name__} is not a store, a cube or a study "
                      "result; give a store path, cvflow.open(path) or Study.run's result")
 

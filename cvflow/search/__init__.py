@@ -533,7 +533,7 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         """``cv_results_`` in GridSearchCV's key order, with its dtypes and warnings; returns
         the scorings as the fits gave them (a callable that returned a dict of scores is
         several: :func:`cvflow.search.scoring_arg.returned`)."""
-        sc = scoring_arg.returned(sc, result.cube, self.refit)
+        sc = scoring_arg.returned(sc, result.readable, self.refit)
         self.multimetric_ = sc.multimetric
         # a scorer computed at fit time is read by its name in the store; a loss is its cvflow
         # loss (resolved once in fit), in scikit-learn's sign (sign="score")

@@ -64,6 +64,24 @@ class MemoryCube:
             raise KeyError(name)
         return found[0]
 
+    # -- the read side of an xarray Dataset that the K-fold readers use ---------------------
+    # DESIGN CHOICE: cvflow.cv_results and the K-fold kernel (estimators/split_scores.py,
+    # _cube.role_terms) read a cube by name: ``cube["pred"].values``, ``cube.sizes``,
+    # ``"score" in cube``, ``cube.attrs``. The cube in memory answers those reads itself, so a
+    # search without a store scores its fits, as GridSearchCV does, without building a
+    # Dataset (xarray and dask.array: ~0.3-0.4 s); anything else reads ``to_dataset()``.
+
+    def __getitem__(self, name: str) -> Variable:
+        return Variable(self.dims(name), self.values(name), self, name)
+
+    @property
+    def coords(self) -> dict[str, Variable]:
+        return {name: self[name] for name in self.schema.coords}
+
+    @property
+    def variables(self) -> dict[str, Variable]:
+        return {name: self[name] for name in (*self.schema.variables, *self.schema.coords)}
+
     def to_dataset(self):
         """The cube as an xarray Dataset (numpy-backed; imports xarray)."""
         return to_dataset(self.schema)
@@ -121,6 +139,48 @@ class MemoryCube:
         variables["error"] = (self.dims("error"), np.full(self.values("error").shape, "",
                                                           dtype=object))
         return to_dataset(replace(self.schema, variables=variables))
+
+
+class Variable:
+    """One variable of a :class:`MemoryCube`, read as an xarray DataArray is read: ``values``
+    (``data``, the same numpy array), ``dims``, ``shape``, ``sizes``, and ``sel`` of labels
+    along a dimension that has a coordinate (``cube["score"].sel(scorer="f1")``)."""
+
+    def __init__(self, dims: tuple[str, ...], values: np.ndarray, cube: MemoryCube, name: str):
+        self.dims, self.values, self.cube, self.name = tuple(dims), values, cube, name
+
+    @property
+    def data(self) -> np.ndarray:
+        return self.values
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.values.shape
+
+    @property
+    def size(self) -> int:
+        return int(self.values.size)
+
+    @property
+    def ndim(self) -> int:
+        return self.values.ndim
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.values.nbytes)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return dict(zip(self.dims, self.values.shape))
+
+    def sel(self, **labels) -> Variable:
+        values, dims = self.values, list(self.dims)
+        for dim, label in labels.items():
+            axis = dims.index(dim)
+            where = [str(v) for v in self.cube.values(dim)].index(str(label))
+            values = np.take(values, where, axis=axis)
+            dims.pop(axis)
+        return Variable(tuple(dims), values, self.cube, self.name)
 
 
 class _Written:
