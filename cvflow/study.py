@@ -509,9 +509,9 @@ class StudyResult:
         self.store = None if self.memory is not None else Path(store)
         self.all_params = all_params
         self._cube = None
-        if self.store is not None:
-            self.cube                      # noqa: B018 - a store is opened now, as it is now
         self.run = run
+        if self.store is not None:
+            self.cube                      # noqa: B018 - a store is opened now, as before
         self.loss = loss
         self.trust_code = trust_code
         self._results: dict | None = None
@@ -529,7 +529,8 @@ class StudyResult:
             else:
                 from .store.cube import open_cube
 
-                cube = open_cube(self.store)
+                # the run that returned this result wrote the store: it trusts its own bytes
+                cube = open_cube(self.store, trusted=self.run is not None)
             # an extended store's params the workflow no longer lists are left out unless asked
             self._cube = workflow_view(cube, all_params=self.all_params)
         return self._cube
