@@ -33,6 +33,7 @@ from .workflow.learners import grid_values
 from .workflow.scorer_specs import build_scorer, describe_scorer
 from .workflow.spec import Workflow, parse_workflow
 from .trust import Trust, how, listed, param_code, untrusted, workflow_code
+from .store.memory import IN_MEMORY, MemoryCube
 from .estimators.labels import param_label
 from .fitting.learners import fit_model
 from .fitting.trial import check_learners
@@ -501,8 +502,6 @@ class StudyResult:
 
     def __init__(self, store, *, run=None, loss: str | None = None, trust_code: Trust = False,
                  all_params: bool = False, params: list | None = None):
-        from .store.memory import MemoryCube
-
         # a study run without a store: its cube in memory (cvflow.store.memory), read as a
         # Dataset only when asked (xarray is imported then)
         self.memory = store if isinstance(store, MemoryCube) else None
@@ -537,24 +536,19 @@ class StudyResult:
 
     @property
     def readable(self):
-        """The cube as the K-fold readers read it by name (``cvflow.cv_results``,
-        ``SearchCV``): the cube in memory itself (no Dataset, no xarray), else :attr:`cube`."""
+        """The cube as the K-fold readers read it by name (``cvflow.cv_results``, ``SearchCV``):
+        the cube in memory itself (no Dataset, no xarray), else :attr:`cube`."""
         return self.memory if self.memory is not None else self.cube
 
     @property
     def where(self) -> str:
-        """The store's path, or "(in memory)"."""
-        from .store.memory import IN_MEMORY
-
-        return IN_MEMORY if self.store is None else str(self.store)
+        return IN_MEMORY if self.store is None else str(self.store)      # for messages
 
     def save(self, path) -> Path:
-        """Write a cube kept in memory as a store at ``path`` (new), which ``cvflow.open`` and
-        :meth:`from_store` read back value for value; returns the path. A result over a store
-        has one already: InputError."""
+        """Write a cube kept in memory as a new store at ``path``, which ``cvflow.open`` reads
+        back value for value; returns the path (InputError for a result over a store)."""
         if self.memory is None:
-            raise InputError(f"StudyResult.save: this result's cube is the store {self.store}; "
-                             "copy that store instead")
+            raise InputError(f"StudyResult.save: the cube is the store {self.store}; copy it")
         self.memory.save(path)
         return Path(path)
 

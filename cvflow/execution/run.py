@@ -42,7 +42,6 @@ from ..store.lock import run_lock
 from .loop import Block, Loop, check_on_workers, time_on_workers
 from .preflight import check_cluster, check_run
 from .progress import Progress, reporter
-from .race_runner import Race, labels, mark_done, run_stages, stage_blocks
 from .sizing import gil_share, one_blas_thread, thread_bound_share
 from .tasks import TaskContext
 
@@ -610,6 +609,9 @@ class _Run:
                   for ps, ss in todo]
         race = None
         if self.workflow.racing:            # racing: the first stage's blocks first
+            # DESIGN CHOICE: imported here: racing reads its store (zarr), which a run that keeps
+            # its cube in memory never imports (tests/test_startup.py)
+            from .race_runner import Race, labels, stage_blocks
 
             race = Race.start(self.workflow.racing, design, len(params), labels=labels(params))
             first = stage_blocks(race, 0, done, chunks)
@@ -662,6 +664,8 @@ class _Run:
 
     def _race(self, race, loop, recorder, first, done, chunks) -> None:
         """The stages after the first (:func:`cvflow.execution.race_runner.run_stages`) on the run's loop."""
+        from .race_runner import mark_done, run_stages     # a raced run has a store (zarr)
+
         def fit(blocks) -> None:
             loop.submit([Block(ps, ss, cells) for ps, ss, cells in blocks])
             loop.run()

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import RESTORE, StoreError
-from .group import STORE_FORMAT, STORE_FORMAT_ATTR, UNSCORED_FORMAT
+from .schema import STORE_FORMAT, STORE_FORMAT_ATTR, UNSCORED_FORMAT
 
 # DESIGN CHOICE: each attribute's type as cvflow writes it (cvflow.workflow.spec, cvflow.store.creation,
 # cvflow.execution.extend, cvflow.execution.race_runner): plain text, or JSON text of a list or an object. Absent is

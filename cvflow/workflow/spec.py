@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-import xarray as xr
+from ..lazy import xarray as xr
 
 from .data import Data, load_data, not_a_file
 from ..objects import CLASS
