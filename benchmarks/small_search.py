@@ -15,6 +15,7 @@ Run::
     python benchmarks/small_search.py [--repeats 5] [--cases a,b,d,e,a2]
     python benchmarks/small_search.py --importtime a     # where SearchCV's imports go
     python benchmarks/small_search.py --profile a        # cProfile of SearchCV's fit
+    python benchmarks/small_search.py --baseline /tmp/main-checkout   # before -> after
 
 Nothing here asserts a time: it measures.
 """
@@ -65,11 +66,11 @@ def child(tool: str, case: str) -> None:
                       "heavy": sorted(m for m in HEAVY if m in sys.modules)}))
 
 
-def whole(tool: str, case: str, flags: tuple[str, ...] = ()) -> dict:
+def whole(tool: str, case: str, flags: tuple[str, ...] = (), repo: Path = REPO) -> dict:
     # DESIGN CHOICE: bytecode is cached as in a user's environment (PYTHONDONTWRITEBYTECODE, set
     # on this machine, made every process compile cvflow's ~100 modules again: 0.3-0.8 s)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), env.get("PYTHONPATH")) if p)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, *flags, __file__, "--child", tool, case], env=env,
                           capture_output=True, text=True, timeout=DEADLINE, cwd=REPO)
@@ -84,28 +85,42 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def compare(cases: list[str], repeats: int) -> None:
+def compare(cases: list[str], repeats: int, baseline: Path | None = None) -> None:
+    """The table; with ``baseline`` (another checkout of cvflow) its SearchCV is a third tool,
+    interleaved with the others, and its ratios come first (before -> after)."""
+    tools = TOOLS + (("baseline",) if baseline else ())
     print("| case | GridSearchCV fit | SearchCV fit | fit ratio | GridSearchCV process | "
           "SearchCV process | process ratio | SearchCV imported | load before / after |")
     print("|---|---|---|---|---|---|---|---|---|")
     for case in cases:
         before = load()
-        times: dict[str, dict[str, list[float]]] = {t: {"fit": [], "process": []} for t in TOOLS}
-        heavy: list[str] = []
+        times: dict[str, dict[str, list[float]]] = {t: {"fit": [], "process": []} for t in tools}
+        heavy: dict[str, list[str]] = {}
         for rnd in range(repeats + 1):
-            for tool in (TOOLS if rnd % 2 == 0 else TOOLS[::-1]):
-                res = whole(tool, case)
+            for tool in tools[rnd % len(tools):] + tools[:rnd % len(tools)]:
+                res = whole("SearchCV" if tool == "baseline" else tool, case,
+                            repo=baseline if tool == "baseline" else REPO)
                 if rnd:                               # round 0: warm-up
                     times[tool]["fit"].append(res["fit"])
                     times[tool]["process"].append(res["process"])
-                if tool == "SearchCV":
-                    heavy = res["heavy"]
+                heavy[tool] = res["heavy"]
         med = {t: {k: statistics.median(v) for k, v in d.items()} for t, d in times.items()}
-        s, g = med["SearchCV"], med["GridSearchCV"]
-        print(f"| {case} | {g['fit']:.3f} s | {s['fit']:.3f} s | {s['fit'] / g['fit']:.2f}x | "
-              f"{g['process']:.2f} s | {s['process']:.2f} s | {s['process'] / g['process']:.2f}x | "
-              f"{', '.join(heavy) or 'none of ' + '/'.join(HEAVY)} | {before} / {load()} |",
-              flush=True)
+        g = med["GridSearchCV"]
+
+        def cell(tool: str, key: str, digits: int) -> str:
+            return f"{med[tool][key]:.{digits}f} s"
+
+        def ratio(tool: str, key: str) -> str:
+            return f"{med[tool][key] / g[key]:.2f}x"
+
+        def both(tool_key, fmt):
+            return (f"{fmt('baseline', *tool_key)} -> " if baseline else "") + fmt("SearchCV", *tool_key)
+
+        imported = (f"{', '.join(heavy['baseline']) or 'none'} -> " if baseline else "") + \
+            (", ".join(heavy["SearchCV"]) or "none of " + "/".join(HEAVY))
+        print(f"| {case} | {g['fit']:.3f} s | {both(('fit', 3), cell)} | {both(('fit',), ratio)} | "
+              f"{g['process']:.2f} s | {both(('process', 2), cell)} | "
+              f"{both(('process',), ratio)} | {imported} | {before} / {load()} |", flush=True)
 
 
 def importtime(case: str) -> None:
@@ -148,6 +163,8 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, metavar=("TOOL", "CASE"), help=argparse.SUPPRESS)
     parser.add_argument("--importtime", metavar="CASE")
     parser.add_argument("--profile", metavar="CASE")
+    parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
+                        help="another cvflow checkout whose SearchCV runs beside (before -> after)")
     args = parser.parse_args()
     if args.child:
         child(*args.child)
@@ -156,7 +173,7 @@ def main() -> None:
     elif args.profile:
         profile(args.profile)
     else:
-        compare(args.cases.split(","), args.repeats)
+        compare(args.cases.split(","), args.repeats, args.baseline)
 
 
 if __name__ == "__main__":
