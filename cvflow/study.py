@@ -33,7 +33,7 @@ from .workflow.learners import grid_values
 from .workflow.scorer_specs import build_scorer, describe_scorer
 from .workflow.spec import Workflow, parse_workflow
 from .trust import Trust, how, listed, param_code, untrusted, workflow_code
-from .store.memory import IN_MEMORY, MemoryCube
+from .report.study_cube import StudyCube
 from .estimators.labels import param_label
 from .fitting.learners import fit_model
 from .fitting.trial import check_learners
@@ -477,7 +477,7 @@ def _grid_lists(grid, where: str) -> list[dict[str, list]]:
     return out
 
 
-class StudyResult:
+class StudyResult(StudyCube):
     """The results of a study over its opened store.
 
     Attributes
@@ -502,55 +502,13 @@ class StudyResult:
 
     def __init__(self, store, *, run=None, loss: str | None = None, trust_code: Trust = False,
                  all_params: bool = False, params: list | None = None):
-        # a study run without a store: its cube in memory (cvflow.store.memory), read as a
-        # Dataset only when asked (xarray is imported then)
-        self.memory = store if isinstance(store, MemoryCube) else None
-        self.store = None if self.memory is not None else Path(store)
-        self.all_params = all_params
-        self._cube = None
-        self.run = run
-        if self.store is not None:
-            self.cube                      # noqa: B018 - a store is opened now, as before
+        super().__init__(store, run=run, all_params=all_params)
         self.loss = loss
         self.trust_code = trust_code
         self._results: dict | None = None
         # the run's own params (Study.run): :meth:`refit` fits their objects, which the store
         # only describes (a lambda, a __main__ class); keyed by the stored param_json
         self._params = {p.to_json(): p for p in params or () if p.source is not None}
-
-    @property
-    def cube(self):
-        if self._cube is None:
-            from .report.results import workflow_view
-
-            if self.memory is not None:
-                cube = self.memory.to_dataset()
-            else:
-                from .store.cube import open_cube
-
-                # the run that returned this result wrote the store: it trusts its own bytes
-                cube = open_cube(self.store, trusted=self.run is not None)
-            # an extended store's params the workflow no longer lists are left out unless asked
-            self._cube = workflow_view(cube, all_params=self.all_params)
-        return self._cube
-
-    @property
-    def readable(self):
-        """The cube as the K-fold readers read it by name (``cvflow.cv_results``, ``SearchCV``):
-        the cube in memory itself (no Dataset, no xarray), else :attr:`cube`."""
-        return self.memory if self.memory is not None else self.cube
-
-    @property
-    def where(self) -> str:
-        return IN_MEMORY if self.store is None else str(self.store)      # for messages
-
-    def save(self, path) -> Path:
-        """Write a cube kept in memory as a new store at ``path``, which ``cvflow.open`` reads
-        back value for value; returns the path (InputError for a result over a store)."""
-        if self.memory is None:
-            raise InputError(f"StudyResult.save: the cube is the store {self.store}; copy it")
-        self.memory.save(path)
-        return Path(path)
 
     @classmethod
     def from_store(cls, path, *, loss: str | None = None, trust_code: Trust = False,

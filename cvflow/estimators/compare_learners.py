@@ -16,7 +16,7 @@ from typing import Literal
 
 import numpy as np
 import pandas as pd
-import xarray as xr
+from ..lazy import xarray as xr
 from scipy import stats
 
 from ..errors import ComparisonWarning, InputError
