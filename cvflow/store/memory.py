@@ -15,7 +15,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from .schema import FILLS, SCORE_VARIABLES, WRITTEN, Schema, is_unwritten, to_dataset
+from .schema import (FILLS, SCORE_VARIABLES, WRITTEN, Schema, is_unwritten, to_dataset,
+                     unwritten)
 
 # what a store location names when the cube is in memory (RunResult.store, TaskContext.store)
 IN_MEMORY = "(in memory)"
@@ -131,8 +132,6 @@ class MemoryCube:
     def template(self):
         """The Dataset a store of this cube is created from: its written variables at their
         fill values (:func:`cvflow.store.creation.create` leaves them unwritten)."""
-        from .schema import unwritten
-
         variables = {name: (dims, unwritten(values.shape, FILLS[name], values.dtype)
                             if name in WRITTEN and name != "error" else values)
                      for name, (dims, values) in self.schema.variables.items()}
