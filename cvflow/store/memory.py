@@ -76,6 +76,10 @@ class MemoryCube:
         return Variable(self.dims(name), self.values(name), self, name)
 
     @property
+    def encoding(self) -> dict:
+        return {}                 # no store behind it
+
+    @property
     def coords(self) -> dict[str, Variable]:
         return {name: self[name] for name in self.schema.coords}
 
@@ -163,6 +167,14 @@ class Variable:
     @property
     def ndim(self) -> int:
         return self.values.ndim
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.values.dtype
+
+    @property
+    def encoding(self) -> dict:
+        return {}                 # no store: no chunks (numpy, any view is cheap)
 
     @property
     def nbytes(self) -> int:
