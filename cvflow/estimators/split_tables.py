@@ -5,7 +5,7 @@ estimators (through :mod:`cvflow.estimators._cube`) and by the one pass
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from ..errors import InputError
 
