@@ -484,10 +484,8 @@ class StudyResult(StudyCube):
     ----------
     cube : xarray.Dataset
         The opened store (:func:`cvflow.open`), restricted to the params of its last
-        workflow (an extended store keeps others; ``all_params=True`` keeps them here too);
-        a study run without a store: its cube in memory as a Dataset (built when first read).
-    store : Path or None
-        The store; None for a cube kept in memory (:meth:`save` writes one).
+        workflow (an extended store keeps others; ``all_params=True`` keeps them here too).
+    store : Path or None (a cube kept in memory: ``save(path)``, :mod:`cvflow.report.study_cube`)
     results : dict name -> xarray.Dataset
         Each requested estimator's result (computed on first use).
     selected : dict criterion -> {"index", "learner", "params"}

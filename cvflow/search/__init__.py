@@ -147,11 +147,9 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         member of its set). A scoring computed at fit time selects with ``"kfold"`` only;
         the other selectors reduce stored predictions with a loss.
     store : path or URL, optional
-        Where the cube is written (kept). None: the cube is kept in memory, as the fits' scores
-        of ``GridSearchCV`` are (``cube_``; ``save(path)`` writes it as a store); with
-        ``racing``, which reads a store, a temporary directory removed with the search object
-        (or at its next ``fit``). A given store is resumed or extended on refits with
-        the same data, and refused for other data (a store keeps one study).
+        Where the cube is written (kept). None: kept in memory (``cube_``, ``save(path)``); a
+        raced search: a temporary directory removed with the search object. A given store is
+        resumed or extended on refits with the same data, and refused for other data.
     estimators : tuple, default ()
         Other estimators to run over the same cube (their results in ``result_``).
     average : {"folds", "samples"}, default "folds"
@@ -206,11 +204,8 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
     classes_, n_features_in_, feature_names_in_
         Of ``best_estimator_`` (``feature_names_in_`` when it has them).
     multimetric_ : bool
-    store_ : str or None
-        The cube's path; ``cvflow.open(search.store_)`` opens it. None without ``store``: the
-        cube is kept in memory (``cube_``; ``save(path)`` writes it as a store).
-    cube_ : xarray.Dataset
-        The cube (``result_.cube``; built from the cube in memory when first read).
+    store_, cube_ : str or None, xarray.Dataset
+        The cube's path (None: in memory, ``save(path)`` writes it) and the cube.
     result_ : cvflow.study.StudyResult
         The cvflow results over the cube (``result_["kfold"]``, ``result_.cube``, ...).
     """
@@ -640,15 +635,10 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
                                  "scorings and refit=False); give refit a scoring name")
         print(estimates.text(self), file=file)
 
-    @property
-    def cube_(self):
-        check_is_fitted(self, "result_")
-        return self.result_.cube
+    cube_ = property(lambda self: self.result_.cube, doc="The cube (``result_.cube``).")
 
     def save(self, path) -> Path:
-        """Write the cube of a search without a store as a store at ``path`` (new), which
-        ``cvflow.open`` reads back value for value; returns the path."""
-        check_is_fitted(self, "result_")
+        """Write the cube kept in memory (no ``store``) as a new store at ``path``."""
         return self.result_.save(path)
 
     # -- delegation ----------------------------------------------------------------------------
