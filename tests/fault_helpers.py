@@ -207,6 +207,19 @@ class DyingRidge(Ridge):
         return super().fit(X, y, sample_weight=sample_weight)
 
 
+class BlockDyingRidge(DyingRidge):
+    """DyingRidge that ends its process only in the study's own fits, not in the run's trial
+    and timing fits (which fit 1 to all of a grid's values, by the machine's speed): a learner
+    that dies on some training set, found in a block (tests/test_inflight.py)."""
+
+    def fit(self, X, y, sample_weight=None):
+        from cvflow.fitting.trial import in_trial
+
+        if in_trial():
+            return Ridge.fit(self, X, y, sample_weight=sample_weight)
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
 class SegfaultRidge(Ridge):
     """Ridge whose fit ends its process with a segmentation fault (SIGSEGV) when
     ``alpha == crash_at``, as a crash in compiled code would."""

@@ -58,7 +58,7 @@ def crash_lines(stderr: str) -> list[str]:
 def test_cli_a_fit_that_exits_is_named_and_isolated_by_the_next_run(tmp_path):
     from cvflow.store.lock import read_lock
 
-    workflow = fh.faulty_workflow(tmp_path / "dying.yaml", "DyingRidge", "die_at", 10.0)
+    workflow = fh.faulty_workflow(tmp_path / "dying.yaml", "BlockDyingRidge", "die_at", 10.0)
     store = tmp_path / "dying.zarr"
     argv = [sys.executable, "-m", "cvflow", "run", str(workflow), "--store", str(store)]
     first = run(argv, tmp_path)
