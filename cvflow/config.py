@@ -31,6 +31,7 @@ SCHEMA: dict[str, tuple] = {
     "cvflow.execution.no-worker-seconds": (Real,),
     "cvflow.execution.allowed-failures": (int,),
     "cvflow.execution.live-page": (str,),
+    "cvflow.execution.dask-logs": (str,),
     "cvflow.storage-options": (dict,),
     "cvflow.cluster.default": (str,),
     "cvflow.cluster.auto": (dict,),
