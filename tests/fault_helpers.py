@@ -269,6 +269,19 @@ class StuckRidge(Ridge):
         return super().fit(X, y, sample_weight=sample_weight)
 
 
+class BlockStuckRidge(StuckRidge):
+    """StuckRidge stuck only in the study's own fits, not in the run's trial and timing fits
+    (which reach 1 to all of a grid's values by the machine's speed: stuck there, the timing
+    deadline makes the study look long and the run serves a dashboard, another route)."""
+
+    def fit(self, X, y, sample_weight=None):
+        from cvflow.fitting.trial import in_trial
+
+        if in_trial():
+            return Ridge.fit(self, X, y, sample_weight=sample_weight)
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
 def dying_workflow(path: Path, die_at, learner: str = "DyingRidge", option: str = "die_at",
                    fits_per_task: int = 16) -> Path:
     """4 alphas x (3 folds + full fit) of a learner of this module that dies (or eats memory)

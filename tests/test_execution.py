@@ -149,7 +149,8 @@ def test_fit_timeout_in_this_process_is_refused_before_any_store_work(tmp_path):
 def test_a_stuck_run_stops_says_where_and_releases_its_lock(tmp_path):
     """A fit that never ends and no time limit: once every worker is idle for stall-seconds,
     the run stops (exit 1) naming the task and where it waits; the lock is released."""
-    wf = fh.sleeping_workflow(tmp_path / "s.yaml", 10.0)
+    wf = fh.faulty_workflow(tmp_path / "s.yaml", "BlockStuckRidge", "stuck_at", 10.0,
+                            "fits_per_task: 16")
     env = fh.cli_env(DASK_CVFLOW__EXECUTION__STALL_SECONDS="6")
     code, _, err = fh.finish(fh.start_run(wf, tmp_path / "s.zarr", "--workers", "1", env=env,
                                           dashboard=()))
