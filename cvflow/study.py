@@ -319,7 +319,7 @@ class Study:
         from .execution import interrupts
         from .execution.run import interrupted, run
 
-        if isinstance(X, dict):
+        if isinstance(X, dict) and not hasattr(X, "tocsr"):   # a dict, not a scipy.sparse DOK matrix
             return self._run_suite(X, (y, groups, sample_weight, fit_hooks), store=store,
                                    cluster=cluster, workers=workers, overwrite=overwrite,
                                    client=client, progress=progress, fit_params=fit_params)
