@@ -28,6 +28,7 @@ from .workflow.data import (decode_frame, encode_frame, from_arrays, one_value_a
                             one_value_rows, save_npz)
 from .objects import CLASS, build, describe, describe_splitter, is_estimator, unbuildable
 from .errors import InputError, RunInterrupted
+from .execution import interrupts
 from .estimators.losses import declared_task
 from .workflow.learners import grid_values
 from .workflow.scorer_specs import build_scorer, describe_scorer
@@ -316,7 +317,6 @@ class Study:
         A suite: ``X`` a dict ``{name: (X, y[, groups])}``, no ``y``: all validated first, each run
         into ``<store>/<name>`` (:mod:`cvflow.execution.suite_run`); returns ``{name: StudyResult}``.
         """
-        from .execution import interrupts
         from .execution.run import interrupted, run
 
         if isinstance(X, dict) and not hasattr(X, "tocsr"):   # a dict, not a scipy.sparse DOK matrix

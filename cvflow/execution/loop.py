@@ -94,8 +94,6 @@ def lost_result(future, exc: BaseException) -> bool:
     (the task was fine): a CancelledError, or distributed's UnboundLocalError ('result') when a
     gather it cancelled under load is joined ("Couldn't gather keys ... forgotten"), as
     opposed to the task's own error (its status "error")."""
-    from concurrent.futures import CancelledError
-
     if isinstance(exc, CancelledError):
         return True
     return isinstance(exc, UnboundLocalError) and getattr(future, "status", None) != "error"
@@ -291,8 +289,6 @@ class Loop:
 
     def _take(self, future) -> dict | None:
         """A finished task's block summary, or None (the block was sent again)."""
-        from concurrent.futures import CancelledError
-
         KilledWorker = _killed_worker()
         try:
             return future.result()

@@ -10,6 +10,7 @@ import numpy as np
 import xarray as xr
 from markupsafe import Markup
 
+from . import racing
 from .page import cell, div, heading, legend_beside, new_figure
 from .plots.style import LEARNER_COLORS
 from ..fitting.paths import kernel_of
@@ -80,8 +81,6 @@ def racing_html(cube: xr.Dataset) -> Markup:
     """A raced study's race (:func:`cvflow.report.racing.summary`): the params left after each stage,
     and one row per dropped param (when, beaten by whom, by how much, z and p); empty markup
     for a study not raced."""
-    from . import racing
-
     race = racing.summary(cube)
     if race is None:
         return Markup("")
