@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 from ..lazy import xarray as xr
-from scipy import stats
+from ..lazy import stats
 
 from ..errors import InputError
 from ._cube import (analysis_groups, analysis_weights, fold_membership, more_rows, param_coords, role_terms,

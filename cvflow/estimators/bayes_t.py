@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 from ..lazy import xarray as xr
-from scipy import stats
+from ..lazy import stats
 
 from ..errors import InputError
 from . import guardrails

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 from ..lazy import xarray as xr
-from scipy import stats
+from ..lazy import stats
 
 from ..errors import ComparisonWarning, InputError
 from . import np_across

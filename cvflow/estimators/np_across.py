@@ -9,7 +9,7 @@ NaN: a data set with a missing learner is dropped before). The labelled wrapper 
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
+from ..lazy import stats
 
 from .multiplicity import holm
 from .np_roles import corrected_repeated_se

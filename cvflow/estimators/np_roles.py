@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
+from ..lazy import stats
 
 from .guardrails import flat
 

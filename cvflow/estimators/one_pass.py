@@ -72,10 +72,14 @@ from .split_tables import full_split_index, require
 
 # one task's block of `pred`: at most this many bytes (and half the budget over the threads).
 # DESIGN CHOICE: a few MB a task: a 10^6-fit float32 cube's shard of 1000 params x 6 splits
-# (10 MB) is one task, and ~170 tasks keep two threads busy with ~1 ms of Dask each.
-TASK_BYTES = 32 * 2**20
-# the kernel's temporaries (losses of a sub-block of params on the task's splits), as _cube's
-KERNEL_BYTES = 2 * 2**20
+# (10 MB) is one task, and ~170 tasks keep two threads busy with ~1 ms of Dask each. Small
+# shards are merged up to this; 32 MB (three such shards a task) raised the report's peak
+# memory from 0.58 to 0.67 GB (glibc keeps the freed blocks of each thread's arena).
+TASK_BYTES = 8 * 2**20
+# the kernel's temporaries: the float64 losses of a sub-block of params on the task's splits.
+# DESIGN CHOICE: 4 MB (about 60 params of 18 splits of 442 samples): measured on one block of
+# the 10^6-fit cube, 1-8 MB take the same CPU, 16-32 MB 1.4-1.6x more (out of cache).
+KERNEL_BYTES = 4 * 2**20
 
 ROLES = ("full", "fold", "pair", "oof", "change", "train")
 
@@ -265,37 +269,82 @@ def _columns(plan: Plan, entries: list[tuple]):
     return plain, change, copies
 
 
-def _masked_sums(values: np.ndarray, masks: np.ndarray, weights: np.ndarray,
-                 matrix: np.ndarray | None = None) -> np.ndarray:
-    """Σ_i values[:, i] · weights[c, i] over masks[c] for each column c: (rows, n) -> (rows, C).
-
-    A matrix product (``matrix`` (n, C): the weights within the masks, 0 outside); a row
-    holding a NaN or an infinity makes every column of its product non-finite (0 · NaN and
-    0 · inf are NaN), so those rows, found on the small product, are summed again mask by mask
+def _redo_bad_rows(out: np.ndarray, values: np.ndarray, masks: np.ndarray,
+                   weights: np.ndarray) -> None:
+    """Sum again, mask by mask, the rows of ``out`` (rows, C) that a non-finite value made
+    non-finite in every column: ``out`` is ``values @ matrix`` (the weights within the masks, 0
+    outside), and 0 · NaN and 0 · inf are NaN, so a row holding one is redone here
     (np_roles.masked_sum's rule: a value outside the mask never counts)."""
-    if matrix is None:
-        matrix = np.where(masks, weights, 0.0).T
-    with np.errstate(invalid="ignore", over="ignore"):      # the bad rows are redone below
-        out = values @ matrix
     bad = ~np.isfinite(out).all(axis=1)
     if bad.any():
         rows = values[bad]
         out[bad] = np.stack([(np.where(m, rows, 0.0) * w).sum(axis=1)
                              for m, w in zip(masks, weights)], axis=1)
-    return out
 
 
-def _split_kernel(plan: Plan, entries: list[tuple]):
-    """One split's sums, ready for its blocks: (plain columns, masks, weights, matrix,
-    divisors, change columns, oof copies) (see :func:`_columns`)."""
-    plain, change, copies = _columns(plan, entries)
+@dataclass
+class Layout:
+    """A block's sums as arrays (see :func:`_columns`), every split's columns stacked for one
+    batched matrix product (split, params, samples) @ (split, samples, columns):
+
+    - plain sums: ``matrix`` (S, n, C) the weights within each column's mask (zero where a
+      split has fewer columns), ``masks`` and ``weights`` (S, C, n) for the rows a non-finite
+      value spoils, ``divisors`` (S, C), ``plain[s]`` the (term, index) of split s's columns;
+    - change sums Σ |ℓ − ref|: ``change_matrix`` (S, n, D) the masks as 0/1, ``change_at``
+      (S, D) the reference each column subtracts, ``change_divisors`` (S, D), ``change[s]``
+      the (term, index) of split s's change columns;
+    - ``copies[s]``: the oof copies [((r, j), mask)] of split s."""
+
+    plain: list
+    matrix: np.ndarray
+    masks: np.ndarray
+    weights: np.ndarray
+    divisors: np.ndarray
+    change: list
+    change_matrix: np.ndarray
+    change_at: np.ndarray
+    change_divisors: np.ndarray
+    copies: list
+
+
+def block_layout(plan: Plan, splits: list[int]) -> Layout:
+    """The :class:`Layout` of a block of the store's splits ``splits``."""
     n = plan.y.shape[0]
-    if not plain:
-        return plain, None, None, None, None, change, copies
-    masks = np.stack([c[2] for c in plain])
-    weights = np.stack([np.ones(n) if c[3] is None else c[3] for c in plain])
-    divisors = np.array([c[4] for c in plain], dtype=np.float64)
-    return plain, masks, weights, np.where(masks, weights, 0.0).T, divisors, change, copies
+    per_split = [_columns(plan, plan.entries.get(s, [])) for s in splits]
+    width = max([len(plain) for plain, _, _ in per_split] + [1])
+    masks = np.zeros((len(splits), width, n), dtype=bool)
+    weights = np.ones((len(splits), width, n))
+    divisors = np.ones((len(splits), width))
+    depth = max([len(change) for _, change, _ in per_split] + [0])
+    change_masks = np.zeros((len(splits), depth, n))
+    change_at = np.zeros((len(splits), depth), dtype=int)
+    change_divisors = np.ones((len(splits), depth))
+    for position, (plain, change, _) in enumerate(per_split):
+        for c, (_, _, mask, weight, divisor) in enumerate(plain):
+            masks[position, c] = mask
+            if weight is not None:
+                weights[position, c] = weight
+            divisors[position, c] = divisor
+        for c, (_, _, mask, at, divisor) in enumerate(change):
+            change_masks[position, c] = mask
+            change_at[position, c] = at
+            change_divisors[position, c] = divisor
+    return Layout([[(c[0], c[1]) for c in plain] for plain, _, _ in per_split],
+                  np.where(masks, weights, 0.0).transpose(0, 2, 1).copy(), masks, weights,
+                  divisors, [[(c[0], c[1]) for c in change] for _, change, _ in per_split],
+                  change_masks.transpose(0, 2, 1).copy(), change_at, change_divisors,
+                  [copies for _, _, copies in per_split])
+
+
+def _batched_sums(values: np.ndarray, matrix: np.ndarray, masks: np.ndarray,
+                  weights: np.ndarray) -> np.ndarray:
+    """(S, rows, n) @ (S, n, C) -> (S, rows, C), the rows a non-finite value spoils summed
+    again mask by mask (:func:`_redo_bad_rows`)."""
+    with np.errstate(invalid="ignore", over="ignore"):      # the bad rows are redone below
+        sums = np.matmul(values, matrix)
+    for position in np.flatnonzero(~np.isfinite(sums).all(axis=(1, 2))):
+        _redo_bad_rows(sums[position], values[position], masks[position], weights[position])
+    return sums
 
 
 def block_sums(block: np.ndarray, plan: Plan, p0: int, splits: list[int],
@@ -305,44 +354,49 @@ def block_sums(block: np.ndarray, plan: Plan, p0: int, splits: list[int],
     values (p, m)) that :func:`assemble` writes at ``[p0:p0 + p, *index arrays]``.
 
     ``refs``: loss label -> the reference losses (p, len(plan.refs), n) of these params.
+
+    The losses of a kernel block of params (about :data:`KERNEL_BYTES` of float64) are
+    computed on all the block's splits at once, and every split's sums come from batched
+    matrix products (:class:`Layout`).
     """
     block = np.asarray(block)
     rows_total, n = block.shape[0], plan.y.shape[0]
-    rows = max(1, KERNEL_BYTES // max(1, 8 * n * len(splits) * 3))
-    layouts = [_split_kernel(plan, plan.entries.get(s, [])) for s in splits]
-    ones = np.ones((1, n))
-    parts: dict[tuple, list] = {}
+    rows = max(1, KERNEL_BYTES // max(1, 8 * n * len(splits) * 2))
+    layout = block_layout(plan, splits)
+    depth = layout.change_matrix.shape[2]
+    change_masks = layout.change_matrix.transpose(0, 2, 1) > 0
+    ones = np.ones_like(change_masks, dtype=np.float64)
+    out = []
     for decl in plan.decls:
+        plain = np.empty((len(splits), rows_total, layout.matrix.shape[2]))
+        change = np.empty((len(splits), rows_total, depth))
+        copies: dict[tuple, list] = {}
         for q in range(0, rows_total, rows):
             sub = block[q:q + rows]
             losses = np.asarray(apply_loss(decl, plan.y, sub, plan.classes,
                                            plan.outputs[p0 + q:p0 + q + len(sub)]),
-                                dtype=np.float64)
-            ref = None if refs is None else refs[decl.label][q:q + rows]
-            for position, layout in enumerate(layouts):
-                plain, masks, weights, matrix, divisors, change, copies = layout
-                values = losses[:, position]
-                if plain:
-                    sums = _masked_sums(values, masks, weights, matrix) / divisors
-                    for c, (term, index, *_) in enumerate(plain):
-                        parts.setdefault((decl.label, term, index), []).append((q, sums[:, c]))
-                for term, index, mask, at, divisor in change:
-                    diff = np.abs(values - ref[:, at])
-                    total = _masked_sums(diff, mask[None], ones)[:, 0] / divisor
-                    parts.setdefault((decl.label, term, index), []).append((q, total))
-                for index, mask in copies:
-                    parts.setdefault((decl.label, "oof_loss", index), []).append(
-                        (q, values[:, mask]))
-    out = []
-    for (label, term, index), pieces in parts.items():
-        values = np.concatenate([v for _, v in sorted(pieces, key=lambda item: item[0])])
-        if term == "oof_loss":
-            r, j = index
+                                dtype=np.float64).transpose(1, 0, 2)       # (S, rows, n)
+            plain[:, q:q + len(sub)] = _batched_sums(
+                losses, layout.matrix, layout.masks, layout.weights) / layout.divisors[:, None]
+            for c in range(depth):
+                ref = refs[decl.label][q:q + rows][:, layout.change_at[:, c]]   # (rows, S, n)
+                diff = np.abs(losses - ref.transpose(1, 0, 2))
+                change[:, q:q + len(sub), c] = _batched_sums(
+                    diff, layout.change_matrix[:, :, c:c + 1], change_masks[:, c:c + 1],
+                    ones[:, c:c + 1])[:, :, 0] / layout.change_divisors[:, None, c]
+            for position, split_copies in enumerate(layout.copies):
+                for index, mask in split_copies:
+                    copies.setdefault(index, []).append(losses[position][:, mask])
+        for sums, terms in ((plain, layout.plain), (change, layout.change)):
+            for position, columns in enumerate(terms):
+                for c, (term, index) in enumerate(columns):
+                    values = sums[position, :, c]
+                    out.append((decl.label, term, tuple(np.array([i]) for i in index),
+                                values[:, None] if index else values))
+        for (r, j), pieces in copies.items():
             where = np.flatnonzero(plan.member[r, j])
-            out.append((label, term, (np.full(where.size, r), where), values))
-        else:
-            out.append((label, term, tuple(np.array([i]) for i in index),
-                        values[:, None] if index else values))
+            out.append((decl.label, "oof_loss", (np.full(where.size, r), where),
+                        np.concatenate(pieces)))
     return out
 
 
@@ -379,11 +433,19 @@ def read_store_block(location: str, params: slice, splits, opened: str = "") -> 
 
 def _store_block_sums(location, plan, params, s0, s1, splits, refs=None):
     block = read_store_block(location, params, slice(s0, s1), plan.opened)
-    return block_sums(block[:, [s - s0 for s in splits]], plan, params.start, splits, refs)
+    return block_sums(_pick(block, s0, splits), plan, params.start, splits, refs)
 
 
 def _array_block_sums(block, plan, p0, s0, splits, refs=None):
-    return block_sums(np.asarray(block)[:, [s - s0 for s in splits]], plan, p0, splits, refs)
+    return block_sums(_pick(np.asarray(block), s0, splits), plan, p0, splits, refs)
+
+
+def _pick(block: np.ndarray, s0: int, splits: list[int]) -> np.ndarray:
+    """The block's ``splits`` (its first split is ``s0``): a view when they are consecutive."""
+    first, last = splits[0] - s0, splits[-1] - s0
+    if last - first + 1 == len(splits):
+        return block[:, first:last + 1]
+    return block[:, [s - s0 for s in splits]]
 
 
 def _store_references(location, plan, params, ref_splits):

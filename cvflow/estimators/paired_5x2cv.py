@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 from ..lazy import xarray as xr
-from scipy import stats
+from ..lazy import stats
 
 from ..errors import InputError
 from . import guardrails

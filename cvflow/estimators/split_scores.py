@@ -16,7 +16,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 from ..lazy import xarray as xr
-from scipy.stats import rankdata
+from ..lazy import stats
 
 from . import np_roles
 from ._cube import require, role_terms
@@ -159,4 +159,4 @@ def rank(goodness: np.ndarray) -> np.ndarray:
     if np.isnan(goodness).all():
         return np.ones(len(goodness), dtype=np.int32)
     goodness = np.where(np.isnan(goodness), np.nanmin(goodness) - 1, goodness)
-    return rankdata(-goodness, method="min").astype(np.int32)
+    return stats.rankdata(-goodness, method="min").astype(np.int32)

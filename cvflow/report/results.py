@@ -259,6 +259,13 @@ def _plain(value):
     """JSON-ready Python values (NaN and infinity -> None: strict JSON has neither, as in
     :func:`cvflow.report.racing._finite`; ``plan``'s infinite counts say so in a warning)."""
     if isinstance(value, np.ndarray):
+        if value.dtype.kind in "biu":
+            return value.tolist()
+        if value.dtype.kind == "f":         # one pass of numpy's, not one call a number
+            finite = np.isfinite(value)
+            if finite.all():
+                return value.tolist()
+            return np.where(finite, value, None).tolist()
         return [_plain(v) for v in value.tolist()] if value.dtype != object else \
             [_plain(v) for v in value]
     if isinstance(value, (list, tuple)):
