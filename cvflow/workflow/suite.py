@@ -64,6 +64,37 @@ def _message(exc: InputError, where: str, i: int, label: str) -> str:
     return f"{where}: data[{i}] ({label}): {rest}"
 
 
+def one_config(config: dict, entry: dict, label: str, where: str, i: int) -> dict:
+    """The one-data-set workflow mapping entry ``data[i]`` runs as: the suite's keys, its data
+    source as ``data:``, its overrides applied and ``name: <label>``."""
+    data = {k: v for k, v in entry.items() if k not in OVERRIDES and k != "label"}
+    one = {k: v for k, v in config.items() if k != "data"}
+    one.update(name=label, data=data)
+    if "design" in entry:
+        if not isinstance(entry["design"], dict):
+            fail(where, f"data[{i}].design", "give a mapping of design keys to override")
+        one["design"] = {**(config.get("design") or {}), **entry["design"]}
+    for key in OVERRIDES:
+        if key in entry and key != "design":
+            one[key] = entry[key]
+    return one
+
+
+def entry_config(path: str | Path, label: str) -> dict:
+    """The plain workflow mapping (as a one-data-set file would hold it) of the suite file's
+    data set ``label``: for scripts that vary one data set's seeds or K
+    (workflows/studies/). InputError when the file is not a suite or has no such data set."""
+    path = Path(path)
+    config = read_workflow_file(path)
+    if not is_suite(config):
+        fail(str(path), "data", "not a list: this file is one data set's workflow, not a suite")
+    for i, entry in enumerate(config["data"]):
+        if isinstance(entry, dict) and entry_label(entry, i, str(path)) == label:
+            return one_config(config, entry, label, str(path), i)
+    fail(str(path), "data", f"no data set {label!r}")
+    raise AssertionError  # unreachable: fail raises
+
+
 def parse_suite(config: dict, path: Path) -> Suite:
     """Validate a suite's parsed YAML: every entry as the one-data-set workflow it runs as."""
     where = str(path)
@@ -81,16 +112,7 @@ def parse_suite(config: dict, path: Path) -> Suite:
             fail(where, f"data[{i}]", f"the data set name {label!r} is also data[{labels[label]}]'s; "
                  "add label: to tell them apart")
         labels[label] = i
-        data = {k: v for k, v in entry.items() if k not in OVERRIDES and k != "label"}
-        one = {k: v for k, v in config.items() if k != "data"}
-        one.update(name=label, data=data)
-        if "design" in entry:
-            if not isinstance(entry["design"], dict):
-                fail(where, f"data[{i}].design", "give a mapping of design keys to override")
-            one["design"] = {**(config.get("design") or {}), **entry["design"]}
-        for key in ("learners", "estimators", "task", "loss"):
-            if key in entry:
-                one[key] = entry[key]
+        one = one_config(config, entry, label, where, i)
         try:
             workflows[label] = parse_workflow(one, path)
         except InputError as exc:
