@@ -54,13 +54,15 @@ def table(per: dict[str, tuple]) -> pd.DataFrame | None:
             row.setdefault(f"{name} chosen", r["chosen"])
         records[label] = row
     frame = pd.DataFrame.from_dict(records, orient="index")
-    criteria = [c for c in frame.columns if c not in ("K", "best", "kfold") and not str(c).endswith(" chosen")]
+    criteria = names(frame)
     if "kfold" not in frame or frame["kfold"].isna().any() or not criteria:
         return None
-    return frame
+    first = ["K", "best", "kfold", "kfold chosen"]
+    return frame[first + [c for c in frame.columns if c not in first]]
 
 
-def criteria(frame: pd.DataFrame) -> list[str]:
+def names(frame: pd.DataFrame) -> list[str]:
+    """The criteria compared with the K-fold choice: the frame's test risk columns but kfold."""
     return [str(c) for c in frame.columns
             if c not in ("K", "best", "kfold") and not str(c).endswith(" chosen")]
 
@@ -74,7 +76,7 @@ def summarize(frame: pd.DataFrame, *, seed: int = 0) -> list[dict]:
     if frame["K"].nunique() > 1:
         groups += [(int(k), frame[frame["K"] == k]) for k in sorted(frame["K"].unique())]
     out = []
-    for name in criteria(frame):
+    for name in names(frame):
         for k, part in groups:
             part = part[part[name].notna()]
             a, b = part[name].to_numpy(float), part["kfold"].to_numpy(float)

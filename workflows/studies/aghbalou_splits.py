@@ -2,8 +2,9 @@
 K-fold versus the bias-corrected K-fold, scored on held-out data.
 
 Split s runs the workflow (default: the ``concrete_k5`` data set of ``workflows/aghbalou.yaml``,
-``--dataset`` names another of a suite's: SVR with a sigmoid kernel over a C grid, one third held out) once per K with ``data.seed: s`` (a new held-out
-third) and ``design: {folds: K, seed: s}`` (a new fold draw), and reduces it with
+``--dataset`` names another of a suite's: SVR with a sigmoid kernel over a C grid, one third
+held out) once per K with ``data.seed: s`` (a new held-out third) and
+``design: {folds: K, seed: s}`` (a new fold draw), and reduces it with
 ``corrected_kfold``: the test risk of the full fit of the param each criterion selects, and
 the best test risk over the grid (an oracle). Per K the table pairs the two criteria split by
 split: how often the corrected choice tests lower / the same (same C) / higher, and the mean
