@@ -250,3 +250,35 @@ def test_suite_report_takes_nested_cv_when_the_store_has_its_splits(tmp_path):
     assert "honest for a tuned learner" in suite_report.text(auto)
     with pytest.raises(InputError, match="--suite-estimate: 'best'"):
         suite_report.compute(store, estimate="best")
+
+
+def test_suite_report_takes_estimators_and_several_losses_as_each_cube_alone(tmp_path):
+    config = yaml.safe_load(SUITE)
+    config["data"] = config["data"][1:4]
+    config["estimators"] = ["kfold", "corrected_kfold"]
+    path = tmp_path / "three.yaml"
+    path.write_text(yaml.safe_dump(config))
+    store = tmp_path / "three.zarr"
+    run_suite(suite.load(path), store=store, progress=False)
+    args = ("--estimators", "corrected_kfold", "--loss", "squared", "--loss", "absolute", "--json")
+    res = run_cli("report", store, *args)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert list(out) == ["squared", "absolute"]
+    for label in ("lin", "lin5", "sparse7"):
+        alone = run_cli("report", store / label, *args)
+        assert alone.returncode == 0, alone.stderr
+        single = json.loads(alone.stdout)
+        for loss in ("squared", "absolute"):
+            assert out[loss]["datasets"][label] == single[loss]
+            assert list(single[loss]) == ["corrected_kfold"]
+            # the learners' numbers across data sets: each learner's best K-fold estimate
+            # under that loss, as the cube's own corrected_kfold result gives its K-fold column
+            kf = single[loss]["corrected_kfold"]
+            est, learners = kf["kfold"]["values"], [str(v) for v in kf["coords"]["learner"]["values"]]
+            for k, value in out[loss]["suite"]["estimates"][label].items():
+                assert value == pytest.approx(min(e for e, lab in zip(est, learners) if lab == k))
+    text = run_cli("report", store, "--loss", "squared", "--loss", "absolute")
+    assert text.returncode == 0 and "== loss absolute ==\nsuite mini: 3 data sets, loss absolute" in text.stdout
+    refused = run_cli("report", store, "--loss", "squared", "--loss", "absolute", "--html", tmp_path / "p.html")
+    assert refused.returncode == 2 and "give one --loss with --html" in refused.stderr

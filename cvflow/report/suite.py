@@ -93,10 +93,14 @@ def _folds(chosen: dict[str, dict], learners: list[str]) -> xr.DataArray | None:
                         coords={"dataset": list(chosen), "learner": learners})
 
 
-def compute(store, *, loss: str | None = None, estimate: str = "auto", trust_code=False) -> dict:
+def compute(store, *, loss: str | None = None, estimate: str = "auto", estimators: list | None = None,
+            overrides: dict | None = None, trust_code=False, all_params: bool = False) -> dict:
     """Every data set's report and the cross-data-set comparison of a suite's store.
 
-    ``estimate``: one of ``ESTIMATES`` (see the module's docstring). Returns ``{"name",
+    ``estimate``: one of ``ESTIMATES`` (see the module's docstring); ``estimators``,
+    ``overrides`` and ``all_params``: each data set's report's, as
+    :func:`cvflow.report.results.compute` takes them (the learners' numbers across data sets
+    come from ``estimate`` whatever the estimators reported). Returns ``{"name",
     "datasets": {data set: (cube, Results)}, "estimates", "se" (pandas DataFrames, data sets x
     learners), "comparison" (LearnerComparison or None), "why" (why there is none), "loss",
     "estimate" (the one used), "tuned" (learners with a grid)}``.
@@ -110,9 +114,10 @@ def compute(store, *, loss: str | None = None, estimate: str = "auto", trust_cod
     chosen: dict[str, dict] = {}
     losses: dict[str, str] = {}
     for label in labels:
-        cube = report.workflow_view(open_cube(suite_store.member(store, label)))
+        cube = report.workflow_view(open_cube(suite_store.member(store, label)), all_params=all_params)
         losses[label] = loss or cube.attrs["loss"]      # without --loss, each data set's own
-        per[label] = (cube, report.compute(cube, loss=losses[label], trust_code=trust_code))
+        per[label] = (cube, report.compute(cube, estimators, loss=losses[label], overrides=overrides,
+                                           trust_code=trust_code, all_params=all_params))
     kinds = list(dict.fromkeys(losses.values()))
     used = kinds[0] if len(kinds) == 1 else "mixed (" + ", ".join(kinds) + ")"
     if estimate == "auto":
