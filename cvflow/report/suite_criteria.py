@@ -99,6 +99,9 @@ def text(frame: pd.DataFrame, rows: list[dict], loss: str) -> list[str]:
         lines.append(f"  {r['criterion']} vs kfold, {scope} ({r['datasets']}): ratio {r['ratio']:.4f} "
                      f"[{r['ratio_lower']:.4f}, {r['ratio_upper']:.4f}], change {100 * r['change']:+.1f}%; "
                      f"lower / same / higher test risk on {r['lower']} / {r['same']} / {r['higher']}")
+    if frame["K"].nunique() > 1:
+        lines.append("  (a data set at several K, or several splits of one, is one data set: over such cubes "
+                     "the interval, which treats them as independent, is too narrow)")
     lines.append("  test risk of each choice per data set (best: the grid's lowest, an oracle):")
     lines += ["    " + row for row in frame.to_string(float_format="{:.5g}".format).splitlines()]
     return lines
