@@ -110,9 +110,18 @@ def cmd_status(args) -> int:
         raise InputError(f"store: {args.store} does not exist")
     members = suite_store.datasets(args.store)
     if members is not None:          # a suite: each data set's status, in the workflow's order
-        infos = {label: report.status(suite_store.member(args.store, label)) for label in members}
-        print(json.dumps(infos) if args.json else "\n\n".join(
-            f"== {visible(label)} ==\n{report.format_status(info)}" for label, info in infos.items()))
+        started = [label for label in members if is_store(suite_store.member(args.store, label))]
+        infos = {label: report.status(suite_store.member(args.store, label)) for label in started}
+        if args.json:          # a data set not started yet: null
+            print(json.dumps({label: infos.get(label) for label in members}))
+        else:
+            print("\n\n".join(f"== {visible(label)} ==\n" + (report.format_status(infos[label])
+                                if label in infos else "not started (no cube yet)") for label in members))
+            complete = sum(info.get("done") == info.get("total") for info in infos.values())
+            print(f"\nsuite: {sum(info.get('done', 0) for info in infos.values())} of "
+                  f"{sum(info.get('total', 0) for info in infos.values())} fits done in the "
+                  f"{len(infos)} cubes started; {complete} of {len(members)} data sets complete"
+                  + (f", {len(members) - len(infos)} not started" if len(infos) < len(members) else ""))
         return 1 if any(info.get("damaged") for info in infos.values()) else 0
     if not is_store(args.store):
         raise not_a_store(args.store)
@@ -221,12 +230,24 @@ def _report_suite(args) -> int:
     """``cvflow report`` of a suite's store: the comparison first, then each data set."""
     from .report import suite as suite_report
 
-    if (args.loss and len(args.loss) > 1) or args.estimators is not None \
-            or args.set or args.lambdas or args.compare or args.all_params:
-        raise InputError(f"{args.store}: a suite's report takes --json, --html and one --loss for "
-                         f"now; report a data set alone with cvflow report {args.store}/<data set>")
-    result = suite_report.compute(args.store, loss=(args.loss or [None])[0],
-                                  estimate=args.suite_estimate, trust_code=args.trust)
+    losses = args.loss or [None]
+    if args.html and len(losses) > 1:
+        raise InputError(f"--html: the page draws one loss, got {len(losses)} (--loss "
+                         f"{' --loss '.join(losses)}); give one --loss with --html")
+    estimators = _estimator_names(args.estimators) if args.estimators is not None else None
+    overrides = _overrides(args, set(estimators) if estimators else None)
+    results = {loss: suite_report.compute(args.store, loss=loss, estimate=args.suite_estimate,
+                                          estimators=estimators, overrides=overrides,
+                                          trust_code=args.trust, all_params=args.all_params)
+               for loss in losses}
+    if len(losses) > 1:            # one suite report per loss, as a cube's report with --loss twice
+        if args.json:
+            print(json.dumps({loss: suite_report.to_json(r) for loss, r in results.items()}))
+        else:
+            print("\n\n".join(visible(f"== loss {loss} ==\n{suite_report.text(r)}", multiline=True)
+                              for loss, r in results.items()))
+        return 0
+    result = results[losses[0]]
     if args.html:
         written = suite_report.write_html(result, args.html)
     if args.json:
@@ -258,6 +279,25 @@ def cmd_report(args) -> int:
         return _report(args)
 
 
+def _overrides(args, requested: set[str] | None) -> dict:
+    """The estimators' option overrides of ``cvflow report``: ``--set``, then the shorthands
+    ``--lambdas`` and ``--compare`` for the estimators they concern among ``requested`` (None:
+    all of them; an override of an estimator a cube does not compute is not used)."""
+    overrides = _parse_set(args.set)
+    shorthands = {}
+    lambdas = _parse_lambdas(args.lambdas)
+    if lambdas is not None:
+        shorthands.update({n: {"lambdas": lambdas} for n in ("stability", "stability_nested")})
+    if args.compare:
+        # the same pair for both subset-design tests; a/b from the workflow give way to it
+        pair = {"compare": _split_params(args.compare), "a": None, "b": None}
+        shorthands.update({n: dict(pair) for n in ("ustat", "nadeau_bengio")})
+    for name, options in shorthands.items():
+        if requested is None or name in requested:
+            overrides[name] = {**options, **overrides.get(name, {})}
+    return overrides
+
+
 def _report(args) -> int:
     from .report import results as report
     from .store.cube import open_cube
@@ -277,18 +317,7 @@ def _report(args) -> int:
     estimators = _estimator_names(args.estimators) if args.estimators is not None else None
     requested = set(estimators) if estimators else \
         {name for name, _ in report.requested_estimators(cube)}
-    overrides = _parse_set(args.set)
-    shorthands = {}
-    lambdas = _parse_lambdas(args.lambdas)
-    if lambdas is not None:
-        shorthands.update({n: {"lambdas": lambdas} for n in ("stability", "stability_nested")})
-    if args.compare:
-        # the same pair for both subset-design tests; a/b from the workflow give way to it
-        pair = {"compare": _split_params(args.compare), "a": None, "b": None}
-        shorthands.update({n: dict(pair) for n in ("ustat", "nadeau_bengio")})
-    for name, options in shorthands.items():
-        if name in requested:
-            overrides[name] = {**options, **overrides.get(name, {})}
+    overrides = _overrides(args, requested)
     if len(losses) > 1:
         several = report.compute_losses(cube, losses, estimators, overrides=overrides,
                                         trust_code=args.trust)

@@ -256,18 +256,29 @@ def test_simulation_corrected_estimates_full_fit_risk_better_than_kfold_at_k2():
     assert np.sqrt(np.mean(err_corr ** 2)) < 0.6 * np.sqrt(np.mean(err_kfold ** 2))
 
 
-@pytest.mark.parametrize("name", ["concrete", "boston", "diabetes", "breast_cancer"])
-def test_reproduction_workflows_are_valid_with_gamma_one_over_d(name):
-    """The workflows validate, hold out a third, ask for corrected_kfold and use gamma = 1/d."""
+def test_reproduction_suite_is_valid_with_gamma_one_over_d():
+    """workflows/aghbalou.yaml: four data sets x K = 2..5, each holding out a third, asking for
+    corrected_kfold, with gamma: auto, which scikit-learn documents as 1 / n_features (checked
+    here against an SVR with gamma = 1/d on one set: the same predictions)."""
     from pathlib import Path
 
-    from cvflow.workflow.spec import load_workflow
+    from sklearn.svm import SVR
 
-    path = Path(__file__).resolve().parents[1] / "workflows" / f"aghbalou_{name}.yaml"
-    workflow = load_workflow(path)
-    study = workflow.build()
-    d = study.data.X.shape[1]
-    assert all(p.fixed["gamma"] == pytest.approx(1.0 / d, rel=1e-12) for p in study.params)
-    assert study.data.is_test.mean() == pytest.approx(0.333, abs=0.01)
-    assert "corrected_kfold" in dict(workflow.estimators)
-    assert len(study.params) >= 30
+    from cvflow.workflow.suite import Suite, load
+
+    suite = load(Path(__file__).resolve().parents[1] / "workflows" / "aghbalou.yaml")
+    assert isinstance(suite, Suite)
+    assert sorted(suite.datasets) == sorted(f"{d}_k{k}" for d in ("concrete", "boston", "diabetes",
+                                                                   "breast_cancer") for k in (2, 3, 4, 5))
+    for label, workflow in suite.workflows.items():
+        study = workflow.build()
+        assert all(p.fixed["gamma"] == "auto" for p in study.params)
+        assert study.data.is_test.mean() == pytest.approx(0.333, abs=0.01)
+        assert workflow.config["design"]["folds"] == int(label.rsplit("_k", 1)[1])
+        assert "corrected_kfold" in dict(workflow.estimators)
+        assert len(study.params) >= 30
+        assert workflow.task == ("classification" if label.startswith("breast") else "regression")
+    X = suite.workflows["diabetes_k2"].build().data.X[:200]
+    y = np.arange(200.0) % 7
+    auto = SVR(kernel="sigmoid", gamma="auto").fit(X, y).predict(X)
+    np.testing.assert_allclose(auto, SVR(kernel="sigmoid", gamma=1.0 / X.shape[1]).fit(X, y).predict(X))

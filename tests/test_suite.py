@@ -250,3 +250,59 @@ def test_suite_report_takes_nested_cv_when_the_store_has_its_splits(tmp_path):
     assert "honest for a tuned learner" in suite_report.text(auto)
     with pytest.raises(InputError, match="--suite-estimate: 'best'"):
         suite_report.compute(store, estimate="best")
+
+
+def test_suite_report_takes_estimators_and_several_losses_as_each_cube_alone(tmp_path):
+    config = yaml.safe_load(SUITE)
+    config["data"] = config["data"][1:4]
+    config["estimators"] = ["kfold", "corrected_kfold"]
+    path = tmp_path / "three.yaml"
+    path.write_text(yaml.safe_dump(config))
+    store = tmp_path / "three.zarr"
+    run_suite(suite.load(path), store=store, progress=False)
+    args = ("--estimators", "corrected_kfold", "--loss", "squared", "--loss", "absolute", "--json")
+    res = run_cli("report", store, *args)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert list(out) == ["squared", "absolute"]
+    for label in ("lin", "lin5", "sparse7"):
+        alone = run_cli("report", store / label, *args)
+        assert alone.returncode == 0, alone.stderr
+        single = json.loads(alone.stdout)
+        for loss in ("squared", "absolute"):
+            assert out[loss]["datasets"][label] == single[loss]
+            assert list(single[loss]) == ["corrected_kfold"]
+            # the learners' numbers across data sets: each learner's best K-fold estimate
+            # under that loss, as the cube's own corrected_kfold result gives its K-fold column
+            kf = single[loss]["corrected_kfold"]
+            est, learners = kf["kfold"]["values"], [str(v) for v in kf["coords"]["learner"]["values"]]
+            for k, value in out[loss]["suite"]["estimates"][label].items():
+                assert value == pytest.approx(min(e for e, lab in zip(est, learners) if lab == k))
+    text = run_cli("report", store, "--loss", "squared", "--loss", "absolute")
+    assert text.returncode == 0 and "== loss absolute ==\nsuite mini: 3 data sets, loss absolute" in text.stdout
+    refused = run_cli("report", store, "--loss", "squared", "--loss", "absolute", "--html", tmp_path / "p.html")
+    assert refused.returncode == 2 and "give one --loss with --html" in refused.stderr
+
+
+def test_entry_config_is_the_data_set_as_a_one_data_set_file(tmp_path):
+    """A study script's view of one suite entry: written out as a plain workflow file, it runs
+    as the suite's member does (task, loss, learners and the merged design overridden)."""
+    from cvflow.workflow.suite import entry_config
+
+    repo = Path(__file__).resolve().parents[1]
+    config = entry_config(repo / "workflows" / "aghbalou.yaml", "breast_cancer_k3")
+    assert config["name"] == "breast_cancer_k3" and config["data"]["name"] == "breast_cancer"
+    assert (config["task"], config["loss"]) == ("classification", "hinge")
+    assert config["design"] == {"folds": 3, "repeats": 1, "splitter": "stratified", "seed": 0}
+    assert config["learners"][0]["class"] == "sklearn.svm.SVC"
+    single = tmp_path / "one.yaml"
+    single.write_text(yaml.safe_dump(config))
+    alone = load_workflow(single).build()
+    member = suite.load(repo / "workflows" / "aghbalou.yaml").workflows["breast_cancer_k3"].build()
+    assert [p.fixed for p in alone.params] == [p.fixed for p in member.params]
+    np.testing.assert_array_equal(alone.data.X, member.data.X)
+    np.testing.assert_array_equal(alone.data.is_test, member.data.is_test)
+    with pytest.raises(InputError, match="no data set 'wine'"):
+        entry_config(repo / "workflows" / "aghbalou.yaml", "wine")
+    with pytest.raises(InputError, match="not a list"):
+        entry_config(single, "breast_cancer_k3")

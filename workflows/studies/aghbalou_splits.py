@@ -1,9 +1,10 @@
 """Aghbalou, Portier & Sabourin, Section 7, over many random splits: model selection by the plain
 K-fold versus the bias-corrected K-fold, scored on held-out data.
 
-Split s runs the workflow (default ``workflows/aghbalou_concrete.yaml``: SVR with a sigmoid
-kernel over a C grid, one third held out) once per K with ``data.seed: s`` (a new held-out
-third) and ``design: {folds: K, seed: s}`` (a new fold draw), and reduces it with
+Split s runs the workflow (default: the ``concrete_k5`` data set of ``workflows/aghbalou.yaml``,
+``--dataset`` names another of a suite's: SVR with a sigmoid kernel over a C grid, one third
+held out) once per K with ``data.seed: s`` (a new held-out third) and
+``design: {folds: K, seed: s}`` (a new fold draw), and reduces it with
 ``corrected_kfold``: the test risk of the full fit of the param each criterion selects, and
 the best test risk over the grid (an oracle). Per K the table pairs the two criteria split by
 split: how often the corrected choice tests lower / the same (same C) / higher, and the mean
@@ -14,7 +15,7 @@ or add splits later. ``--grid N`` replaces the workflow's C grid by N log-spaced
 same interval (a coarser grid costs proportionally fewer fits).
 
 Run: python workflows/studies/aghbalou_splits.py [--splits 50 --folds 2 3 4 5 --workers 2
-     --grid 41 --results /tmp/aghbalou_splits --no-run --json FILE] [WORKFLOW]
+     --grid 41 --results /tmp/aghbalou_splits --no-run --json FILE --dataset concrete_k5] [WORKFLOW]
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from cvflow.workflow.suite import entry_config
 from splitstudy import Job, add_run_options, mean_se, run_all, shares
 
 HERE = Path(__file__).resolve().parent
@@ -108,7 +110,8 @@ def report(summary: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("workflow", nargs="?", type=Path, default=HERE.parent / "aghbalou_concrete.yaml")
+    ap.add_argument("workflow", nargs="?", type=Path, default=HERE.parent / "aghbalou.yaml")
+    ap.add_argument("--dataset", default="concrete_k5", help="the suite's data set to study")
     ap.add_argument("--splits", type=int, default=50)
     ap.add_argument("--folds", type=int, nargs="+", default=[2, 3, 4, 5])
     ap.add_argument("--grid", type=int, default=None,
@@ -116,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     add_run_options(ap, Path("/tmp/aghbalou_splits"), "--grid")
     a = ap.parse_args(argv)
     base = yaml.safe_load(a.workflow.read_text())
+    if isinstance(base.get("data"), list):            # a suite: one of its data sets
+        base = entry_config(a.workflow, a.dataset)
     t = time.perf_counter()
     jobs = [Job(a.results / f"k{k}", f"s{s:03d}", config(base, a.workflow, s, k, a.grid), reduce)
             for s in range(a.splits) for k in a.folds]
