@@ -340,8 +340,12 @@ def _batched_sums(values: np.ndarray, matrix: np.ndarray, masks: np.ndarray,
                   weights: np.ndarray) -> np.ndarray:
     """(S, rows, n) @ (S, n, C) -> (S, rows, C), the rows a non-finite value spoils summed
     again mask by mask (:func:`_redo_bad_rows`)."""
+    sums = np.empty(values.shape[:2] + matrix.shape[2:])
     with np.errstate(invalid="ignore", over="ignore"):      # the bad rows are redone below
-        sums = np.matmul(values, matrix)
+        # a matrix-vector product a column: 2.5x faster than numpy's batched product with
+        # a few columns (measured: 18 splits x 263 params x 442 samples, 2 columns)
+        for c in range(matrix.shape[2]):
+            sums[:, :, c] = np.matmul(values, matrix[:, :, c:c + 1])[:, :, 0]
     for position in np.flatnonzero(~np.isfinite(sums).all(axis=(1, 2))):
         _redo_bad_rows(sums[position], values[position], masks[position], weights[position])
     return sums
@@ -379,8 +383,13 @@ def block_sums(block: np.ndarray, plan: Plan, p0: int, splits: list[int],
             plain[:, q:q + len(sub)] = _batched_sums(
                 losses, layout.matrix, layout.masks, layout.weights) / layout.divisors[:, None]
             for c in range(depth):
-                ref = refs[decl.label][q:q + rows][:, layout.change_at[:, c]]   # (rows, S, n)
-                diff = np.abs(losses - ref.transpose(1, 0, 2))
+                at = layout.change_at[:, c]
+                ref = refs[decl.label][q:q + rows]
+                # one reference for every split (stability's full fit): broadcast, not copied
+                ref = ref[None, :, at[0]] if (at == at[0]).all() else \
+                    ref[:, at].transpose(1, 0, 2)                              # (S, rows, n)
+                diff = np.subtract(losses, ref)
+                np.abs(diff, out=diff)
                 change[:, q:q + len(sub), c] = _batched_sums(
                     diff, layout.change_matrix[:, :, c:c + 1], change_masks[:, c:c + 1],
                     ones[:, c:c + 1])[:, :, 0] / layout.change_divisors[:, None, c]
