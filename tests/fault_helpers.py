@@ -282,6 +282,24 @@ class BlockStuckRidge(StuckRidge):
         return super().fit(X, y, sample_weight=sample_weight)
 
 
+class BlockBusyRidge(Ridge):
+    """Ridge whose fit computes (a Python loop, one core) for ``busy_seconds`` before it returns
+    when ``alpha == busy_at``, only in the study's own fits: a long fit, no stall."""
+
+    def __init__(self, alpha=1.0, busy_at=None, busy_seconds=1.5):
+        super().__init__(alpha=alpha)
+        self.busy_at, self.busy_seconds = busy_at, busy_seconds
+
+    def fit(self, X, y, sample_weight=None):
+        from cvflow.fitting.trial import in_trial
+
+        if self.busy_at is not None and self.alpha == self.busy_at and not in_trial():
+            end, spins = time.thread_time() + self.busy_seconds, 0
+            while time.thread_time() < end:           # this thread's CPU, not the clock's
+                spins += 1
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
 def dying_workflow(path: Path, die_at, learner: str = "DyingRidge", option: str = "die_at",
                    fits_per_task: int = 16) -> Path:
     """4 alphas x (3 folds + full fit) of a learner of this module that dies (or eats memory)

@@ -165,6 +165,47 @@ def test_a_stuck_run_stops_says_where_and_releases_its_lock(tmp_path):
     assert not (tmp_path / "s.zarr.lock").exists()
 
 
+# the in-process distributed route: Dask's worker in this process (`--cluster threads` with a
+# dashboard, where `auto` sends a study whose fits look longer than 10 s). Its CPU, as Dask
+# reports it, is the whole process's: the event loop serving the scheduler, the client and the
+# dashboard used 4-8 % of a core beside a sleeping fit, and the run did not stop in 2 minutes
+# with stall-seconds 12; then the worker's close waited 30 s more for the stuck fit.
+IN_PROCESS = ("--cluster", "threads", "--dashboard-port", "0", "--workers", "1")
+
+
+def test_a_stuck_fit_in_process_with_a_dashboard_stops_the_run(tmp_path):
+    """The fits' own CPU is watched (cvflow.execution.fit_cpu): a fit that never returns stops
+    the run with StallError's line (exit 1), naming the in-process worker and where it waits;
+    the lock is released."""
+    wf = fh.faulty_workflow(tmp_path / "s.yaml", "BlockStuckRidge", "stuck_at", 10.0,
+                            "fits_per_task: 16")
+    env = fh.cli_env(DASK_CVFLOW__EXECUTION__STALL_SECONDS="6")
+    code, _, err = fh.finish(fh.start_run(wf, tmp_path / "s.zarr", *IN_PROCESS, env=env,
+                                          dashboard=()), timeout=120)
+    assert code == 1, err
+    assert "dashboard: http://127.0.0.1:" in err, err          # the route this test names
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("cvflow: error: StallError: no progress for "), last
+    assert "tasks not back, 1 workers idle" in last and " on inproc://" in last, last
+    assert "sleep" in last, last
+    assert not (tmp_path / "s.zarr.lock").exists()
+
+
+def test_a_long_computing_fit_in_process_is_no_stall(tmp_path):
+    """The other way: a block computing for longer than stall-seconds (4 fits of 1.5 s of CPU
+    in one task, against 3 s) is progress on that route: the run ends with every fit done,
+    none failed."""
+    wf = fh.faulty_workflow(tmp_path / "s.yaml", "BlockBusyRidge", "busy_at", 10.0,
+                            "fits_per_task: 16")
+    env = fh.cli_env(DASK_CVFLOW__EXECUTION__STALL_SECONDS="3")
+    code, _, err = fh.finish(fh.start_run(wf, tmp_path / "s.zarr", *IN_PROCESS, env=env,
+                                          dashboard=()), timeout=120)
+    assert code == 0, err
+    assert "dashboard: http://127.0.0.1:" in err, err
+    cube = fh.cube_arrays(tmp_path / "s.zarr")
+    assert cube["done"].all() and not cube["failed"].any(), cube
+
+
 def test_a_run_that_lost_its_lock_stops_and_writes_no_more(tmp_path):
     """Another run takes the lock over (its record replaces ours): the heartbeat notices, the
     loop cancels every task and raises; a task already running refuses to write (fenced)."""

@@ -10,8 +10,10 @@ processes, SLURM jobs, a running scheduler), this loop owns the three policies:
 - **a fit over its time limit**: the worker's watch (:mod:`cvflow.execution.tasks`) ends the process
   after recording the fit at the scheduler; the retried task skips it; in a child process the
   fit alone is stopped;
-- **no progress**: when nothing comes back for ``stall_seconds`` while no worker uses CPU (or
-  no worker is connected for ``no_worker_seconds``), the run stops with a
+- **no progress**: when nothing comes back for ``stall_seconds`` while no worker uses CPU (a
+  worker in this process: the CPU of all but its event loop and the run's thread,
+  :mod:`.fit_cpu`), or no worker is connected for
+  ``no_worker_seconds``, the run stops with a
   :class:`~cvflow.errors.StallError` that names the blocks it waited on and their stacks;
   and a run that lost its store's lock stops at once (:class:`~cvflow.errors.LockLostError`).
 
@@ -33,6 +35,7 @@ import numpy as np
 
 from ..errors import LockLostError, StallError
 from ..workflow.params import Param
+from .fit_cpu import FitCPU
 from .tasks import TaskContext, _value, run_block, time_fits, trial_fits
 from .. import config
 from . import interrupts
@@ -345,12 +348,24 @@ class Watchdog:
     ``cvflow.execution.no-worker-seconds`` (none connected).
     """
 
-    def __init__(self, client):
+    def __init__(self, client) -> None:
         self.client = client
         self.stall_seconds = float(config.get("cvflow.execution.stall-seconds"))
         self.no_worker_seconds = float(config.get("cvflow.execution.no-worker-seconds"))
         self.last_progress = time.monotonic()
         self.last_said = self.last_revived = 0.0
+        self.here: FitCPU | None = None       # the fits' CPU, for a worker in this process
+
+    def _busy(self, workers: dict) -> bool:
+        """Whether a worker uses CPU: Dask's ``metrics.cpu`` (its process's), or for workers in
+        this process (``inproc://``) the fits' own (:class:`.fit_cpu.FitCPU`)."""
+        here = [a for a in workers if str(a).startswith("inproc://")]
+        cpus = [w.get("metrics", {}).get("cpu", 0.0) for a, w in workers.items() if a not in here]
+        if here and self.here is None:
+            self.here = FitCPU(self.client)           # measures from now on
+        elif here:
+            cpus.append(self.here.percent())
+        return any(cpu > IDLE_CPU_PERCENT for cpu in cpus)
 
     def progressed(self) -> None:
         self.last_progress = time.monotonic()
@@ -364,7 +379,7 @@ class Watchdog:
             workers, why = {}, f"the scheduler did not answer ({exc})"
         else:
             why = None
-        if any(w.get("metrics", {}).get("cpu", 0.0) > IDLE_CPU_PERCENT for w in workers.values()):
+        if self._busy(workers):
             self.last_progress = now
             return
         quiet = now - self.last_progress

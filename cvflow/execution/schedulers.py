@@ -405,6 +405,18 @@ def _started(factory, prof: dict, connect):
     return cluster, client
 
 
+def _leave_running_fits(cluster) -> None:
+    """Close the in-process workers of ``cluster`` without waiting for the fits they run."""
+    # DESIGN CHOICE: distributed's worker waits up to 30 s for its running tasks when it closes
+    # (Worker.close, executor_wait): after a StallError or a Ctrl-C on the in-process route,
+    # `cvflow run` printed its line 30 s late (a fit that never returns). The fit's thread is
+    # a daemon, as on the threads route without a dashboard (cvflow.execution.threaded): it
+    # ends with the process; its writes are fenced by the store's lock.
+    for worker in list(cluster.workers.values()):
+        with contextlib.suppress(Exception):
+            cluster.sync(worker.close, executor_wait=False, timeout=WARM_CLOSE_SECONDS)
+
+
 def slurm_kwargs(prof: dict) -> dict:
     """Keyword arguments of ``dask_jobqueue.SLURMCluster`` for a resolved slurm profile."""
     jq = {k: v for k, v in dict(prof.get("jobqueue") or {}).items()}
@@ -551,6 +563,8 @@ def connect(cluster: str | os.PathLike | Route | None = None, *, workers: int | 
         started, client = _started({"local": _local, THREADS: _threads, "slurm": _slurm}[kind],
                                    prof, Client)
         stack.enter_context(started)
+        if route.in_process:        # after the client closes, before the cluster does
+            stack.callback(_leave_running_fits, started)
         stack.enter_context(client)
         log.info("cluster %s (%s): dashboard %s", prof["name"], kind,
                  client.dashboard_link or None)
