@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -58,18 +59,78 @@ def _get(url: str) -> tuple[int, bytes]:
         return response.status, response.read()
 
 
+def _status(url: str, headers: dict | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}),
+                                    timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
 def test_printed_dashboard_answers_and_lists_tasks(running):
     proc, url, store = running
-    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/status", url), url
+    m = re.fullmatch(r"http://127\.0\.0\.1:\d+/status\?token=([\w-]{32})", url)
+    assert m, url
     status, body = _get(url)
     assert status == 200 and b"Dask" in body
-    base = url.rsplit("/", 1)[0]
-    status, body = _get(f"{base}/json/counts.json")
+    base, token = url.rsplit("/", 1)[0], m.group(1)
+    status, body = _get(f"{base}/json/counts.json?token={token}")
     counts = json.loads(body)
     print(f"{url}: 200; counts {counts}")
     assert status == 200 and counts["workers"] == 2 and counts["tasks"] > 0
-    status, body = _get(f"{base}/info/main/workers.html")
+    status, body = _get(f"{base}/info/main/workers.html?token={token}")
     assert status == 200 and b"tls://127.0.0.1:" in body   # TLS by default (issue 23)
+
+
+# what the scheduler's HTTP server serves, the dashboard's pages, data and websocket included
+PATHS = ("/status", "/tasks", "/info/main/workers.html", "/json/counts.json", "/health",
+         "/metrics", "/sitemap.json", "/statics/css/base.css", "/status/ws", "/cvflow",
+         "/no/such/page")
+
+
+def test_the_dashboard_answers_only_with_the_printed_secret(running):
+    """Issue 44 item 2: every page of the server, with no secret, a wrong one, a cut one or a
+    wrong cookie: 403; the printed URL's secret as a query or as the cookie its answer sets
+    (HttpOnly, for this port): answered."""
+    proc, url, store = running
+    base, token = url.split("/status?token=")
+    with urllib.request.urlopen(url, timeout=30) as response:
+        cookie = response.headers["Set-Cookie"]
+        assert response.headers["Referrer-Policy"] == "no-referrer"
+    port = base.rsplit(":", 1)[1]
+    assert re.fullmatch(rf"cvflow-dashboard-{port}={token}; HttpOnly; Path=/; SameSite=Strict",
+                        cookie), cookie
+    pair = cookie.split(";")[0]
+    for path in PATHS:
+        for tail, headers in (("", None), ("?token=", None), (f"?token={token[:-1]}", None),
+                              (f"?token={token}x", None),
+                              ("", {"Cookie": f"cvflow-dashboard-{port}={token[::-1]}"}),
+                              ("", {"Cookie": f"cvflow-dashboard-1={token}"})):
+            assert _status(base + path + tail, headers) == 403, (path, tail, headers)
+    for path in ("/status", "/info/main/workers.html", "/json/counts.json", "/health"):
+        assert _status(f"{base}{path}?token={token}") == 200, path
+        assert _status(base + path, {"Cookie": pair}) == 200, path
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("curl"),
+                    reason="needs root, useradd and curl: a second Unix user")
+def test_another_user_reads_no_dashboard(running):
+    """What another local user can do: reach the port, without the secret (only in the URL
+    cvflow printed to its owner): 403 on every page; the owner's URL answers."""
+    proc, url, store = running
+    user = "cvflowother"
+    if subprocess.run(["id", user], capture_output=True).returncode:
+        subprocess.run(["useradd", "--no-create-home", user], check=True)
+    base = url.split("/status?", 1)[0]
+
+    def curl(target: str) -> str:
+        return subprocess.run(["runuser", "-u", user, "--", "curl", "-s", "-o", "/dev/null",
+                               "-w", "%{http_code}", target], capture_output=True, text=True,
+                              timeout=60).stdout
+
+    assert {path: curl(base + path) for path in PATHS} == {path: "403" for path in PATHS}
+    assert curl(url) == "200"             # the port is reachable: the secret is what it lacks
 
 
 async def _devtools(url: str, expression: str, until, *, user_data: str, timeout: float):
@@ -153,8 +214,9 @@ def test_dashboard_renders_in_headless_chromium(running, tmp_path):
     assert state and state["title"].startswith("Dask") and sum(state["roots"]) >= 1
     assert colours > 300  # plots drawn, not an empty page
 
+    # a new browser profile (no cookie): the secret in the URL, as the printed one has it
     tasks, png = asyncio.run(_devtools(
-        f"{base}/tasks", BOKEH_STATE,
+        f"{base}/tasks?{url.split('?', 1)[1]}", BOKEH_STATE,
         lambda v: bool(v and any(n.startswith("cvflow-block") for n in v["names"])),
         user_data=str(tmp_path / "t"), timeout=90))
     (tmp_path / "tasks.png").write_bytes(png)

@@ -131,11 +131,15 @@ def live_run(tmp_path_factory):
 
 def test_run_prints_the_live_page_beside_the_dashboard(live_run):
     proc, urls, store = live_run
-    assert urls["dashboard"].endswith("/status")
-    base = urls["dashboard"].rsplit("/", 1)[0]
+    dashboard = re.fullmatch(r"(http://127\.0\.0\.1:\d+)/status\?token=([\w-]{32})",
+                             urls["dashboard"])
+    assert dashboard, urls
+    base = dashboard.group(1)
     m = re.fullmatch(re.escape(base) + r"/cvflow\?run=(slow-[0-9a-f]{8})&token=([\w-]{32})",
                      urls["live"])
     assert m, urls
+    # one secret for the server cvflow started (cvflow.execution.dashboard_gate) and its page
+    assert m.group(2) == dashboard.group(2)
     with urllib.request.urlopen(urls["live"], timeout=60) as response:
         body = response.read().decode()
     assert response.status == 200 and "cvflow-learner-0" in body and "Bokeh" in body

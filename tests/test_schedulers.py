@@ -143,8 +143,8 @@ def test_local_cluster_listens_on_loopback_with_dashboard():
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         workers = client.scheduler_info()["workers"]
         assert len(workers) == 1 and all(a.startswith("tcp://127.0.0.1:") for a in workers)
-        assert client.dashboard_link.startswith("http://127.0.0.1:")
-        assert client.dashboard_link.endswith("/status")
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/status\?token=[\w-]{32}",
+                            client.dashboard_link), client.dashboard_link
         assert client.submit(_double, 21).result() == 42
 
 

@@ -29,7 +29,7 @@ import yaml
 
 from ..errors import InputError
 from .. import config
-from . import interrupts, processes
+from . import dashboard_gate, interrupts, processes
 from .worker_session import spawning_loop
 from .dask_logs import quiet_dask
 from .profiles import (AUTO, REMOVED, THREADS, Route, decide, load_profile, cluster_name,
@@ -392,6 +392,7 @@ def _started(factory, prof: dict, connect):
     with interrupts.held() as noted:
         cluster = factory(prof)
         try:
+            dashboard_gate.guard(cluster)        # its pages for the owner only
             client = connect(cluster)
         except BaseException:
             cluster.close(timeout=WARM_CLOSE_SECONDS)
@@ -547,6 +548,8 @@ def connect(cluster: str | os.PathLike | Route | None = None, *, workers: int | 
             stack.enter_context(clean_main())
             kept = warm_client(prof) if keep else None
             if kept is not None:
+                stack.enter_context(dask.config.set(
+                    dashboard_gate.linked((_WARM or {}).get("cluster"))))
                 log.info("cluster %s (%s, kept for this session): dashboard %s", prof["name"],
                          kind, kept.dashboard_link or None)
                 # what learners' fits leave running in its workers ends with the run
@@ -563,6 +566,7 @@ def connect(cluster: str | os.PathLike | Route | None = None, *, workers: int | 
         started, client = _started({"local": _local, THREADS: _threads, "slurm": _slurm}[kind],
                                    prof, Client)
         stack.enter_context(started)
+        stack.enter_context(dask.config.set(dashboard_gate.linked(started)))
         if route.in_process:        # after the client closes, before the cluster does
             stack.callback(_leave_running_fits, started)
         stack.enter_context(client)

@@ -30,6 +30,7 @@ import math
 import re
 import secrets
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass
 
@@ -136,7 +137,8 @@ class Monitor:
     Built by :func:`start`; the engine calls :meth:`block` with every finished block's summary.
     """
 
-    def __init__(self, client, workflow, params, design, data, *, store: str, url: str):
+    def __init__(self, client, workflow, params, design, data, *, store: str, url: str,
+                 token: str | None = None):
         from ..estimators.np_roles import fold_members
 
         self.client = client
@@ -145,8 +147,10 @@ class Monitor:
         # as Jupyter's token: the scheduler's HTTP port is open to every local user (on a
         # shared login node, every user of the cluster), the URL cvflow prints only to its
         # owner. The secret travels in the metadata, which only this run's client (TLS) reads
-        # and writes; docs/guide/execution.md says who can read what.
-        self.token = secrets.token_urlsafe(24)
+        # and writes; docs/guide/execution.md says who can read what. On a cluster cvflow
+        # started, the whole server asks for a secret, given in the dashboard's URL
+        # (cvflow.execution.dashboard_gate): the page's is that one, so its URL passes both.
+        self.token = token or secrets.token_urlsafe(24)
         self.url = f"{url}?run={self.run}&token={self.token}"
         n_params, n_splits = len(params), design.n_splits
         self.learner = np.asarray([p.learner for p in params])
@@ -355,11 +359,13 @@ def start(client, workflow, params, design, data, store) -> Monitor | None:
     link = getattr(client, "dashboard_link", None)
     if not link:
         return None
-    url = link.rsplit("/", 1)[0] + "/cvflow"
-    if not _serves_page(url):
+    address, _, query = link.partition("?")
+    token = dict(urllib.parse.parse_qsl(query)).get("token")      # the server's secret, if any
+    url = address.rsplit("/", 1)[0] + "/cvflow"
+    if not _serves_page(url + (f"?token={token}" if token else "")):
         return None
     monitor = Monitor(client, workflow, params, design, data, store=str(store),
-                      url=url)
+                      url=url, token=token)
     monitor.publish()
     return monitor
 
