@@ -34,7 +34,10 @@ SCHEMA: dict[str, tuple] = {
     "cvflow.execution.dask-logs": (str,),
     "cvflow.storage-options": (dict,),
     "cvflow.cluster.default": (str,),
-    "cvflow.cluster.auto": (dict,),
+    "cvflow.cluster.auto.process_start_seconds": (Real,),
+    "cvflow.cluster.auto.warm_seconds": (Real,),
+    "cvflow.cluster.auto.probe_seconds": (Real,),
+    "cvflow.cluster.auto.dashboard_after_seconds": (Real,),
     "cvflow.cluster.profiles": (dict,),
     "cvflow.limits.params": (object,),          # checked by workflow.limits, with its message
     "cvflow.limits.fits": (object,),
@@ -54,7 +57,13 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "cvflow.execution.no-worker-seconds": (0, None),
     "cvflow.execution.allowed-failures": (None, 0),
     "cvflow.reduce.in-memory-bytes": (None, 0),
+    "cvflow.cluster.auto.process_start_seconds": (None, 0),
+    "cvflow.cluster.auto.warm_seconds": (None, 0),
+    "cvflow.cluster.auto.probe_seconds": (None, 0),
+    "cvflow.cluster.auto.dashboard_after_seconds": (None, 0),
 }
+# what a type is called in a refusal
+_KINDS = {Real: "number", int: "whole number", str: "string", dict: "mapping"}
 
 _MISSING = object()
 _loaded: dict | None = None          # the packaged defaults, once merged
@@ -93,8 +102,11 @@ def get(key: str, default: Any = _MISSING) -> Any:
         dask.config.update(dask.config.config, _loaded or {}, priority="old")
         value = dask.config.get(key)
     types = SCHEMA.get(key)
-    if types is not None and value is not None and value is not default and not isinstance(value, types):
-        names = " or ".join(t.__name__ for t in types)
+    # a YAML `true` is no number here, although Python's bool is an int
+    numeric = types is not None and any(t in (Real, int) for t in types)
+    if types is not None and value is not None and value is not default and (
+            not isinstance(value, types) or (numeric and isinstance(value, bool))):
+        names = " or ".join(_KINDS.get(t, t.__name__) for t in types)
         raise InputError(f"config {setting(key)}: {value!r} ({type(value).__name__}); "
                          f"give a {names}")
     above, least = RANGES.get(key, (None, None))
@@ -103,6 +115,25 @@ def get(key: str, default: Any = _MISSING) -> Any:
         allowed = f"more than {above}" if above is not None else f"at least {least}"
         raise InputError(f"config {setting(key)}: {value!r}; give a number {allowed}")
     return value
+
+
+def check_lock_times(heartbeat: float, stale_after: float) -> None:
+    """InputError when a lock would count as abandoned before its next heartbeat."""
+    if stale_after <= heartbeat:
+        raise InputError(f"config {setting('cvflow.lock.stale-after')}: {stale_after:g} s; "
+                         "give more seconds than cvflow.lock.heartbeat "
+                         f"({heartbeat:g} s; the defaults: 120 and 10)")
+
+
+def check_all() -> None:
+    """Every setting of :data:`SCHEMA` read once, and the lock's two times together: a wrong
+    type or a number out of :data:`RANGES` is one line naming the setting before a run
+    creates, grows or locks anything, whether or not its route reads that setting."""
+    for key in SCHEMA:
+        get(key)
+    heartbeat, stale_after = get("cvflow.lock.heartbeat"), get("cvflow.lock.stale-after")
+    if heartbeat is not None and stale_after is not None:
+        check_lock_times(float(heartbeat), float(stale_after))
 
 
 def setting(key: str) -> str:

@@ -55,7 +55,7 @@ def test_every_key_read_has_a_schema_entry_and_a_packaged_default():
 def test_a_wrongly_typed_override_is_one_clear_line():
     config.load()        # defaults merged before dask.config.set records what it restores
     with dask.config.set({"cvflow.lock.heartbeat": "ten"}):
-        said = "config cvflow.lock.heartbeat (DASK_CVFLOW__LOCK__HEARTBEAT): 'ten' (str); give a Real"
+        said = "config cvflow.lock.heartbeat (DASK_CVFLOW__LOCK__HEARTBEAT): 'ten' (str); give a number"
         with pytest.raises(InputError, match=re.escape(said)):
             config.get("cvflow.lock.heartbeat")
     assert config.get("cvflow.lock.heartbeat") == 10

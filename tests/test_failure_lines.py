@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import fault_helpers as fh
+from cvflow import config
 
 
 def _cvflow(*args: str, env: dict | None = None, cwd=None) -> tuple[int, str, str]:
@@ -51,6 +52,51 @@ def test_a_setting_out_of_range_is_named_with_its_range(workflow, tmp_path, vari
                          env=fh.cli_env(**{variable: value}))
     assert rc == 2 and re.search(said, _one_line(err)), err
     assert not (tmp_path / "s.zarr.lock").exists()
+
+
+def _variable(key: str) -> str:
+    """Dask's environment variable for a config key (its documented rule)."""
+    return "DASK_" + key.upper().replace(".", "__").replace("-", "_")
+
+
+# every setting with a range, and a value just out of it: the schema's list, so that a range
+# added later is tested too
+RANGED = sorted(config.RANGES)
+
+
+@pytest.mark.parametrize("key", RANGED)
+def test_every_setting_with_a_range_refuses_a_value_out_of_it_in_one_line(workflow, tmp_path,
+                                                                         key):
+    """Whether or not the route reads it (allowed-failures only on distributed's schedulers,
+    in-memory-bytes only when the report reduces): exit 2 before anything is written, one
+    line naming the setting, its variable and its range."""
+    above, least = config.RANGES[key]
+    value, allowed = (f"{above:g}", f"more than {above:g}") if above is not None else \
+        (f"{least - 1:g}", f"at least {least:g}")
+    store = tmp_path / "s.zarr"
+    rc, _, err = _cvflow("run", str(workflow), "--store", str(store), "--cluster", "threads",
+                         env=fh.cli_env(**{_variable(key): value}))
+    assert rc == 2, err[-2000:]
+    assert _one_line(err) == (f"cvflow: error: config {key} ({_variable(key)}): {value}; "
+                              f"give a number {allowed}"), err
+    assert not store.exists() and not (tmp_path / "s.zarr.lock").exists()
+
+
+@pytest.mark.parametrize("key, value, kind, said", [
+    ("cvflow.execution.no-worker-seconds", "soon", "str", "number"),
+    ("cvflow.execution.allowed-failures", "1.5", "float", "whole number"),
+    ("cvflow.reduce.in-memory-bytes", "true", "bool", "number"),
+    ("cvflow.cluster.auto.probe_seconds", "[1]", "list", "number"),
+])
+def test_a_setting_of_the_wrong_type_is_named_with_the_type_it_takes(workflow, tmp_path, key,
+                                                                    value, kind, said):
+    rc, _, err = _cvflow("run", str(workflow), "--store", str(tmp_path / "s.zarr"),
+                         "--cluster", "threads", env=fh.cli_env(**{_variable(key): value}))
+    assert rc == 2, err[-2000:]
+    line = _one_line(err)
+    assert line.startswith(f"cvflow: error: config {key} ({_variable(key)}): "), line
+    assert line.endswith(f" ({kind}); give a {said}"), line
+    assert not (tmp_path / "s.zarr").exists()
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .. import config
 from ..errors import OTHER_STORE, InputError
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ def check_run(workflow, store: str | os.PathLike | None, *, cluster=None, worker
     """
     from ..store.location import resolve
 
+    config.check_all()                     # every setting, whether this route reads it or not
     route = check_cluster(workflow, cluster=cluster, workers=workers,
                           dashboard_port=dashboard_port, tls=tls,
                           cluster_options=cluster_options, client=client)

@@ -456,8 +456,7 @@ def _store_event(c, name: str):
 
 def _probe_seconds() -> float:
 
-    auto = config.get("cvflow.cluster.auto") or {}
-    return float(auto.get("probe_seconds", 3.0))
+    return float(config.get("cvflow.cluster.auto.probe_seconds"))
 
 
 def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True,

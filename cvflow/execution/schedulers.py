@@ -90,10 +90,9 @@ def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | 
     if name != AUTO:
         name = REMOVED.get(name, name)
         return name, f"{name} (as asked)"
-    auto = config.get("cvflow.cluster.auto") or {}
     warm = warm_alive()
-    start = float(auto.get("warm_seconds" if warm else "process_start_seconds",
-                           0.3 if warm else 2.0)) * _busy()
+    start = float(config.get("cvflow.cluster.auto.warm_seconds" if warm
+                             else "cvflow.cluster.auto.process_start_seconds")) * _busy()
     n = workers or load_profile("local").get("workers") or os.cpu_count() or 1
     saved = seconds * gil_share * (1 - 1 / n)
     fit = f"~{seconds:.2g} s of fitting" + ("" if gil_share >= 1 else
@@ -178,8 +177,8 @@ def quiet_port(seconds: float) -> int | None:
     than such a study takes), a free loopback port (0) for one long enough to watch (config
     ``cvflow.cluster.auto.dashboard_after_seconds`` of estimated fitting); see
     :meth:`cvflow.execution.profiles.Route.pick`."""
-    auto = config.get("cvflow.cluster.auto") or {}
-    return 0 if seconds >= float(auto.get("dashboard_after_seconds", 10.0)) else None
+    return 0 if seconds >= float(config.get("cvflow.cluster.auto.dashboard_after_seconds")) \
+        else None
 
 
 def replace_lost_workers(client, connected: dict | None = None) -> int:

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Iterator
 
 
-from ..errors import InputError, StoreError
+from ..errors import StoreError
 from .location import filesystem, identity, is_url, link_target, resolve, sibling
 from .. import config
 
@@ -458,10 +458,7 @@ def run_lock(store: str | os.PathLike, *, heartbeat: float | None = None,
     heartbeat = float(config.get("cvflow.lock.heartbeat") if heartbeat is None else heartbeat)
     stale_after = float(config.get("cvflow.lock.stale-after")
                         if stale_after is None else stale_after)
-    if stale_after <= heartbeat:
-        raise InputError(f"config {config.setting('cvflow.lock.stale-after')}: {stale_after:g} s; "
-                         "give more seconds than cvflow.lock.heartbeat "
-                         f"({heartbeat:g} s; the defaults: 120 and 10)")
+    config.check_lock_times(heartbeat, stale_after)
     lock = RunLock(store, heartbeat=heartbeat, stale_after=stale_after)
     lock.acquire()
     try:
