@@ -43,6 +43,8 @@ SCHEMA: dict[str, tuple] = {
     "cvflow.limits.yaml-alias-nodes": (object,),
     "cvflow.limits.synthetic-values": (object,),
     "cvflow.reduce.in-memory-bytes": (Real,),
+    "cvflow.reduce.stall-seconds": (Real,),
+    "cvflow.reduce.no-worker-seconds": (Real,),
 }
 
 # the numbers a setting accepts, (above, at least): a lock, a deadline or a count out of range
@@ -54,6 +56,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "cvflow.execution.no-worker-seconds": (0, None),
     "cvflow.execution.allowed-failures": (None, 0),
     "cvflow.reduce.in-memory-bytes": (None, 0),
+    "cvflow.reduce.stall-seconds": (0, None),
+    "cvflow.reduce.no-worker-seconds": (0, None),
 }
 
 _MISSING = object()

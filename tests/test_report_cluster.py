@@ -229,3 +229,54 @@ def test_a_scheduler_without_workers_is_given_up_with_one_line(store):
     assert out.returncode == 1, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "no worker connected within 2 s" in lines[0], lines
+
+
+def _sleep_idle(seconds: float) -> str:
+    import time
+
+    time.sleep(seconds)
+    return "woke"
+
+
+def _fail() -> None:
+    raise ValueError("a pass task failed")
+
+
+@pytest.mark.timeout(300)
+def test_a_pass_under_a_client_without_workers_stops_and_says_what_it_waited_on(store):
+    """An estimator under a Client whose scheduler has no worker: StallError after config
+    ``cvflow.reduce.no-worker-seconds``, naming the tasks not back and the missing workers;
+    its tasks are cancelled (the scheduler holds none after)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=0, processes=False, host="127.0.0.1", protocol="tcp://",
+                      dashboard_address=None) as empty, Client(empty) as client, \
+            dask.config.set({"cvflow.reduce.no-worker-seconds": 2}):
+        assert client.status == "running"
+        with pytest.raises(cvflow.errors.StallError) as caught:
+            estimators.kfold(cvflow.open(store))
+        message = str(caught.value)
+        assert re.search(r"no progress for \d+ s: \d+ of the reduction's \d+ tasks not back, "
+                         r"no worker connected", message), message
+        assert "cvflow.reduce.no-worker-seconds" in message
+
+
+@pytest.mark.timeout(300)
+def test_a_stuck_pass_task_stops_with_its_stack_and_an_error_is_raised_as_is(cluster):
+    """A task that waits without using CPU (a hung read): StallError after config
+    ``cvflow.reduce.stall-seconds`` with the task's stack; a task that raises: its exception."""
+    from distributed import Client
+
+    from cvflow.estimators.memory import compute_here
+
+    with Client(cluster) as client:
+        client.wait_for_workers(2, timeout=120)
+        with dask.config.set({"cvflow.reduce.stall-seconds": 2}), \
+                pytest.raises(cvflow.errors.StallError) as caught:
+            compute_here([dask.delayed(_sleep_idle)(120)], parallel="cluster")
+        message = str(caught.value)
+        assert "1 of the reduction's 1 tasks not back, 2 workers idle" in message, message
+        assert "_sleep_idle" in message and "cvflow.reduce.stall-seconds" in message, message
+        with pytest.raises(ValueError, match="a pass task failed"):
+            compute_here([dask.delayed(_fail)()], parallel="cluster")
+        assert compute_here([dask.delayed(_sleep_idle)(0)], parallel="cluster") == ["woke"]
