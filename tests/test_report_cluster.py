@@ -129,14 +129,16 @@ def test_a_client_made_without_set_as_default_is_not_used(store, cluster):
 
 
 @pytest.mark.timeout(600)
-def test_cli_report_on_a_local_cluster_equals_in_process_and_brute_force(store):
-    """``cvflow report STORE --cluster local --workers 2`` (above the in-memory budget, so the
-    workers read the chunks): the same JSON as the report in process, K-fold as by hand."""
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_cli_report_on_a_local_cluster_equals_in_process_and_brute_force(store, workers):
+    """``cvflow report STORE --cluster local --workers 1|2`` (above the in-memory budget, so the
+    workers read the chunks; workers without MALLOC_TRIM_THRESHOLD_): the same JSON as the
+    report in process, K-fold as by hand."""
     names = ",".join(NAMES)
     env = {"DASK_CVFLOW__REDUCE__IN_MEMORY_BYTES": "0"}
     here = _cli("report", store, "--json", "--estimators", names, env=env)
     there = _cli("report", store, "--json", "--estimators", names, "--cluster", "local",
-                 "--workers", "2", env=env)
+                 "--workers", workers, env=env)
     assert here.returncode == 0, here.stderr[-2000:]
     assert there.returncode == 0, there.stderr[-2000:]
     assert there.stderr == ""            # no log line of the cluster's start and close
@@ -280,3 +282,25 @@ def test_a_stuck_pass_task_stops_with_its_stack_and_an_error_is_raised_as_is(clu
         with pytest.raises(ValueError, match="a pass task failed"):
             compute_here([dask.delayed(_fail)()], parallel="cluster")
         assert compute_here([dask.delayed(_sleep_idle)(0)], parallel="cluster") == ["woke"]
+
+
+@pytest.mark.timeout(300)
+def test_the_report_s_local_workers_start_without_malloc_trim_threshold():
+    """The workers of a cluster started with ``glibc_malloc`` (as ``report --cluster local``
+    starts its own) have no MALLOC_TRIM_THRESHOLD_; those of one started without it have
+    distributed's 65536 (a fresh process each: a nanny writes the variable into its starter's
+    environment)."""
+    code = ("import contextlib, os, sys\n"
+            "from cvflow.execution.schedulers import connect, first_worker, glibc_malloc\n"
+            "with (glibc_malloc() if sys.argv[1] == 'yes' else contextlib.nullcontext()), "
+            "connect('local', workers=1, dashboard_port=0) as client:\n"
+            "    first_worker(client)\n"
+            "    print(list(client.run(os.environ.get, 'MALLOC_TRIM_THRESHOLD_').values()))\n")
+    environ = {k: v for k, v in os.environ.items() if k != "MALLOC_TRIM_THRESHOLD_"}
+    seen = {}
+    for untrimmed in ("yes", "no"):
+        out = subprocess.run([sys.executable, "-c", code, untrimmed], capture_output=True,
+                             text=True, cwd=REPO, env=environ, timeout=240)
+        assert out.returncode == 0, out.stderr[-2000:]
+        seen[untrimmed] = out.stdout.strip().splitlines()[-1]
+    assert seen == {"yes": "[None]", "no": "['65536']"}
