@@ -5,6 +5,8 @@
     python benchmarks/reduce_floor.py --pairs --repeats 66         # with the pair splits (~10^6 fits)
     python benchmarks/reduce_floor.py --cluster local --workers 1,2  # + the report on LocalClusters
     python benchmarks/reduce_floor.py --tree /work/wt-pass40 --label pass40   # another checkout
+    python benchmarks/reduce_floor.py --before /work/main      # + each report as CHECKOUT runs it
+    python benchmarks/reduce_floor.py --store S.zarr           # an existing complete cube
 
 The cube: ridge on diabetes (n = 442), ``alphas`` alphas (logspace -4..4) x (5 folds x
 ``repeats`` repeats + the full fit; with ``--pairs`` also the 10 pair splits of each repeat)
@@ -17,13 +19,16 @@ side finds it in the page cache), ``--runs`` rounds of, in turn:
 - ``cvflow report STORE --estimators kfold,corrected_kfold,stability --json`` (the seed
   estimators this design has splits for; with ``--pairs``
   ``kfold,corrected_kfold,stability_nested,nested_cv``);
-- with ``--cluster``: ``cvflow report STORE --estimators kfold --json --cluster ...``.
+- with ``--cluster``: ``cvflow report STORE --estimators kfold --json --cluster ...``;
+- with ``--before CHECKOUT``: each in-process report again with CHECKOUT first on PYTHONPATH
+  (e.g. the code before a change); its JSON must equal this tree's to 1e-12 or the script fails.
 
 Each is a fresh ``python`` process whose wall time is measured around it and whose peak
-resident memory is read from ``os.wait4`` (the child's own; on a cluster, the client's, the
-workers' are their own processes). The selected alpha and the estimates of the floor and of each
-report are compared. The load average is recorded before each run. Results go to
-``benchmarks/results/reduce_floor.{json,md}`` under ``--label`` (other labels kept).
+resident memory and CPU seconds (user + system, every thread) are read from ``os.wait4`` (the
+child's own; on a cluster, the client's, the workers' are their own processes). The selected
+alpha and the estimates of the floor and of each report are compared. The load average is
+recorded before each run. Results go to ``benchmarks/results/reduce_floor.{json,md}`` under
+``--label`` (other labels kept).
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ import common  # noqa: F401 - one BLAS thread, before numpy
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -61,7 +67,8 @@ execution: {{dtype: float32}}
 
 
 def run_child(argv: list[str], env: dict, timeout: float) -> dict:
-    """Run ``argv`` as a fresh process: wall seconds, peak RSS (bytes), its stdout, exit code."""
+    """Run ``argv`` as a fresh process: wall seconds, peak RSS (bytes), CPU seconds, its stdout,
+    exit code."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
@@ -81,7 +88,8 @@ def run_child(argv: list[str], env: dict, timeout: float) -> dict:
         out.seek(0)
         err.seek(0)
         result = {"wall": wall, "peak_rss": usage.ru_maxrss * 1024, "code": child.returncode,
-                  "load": load, "stdout": out.read().decode()}
+                  "cpu": usage.ru_utime + usage.ru_stime, "load": load,
+                  "stdout": out.read().decode()}
         if child.returncode:
             result["stderr"] = err.read().decode()[-2000:]
         return result
@@ -131,6 +139,22 @@ def agree(floor: dict, other: dict) -> bool:
             and np.isclose(floor["estimate_sum"], other["estimate_sum"], rtol=1e-9))
 
 
+def same(a, b, where: str = "report") -> None:
+    """Two reports' JSON equal: the same keys and strings, floats to 1e-12 (AssertionError)."""
+    if isinstance(a, dict):
+        assert set(a) == set(b), f"{where}: keys differ"
+        for k in a:
+            same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-15), f"{where}: {a} != {b}"
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--alphas", type=int, default=1000)
@@ -150,6 +174,12 @@ def main() -> None:
                    help="the in-process reports timed beside the floor: kfold, seed, both "
                         "(default) or none (with --cluster: only the cluster's)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per process at most")
+    p.add_argument("--before", default=None,
+                   help="a cvflow checkout whose reports are timed too (e.g. before a change); "
+                        "their JSON must equal this tree's (1e-12)")
+    p.add_argument("--store", default=None,
+                   help="an existing complete cube (the floor's design: folds, full fit) instead "
+                        "of the one built under --dir")
     args = p.parse_args()
 
     tree = Path(args.tree).resolve()
@@ -160,8 +190,14 @@ def main() -> None:
                             capture_output=True, text=True).stdout.strip()
     seed = SEED_PAIRS if args.pairs else SEED
     splits = n_splits(args.repeats, args.pairs)
-    store = Path(args.dir) / f"ridge_{args.alphas}x{splits}{'_pairs' if args.pairs else ''}.zarr"
-    fitted = build(store, args.alphas, args.repeats, seed, env)
+    if args.store:
+        import zarr
+
+        store, fitted = Path(args.store), None
+        args.alphas, splits = zarr.open_group(str(store), mode="r")["done"].shape
+    else:
+        store = Path(args.dir) / f"ridge_{args.alphas}x{splits}{'_pairs' if args.pairs else ''}.zarr"
+        fitted = build(store, args.alphas, args.repeats, seed, env)
     size = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
 
     python = [sys.executable]
@@ -175,19 +211,27 @@ def main() -> None:
     for workers in (args.workers.split(",") if args.cluster else []):
         sides[f"report kfold --cluster {args.cluster} --workers {workers}"] = [
             *report, "kfold", "--cluster", args.cluster, "--workers", workers.strip()]
+    envs = {name: env for name in sides}
+    if args.before:
+        before = {**os.environ, "PYTHONPATH": str(Path(args.before).resolve())}
+        for name in [n for n in sides if n.startswith("report") and "--cluster" not in n]:
+            sides[f"{name} (before)"], envs[f"{name} (before)"] = sides[name], before
 
     run_child(sides["floor"], env, args.timeout)          # untimed: the store in the page cache
     runs: dict[str, list[dict]] = {name: [] for name in sides}
     for i in range(args.runs):
         for name, argv in sides.items():
-            r = run_child(argv, env, args.timeout)
+            r = run_child(argv, envs[name], args.timeout)
             if r["code"]:
                 raise SystemExit(f"{name}: exit {r['code']}: {r.get('stderr', '')}")
             answer = json.loads(r["stdout"])
+            if name.endswith(" (before)") and i == 0:
+                same(json.loads(run_child(sides[name], env, args.timeout)["stdout"]), answer)
             r["answer"] = answer if name == "floor" else kfold_of(answer)
             del r["stdout"]
             runs[name].append(r)
-            print(f"run {i + 1} {name}: {r['wall']:.2f} s, {r['peak_rss'] / 2**30:.2f} GiB, "
+            print(f"run {i + 1} {name}: {r['wall']:.2f} s, {r['cpu']:.2f} s CPU, "
+                  f"{r['peak_rss'] / 2**30:.2f} GiB, "
                   f"load {r['load']:.1f}", flush=True)
 
     floor = runs["floor"][0]["answer"]

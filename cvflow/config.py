@@ -46,6 +46,8 @@ SCHEMA: dict[str, tuple] = {
     "cvflow.limits.yaml-alias-nodes": (object,),
     "cvflow.limits.synthetic-values": (object,),
     "cvflow.reduce.in-memory-bytes": (Real,),
+    "cvflow.reduce.stall-seconds": (Real,),
+    "cvflow.reduce.no-worker-seconds": (Real,),
 }
 
 # the numbers a setting accepts, (above, at least): a lock, a deadline or a count out of range
@@ -61,6 +63,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "cvflow.cluster.auto.warm_seconds": (None, 0),
     "cvflow.cluster.auto.probe_seconds": (None, 0),
     "cvflow.cluster.auto.dashboard_after_seconds": (None, 0),
+    "cvflow.reduce.stall-seconds": (0, None),
+    "cvflow.reduce.no-worker-seconds": (0, None),
 }
 # what a type is called in a refusal
 _KINDS = {Real: "number", int: "whole number", str: "string", dict: "mapping"}

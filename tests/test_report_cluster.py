@@ -129,14 +129,16 @@ def test_a_client_made_without_set_as_default_is_not_used(store, cluster):
 
 
 @pytest.mark.timeout(600)
-def test_cli_report_on_a_local_cluster_equals_in_process_and_brute_force(store):
-    """``cvflow report STORE --cluster local --workers 2`` (above the in-memory budget, so the
-    workers read the chunks): the same JSON as the report in process, K-fold as by hand."""
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_cli_report_on_a_local_cluster_equals_in_process_and_brute_force(store, workers):
+    """``cvflow report STORE --cluster local --workers 1|2`` (above the in-memory budget, so the
+    workers read the chunks; workers without MALLOC_TRIM_THRESHOLD_): the same JSON as the
+    report in process, K-fold as by hand."""
     names = ",".join(NAMES)
     env = {"DASK_CVFLOW__REDUCE__IN_MEMORY_BYTES": "0"}
     here = _cli("report", store, "--json", "--estimators", names, env=env)
     there = _cli("report", store, "--json", "--estimators", names, "--cluster", "local",
-                 "--workers", "2", env=env)
+                 "--workers", workers, env=env)
     assert here.returncode == 0, here.stderr[-2000:]
     assert there.returncode == 0, there.stderr[-2000:]
     assert there.stderr == ""            # no log line of the cluster's start and close
@@ -229,3 +231,76 @@ def test_a_scheduler_without_workers_is_given_up_with_one_line(store):
     assert out.returncode == 1, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "no worker connected within 2 s" in lines[0], lines
+
+
+def _sleep_idle(seconds: float) -> str:
+    import time
+
+    time.sleep(seconds)
+    return "woke"
+
+
+def _fail() -> None:
+    raise ValueError("a pass task failed")
+
+
+@pytest.mark.timeout(300)
+def test_a_pass_under_a_client_without_workers_stops_and_says_what_it_waited_on(store):
+    """An estimator under a Client whose scheduler has no worker: StallError after config
+    ``cvflow.reduce.no-worker-seconds``, naming the tasks not back and the missing workers;
+    its tasks are cancelled (the scheduler holds none after)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=0, processes=False, host="127.0.0.1", protocol="tcp://",
+                      dashboard_address=None) as empty, Client(empty) as client, \
+            dask.config.set({"cvflow.reduce.no-worker-seconds": 2}):
+        assert client.status == "running"
+        with pytest.raises(cvflow.errors.StallError) as caught:
+            estimators.kfold(cvflow.open(store))
+        message = str(caught.value)
+        assert re.search(r"no progress for \d+ s: \d+ of the reduction's \d+ tasks not back, "
+                         r"no worker connected", message), message
+        assert "cvflow.reduce.no-worker-seconds" in message
+
+
+@pytest.mark.timeout(300)
+def test_a_stuck_pass_task_stops_with_its_stack_and_an_error_is_raised_as_is(cluster):
+    """A task that waits without using CPU (a hung read): StallError after config
+    ``cvflow.reduce.stall-seconds`` with the task's stack; a task that raises: its exception."""
+    from distributed import Client
+
+    from cvflow.estimators.memory import compute_here
+
+    with Client(cluster) as client:
+        client.wait_for_workers(2, timeout=120)
+        with dask.config.set({"cvflow.reduce.stall-seconds": 2}), \
+                pytest.raises(cvflow.errors.StallError) as caught:
+            compute_here([dask.delayed(_sleep_idle)(120)], parallel="cluster")
+        message = str(caught.value)
+        assert "1 of the reduction's 1 tasks not back, 2 workers idle" in message, message
+        assert "_sleep_idle" in message and "cvflow.reduce.stall-seconds" in message, message
+        with pytest.raises(ValueError, match="a pass task failed"):
+            compute_here([dask.delayed(_fail)()], parallel="cluster")
+        assert compute_here([dask.delayed(_sleep_idle)(0)], parallel="cluster") == ["woke"]
+
+
+@pytest.mark.timeout(300)
+def test_the_report_s_local_workers_start_without_malloc_trim_threshold():
+    """The workers of a cluster started with ``glibc_malloc`` (as ``report --cluster local``
+    starts its own) have no MALLOC_TRIM_THRESHOLD_; those of one started without it have
+    distributed's 65536 (a fresh process each: a nanny writes the variable into its starter's
+    environment)."""
+    code = ("import contextlib, os, sys\n"
+            "from cvflow.execution.schedulers import connect, first_worker, glibc_malloc\n"
+            "with (glibc_malloc() if sys.argv[1] == 'yes' else contextlib.nullcontext()), "
+            "connect('local', workers=1, dashboard_port=0) as client:\n"
+            "    first_worker(client)\n"
+            "    print(list(client.run(os.environ.get, 'MALLOC_TRIM_THRESHOLD_').values()))\n")
+    environ = {k: v for k, v in os.environ.items() if k != "MALLOC_TRIM_THRESHOLD_"}
+    seen = {}
+    for untrimmed in ("yes", "no"):
+        out = subprocess.run([sys.executable, "-c", code, untrimmed], capture_output=True,
+                             text=True, cwd=REPO, env=environ, timeout=240)
+        assert out.returncode == 0, out.stderr[-2000:]
+        seen[untrimmed] = out.stdout.strip().splitlines()[-1]
+    assert seen == {"yes": "[None]", "no": "['65536']"}
