@@ -159,7 +159,7 @@ def profile(case: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--cases", default="a,b,d,e,a2")
+    parser.add_argument("--cases", default="a,b4,c3,e4,g,d,a2")
     parser.add_argument("--child", nargs=2, metavar=("TOOL", "CASE"), help=argparse.SUPPRESS)
     parser.add_argument("--importtime", metavar="CASE")
     parser.add_argument("--profile", metavar="CASE")

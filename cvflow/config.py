@@ -11,6 +11,9 @@ a run. See docs/developer/architecture.md.
 """
 from __future__ import annotations
 
+import os
+import site
+import sys
 from numbers import Real
 from pathlib import Path
 from typing import Any
@@ -57,20 +60,69 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 
 _MISSING = object()
-_loaded: dict | None = None          # the packaged defaults, once merged
+_loaded: dict | None = None          # the packaged defaults, read once
+_merged = False                      # and merged into dask.config
+
+
+def _defaults() -> dict:
+    global _loaded
+    if _loaded is None:
+        import yaml
+
+        _loaded = yaml.safe_load(DEFAULTS.read_text())
+    return _loaded
 
 
 def load() -> None:
     """Merge the packaged defaults into ``dask.config`` (once; later calls do nothing)."""
     # DESIGN CHOICE: loaded on first use, not at import: importing dask.config costs ~150 ms
     # (230 modules), which `cvflow status` and `cvflow --help` do not pay (tests/test_startup.py).
-    global _loaded
-    if _loaded is None:
+    global _merged
+    if not _merged:
         import dask.config
-        import yaml
 
-        _loaded = yaml.safe_load(DEFAULTS.read_text())
-        dask.config.update_defaults(_loaded)
+        dask.config.update_defaults(_defaults())
+        _merged = True
+
+
+#: the variables by which Dask reads config from elsewhere than its directories
+_ENV_FILES = ("DASK_CONFIG", "DASK_ROOT_CONFIG", "DASK_INTERNAL_INHERIT_CONFIG")
+
+
+def _defaults_alone() -> bool:
+    """True when the packaged defaults are the whole configuration of ``cvflow.*``: dask not
+    imported yet (so nothing was set through ``dask.config.set``), no ``DASK_CVFLOW*``
+    environment variable nor one naming other config files (:data:`_ENV_FILES`), and no
+    directory where Dask reads its YAML files (docs.dask.org, Configuration: /etc/dask,
+    ``{prefix}/etc/dask``, ``~/.config/dask``)."""
+    # DESIGN CHOICE: `import dask` costs 50-100 ms and imports jinja2 (dask.widgets); a
+    # SearchCV without a store on the threads route reads a few settings and imports nothing
+    # else of Dask (issue 41 item 2: no jinja2), so where nothing can override a default the
+    # default is read from config.yaml itself, else through dask.config as always
+    if "dask" in sys.modules or any(k.upper().startswith("DASK_CVFLOW") or k in _ENV_FILES
+                                    for k in os.environ):
+        return False
+    prefixes = {sys.prefix, sys.exec_prefix, *getattr(site, "PREFIXES", ())}
+    places = ["/etc/dask", os.path.join(os.path.expanduser("~"), ".config", "dask"),
+              *(os.path.join(p, "etc", "dask") for p in prefixes)]
+    return not any(os.path.exists(p) for p in places)
+
+
+def _default(key: str, default: Any) -> Any:
+    """``key`` read from the packaged defaults as ``dask.config.get`` reads it ("-" and "_"
+    alike in each part)."""
+    node: Any = _defaults()
+    for part in key.split("."):
+        if not isinstance(node, dict):
+            node = _MISSING
+            break
+        node = next((node[k] for k in (part, part.replace("-", "_"), part.replace("_", "-"))
+                     if k in node), _MISSING)
+    if node is _MISSING:
+        if default is _MISSING:
+            raise KeyError(key)
+        return default
+    return node
 
 
 def get(key: str, default: Any = _MISSING) -> Any:
@@ -81,17 +133,10 @@ def get(key: str, default: Any = _MISSING) -> Any:
     InputError
         When the value set by the user is not of the type :data:`SCHEMA` declares.
     """
-    import dask.config
-
-    load()
-    try:
-        value = dask.config.get(key) if default is _MISSING else dask.config.get(key, default=default)
-    except KeyError:
-        # a `dask.config.set` of a cvflow key entered before the defaults were merged removes,
-        # when it exits, the keys it found missing: the defaults are merged again (under what
-        # is set now) and the key read again
-        dask.config.update(dask.config.config, _loaded or {}, priority="old")
-        value = dask.config.get(key)
+    if _defaults_alone():
+        value = _default(key, default)
+    else:
+        value = _from_dask(key, default)
     types = SCHEMA.get(key)
     if types is not None and value is not None and value is not default and not isinstance(value, types):
         names = " or ".join(t.__name__ for t in types)
@@ -103,6 +148,20 @@ def get(key: str, default: Any = _MISSING) -> Any:
         allowed = f"more than {above}" if above is not None else f"at least {least}"
         raise InputError(f"config {setting(key)}: {value!r}; give a number {allowed}")
     return value
+
+
+def _from_dask(key: str, default: Any) -> Any:
+    import dask.config
+
+    load()
+    try:
+        return dask.config.get(key) if default is _MISSING else dask.config.get(key, default=default)
+    except KeyError:
+        # a `dask.config.set` of a cvflow key entered before the defaults were merged removes,
+        # when it exits, the keys it found missing: the defaults are merged again (under what
+        # is set now) and the key read again
+        dask.config.update(dask.config.config, _defaults(), priority="old")
+        return dask.config.get(key)
 
 
 def setting(key: str) -> str:

@@ -24,7 +24,6 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
-import dask.config
 import yaml
 
 from ..errors import InputError
@@ -242,6 +241,8 @@ def _own_session_preload() -> dict:
     :mod:`cvflow.execution.worker_session` (each worker process in a session of its own, out of
     reach of the terminal's Ctrl-C and SIGHUP). Given to every nanny, those a scale-up starts
     later too."""
+    import dask.config
+
     preload = dask.config.get("distributed.worker.preload") or []
     preload = [preload] if isinstance(preload, str) else list(preload)
     argv = dask.config.get("distributed.worker.preload-argv") or []
@@ -518,6 +519,9 @@ def connect(cluster: str | os.PathLike | Route | None = None, *, workers: int | 
                      threaded.workers)
             yield threaded
         return
+    # DESIGN CHOICE: dask imported here, where a distributed cluster is used: the threads route
+    # above imports no dask (it imports jinja2, ~50-100 ms: issue 41 item 2)
+    import dask.config
     from distributed import Client
 
     with contextlib.ExitStack() as stack:
