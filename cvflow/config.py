@@ -87,25 +87,50 @@ def load() -> None:
 
 #: the variables by which Dask reads config from elsewhere than its directories
 _ENV_FILES = ("DASK_CONFIG", "DASK_ROOT_CONFIG", "DASK_INTERNAL_INHERIT_CONFIG")
+_read: dict[tuple, bool] = {}        # (file, mtime, size) -> whether it names cvflow
 
 
 def _defaults_alone() -> bool:
     """True when the packaged defaults are the whole configuration of ``cvflow.*``: dask not
     imported yet (so nothing was set through ``dask.config.set``), no ``DASK_CVFLOW*``
-    environment variable nor one naming other config files (:data:`_ENV_FILES`), and no
-    directory where Dask reads its YAML files (docs.dask.org, Configuration: /etc/dask,
-    ``{prefix}/etc/dask``, ``~/.config/dask``)."""
+    environment variable nor one naming other config files (:data:`_ENV_FILES`), and no file
+    where Dask reads its YAML (docs.dask.org, Configuration: /etc/dask, ``{prefix}/etc/dask``,
+    ``~/.config/dask``) that names cvflow."""
     # DESIGN CHOICE: `import dask` costs 50-100 ms and imports jinja2 (dask.widgets); a
     # SearchCV without a store on the threads route reads a few settings and imports nothing
     # else of Dask (issue 41 item 2: no jinja2), so where nothing can override a default the
-    # default is read from config.yaml itself, else through dask.config as always
+    # default is read from config.yaml itself, else through dask.config as always. A file that
+    # does not contain the word cvflow sets no cvflow key (dask-jobqueue writes its
+    # jobqueue.yaml there when first imported).
     if "dask" in sys.modules or any(k.upper().startswith("DASK_CVFLOW") or k in _ENV_FILES
                                     for k in os.environ):
         return False
     prefixes = {sys.prefix, sys.exec_prefix, *getattr(site, "PREFIXES", ())}
     places = ["/etc/dask", os.path.join(os.path.expanduser("~"), ".config", "dask"),
               *(os.path.join(p, "etc", "dask") for p in prefixes)]
-    return not any(os.path.exists(p) for p in places)
+    return not any(_names_cvflow(f) for place in places for f in _config_files(place))
+
+
+def _config_files(place: str) -> list[str]:
+    if os.path.isdir(place):
+        try:
+            return [os.path.join(place, f) for f in sorted(os.listdir(place))
+                    if f.endswith((".json", ".yaml", ".yml"))]
+        except OSError:
+            return [place]               # unreadable: taken to name cvflow
+    return [place] if os.path.exists(place) else []
+
+
+def _names_cvflow(path: str) -> bool:
+    try:
+        st = os.stat(path)
+        key = (path, st.st_mtime_ns, st.st_size)
+        if key not in _read:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                _read[key] = "cvflow" in f.read().lower()
+        return _read[key]
+    except OSError:
+        return True
 
 
 def _default(key: str, default: Any) -> Any:
