@@ -131,3 +131,8 @@ def test_a_dask_config_file_naming_cvflow_is_read(tmp_path, files, expected):
     default = yaml.safe_load((PACKAGE / "config.yaml").read_text())["cvflow"]["execution"]
     assert value == (expected[0] if expected[0] is not None else default["stall-seconds"])
     assert imported == expected[1]
+
+
+def test_the_packaged_defaults_read_as_pure_python_yaml_reads_them():
+    text = (PACKAGE / "config.yaml").read_text()
+    assert config._defaults() == yaml.load(text, Loader=yaml.SafeLoader)
