@@ -18,6 +18,9 @@ never cvflow, so the GridSearchCV side pays no cvflow import. Each case is a fun
 - e: case b nested: ``cross_validate(search, X, y, cv=3)``.
 - g: a study whose fits take seconds: ``SVC(gamma=0.001)`` over 8 Cs (``logspace(-1, 3, 8)``) on
   digits (n = 1797, 64 features, 10 classes), cv=5.
+- b4, c3, e4: issue 41's table: case b with 4 Cs (``logspace(-2, 1, 4)``); the Auto DataFrame of
+  case c with ``HistGradientBoostingRegressor(max_iter=50, random_state=0)`` over 2 learning
+  rates (0.05, 0.1), cv=3; case b4 nested in ``cross_validate(search, X, y, cv=3)``.
 - quickstart: ``GridSearchCV(Ridge(), {"alpha": logspace(-3, 3, 20)}, cv=KFold(5),
   scoring="neg_mean_squared_error")`` on diabetes, as ``plain_quickstart.py`` (the plain script
   that ``cvflow run workflows/quickstart.yaml`` is compared with).
@@ -73,6 +76,24 @@ def case_c():
     return model, grid, X, y, {}, {}
 
 
+def case_b4():
+    est, _, X, y, fit_params, options = case_b()
+    grid = {"logisticregression__C": [float(c) for c in np.logspace(-2, 1, 4)]}
+    return est, grid, X, y, fit_params, options
+
+
+def case_c3():
+    est, _, X, y, fit_params, options = case_c()
+    est.set_params(histgradientboostingregressor__max_iter=50)
+    grid = {"histgradientboostingregressor__learning_rate": [0.05, 0.1]}
+    return est, grid, X, y, fit_params, {**options, "cv": 3}
+
+
+def case_e4():
+    est, grid, X, y, fit_params, options = case_b4()
+    return est, grid, X, y, fit_params, {**options, "nested": 3}
+
+
 def case_d():
     from sklearn.utils.class_weight import compute_sample_weight
 
@@ -104,6 +125,7 @@ def case_quickstart():
 
 
 CASES = {"a": case_a, "b": case_b, "c": case_c, "d": case_d, "e": case_e, "g": case_g,
+         "b4": case_b4, "c3": case_c3, "e4": case_e4,
          "quickstart": case_quickstart, "cart": case_a}
 
 

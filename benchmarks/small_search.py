@@ -7,12 +7,14 @@ the medians of the whole process and of the time around ``fit`` (``cross_validat
 nested case; the second ``fit`` in the process for ``a2``) are printed with their ratios
 SearchCV / GridSearchCV, the load average before and after each case, and which of zarr,
 numcodecs, xarray, distributed, bokeh, jinja2 the SearchCV process imported. The cases are
-``searchcv_cases.py``'s (a: the tree, b: scaler + logistic, d: a with sample weights, e: b
-nested, g: SVC on digits); ``a2`` is case a fitted twice in one process.
+``searchcv_cases.py``'s; the default ones are issue 41's table: a (the tree), b4 (scaler +
+logistic, 4 Cs), c3 (the Auto DataFrame, ColumnTransformer + HGB(max_iter=50), 2 learning
+rates, cv=3), d (a with sample weights), e4 (b4 nested in ``cross_validate(..., cv=3)``), g
+(SVC(gamma=0.001), 8 Cs on digits); ``a2`` is case a fitted twice in one process.
 
 Run::
 
-    python benchmarks/small_search.py [--repeats 5] [--cases a,b,d,e,a2]
+    python benchmarks/small_search.py [--repeats 5] [--cases a,b4,c3,d,e4,g,a2]
     python benchmarks/small_search.py --importtime a     # where SearchCV's imports go
     python benchmarks/small_search.py --profile a        # cProfile of SearchCV's fit
     python benchmarks/small_search.py --baseline /tmp/main-checkout   # before -> after
@@ -159,7 +161,7 @@ def profile(case: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--cases", default="a,b,d,e,a2")
+    parser.add_argument("--cases", default="a,b4,c3,e4,g,d,a2")
     parser.add_argument("--child", nargs=2, metavar=("TOOL", "CASE"), help=argparse.SUPPRESS)
     parser.add_argument("--importtime", metavar="CASE")
     parser.add_argument("--profile", metavar="CASE")

@@ -11,6 +11,9 @@ a run. See docs/developer/architecture.md.
 """
 from __future__ import annotations
 
+import os
+import site
+import sys
 from numbers import Real
 from pathlib import Path
 from typing import Any
@@ -70,20 +73,97 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 _KINDS = {Real: "number", int: "whole number", str: "string", dict: "mapping"}
 
 _MISSING = object()
-_loaded: dict | None = None          # the packaged defaults, once merged
+_loaded: dict | None = None          # the packaged defaults, read once
+_merged = False                      # and merged into dask.config
+
+
+def _defaults() -> dict:
+    global _loaded
+    if _loaded is None:
+        import yaml
+
+        # libyaml's safe loader where built (the same mapping, tests/test_config.py): the pure
+        # Python one took 15-60 ms of a small search's first fit to read these ~200 lines
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        _loaded = yaml.load(DEFAULTS.read_text(), Loader=loader)  # noqa: S506 - a safe loader
+    return _loaded
 
 
 def load() -> None:
     """Merge the packaged defaults into ``dask.config`` (once; later calls do nothing)."""
     # DESIGN CHOICE: loaded on first use, not at import: importing dask.config costs ~150 ms
     # (230 modules), which `cvflow status` and `cvflow --help` do not pay (tests/test_startup.py).
-    global _loaded
-    if _loaded is None:
+    global _merged
+    if not _merged:
         import dask.config
-        import yaml
 
-        _loaded = yaml.safe_load(DEFAULTS.read_text())
-        dask.config.update_defaults(_loaded)
+        dask.config.update_defaults(_defaults())
+        _merged = True
+
+
+#: the variables by which Dask reads config from elsewhere than its directories
+_ENV_FILES = ("DASK_CONFIG", "DASK_ROOT_CONFIG", "DASK_INTERNAL_INHERIT_CONFIG")
+_read: dict[tuple, bool] = {}        # (file, mtime, size) -> whether it names cvflow
+
+
+def _defaults_alone() -> bool:
+    """True when the packaged defaults are the whole configuration of ``cvflow.*``: dask not
+    imported yet (so nothing was set through ``dask.config.set``), no ``DASK_CVFLOW*``
+    environment variable nor one naming other config files (:data:`_ENV_FILES`), and no file
+    where Dask reads its YAML (docs.dask.org, Configuration: /etc/dask, ``{prefix}/etc/dask``,
+    ``~/.config/dask``) that names cvflow."""
+    # DESIGN CHOICE: `import dask` costs 50-100 ms and imports jinja2 (dask.widgets); a
+    # SearchCV without a store on the threads route reads a few settings and imports nothing
+    # else of Dask (issue 41 item 2: no jinja2), so where nothing can override a default the
+    # default is read from config.yaml itself, else through dask.config as always. A file that
+    # does not contain the word cvflow sets no cvflow key (dask-jobqueue writes its
+    # jobqueue.yaml there when first imported).
+    if "dask" in sys.modules or any(k.upper().startswith("DASK_CVFLOW") or k in _ENV_FILES
+                                    for k in os.environ):
+        return False
+    prefixes = {sys.prefix, sys.exec_prefix, *getattr(site, "PREFIXES", ())}
+    places = ["/etc/dask", os.path.join(os.path.expanduser("~"), ".config", "dask"),
+              *(os.path.join(p, "etc", "dask") for p in prefixes)]
+    return not any(_names_cvflow(f) for place in places for f in _config_files(place))
+
+
+def _config_files(place: str) -> list[str]:
+    if os.path.isdir(place):
+        try:
+            return [os.path.join(place, f) for f in sorted(os.listdir(place))
+                    if f.endswith((".json", ".yaml", ".yml"))]
+        except OSError:
+            return [place]               # unreadable: taken to name cvflow
+    return [place] if os.path.exists(place) else []
+
+
+def _names_cvflow(path: str) -> bool:
+    try:
+        st = os.stat(path)
+        key = (path, st.st_mtime_ns, st.st_size)
+        if key not in _read:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                _read[key] = "cvflow" in f.read().lower()
+        return _read[key]
+    except OSError:
+        return True
+
+
+def _default(key: str, default: Any) -> Any:
+    """``key`` read from the packaged defaults as ``dask.config.get`` reads it ("-" and "_"
+    alike in each part)."""
+    node: Any = _defaults()
+    for part in key.split("."):
+        if not isinstance(node, dict):
+            node = _MISSING
+            break
+        node = next((node[k] for k in (part, part.replace("-", "_"), part.replace("_", "-"))
+                     if k in node), _MISSING)
+    if node is _MISSING:
+        if default is _MISSING:
+            raise KeyError(key)
+        return default
+    return node
 
 
 def get(key: str, default: Any = _MISSING) -> Any:
@@ -94,17 +174,10 @@ def get(key: str, default: Any = _MISSING) -> Any:
     InputError
         When the value set by the user is not of the type :data:`SCHEMA` declares.
     """
-    import dask.config
-
-    load()
-    try:
-        value = dask.config.get(key) if default is _MISSING else dask.config.get(key, default=default)
-    except KeyError:
-        # a `dask.config.set` of a cvflow key entered before the defaults were merged removes,
-        # when it exits, the keys it found missing: the defaults are merged again (under what
-        # is set now) and the key read again
-        dask.config.update(dask.config.config, _loaded or {}, priority="old")
-        value = dask.config.get(key)
+    if _defaults_alone():
+        value = _default(key, default)
+    else:
+        value = _from_dask(key, default)
     types = SCHEMA.get(key)
     # a YAML `true` is no number here, although Python's bool is an int
     numeric = types is not None and any(t in (Real, int) for t in types)
@@ -138,6 +211,20 @@ def check_all() -> None:
     heartbeat, stale_after = get("cvflow.lock.heartbeat"), get("cvflow.lock.stale-after")
     if heartbeat is not None and stale_after is not None:
         check_lock_times(float(heartbeat), float(stale_after))
+
+
+def _from_dask(key: str, default: Any) -> Any:
+    import dask.config
+
+    load()
+    try:
+        return dask.config.get(key) if default is _MISSING else dask.config.get(key, default=default)
+    except KeyError:
+        # a `dask.config.set` of a cvflow key entered before the defaults were merged removes,
+        # when it exits, the keys it found missing: the defaults are merged again (under what
+        # is set now) and the key read again
+        dask.config.update(dask.config.config, _defaults(), priority="old")
+        return dask.config.get(key)
 
 
 def setting(key: str) -> str:

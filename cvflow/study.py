@@ -504,9 +504,9 @@ class StudyResult(StudyCube):
         self.loss = loss
         self.trust_code = trust_code
         self._results: dict | None = None
-        # the run's own params (Study.run): :meth:`refit` fits their objects, which the store
-        # only describes (a lambda, a __main__ class); keyed by the stored param_json
-        self._params = {p.to_json(): p for p in params or () if p.source is not None}
+        # the run's own params (Study.run), by the stored param_json: refit (and SearchCV's
+        # report) fits their objects, which the store only describes (a lambda, a __main__ class)
+        self.run_params = {p.to_json(): p for p in params or () if p.source is not None}
 
     @classmethod
     def from_store(cls, path, *, loss: str | None = None, trust_code: Trust = False,
@@ -650,7 +650,7 @@ class StudyResult(StudyCube):
         h = self.chosen(criterion, loss=loss)["index"]
         text = str(self.cube["param_json"].values[h])
         setting = json.loads(text)
-        kept = self._params.get(text)
+        kept = self.run_params.get(text)
         if kept is None and unbuildable(setting):
             raise InputError(f"refit: param {h} of {self.where} fitted {unbuildable(setting)[0]}, "
                              "a Python object that no name imports; the store records it but "

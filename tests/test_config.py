@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import dask.config
@@ -90,3 +94,45 @@ def test_a_setting_entered_before_the_defaults_leaves_them_in_place():
     out = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True,
                          timeout=120)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+# issue 41: where nothing can override a cvflow default, config.get reads config.yaml without
+# importing dask (which imports jinja2); else through dask.config as before
+def test_the_defaults_read_without_dask_are_dask_configs():
+    config.load()
+    for key in sorted(_keys_read() | set(config.SCHEMA)):
+        if "{" not in key:
+            assert config._default(key, None) == dask.config.get(key, None), key
+
+
+READ = """\
+import json, sys
+from cvflow import config
+print(json.dumps([config.get("cvflow.execution.stall-seconds"), "dask" in sys.modules]))
+"""
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({}, [None, False]),
+    ({"jobqueue.yaml": "jobqueue:\n  slurm:\n    cores: 2\n"}, [None, False]),
+    ({"mine.yaml": "cvflow:\n  execution:\n    stall-seconds: 7\n"}, [7, True]),
+])
+def test_a_dask_config_file_naming_cvflow_is_read(tmp_path, files, expected):
+    home = tmp_path / "home"
+    (home / ".config" / "dask").mkdir(parents=True)
+    for name, text in files.items():
+        (home / ".config" / "dask" / name).write_text(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+    env["HOME"] = str(home)
+    out = subprocess.run([sys.executable, "-c", READ], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    value, imported = json.loads(out.stdout.splitlines()[-1])
+    default = yaml.safe_load((PACKAGE / "config.yaml").read_text())["cvflow"]["execution"]
+    assert value == (expected[0] if expected[0] is not None else default["stall-seconds"])
+    assert imported == expected[1]
+
+
+def test_the_packaged_defaults_read_as_pure_python_yaml_reads_them():
+    text = (PACKAGE / "config.yaml").read_text()
+    assert config._defaults() == yaml.load(text, Loader=yaml.SafeLoader)

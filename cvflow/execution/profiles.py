@@ -25,14 +25,11 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import yaml
-from dask.utils import parse_timedelta
 
 from .. import config
 from ..errors import InputError
 
 log = logging.getLogger(__name__)
-
-config.load()    # the profiles below read dask.config directly (set, merge)
 
 ENV_PREFIX = "CVFLOW_CLUSTER__"
 THREADS = "threads"      # the kind whose fits run in this process (Route.in_process)
@@ -269,6 +266,9 @@ def decide(cluster: str | os.PathLike | None = None, *, workers: int | None = No
 
 
 def _seconds(value, what: str, where: str) -> float:
+    # a slurm profile's durations: dask, not imported by the threads route (config._defaults_alone)
+    from dask.utils import parse_timedelta
+
     try:
         return float(parse_timedelta(value, default="s"))
     except (ValueError, KeyError, TypeError):

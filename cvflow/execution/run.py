@@ -547,9 +547,12 @@ class _Run:
     def on(self, c, *, dashboard: bool) -> RunResult:
         study, path, d = self.study, self.path, self.study.data
         run_id = f"{time.time_ns()}-{os.getpid()}"
+        # DESIGN.md section 3: a cube in memory may hold only the cells its estimators read
+        test_only = (path == IN_MEMORY
+                     and self.workflow.execution.get("predict_rows", "all") == "test")
         ctx = TaskContext(store=path, run_id=run_id, token=self.lock.token,
                           fit_timeout=float(self.fit_timeout) if self.fit_timeout else None,
-                          client_pid=os.getpid())
+                          client_pid=os.getpid(), test_only=test_only)
         if self.check_fits:               # before the store is created or changed
             keys = check_on_workers(c, ctx, self.workflow, d, str(self.workflow.path),
                                     check=self.trial)

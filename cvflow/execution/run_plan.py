@@ -30,7 +30,8 @@ def seconds_per_fit(workflow: Workflow, study: BuiltWorkflow) -> float:
     d = study.data
     return estimate_seconds_per_fit(
         study.params, d.fit_X, d.fit_y, study.design.train[0], positive=d.positive,
-        path_aware=bool(workflow.execution.get("path_aware", True)))
+        path_aware=bool(workflow.execution.get("path_aware", True)),
+        total_fits=len(study.params) * study.design.n_splits)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
-import dask.config
 import yaml
 
 from ..errors import InputError
@@ -226,6 +225,8 @@ UNTRIMMED = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
 def glibc_malloc():
     """While open, the nannies started spawn their workers without MALLOC_TRIM_THRESHOLD_
     (a variable of the caller's own environment still reaches them)."""
+    import dask.config
+
     return dask.config.set({UNTRIMMED: None})
 
 
@@ -258,6 +259,8 @@ def _own_session_preload() -> dict:
     :mod:`cvflow.execution.worker_session` (each worker process in a session of its own, out of
     reach of the terminal's Ctrl-C and SIGHUP). Given to every nanny, those a scale-up starts
     later too."""
+    import dask.config
+
     preload = dask.config.get("distributed.worker.preload") or []
     preload = [preload] if isinstance(preload, str) else list(preload)
     argv = dask.config.get("distributed.worker.preload-argv") or []
@@ -547,6 +550,9 @@ def connect(cluster: str | os.PathLike | Route | None = None, *, workers: int | 
                      threaded.workers)
             yield threaded
         return
+    # DESIGN CHOICE: dask imported here, where a distributed cluster is used: the threads route
+    # above imports no dask (it imports jinja2, ~50-100 ms: issue 41 item 2)
+    import dask.config
     from distributed import Client
 
     with contextlib.ExitStack() as stack:

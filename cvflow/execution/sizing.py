@@ -107,7 +107,8 @@ def choose_chunks(n_params: int, n_splits: int, *, seconds_per_fit: float, n_wor
 
 
 def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=None,
-                             path_aware: bool = True, budget: float = 0.02) -> float:
+                             path_aware: bool = True, budget: float = 0.02,
+                             total_fits: int | None = None) -> float:
     """Seconds per fit as a block fits them, timed on the client with one BLAS thread.
 
     For each learner, fits growing samples of its params (1, 2, 4, ... params spread evenly
@@ -116,7 +117,10 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     (:mod:`cvflow.fitting.paths`) whose kernel has a ``PATH_COST`` is not timed at all: it is charged
     that cost for the training set's size; another path-aware learner is timed on one whole
     path group, fitted as blocks fit it, so each param is charged its share of one path.
-    Returns the param-count weighted mean over learners.
+    Returns the param-count weighted mean over learners. With ``total_fits`` (the study's
+    fits), a study whose every fit at its learner's warm-up fit's time (an overestimate: the
+    first fit pays imports and caches) totals less than :data:`QUICK_STUDY` seconds is charged
+    that time, with no further fits.
     """
     from ..fitting.trial import trial_running
     from ..fitting.block import fit_block
@@ -146,10 +150,18 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
                 count += len(group)
                 del by_learner[name]
     paths = {name: _first_path(group) if path_aware else [] for name, group in by_learner.items()}
+    warm: dict[str, float] = {}
     with trial_running():                  # not the study's fits (see cvflow.fitting.trial.in_trial)
-        for group in by_learner.values():  # warm-up: imports (and their libraries), caches
+        for name, group in by_learner.items():  # warm-up: imports (and their libraries), caches
+            t0 = time.perf_counter()
             fit_block(group[:1], X, y, train, params_slice=slice(0, 1),
                       splits_slice=slice(0, 1), positive=positive, path_aware=path_aware)
+            warm[name] = time.perf_counter() - t0
+    if total_fits and by_learner and max(warm.values()) * total_fits < QUICK_STUDY:
+        for name, group in by_learner.items():
+            total += warm[name] * len(group)
+            count += len(group)
+        by_learner = {}
     with one_blas_thread() if by_learner else contextlib.nullcontext(), trial_running():
         for name, group in by_learner.items():
             path = paths[name]
@@ -170,6 +182,15 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     seconds = total / max(count, 1)
     log.debug("estimated %.3g s per fit", seconds)
     return seconds
+
+
+# DESIGN CHOICE: the timing only picks threads over processes and sizes blocks. A study whose
+# fits all take, at the warm-up fit's time, less than this fits in this process whatever the
+# estimate's error up to ~3x (processes must save more than config warm_seconds, 0.3 s, to be
+# picked), and its blocks are few whatever their size: its further timing fits (up to the
+# budget, 20 ms) would be a fifth of a small study's own fits (a tree on breast cancer: 4 more
+# fits beside GridSearchCV's 16, issue 41)
+QUICK_STUDY = 0.1
 
 
 # DESIGN CHOICE: timing a path costs one of the study's own path fits on the client while the

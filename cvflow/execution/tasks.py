@@ -51,6 +51,7 @@ class TaskContext:
     fit_timeout: float | None = None  # seconds; None: no limit
     client_pid: int = 0              # a fit in the client's own process is never killed
     ready: str | None = None         # the name of the event set once the store is created
+    test_only: bool = False          # fits predict their test rows alone (execution.predict_rows)
 
     def timeouts_key(self, task: str) -> list[str]:
         """The scheduler metadata key of the fits of ``task`` that ran out of time."""
@@ -266,7 +267,7 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
             result = fit_block(params, X, y, train, params_slice=params_slice,
                                splits_slice=splits_slice, positive=positive,
                                path_aware=path_aware, sample_weight=sample_weight, watch=watch,
-                               scoring=scoring)
+                               scoring=scoring, test_only=ctx.test_only)
     else:                 # the stored cells are read: the whole store must exist
         if ctx.ready is not None:
             _wait_ready(ctx, whole=True)

@@ -1,8 +1,9 @@
-"""Dask's threaded scheduler in this process, behind the few client calls the one loop makes.
+"""The threads route's scheduler in this process, behind the few client calls the one loop makes.
 
-A short study on the ``threads`` route (no dashboard asked or needed) runs its tasks with
-``dask.threaded.get`` on a pool of this process's threads: no ``distributed`` import (~0.2 s),
-no scheduler to start or close, nothing at interpreter exit. The loop (:mod:`.loop`) sees the
+A short study on the ``threads`` route (no dashboard asked or needed) runs its tasks on a pool
+of this process's threads, as Dask's threaded scheduler would (:class:`ThreadedClient` says why
+not through it): no ``dask`` or ``distributed`` import (~0.1 s and ~0.2 s), no scheduler to
+start or close, nothing at interpreter exit. The loop (:mod:`.loop`) sees the
 same calls as on a ``distributed.Client``: ``submit`` returns a future whose done callbacks,
 ``result(timeout)``, ``cancel`` and ``release`` mean what they mean there; ``scheduler_info``
 reports this process's CPU use as one worker's (the loop's watchdog reads it), and
@@ -132,7 +133,7 @@ def _execute(task: _Task) -> None:
 
 
 class FitThreads(Executor):
-    """The pool of threads the fits run in (the executor ``dask.threaded.get`` is given):
+    """The pool of threads the fits run in:
     ``workers`` daemon threads, so that a fit that never returns does not hold the process at
     exit once the run has stopped and said so (StallError, Ctrl-C)."""
 
@@ -145,7 +146,7 @@ class FitThreads(Executor):
     def __init__(self, workers: int, name: str = "cvflow-fit"):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
-        self._max_workers = workers     # dask.threaded.get reads it (its batch size, dask/local.py)
+        self._max_workers = workers
         for i in range(workers):
             threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True).start()
 
@@ -183,26 +184,30 @@ class FitThreads(Executor):
 
 
 class ThreadedClient:
-    """The client calls the loop makes, on Dask's threaded scheduler with ``workers`` threads.
+    """The client calls the loop makes, on a pool of ``workers`` threads of this process.
 
-    Tasks submitted together run as one Dask graph (``dask.threaded.get`` on this client's
-    pool), driven by one thread that takes the next batch when the last one ended; a task's
-    future arguments (the study's data) are resolved when it is submitted.
+    A submitted task runs in the pool as soon as a thread is free; a task's future arguments
+    (the study's data) are resolved when it is submitted.
     """
+
+    # DESIGN CHOICE: the tasks run on the pool itself, not through `dask.threaded.get`. The
+    # loop's tasks are independent (no task reads another's result), and on such a graph Dask's
+    # threaded scheduler only hands each task to this pool, which it still does here; but
+    # `import dask` costs 50-100 ms and imports jinja2 (dask.widgets), more than a small
+    # study's fits (issue 41: a SearchCV without a store pays for what GridSearchCV does,
+    # DESIGN.md sections 3-4: a default never slower than the GridSearchCV it replaces). What
+    # the route guarantees is unchanged: the same loop submits the same blocks and records
+    # what comes back (a fit that raises recorded failed, Ctrl-C, the watchdog's deadline).
 
     dashboard_link = ""
 
     def __init__(self, workers: int):
         self.workers = max(1, int(workers))
         self.pool = FitThreads(self.workers)
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._futures: dict[str, ThreadedFuture] = {}
         self._metadata: dict = {}
         self._keys = itertools.count()
         self._cpu = (time.process_time(), time.monotonic())
-        self._driver = threading.Thread(target=self._drive, name="cvflow-dask-threaded",
-                                        daemon=True)
-        self._driver.start()
 
     # --- tasks ----------------------------------------------------------------------------
 
@@ -211,29 +216,12 @@ class ThreadedClient:
         future = ThreadedFuture(key or f"{getattr(fn, '__name__', 'task')}-{next(self._keys)}")
         args = tuple(a.result() if isinstance(a, ThreadedFuture) else a for a in args)
         self._futures[future.key] = future
-        self._queue.put(_Task(future, fn, args, kwargs))
+        future.add_done_callback(lambda f: self._futures.pop(f.key, None))
+        try:
+            self.pool.submit(_execute, _Task(future, fn, args, kwargs))
+        except RuntimeError as exc:          # closed
+            future._finish("error", error=exc)
         return future
-
-    def _drive(self) -> None:
-        import dask.threaded
-
-        while True:
-            batch = [self._queue.get()]
-            while True:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            if any(task is None for task in batch):
-                return
-            graph = {task.future.key: (_execute, task) for task in batch}
-            try:
-                dask.threaded.get(graph, list(graph), pool=self.pool)
-            except BaseException as exc:  # noqa: BLE001 - _execute keeps its tasks' errors
-                for task in batch:
-                    task.future._finish("error", error=exc)
-            for task in batch:
-                self._futures.pop(task.future.key, None)
 
     def cancel(self, futures) -> None:
         for future in futures:
@@ -272,7 +260,6 @@ class ThreadedClient:
         """Queued tasks cancelled; running fits end in their threads, nothing waits for them."""
         for future in list(self._futures.values()):
             future.cancel()
-        self._queue.put(None)
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> "ThreadedClient":

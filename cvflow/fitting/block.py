@@ -74,7 +74,8 @@ def only_paths(params: list[Param], X, sample_weight=None, path_aware: bool = Tr
 
 def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: slice,
               splits_slice: slice, positive=None, path_aware: bool = True,
-              sample_weight=None, watch=None, scoring: Scoring | None = None) -> BlockResult:
+              sample_weight=None, watch=None, scoring: Scoring | None = None,
+              test_only: bool = False) -> BlockResult:
     """Fit every (param, split) of a block; ``train`` is (splits, sample) for the block's splits.
 
     With ``path_aware`` (the workflow's ``execution.path_aware``), params of one path-aware
@@ -99,6 +100,9 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
     by the study's scorers where it is fitted; the block then holds ``score``,
     ``train_score`` and ``score_time``, and messages of scorers that raised in ``notes``
     (the fit is not failed for them).
+
+    ``test_only``: a param fitted on its own (not in a path or a shared prefix) predicts its
+    test rows alone (:func:`cvflow.fitting.learners.fit_and_score`).
     """
     n_p, n_s = len(params), train.shape[0]
     watch = watch or (lambda cells: contextlib.nullcontext())
@@ -116,7 +120,8 @@ def fit_block(params: list[Param], X, y, train: np.ndarray, *, params_slice: sli
     def fit(h: int, s: int, fitted=None) -> None:
         with watch([(h, s)]):
             pred[h, s], seconds[h, s], error[h, s], scores = fit_and_score(
-                params[h], X, y, train[s], positive, sample_weight, scoring, fitted)
+                params[h], X, y, train[s], positive, sample_weight, scoring, fitted,
+                test_only=test_only and fitted is None)
         if scored is not None:
             scored.put(h, s, scores)
 

@@ -139,8 +139,8 @@ def fit_one(param: Param, X, y, train: np.ndarray, positive=None,
 
 
 def fit_and_score(param: Param, X, y, train: np.ndarray, positive=None, sample_weight=None,
-                  scoring: Scoring | None = None, fitted: Callable | None = None
-                  ) -> tuple[np.ndarray, float, str, Scores | None]:
+                  scoring: Scoring | None = None, fitted: Callable | None = None,
+                  test_only: bool = False) -> tuple[np.ndarray, float, str, Scores | None]:
     """:func:`fit_one`, and with ``scoring`` the fitted model scored where it was fitted
     (:func:`cvflow.fitting.scoring.score_fit`): (predictions, seconds of fit and predict,
     error message or "", scores or None).
@@ -153,13 +153,16 @@ def fit_and_score(param: Param, X, y, train: np.ndarray, positive=None, sample_w
     of no argument returning its stored predictions); a shared Pipeline prefix
     (:mod:`cvflow.fitting.prefix`) fits only the last step and predicts from every sample
     transformed once.
+
+    ``test_only``: the model predicts its test rows (those not in ``train``) alone, as
+    GridSearchCV's scorer does; its training rows' predictions stay NaN.
     """
     shape = pred_shape(X, positive)
     t0 = time.perf_counter()
     try:
         if fitted is None:
             model = fit_model(param, X, y, train, sample_weight)
-            predict = functools.partial(_predict, model, param, X, train, positive)
+            predict = functools.partial(_predict, model, param, X, train, positive, test_only)
         else:
             model, predict = fitted()
     except Exception as exc:  # noqa: BLE001 - a failing fit is data, not a crash
@@ -185,11 +188,20 @@ def fit_and_score(param: Param, X, y, train: np.ndarray, positive=None, sample_w
     return pred, seconds, "", scores
 
 
-def _predict(model, param: Param, X, train: np.ndarray, positive) -> np.ndarray:
+def _predict(model, param: Param, X, train: np.ndarray, positive,
+             test_only: bool = False) -> np.ndarray:
     """The stored predictions of a fitted ``model`` (a pairwise one: from its columns of the
-    training samples)."""
-    return predict_output(model, columns(X, train) if pairwise(model) else X, param.output,
-                          positive)
+    training samples); with ``test_only`` of the rows not in ``train`` alone (NaN elsewhere)."""
+    if not test_only:
+        return predict_output(model, columns(X, train) if pairwise(model) else X, param.output,
+                              positive)
+    test = ~np.asarray(train, dtype=bool)
+    rows = take(X, test)
+    out = np.full(pred_shape(X, positive), np.nan)
+    if test.any():
+        out[test] = predict_output(model, columns(rows, train) if pairwise(model) else rows,
+                                   param.output, positive)
+    return out
 
 
 def _message(exc: BaseException) -> str:

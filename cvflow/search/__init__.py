@@ -250,7 +250,7 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
     def __getstate__(self):
         state = super().__getstate__()
         state.pop("_owner", None)          # a copy does not own (and remove) the temporary store
-        state.pop("_fit_X", None)          # nor the caller's X (report's corrected estimate)
+        state.pop("_fit_X", None)          # nor the caller's X, y (report's corrected estimate)
         return state
 
     def _sk_visual_block_(self):
@@ -334,6 +334,11 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         # (its reports show them, and a later run may resume or extend it)
         design = ({"splitter": describe_splitter(splitter), "full_fit": False}
                   if self.store is None else splitter)
+        # DESIGN CHOICE (DESIGN.md 3: a temporary cube holds the cells its estimators read): the
+        # K-fold choice alone reads test rows, which the fits then predict alone, as GridSearchCV
+        # (an SVC on digits: every sample cost 2.6x its fit); report() refits for the rest
+        self._test_only = test_only = (self.store is None and not self.return_train_score
+                                       and not extra and select == "kfold")
         study = Study(estimator, param_grid=self._study_grid(candidates), cv=design,
                       estimators=[{select: options}, *extra],
                       loss=decls[key if key in decls else next(iter(decls))].label
@@ -346,7 +351,8 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
                       train_scores=bool(sc.scorers) and bool(self.return_train_score),
                       # DESIGN CHOICE: a learner that cannot fit is recorded fit by fit and
                       # reported as GridSearchCV reports it (error_score), not refused up front
-                      execution={"trial_fits": False})
+                      execution={"trial_fits": False,
+                                 "predict_rows": "test" if test_only else "all"})
         self._release()
         for name in ("best_index_", "best_params_", "best_score_", "best_estimator_",
                      "refit_time_", "feature_names_in_", "scorer_"):
@@ -373,14 +379,17 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
                                  ) from None
         self.store_, self.result_ = None if store is None else str(store), result
         # a reference, not a copy: report() predicts it with best_estimator_ when asked
-        self._fit_X = (X,)
+        self._fit_X = (X, y, weights)
         self._failures(X, y_arr, estimator, candidates, fit_params)
         tasks.searched()
         sc = self._results(result, sc, candidates, weighted=weights is not None)
         self.n_splits_ = n_splits
         self._scorer(estimator, sc)
-        if self.verbose > 1:
-            self._report_fits(candidates, sc)
+        if self.verbose > 1:         # GridSearchCV's `[CV] END` line of every fit, after the run
+            for line in fit_lines(self.cv_results_, candidates, fit_records(result)[2],
+                                  [self._column(n) for n in sc.names], verbose=self.verbose,
+                                  multimetric=self.multimetric_, train=self.return_train_score):
+                print(line)   # DESIGN CHOICE: verbose is GridSearchCV's stdout contract: print
         self._choose(result, select, sc, candidates)
         if self.refit:
             start = time.perf_counter()
@@ -572,15 +581,6 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         elif scorers:
             self.scorer_ = scorers[sc.key]
 
-    def _report_fits(self, candidates: list[dict], sc: Scorings) -> None:
-        """GridSearchCV's ``[CV] END`` line of every fit (verbose > 1), printed after the run."""
-        _, _, seconds = fit_records(self.result_)
-        for line in fit_lines(self.cv_results_, candidates, seconds,
-                              [self._column(n) for n in sc.names],
-                              verbose=self.verbose, multimetric=self.multimetric_,
-                              train=self.return_train_score):
-            print(line)      # DESIGN CHOICE: verbose is GridSearchCV's stdout contract: print
-
     def _choose(self, result, select: str, sc: Scorings, candidates: list[dict]) -> None:
         """``best_index_``, ``best_params_``, ``best_score_`` as GridSearchCV sets them."""
         refit = self.refit
@@ -625,14 +625,14 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         a pointwise scoring or accuracy, with ``refit``) and every warning (the estimators'
         guardrails, failed fits). ``file``: where to print (default stdout).
 
-        The corrected estimate fits nothing more: the chosen candidate's full fit is
-        ``best_estimator_`` (its predictions of X are made here) and its fold models'
-        predictions of every sample are in the cube.
+        The chosen candidate's full fit is ``best_estimator_`` (it predicts X here); its fold
+        models' predictions of their training rows are the cube's, or (a search without a
+        store, which predicts the test folds alone) those of its K fold models fitted again.
         """
         check_is_fitted(self, "result_")
         if not hasattr(self, "best_index_"):
-            raise AttributeError(f"{type(self).__name__}.report: no chosen candidate (several "
-                                 "scorings and refit=False); give refit a scoring name")
+            raise AttributeError(f"{type(self).__name__}.report: no chosen candidate (several"
+                                 " scorings and refit=False); give refit a scoring name")
         print(estimates.text(self), file=file)
 
     cube_ = property(lambda self: self.result_.cube, doc="The cube (``result_.cube``).")

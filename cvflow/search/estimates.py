@@ -10,6 +10,7 @@ the ``corrected_kfold`` estimator's own kernel, for the one candidate.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -19,7 +20,7 @@ from ..estimators import guardrails
 from ..estimators.corrected import corrected_with_full
 from ..estimators.kfold import kfold
 from ..estimators.losses import Loss, apply_loss, get_loss
-from ..fitting.learners import predict_output
+from ..fitting.learners import fit_and_score, predict_output
 from ..report.tables import fit_records
 
 #: a per-fold metric -> the pointwise loss whose mean it is one minus (the corrected estimate
@@ -44,6 +45,33 @@ def full_predictions(model, X, cube, h: int) -> np.ndarray:
     positive = None if not classes else classes[-1] if len(classes) == 2 else tuple(classes)
     output = str(cube["output"].values[h]) if "output" in cube.coords else "predict"
     return predict_output(model, X, output, positive)
+
+
+def every_row(result, cube, h: int, X, y, sample_weight):
+    """Candidate ``h``'s slice of ``cube`` with its fold models' predictions of every sample.
+
+    A search without a store predicts each fit's test rows alone (``execution.predict_rows:
+    test``); the corrected estimate also reads the fold models' predictions of their training
+    rows, so each fold model of ``h`` that did not fail is fitted again here as the run fitted
+    it (the study's own param, its training rows and sample weights; no fit hooks) and
+    predicts every sample: K fits, only when the report is asked for."""
+    one = cube.isel(param=[h]).copy(deep=True)
+    param = result.run_params.get(str(cube["param_json"].values[h]))
+    if param is None:
+        return one
+    param = dataclasses.replace(param, fit_hook=None)
+    classes = json.loads(cube.attrs.get("classes") or "null")
+    positive = None if not classes else classes[-1] if len(classes) == 2 else tuple(classes)
+    pred = one["pred"].values
+    failed = one["failed"].values
+    train = np.asarray(one["train"].values, dtype=bool)
+    for s in range(pred.shape[1]):
+        if failed[0, s] or not train[s].any():
+            continue
+        full, _, error, _ = fit_and_score(param, X, y, train[s], positive, sample_weight)
+        if not error:
+            pred[0, s] = full
+    return one
 
 
 def estimates(cube, h: int, decl: Loss | None, full_pred: np.ndarray | None) -> dict[str, Any]:
@@ -105,7 +133,10 @@ def text(search) -> str:
     full_pred = (full_predictions(best, X[0], cube, h)
                  if best is not None and X is not None and pointwise_loss(decl) is not None
                  else None)
-    est = estimates(cube, h, decl, full_pred)
+    if full_pred is not None and search.__dict__.get("_test_only"):
+        est = estimates(every_row(search.result_, cube, h, *X), 0, decl, full_pred)
+    else:
+        est = estimates(cube, h, decl, full_pred)
     if best is not None and X is None and pointwise_loss(decl) is not None:
         est["why"] = "a copied (pickled) search does not keep X; report() on the fitted one"
     if decl is None:

@@ -41,7 +41,7 @@ DESIGN_KEYS = {"folds", "repeats", "splitter", "seed", "shuffle", "subset", "gap
                "max_train_size", "full_fit"}
 SUBSET_KEYS = {"size", "pairs", "complete", "seed"}
 EXECUTION_KEYS = {"cluster", "workers", "fits_per_task", "path_aware", "dtype", "fit_seed",
-                  "fit_timeout", "trial_fits"}
+                  "fit_timeout", "trial_fits", "predict_rows"}
 
 # how to choose the stored output, by face: a workflow file's key, or Study's argument
 OUTPUT_FIX = {False: "set the learner's `output`", True: "give Study(output=...)"}
@@ -459,6 +459,9 @@ def parse_workflow(config: Any, path: Path, *, objects: dict | None = None) -> W
         fail(where, "execution.path_aware", f"{execution['path_aware']!r}; use true or false")
     if not isinstance(execution.get("trial_fits", True), bool):
         fail(where, "execution.trial_fits", f"{execution['trial_fits']!r}; use true or false")
+    # "test": a cube kept in memory (no store) holds each fit's test rows alone (SearchCV)
+    if execution.get("predict_rows", "all") not in ("all", "test"):
+        fail(where, "execution.predict_rows", f"{execution['predict_rows']!r}; use all or test")
     c["execution"] = execution
     for i, (name, _) in enumerate(estimators):
         spec = lookup(name, search=path.parent)
