@@ -17,8 +17,6 @@ import secrets
 import weakref
 from http.cookies import SimpleCookie
 
-import dask.config
-
 _SECRETS: "weakref.WeakKeyDictionary[object, str]" = weakref.WeakKeyDictionary()
 LINK_KEY = "distributed.dashboard.link"
 
@@ -100,5 +98,7 @@ def linked(cluster) -> dict:
     token = secret(cluster)
     if token is None:
         return {}
+    import dask.config          # a search without a store imports no dask (tests/test_startup.py)
+
     template = str(dask.config.get(LINK_KEY))
     return {LINK_KEY: template + ("&" if "?" in template else "?") + f"token={token}"}
