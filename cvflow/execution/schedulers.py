@@ -490,8 +490,8 @@ def _slurm(prof: dict):
 # every run connects; while a suite runs (`shared`), the first run asking a route starts its
 # cluster and every later run asking the same route (same profile, same address) gets the
 # same client: a SLURM cluster, a scheduler address or an in-process scheduler with a dashboard
-# is started (and its jobs queued) once for the suite, not once a data set. Closed when the
-# suite ends, in the order they were started, as each run's own would have been.
+# is started (and its jobs queued) once for the suite, not once a data set (the warm local
+# cluster already is: warm_client). Closed when the suite ends, as each run's own would have been.
 _SHARED: dict | None = None       # {"stack": ExitStack, "clients": {route key: client}}
 
 
@@ -569,7 +569,9 @@ def connect(cluster: str | os.PathLike | Route | None = None, *, workers: int | 
     route = cluster if isinstance(cluster, Route) else decide(
         cluster, workers=workers, dashboard_port=dashboard_port, tls=tls, options=options)
     share = _SHARED
-    if share is None:
+    # the session's warm local cluster (keep) already outlives each run: as outside a suite,
+    # each run then gets it with what it does around a run (clean_main, ended_after_run)
+    if share is None or (keep and route.kind == "local"):
         with _connect(route, store=store, keep=keep) as client:
             yield client
         return
