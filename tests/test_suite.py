@@ -306,3 +306,17 @@ def test_entry_config_is_the_data_set_as_a_one_data_set_file(tmp_path):
         entry_config(repo / "workflows" / "aghbalou.yaml", "wine")
     with pytest.raises(InputError, match="not a list"):
         entry_config(single, "breast_cancer_k3")
+
+
+def test_a_suite_starts_its_cluster_once(tmp_path):
+    # every data set on the same route gets the cluster the first one started: one scheduler,
+    # so one dashboard (a cluster started a data set would listen on a free port of its own)
+    config = yaml.safe_load(SUITE)
+    config["data"] = config["data"][1:4]
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(config))
+    results = run_suite(suite.load(path), store=tmp_path / "one.zarr", progress=False,
+                        cluster="threads", dashboard_port=0)
+    links = {r.dashboard for r in results.values()}
+    assert len(links) == 1 and None not in links, links
+    assert all(r.fits_executed == r.total_fits > 0 for r in results.values())

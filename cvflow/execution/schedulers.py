@@ -484,6 +484,49 @@ def _slurm(prof: dict):
     return cluster
 
 
+# --- a suite's clusters: each started once ---------------------------------------------------
+
+# DESIGN CHOICE: a suite runs each data set as the run it is (cvflow.execution.suite_run), and
+# every run connects; while a suite runs (`shared`), the first run asking a route starts its
+# cluster and every later run asking the same route (same profile, same address) gets the
+# same client: a SLURM cluster, a scheduler address or an in-process scheduler with a dashboard
+# is started (and its jobs queued) once for the suite, not once a data set (the warm local
+# cluster already is: warm_client). Closed when the suite ends, as each run's own would have been.
+_SHARED: dict | None = None       # {"stack": ExitStack, "clients": {route key: client}}
+
+
+@contextlib.contextmanager
+def shared() -> Iterator[None]:
+    """While open (in this thread), :func:`connect` starts each route's cluster once and yields
+    its client to every run asking that route again; they close when it closes."""
+    global _SHARED
+    if _SHARED is not None:                     # a suite inside a suite: the outer one shares
+        yield
+        return
+    stack = contextlib.ExitStack()
+    _SHARED = {"stack": stack, "clients": {}}
+    try:
+        yield
+    except BaseException:
+        # a run stopped (a Ctrl-C, an error): its clusters close within their deadlines, as
+        # each run's own does, and a second Ctrl-C does not cut that short
+        _SHARED = None
+        with interrupts.deferred():
+            stack.close()
+        raise
+    _SHARED = None
+    stack.close()
+
+
+def _route_key(route: Route) -> str:
+    return yaml.safe_dump({"name": route.name, "profile": route.profile}, sort_keys=True)
+
+
+def _running(client) -> bool:
+    """Whether a shared client still answers (a ThreadedClient has no status: always)."""
+    return getattr(client, "status", "running") == "running"
+
+
 @contextlib.contextmanager
 def connect(cluster: str | os.PathLike | Route | None = None, *, workers: int | None = None,
             dashboard_port: int | None = None, tls: bool | None = None,
@@ -493,7 +536,8 @@ def connect(cluster: str | os.PathLike | Route | None = None, *, workers: int | 
     """Yield a ``distributed.Client`` (on the threads route without a dashboard, a
     :class:`~cvflow.execution.threaded.ThreadedClient` making the same calls); closes (and
     cancels the jobs of) what it started on exit, except the session's warm local cluster
-    (``keep``).
+    (``keep``). While a suite runs (:func:`shared`), a route's cluster is started once: a run
+    asking a route an earlier run of the suite started gets its client.
 
     Parameters
     ----------
@@ -522,11 +566,32 @@ def connect(cluster: str | os.PathLike | Route | None = None, *, workers: int | 
     workers of one thread each, started without re-running the caller's ``__main__``
     (:func:`clean_main`); the threads profile runs a scheduler in this process.
     """
-    from .sizing import one_blas_thread
-
-    # a run's route was decided by its preflight (its profile loaded and validated there)
     route = cluster if isinstance(cluster, Route) else decide(
         cluster, workers=workers, dashboard_port=dashboard_port, tls=tls, options=options)
+    share = _SHARED
+    # the session's warm local cluster (keep) already outlives each run: as outside a suite,
+    # each run then gets it with what it does around a run (clean_main, ended_after_run)
+    if share is None or (keep and route.kind == "local"):
+        with _connect(route, store=store, keep=keep) as client:
+            yield client
+        return
+    key = _route_key(route)
+    client = share["clients"].get(key)
+    if client is None or not _running(client):
+        client = share["stack"].enter_context(_connect(route, store=store, keep=keep))
+        share["clients"][key] = client
+    else:
+        log.info("cluster %s: the suite's, started for an earlier data set", route.name)
+    yield client
+
+
+@contextlib.contextmanager
+def _connect(cluster: Route, *, store: str | os.PathLike | None = None,
+             keep: bool = False) -> Iterator[distributed.Client | ThreadedClient]:
+    """:func:`connect` of a decided ``cluster`` route (see its parameters)."""
+    from .sizing import one_blas_thread
+
+    route = cluster           # decided by the caller (a run's preflight, or connect)
     if route.address:
         from distributed import Client
 

@@ -1,9 +1,13 @@
 """Running a suite: every data set validated, then each run into its group of one store.
 
 DESIGN CHOICE: each data set runs as the single-data-set run it is (:func:`cvflow.execution.run.run`,
-one after another, on the cluster each run connects to), into ``<store>/<data set>``: the same
-validation, resume and extension rules per cube, and each cube the one a one-data-set workflow
-writes. One Dask graph interleaving every data set's blocks (issue 42, item 2) is not done yet.
+one after another, through the one loop), into ``<store>/<data set>``: the same validation,
+resume and extension rules per cube, and each cube the one a one-data-set workflow writes. The
+suite's clusters are started once (:func:`cvflow.execution.schedulers.shared`): every data set
+asking the same route (threads, local, SLURM, an address) gets the client an earlier one started,
+so a data set pays no cluster start-up, queues no new SLURM jobs, and finds the workers warm.
+Not done (issue 42, item 2): one Dask graph interleaving every data set's blocks, or data set
+k+1's blocks submitted while data set k's last ones run.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from ..store import suite as suite_store
 from ..workflow.spec import Workflow
 from ..workflow.suite import Suite
 from .run import RunResult, run
+from .schedulers import shared
 
 
 def run_suite(suite: Suite, *, store: str | os.PathLike | None = None, **options
@@ -52,10 +57,12 @@ def run_workflows(workflows: dict[str, Workflow], *, name: str, where: dict[str,
     if progress is None or progress is True or isinstance(progress, Progress):
         progress = SuiteProgress(totals, progress if isinstance(progress, Progress) else None)
     out = {}
-    for label, wf in workflows.items():
-        if isinstance(progress, SuiteProgress):
-            progress.label = label
-        out[label] = run(wf, store=suite_store.member(root, label), progress=progress, **options)
+    with shared():
+        for label, wf in workflows.items():
+            if isinstance(progress, SuiteProgress):
+                progress.label = label
+            out[label] = run(wf, store=suite_store.member(root, label), progress=progress,
+                             **options)
     return out
 
 
