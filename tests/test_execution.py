@@ -173,15 +173,21 @@ def test_a_stuck_run_stops_says_where_and_releases_its_lock(tmp_path):
 IN_PROCESS = ("--cluster", "threads", "--dashboard-port", "0", "--workers", "1")
 
 
+def _run_in_process(tmp_path, learner: str, attr: str, *, stall_seconds: int):
+    """``cvflow run`` of ``learner`` (misbehaving at alpha 10, 16 fits a task) on that route, in a
+    fresh process: (exit code, stderr)."""
+    wf = fh.faulty_workflow(tmp_path / "s.yaml", learner, attr, 10.0, "fits_per_task: 16")
+    env = fh.cli_env(DASK_CVFLOW__EXECUTION__STALL_SECONDS=str(stall_seconds))
+    code, _, err = fh.finish(fh.start_run(wf, tmp_path / "s.zarr", *IN_PROCESS, env=env,
+                                          dashboard=()), timeout=120)
+    return code, err
+
+
 def test_a_stuck_fit_in_process_with_a_dashboard_stops_the_run(tmp_path):
     """The fits' own CPU is watched (cvflow.execution.fit_cpu): a fit that never returns stops
     the run with StallError's line (exit 1), naming the in-process worker and where it waits;
     the lock is released."""
-    wf = fh.faulty_workflow(tmp_path / "s.yaml", "BlockStuckRidge", "stuck_at", 10.0,
-                            "fits_per_task: 16")
-    env = fh.cli_env(DASK_CVFLOW__EXECUTION__STALL_SECONDS="6")
-    code, _, err = fh.finish(fh.start_run(wf, tmp_path / "s.zarr", *IN_PROCESS, env=env,
-                                          dashboard=()), timeout=120)
+    code, err = _run_in_process(tmp_path, "BlockStuckRidge", "stuck_at", stall_seconds=6)
     assert code == 1, err
     assert "dashboard: http://127.0.0.1:" in err, err          # the route this test names
     last = err.strip().splitlines()[-1]
@@ -195,11 +201,7 @@ def test_a_long_computing_fit_in_process_is_no_stall(tmp_path):
     """The other way: a block computing for longer than stall-seconds (4 fits of 1.5 s of CPU
     in one task, against 3 s) is progress on that route: the run ends with every fit done,
     none failed."""
-    wf = fh.faulty_workflow(tmp_path / "s.yaml", "BlockBusyRidge", "busy_at", 10.0,
-                            "fits_per_task: 16")
-    env = fh.cli_env(DASK_CVFLOW__EXECUTION__STALL_SECONDS="3")
-    code, _, err = fh.finish(fh.start_run(wf, tmp_path / "s.zarr", *IN_PROCESS, env=env,
-                                          dashboard=()), timeout=120)
+    code, err = _run_in_process(tmp_path, "BlockBusyRidge", "busy_at", stall_seconds=3)
     assert code == 0, err
     assert "dashboard: http://127.0.0.1:" in err, err
     cube = fh.cube_arrays(tmp_path / "s.zarr")

@@ -21,7 +21,7 @@ ARCHITECTURE = ROOT / "docs" / "developer" / "architecture.md"
 
 # Lowest first: a module may import its own unit or a unit of a lower layer.
 LAYERS = [
-    {"errors", "terminal", "config", "objects", "lazy"},
+    {"errors", "terminal", "config", "objects", "lazy", "stalls"},
     {"store"},
     {"estimators"},
     {"trust"},

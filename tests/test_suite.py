@@ -214,13 +214,21 @@ def test_adding_a_data_set_fits_only_its_cells(tmp_path):
     assert suite_store.datasets(store) == ["lin", "lin5", "sparse7"]
 
 
-def test_status_verify_and_open_on_a_suite_store(tmp_path):
+def _run_part(tmp_path, name: str, rows: slice, estimators=None):
+    """The test suite's data sets ``rows`` (with ``estimators``) run into ``<name>.zarr``."""
     config = yaml.safe_load(SUITE)
-    config["data"] = config["data"][1:3]
-    path = tmp_path / "two.yaml"
+    config["data"] = config["data"][rows]
+    if estimators:
+        config["estimators"] = estimators
+    path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
-    store = tmp_path / "two.zarr"
+    store = tmp_path / f"{name}.zarr"
     run_suite(suite.load(path), store=store, progress=False)
+    return store
+
+
+def test_status_verify_and_open_on_a_suite_store(tmp_path):
+    store = _run_part(tmp_path, "two", slice(1, 3))
     status = run_cli("status", store, "--json")
     assert status.returncode == 0, status.stderr
     info = json.loads(status.stdout)
@@ -234,13 +242,7 @@ def test_status_verify_and_open_on_a_suite_store(tmp_path):
 def test_suite_report_takes_nested_cv_when_the_store_has_its_splits(tmp_path):
     from cvflow.report import suite as suite_report
 
-    config = yaml.safe_load(SUITE)
-    config["data"] = config["data"][1:3]
-    config["estimators"] = ["kfold", "nested_cv"]
-    path = tmp_path / "nested.yaml"
-    path.write_text(yaml.safe_dump(config))
-    store = tmp_path / "nested.zarr"
-    run_suite(suite.load(path), store=store, progress=False)
+    store = _run_part(tmp_path, "nested", slice(1, 3), ["kfold", "nested_cv"])
     auto = suite_report.compute(store)
     plain = suite_report.compute(store, estimate="kfold")
     assert auto["estimate"] == "nested_cv" and plain["estimate"] == "kfold"
@@ -253,13 +255,7 @@ def test_suite_report_takes_nested_cv_when_the_store_has_its_splits(tmp_path):
 
 
 def test_suite_report_takes_estimators_and_several_losses_as_each_cube_alone(tmp_path):
-    config = yaml.safe_load(SUITE)
-    config["data"] = config["data"][1:4]
-    config["estimators"] = ["kfold", "corrected_kfold"]
-    path = tmp_path / "three.yaml"
-    path.write_text(yaml.safe_dump(config))
-    store = tmp_path / "three.zarr"
-    run_suite(suite.load(path), store=store, progress=False)
+    store = _run_part(tmp_path, "three", slice(1, 4), ["kfold", "corrected_kfold"])
     args = ("--estimators", "corrected_kfold", "--loss", "squared", "--loss", "absolute", "--json")
     res = run_cli("report", store, *args)
     assert res.returncode == 0, res.stderr

@@ -7,18 +7,13 @@ Public: the estimators, the reports and the plots read a lazy cube through these
 from __future__ import annotations
 
 import contextlib
-import logging
 import sys
-import time
 from typing import Literal
 
 import numpy as np
 from ..lazy import xarray as xr
 
-from .. import config
-from ..errors import StallError
-
-log = logging.getLogger(__name__)
+from .. import config, stalls
 
 
 # DESIGN CHOICE: a role's selection of a lazy `pred` (e.g. the K fold fits of every param) is
@@ -92,25 +87,39 @@ def compute_here(collection, *, parallel: Parallel = False):
     return data
 
 
-# a worker above this CPU percent is working (as the run loop's watchdog counts it)
-IDLE_CPU_PERCENT = 5.0
 WAKE_SECONDS = 1.0
-SAY_AFTER_SECONDS = 30.0
+
+
+class _ReductionWatch(stalls.Watchdog):
+    """The reduction's :class:`cvflow.stalls.Watchdog` (config ``cvflow.reduce.*``): its
+    error counts the reduction's tasks, names the scheduler and the setting."""
+
+    def __init__(self, client, total: int) -> None:
+        super().__init__(client, "reduce", "the reduction")
+        self.total = total
+
+    def waiting(self, pending: list, workers: dict) -> str:
+        return (f"{len(pending)} of the reduction's {self.total} tasks not back, "
+                + (f"{len(workers)} workers idle" if workers else "no worker connected")
+                + f" (scheduler {self.client.scheduler.address})")
+
+    def stopping(self, quiet: float, waiting: str, pending: list, key: str) -> str:
+        return (f"no progress for {quiet:.0f} s: {waiting}; "
+                f"{self.stacks(pending) or 'their stacks unknown'} (config cvflow.reduce.{key})")
 
 
 def on_client(client, collection):
-    """``collection`` computed on ``client``'s workers, with a deadline: as the run loop's
-    watchdog (:class:`cvflow.execution.loop.Watchdog`), a wait in which no task comes back
-    while every worker is idle (config ``cvflow.reduce.stall-seconds``), or no worker is
-    connected (``cvflow.reduce.no-worker-seconds``), ends in a StallError that says how many
-    tasks it waited on and where the running ones are; the tasks are cancelled."""
+    """``collection`` computed on ``client``'s workers, with a deadline: as the run loop, a wait
+    in which no task comes back while every worker is idle (config
+    ``cvflow.reduce.stall-seconds``), or no worker is connected
+    (``cvflow.reduce.no-worker-seconds``), ends in a StallError that says how many tasks it
+    waited on and where the running ones are (:class:`cvflow.stalls.Watchdog`); the tasks are
+    cancelled."""
     from distributed import futures_of, wait
 
-    stall = float(config.get("cvflow.reduce.stall-seconds"))
-    no_worker = float(config.get("cvflow.reduce.no-worker-seconds"))
     computed = client.compute(collection)
     pending = set(futures_of(computed))
-    total, last, said = len(pending), time.monotonic(), 0.0
+    watchdog = _ReductionWatch(client, len(pending))
     try:
         while pending:
             # one wait on all of them a second (a wait for the first one, once per task, made
@@ -122,51 +131,14 @@ def on_client(client, collection):
             for future in done:
                 if future.status == "error":
                     future.result()                # the task's own exception, here
-            now = time.monotonic()
-            if done or _workers_busy(client):
-                last = now
-                continue
-            workers = _workers(client)
-            quiet, limit = now - last, (stall if workers else no_worker)
-            waiting = (f"{len(pending)} of the reduction's {total} tasks not back, "
-                       + (f"{len(workers)} workers idle" if workers else "no worker connected")
-                       + f" (scheduler {client.scheduler.address})")
-            if quiet > limit:
-                key = "stall-seconds" if workers else "no-worker-seconds"
-                raise StallError(f"no progress for {quiet:.0f} s: {waiting}; "
-                                 f"{_stacks(client, pending)} (config cvflow.reduce.{key})")
-            if quiet > SAY_AFTER_SECONDS and now - said > SAY_AFTER_SECONDS:
-                log.warning("waiting for %s: no progress for %.0f s (stops after %.0f s)",
-                            waiting, quiet, limit)
-                said = now
+            if done:
+                watchdog.progressed()
+            else:
+                watchdog.check(list(pending))
         return client.gather(computed)
     finally:
         if pending:
             client.cancel(list(pending))
-
-
-def _workers(client) -> dict:
-    try:
-        return client.scheduler_info().get("workers", {})
-    except Exception:  # noqa: BLE001 - a scheduler that does not answer is no progress
-        return {}
-
-
-def _workers_busy(client) -> bool:
-    return any(w.get("metrics", {}).get("cpu", 0.0) > IDLE_CPU_PERCENT
-               for w in _workers(client).values())
-
-
-def _stacks(client, pending) -> str:
-    """Where the running tasks are (Dask's call stacks), in one line."""
-    try:
-        stacks = client.call_stack(list(pending))
-    except Exception:  # noqa: BLE001
-        return "their stacks unknown"
-    parts = [f"{key} on {worker}: " + " <- ".join(reversed(
-                 [" ".join(str(f).split()) for f in frames][-3:]))
-             for worker, tasks in (stacks or {}).items() for key, frames in tasks.items()]
-    return ("running: " + " | ".join(parts[:4])) if parts else "no task is running"
 
 
 def store_here(array, out: np.ndarray) -> None:

@@ -33,11 +33,11 @@ from concurrent.futures import CancelledError
 
 import numpy as np
 
-from ..errors import LockLostError, StallError
+from ..errors import LockLostError
 from ..workflow.params import Param
 from .fit_cpu import FitCPU
 from .tasks import TaskContext, _value, run_block, time_fits, trial_fits
-from .. import config
+from .. import stalls
 from . import interrupts
 
 log = logging.getLogger(__name__)
@@ -53,10 +53,6 @@ def submit_data(client, fn, *args, key: str):
         return client.submit(fn, *args, pure=False, key=key)
 
 
-# DESIGN CHOICE: a worker whose process used less than this share of one core (Dask's
-# `metrics.cpu`, sampled every 0.5 s) is idle; a study whose running workers all stay idle for
-# `stall_seconds` while nothing comes back is stuck (a deadlock, a fit waiting on a lock).
-IDLE_CPU_PERCENT = 5.0
 WAKE_SECONDS = 1.0
 # times a block fitted in child processes is sent again after its workers died under it
 ISOLATED_RETRIES = 3
@@ -340,23 +336,17 @@ class Loop:
             return None
 
 
-class Watchdog:
-    """Says whether a run still makes progress; :meth:`check` raises StallError when not.
-
-    Progress is a task coming back (:meth:`progressed`) or a worker using CPU. The deadlines
-    are config ``cvflow.execution.stall-seconds`` (workers connected, all idle) and
-    ``cvflow.execution.no-worker-seconds`` (none connected).
-    """
+class Watchdog(stalls.Watchdog):
+    """The run's :class:`cvflow.stalls.Watchdog` (config ``cvflow.execution.stall-seconds``
+    and ``no-worker-seconds``): a worker in this process (``inproc://``) is busy by the fits'
+    own CPU (:class:`.fit_cpu.FitCPU`), and workers lost for 30 s are started again."""
 
     def __init__(self, client) -> None:
-        self.client = client
-        self.stall_seconds = float(config.get("cvflow.execution.stall-seconds"))
-        self.no_worker_seconds = float(config.get("cvflow.execution.no-worker-seconds"))
-        self.last_progress = time.monotonic()
-        self.last_said = self.last_revived = 0.0
+        super().__init__(client, "execution", "the run")
+        self.last_revived = 0.0
         self.here: FitCPU | None = None       # the fits' CPU, for a worker in this process
 
-    def _busy(self, workers: dict) -> bool:
+    def busy(self, workers: dict) -> bool:
         """Whether a worker uses CPU: Dask's ``metrics.cpu`` (its process's), or for workers in
         this process (``inproc://``) the fits' own (:class:`.fit_cpu.FitCPU`)."""
         here = [a for a in workers if str(a).startswith("inproc://")]
@@ -365,30 +355,10 @@ class Watchdog:
             self.here = FitCPU(self.client)           # measures from now on
         elif here:
             cpus.append(self.here.percent())
-        return any(cpu > IDLE_CPU_PERCENT for cpu in cpus)
+        return any(cpu > stalls.IDLE_CPU_PERCENT for cpu in cpus)
 
-    def progressed(self) -> None:
-        self.last_progress = time.monotonic()
-
-    def check(self, pending: list) -> None:
-        """Nothing came back for a while: are the workers working? StallError if not for long."""
+    def still_quiet(self, workers: dict, quiet: float) -> None:
         now = time.monotonic()
-        try:
-            workers = self.client.scheduler_info().get("workers", {})
-        except Exception as exc:  # noqa: BLE001 - a scheduler that does not answer is no progress
-            workers, why = {}, f"the scheduler did not answer ({exc})"
-        else:
-            why = None
-        if self._busy(workers):
-            self.last_progress = now
-            return
-        quiet = now - self.last_progress
-        limit = self.no_worker_seconds if not workers else self.stall_seconds
-        waiting = why or ("no worker is connected" if not workers else
-                          f"{len(pending)} tasks not back, {len(workers)} workers idle")
-        if quiet > limit:
-            raise StallError(f"no progress for {quiet:.0f} s: {waiting}; {self._stacks(pending)}"
-                             .rstrip("; "))
         if not workers and quiet > 30 and now - self.last_revived > 30:
             from .schedulers import replace_lost_workers
 
@@ -396,20 +366,3 @@ class Watchdog:
             if replaced := replace_lost_workers(self.client, connected=workers):
                 log.warning("%d workers of this run's cluster were lost for good (their nanny "
                             "closed or never brought them back); starting new ones", replaced)
-        if quiet > 30 and now - self.last_said > 30:
-            log.warning("waiting for %s: no progress for %.0f s (the run stops after %.0f s)",
-                        waiting, quiet, limit)
-            self.last_said = now
-
-    def _stacks(self, pending: list) -> str:
-        """Where the running tasks are (Dask's call stacks), in one line."""
-        try:
-            stacks = self.client.call_stack(pending)
-        except Exception:  # noqa: BLE001
-            return ""
-        parts = []
-        for worker, tasks in (stacks or {}).items():
-            for key, frames in tasks.items():
-                top = [" ".join(str(f).split()) for f in frames][-3:] if frames else []
-                parts.append(f"{key} on {worker}: " + " <- ".join(reversed(top)))
-        return ("running: " + " | ".join(parts[:4])) if parts else "no task is running"
