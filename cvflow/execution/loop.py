@@ -352,8 +352,11 @@ class Watchdog(stalls.Watchdog):
         here = [a for a in workers if str(a).startswith("inproc://")]
         cpus = [w.get("metrics", {}).get("cpu", 0.0) for a, w in workers.items() if a not in here]
         if here and self.here is None:
-            self.here = FitCPU(self.client)           # measures from now on
-        elif here:
+            # measures from now on; no measurement yet is not idleness (a first check coming
+            # late under load would otherwise call a computing fit stalled)
+            self.here = FitCPU(self.client)
+            return True
+        if here:
             cpus.append(self.here.percent())
         return any(cpu > stalls.IDLE_CPU_PERCENT for cpu in cpus)
 
