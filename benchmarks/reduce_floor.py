@@ -298,7 +298,12 @@ def s3_copy(store: Path) -> tuple[subprocess.Popen, dict, str]:
             time.sleep(0.2)
     url = f"s3://cvflow-bench/{store.name}"
     t0 = time.perf_counter()
-    fs.put(str(store), url, recursive=True)
+    # in a child: s3fs's put grows this process by the store's size, and a child forked from
+    # it starts with that peak RSS recorded (Linux keeps the pre-exec high-water mark)
+    code = ("import sys, s3fs; s3fs.S3FileSystem(endpoint_url=sys.argv[1]).put(sys.argv[2], "
+            "sys.argv[3], recursive=True)")
+    subprocess.run([sys.executable, "-c", code, aws["AWS_ENDPOINT_URL"], str(store), url],
+                   check=True, timeout=3600)
     print(f"copied {store} to {url} in {time.perf_counter() - t0:.1f} s", flush=True)
     return moto, aws, url
 
