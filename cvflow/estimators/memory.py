@@ -60,7 +60,7 @@ Parallel = Literal[False, "threads", "cluster"]
 
 # DESIGN CHOICE: on a distributed cluster a task of the one pass reads up to 32 MiB of `pred`
 # (three shards of the 10^6-fit cube), not the 8 MiB of this process's threads: each task
-# costs the client, which hosts the scheduler, ~2.5 ms of CPU (167 tasks of one shard 0.8-1.0 s,
+# costs the client, which hosts the scheduler, ~2.4 ms of CPU (167 tasks of one shard 0.8-1.0 s,
 # 56 tasks of three 0.6 s; the workers' CPU alike), and that rate caps how many workers one
 # scheduler can feed (docs/benchmarks.md, the 10^8-fit model). Not more: a 64 MiB block is
 # above glibc's largest mmap threshold, and the workers' system CPU doubled (page faults).
