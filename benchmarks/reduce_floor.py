@@ -7,6 +7,8 @@
     python benchmarks/reduce_floor.py --tree /work/wt-pass40 --label pass40   # another checkout
     python benchmarks/reduce_floor.py --before /work/main      # + each report as CHECKOUT runs it
     python benchmarks/reduce_floor.py --store S.zarr           # an existing complete cube
+    python benchmarks/reduce_floor.py --slurm cluster/slurm.yaml   # + the report on SLURM jobs
+    python benchmarks/reduce_floor.py --s3                     # + the cube copied to a moto S3 server
 
 The cube: ridge on diabetes (n = 442), ``alphas`` alphas (logspace -4..4) x (5 folds x
 ``repeats`` repeats + the full fit; with ``--pairs`` also the 10 pair splits of each repeat)
@@ -20,12 +22,19 @@ side finds it in the page cache), ``--runs`` rounds of, in turn:
   estimators this design has splits for; with ``--pairs``
   ``kfold,corrected_kfold,stability_nested,nested_cv``);
 - with ``--cluster``: ``cvflow report STORE --estimators kfold --json --cluster ...``;
+- with ``--slurm PROFILE``: ``cvflow report ... --cluster PROFILE --workers N`` (``--slurm-workers``);
+- with ``--s3``: the store copied to a moto S3 server on 127.0.0.1 (started here, stopped at
+  the end), then the floor, ``report kfold`` and ``report kfold --cluster local --workers N``
+  (``--s3-workers``) of its ``s3://`` URL (every process, and the workers, reach it through
+  ``AWS_ENDPOINT_URL``);
 - with ``--before CHECKOUT``: each in-process report again with CHECKOUT first on PYTHONPATH
   (e.g. the code before a change); its JSON must equal this tree's to 1e-12 or the script fails.
 
-Each is a fresh ``python`` process whose wall time is measured around it and whose peak
-resident memory and CPU seconds (user + system, every thread) are read from ``os.wait4`` (the
-child's own; on a cluster, the client's, the workers' are their own processes). The selected
+Each is a fresh ``python`` process whose wall time is measured around it. Its CPU seconds (user
++ system, every thread) and peak resident memory are recorded twice: from ``os.wait4``, which
+counts the child *and every descendant it reaped* (a LocalCluster's workers: its whole process
+tree), and the child's own (``own_cpu.py`` runs each side and reads ``getrusage(RUSAGE_SELF)``
+at exit: on a cluster, the client alone). The selected
 alpha and the estimates of the floor and of each report are compared. The load average is
 recorded before each run. Results go to ``benchmarks/results/reduce_floor.{json,md}`` under
 ``--label`` (other labels kept).
@@ -68,7 +77,13 @@ execution: {{dtype: float32}}
 
 def run_child(argv: list[str], env: dict, timeout: float) -> dict:
     """Run ``argv`` as a fresh process: wall seconds, peak RSS (bytes), CPU seconds, its stdout,
-    exit code."""
+    exit code; a ``python`` argv through ``own_cpu.py``, which adds the child's own CPU seconds
+    and peak RSS (``own_cpu``, ``own_rss``: without the descendants it reaped)."""
+    own = None
+    if argv[0] == sys.executable:
+        fd, own = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        argv, env = [argv[0], str(HERE / "own_cpu.py"), *argv[1:]], {**env, "OWN_CPU_FILE": own}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
@@ -92,6 +107,13 @@ def run_child(argv: list[str], env: dict, timeout: float) -> dict:
                   "stdout": out.read().decode()}
         if child.returncode:
             result["stderr"] = err.read().decode()[-2000:]
+        if own is not None:
+            with open(own) as f:
+                text = f.read()
+            os.unlink(own)
+            if text:
+                mine = json.loads(text)
+                result["own_cpu"], result["own_rss"] = mine["cpu"], mine["peak_rss"]
         return result
 
 
@@ -170,6 +192,13 @@ def main() -> None:
     p.add_argument("--cluster", default=None, help="also time `cvflow report --cluster` on this")
     p.add_argument("--workers", default="2", help="the cluster's workers, comma-separated for "
                    "several sizes (e.g. 1,2,4): one process each")
+    p.add_argument("--slurm", default=None, metavar="PROFILE",
+                   help="also time `cvflow report --cluster PROFILE` (a SLURM profile)")
+    p.add_argument("--slurm-workers", default="2", help="the SLURM route's --workers")
+    p.add_argument("--s3", action="store_true",
+                   help="also copy the store to a moto S3 server and time its floor and reports")
+    p.add_argument("--s3-workers", default="2",
+                   help="the S3 route's LocalCluster workers, comma-separated")
     p.add_argument("--sides", default="kfold,seed",
                    help="the in-process reports timed beside the floor: kfold, seed, both "
                         "(default) or none (with --cluster: only the cluster's)")
@@ -211,12 +240,76 @@ def main() -> None:
     for workers in (args.workers.split(",") if args.cluster else []):
         sides[f"report kfold --cluster {args.cluster} --workers {workers}"] = [
             *report, "kfold", "--cluster", args.cluster, "--workers", workers.strip()]
+    if args.slurm:
+        sides[f"report kfold --cluster {Path(args.slurm).name} --workers {args.slurm_workers}"] = [
+            *report, "kfold", "--cluster", args.slurm, "--workers", args.slurm_workers]
     envs = {name: env for name in sides}
+    moto = None
+    if args.s3:
+        moto, aws, url = s3_copy(store)
+        s3_env = {**env, **aws}
+        s3_report = [*python, "-m", "cvflow", "report", url, "--json", "--estimators", "kfold"]
+        s3_sides = {"floor (s3)": [*python, str(HERE / "floor_kfold.py"), url],
+                    "report kfold (s3)": s3_report}
+        for workers in args.s3_workers.split(","):
+            s3_sides[f"report kfold --cluster local --workers {workers.strip()} (s3)"] = [
+                *s3_report, "--cluster", "local", "--workers", workers.strip()]
+        sides.update(s3_sides)
+        envs.update({name: s3_env for name in s3_sides})
     if args.before:
         before = {**os.environ, "PYTHONPATH": str(Path(args.before).resolve())}
         for name in [n for n in sides if n.startswith("report") and "--cluster" not in n]:
             sides[f"{name} (before)"], envs[f"{name} (before)"] = sides[name], before
 
+    try:
+        runs = time_sides(sides, envs, env, args)
+    finally:
+        if moto is not None:
+            moto.terminate()
+            moto.wait(timeout=30)
+    entry_of(runs, sides, args, store, fitted, tree, commit, label, splits, size)
+
+
+def s3_copy(store: Path) -> tuple[subprocess.Popen, dict, str]:
+    """A moto S3 server on a free port of 127.0.0.1 (its process, to stop), the AWS environment
+    that reaches it, and the URL of ``store`` copied there."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    aws = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    os.environ.update(aws)
+    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import s3fs
+
+    fs = s3fs.S3FileSystem(endpoint_url=aws["AWS_ENDPOINT_URL"])
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            fs.mkdir("cvflow-bench")
+            break
+        except Exception:  # noqa: BLE001 - the server is still starting
+            if moto.poll() is not None or time.monotonic() > deadline:
+                moto.kill()
+                raise SystemExit("moto's S3 server did not start on 127.0.0.1") from None
+            time.sleep(0.2)
+    url = f"s3://cvflow-bench/{store.name}"
+    t0 = time.perf_counter()
+    # in a child: s3fs's put grows this process by the store's size, and a child forked from
+    # it starts with that peak RSS recorded (Linux keeps the pre-exec high-water mark)
+    code = ("import sys, s3fs; s3fs.S3FileSystem(endpoint_url=sys.argv[1]).put(sys.argv[2], "
+            "sys.argv[3], recursive=True)")
+    subprocess.run([sys.executable, "-c", code, aws["AWS_ENDPOINT_URL"], str(store), url],
+                   check=True, timeout=3600)
+    print(f"copied {store} to {url} in {time.perf_counter() - t0:.1f} s", flush=True)
+    return moto, aws, url
+
+
+def time_sides(sides: dict, envs: dict, env: dict, args) -> dict[str, list[dict]]:
+    """Each side run ``args.runs`` times in turn (one untimed floor first), answers checked."""
     run_child(sides["floor"], env, args.timeout)          # untimed: the store in the page cache
     runs: dict[str, list[dict]] = {name: [] for name in sides}
     for i in range(args.runs):
@@ -227,13 +320,18 @@ def main() -> None:
             answer = json.loads(r["stdout"])
             if name.endswith(" (before)") and i == 0:
                 same(json.loads(run_child(sides[name], env, args.timeout)["stdout"]), answer)
-            r["answer"] = answer if name == "floor" else kfold_of(answer)
+            r["answer"] = answer if name.startswith("floor") else kfold_of(answer)
             del r["stdout"]
             runs[name].append(r)
-            print(f"run {i + 1} {name}: {r['wall']:.2f} s, {r['cpu']:.2f} s CPU, "
+            print(f"run {i + 1} {name}: {r['wall']:.2f} s, {r['cpu']:.2f} s CPU "
+                  f"({r.get('own_cpu', r['cpu']):.2f} s its own), "
                   f"{r['peak_rss'] / 2**30:.2f} GiB, "
                   f"load {r['load']:.1f}", flush=True)
+    return runs
 
+
+def entry_of(runs, sides, args, store, fitted, tree, commit, label, splits, size) -> None:
+    """The results of ``runs`` written under ``label`` (json and markdown)."""
     floor = runs["floor"][0]["answer"]
     wall = {name: statistics.median(r["wall"] for r in rs) for name, rs in runs.items()}
     rss = {name: statistics.median(r["peak_rss"] for r in rs) for name, rs in runs.items()}
@@ -246,6 +344,10 @@ def main() -> None:
                  "fit": fitted},
         "runs": runs,
         "median_wall": wall, "peak_rss": rss,
+        "median_cpu": {name: statistics.median(r["cpu"] for r in rs) for name, rs in runs.items()},
+        "median_own_cpu": {name: statistics.median(r.get("own_cpu", r["cpu"]) for r in rs)
+                           for name, rs in runs.items()},
+        "s3_bytes": size if args.s3 else None,
         "ratio_wall": {name: wall[name] / wall["floor"] for name in sides},
         "ratio_rss": {name: rss[name] / rss["floor"] for name in sides},
         "same_answer": {name: all(agree(floor, r["answer"]) for r in rs) for name, rs in runs.items()},
@@ -280,12 +382,15 @@ def markdown(everything: dict) -> str:
                   f"Load average during the runs: {min(loads):.1f}-{max(loads):.1f}; "
                   f"{len(next(iter(e['runs'].values())))} runs. {e['machine']}", "",
                   "| process | wall (s) | peak RSS (GiB) | wall / floor | RSS / floor "
-                  "| same selection and estimates as the floor |",
-                  "|---|---|---|---|---|---|"]
+                  "| same selection and estimates as the floor |"
+                  + (" CPU, process tree (s) | CPU, its own (s) |" if "median_own_cpu" in e else ""),
+                  "|---|---|---|---|---|---|" + ("---|---|" if "median_own_cpu" in e else "")]
         for name in e["median_wall"]:
             lines.append(f"| {name} | {e['median_wall'][name]:.2f} | "
                          f"{e['peak_rss'][name] / 2**30:.2f} | {e['ratio_wall'][name]:.2f} | "
-                         f"{e['ratio_rss'][name]:.2f} | {'yes' if e['same_answer'][name] else 'NO'} |")
+                         f"{e['ratio_rss'][name]:.2f} | {'yes' if e['same_answer'][name] else 'NO'} |"
+                         + (f" {e['median_cpu'][name]:.2f} | {e['median_own_cpu'][name]:.2f} |"
+                            if "median_own_cpu" in e else ""))
         lines.append("")
     return "\n".join(lines)
 

@@ -116,6 +116,53 @@ def test_estimators_under_a_client_compute_on_its_workers(store, cluster, budget
     assert int(there["kfold"]["selected"]) == int(np.argmin(estimate))
 
 
+USER_SCRIPT = """\
+import json, sys
+import cvflow
+from cvflow import estimators
+from cvflow.estimators import one_pass
+from distributed import Client, LocalCluster, get_task_stream
+
+def opened():      # the stores this process opened for the pass (one_pass._pred_array's cache)
+    return one_pass._pred_array.cache_info().currsize
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        client.wait_for_workers(2, timeout=120)
+        cube = cvflow.open(sys.argv[1])
+        with get_task_stream(client) as stream:      # its data is there once it is left
+            kfold, corrected = estimators.kfold(cube), estimators.corrected_kfold(cube)
+        ran = sorted({t["worker"] for t in stream.data})
+        print(json.dumps({"estimate": kfold["estimate"].values.tolist(),
+                          "selected": int(kfold["selected"]),
+                          "corrected": corrected["estimate"].values.tolist(),
+                          "ran": ran, "opened": client.run(opened), "here": opened()}))
+"""
+
+
+@pytest.mark.timeout(600)
+def test_a_user_script_s_client_reduces_on_workers_that_open_the_store(store, tmp_path):
+    """As a user runs it (a fresh ``python script.py``): ``cvflow.open(store)`` and estimators
+    under the script's ``Client`` run the pass on the workers, each worker that ran a task opened
+    the store itself (the client opened it for none of them), and the answers are the brute
+    force's (K-fold) and the in-process ones (corrected K-fold, 1e-12)."""
+    script = tmp_path / "reduce_on_workers.py"
+    script.write_text(USER_SCRIPT)
+    out = subprocess.run([sys.executable, str(script), str(store)], capture_output=True,
+                         text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["ran"], "no task ran on a worker"
+    assert all(got["opened"][worker] >= 1 for worker in got["ran"]), got
+    assert got["here"] == 0, "the client process read pred itself"
+    estimate, _ = brute_force_kfold(store)
+    np.testing.assert_allclose(got["estimate"], estimate, rtol=1e-12)
+    assert got["selected"] == int(np.argmin(estimate))
+    here = estimators.corrected_kfold(cvflow.open(store))
+    np.testing.assert_allclose(got["corrected"], here["estimate"].values, rtol=1e-12)
+
+
 def test_a_client_made_without_set_as_default_is_not_used(store, cluster):
     """A client nobody made current (the session's warm cluster a run keeps is one) leaves the
     reduction in this process: no task reaches its scheduler."""

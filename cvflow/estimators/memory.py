@@ -58,6 +58,21 @@ def active_client():
 
 Parallel = Literal[False, "threads", "cluster"]
 
+# DESIGN CHOICE: on a distributed cluster a task of the one pass reads up to 32 MiB of `pred`
+# (three shards of the 10^6-fit cube), not the 8 MiB of this process's threads: each task
+# costs the client, which hosts the scheduler, ~2.4 ms of CPU (167 tasks of one shard 0.8-1.0 s,
+# 56 tasks of three 0.6 s; the workers' CPU alike), and that rate caps how many workers one
+# scheduler can feed (docs/benchmarks.md, the 10^8-fit model). Not more: a 64 MiB block is
+# above glibc's largest mmap threshold, and the workers' system CPU doubled (page faults).
+# A worker's memory is its own, so the client's thread count does not divide this.
+CLUSTER_TASK_BYTES = 32 * 2**20
+
+
+def on_cluster() -> bool:
+    """Whether ``compute_here(..., parallel="cluster")`` would compute on an active
+    ``distributed.Client``'s workers (not when dask config names another scheduler)."""
+    return _configured_scheduler() is None and active_client() is not None
+
 
 def compute_here(collection, *, parallel: Parallel = False):
     """A dask collection computed: the one place the reducers pick their scheduler.

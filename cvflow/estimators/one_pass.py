@@ -67,10 +67,11 @@ from ..errors import InputError
 from . import np_roles
 from .cube_losses import cube_classes, pointwise
 from .losses import Loss, apply_loss
-from .memory import compute_here, is_lazy
+from .memory import CLUSTER_TASK_BYTES, compute_here, is_lazy, on_cluster
 from .split_tables import full_split_index, require
 
-# one task's block of `pred`: at most this many bytes (and half the budget over the threads).
+# one task's block of `pred`: at most this many bytes (and half the budget over the threads);
+# on a distributed cluster's workers memory.CLUSTER_TASK_BYTES (a quarter of the budget at most).
 # DESIGN CHOICE: a few MB a task: a 10^6-fit float32 cube's shard of 1000 params x 6 splits
 # (10 MB) is one task, and ~170 tasks keep two threads busy with ~1 ms of Dask each. Small
 # shards are merged up to this; 32 MB (three such shards a task) raised the report's peak
@@ -524,8 +525,11 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
         _refuse_missing(cube, location, split_chunk, list(plan.entries) +
                         [_ref_split(cube, ref) for ref in plan.refs])
     budget = int(config.get("cvflow.reduce.in-memory-bytes"))
-    threads = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
-    limit = max(1, min(TASK_BYTES, budget // (2 * threads)))
+    if is_lazy(data) and on_cluster():       # a worker's memory is its own (memory.py)
+        limit = max(1, min(CLUSTER_TASK_BYTES, budget // 4))
+    else:
+        threads = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+        limit = max(1, min(TASK_BYTES, budget // (2 * threads)))
     cell = int(np.prod(pred.shape[2:])) * pred.dtype.itemsize
     per_param_refs = 8 * len(plan.refs) * plan.y.shape[0] * len(decls)
     per_param = cell * min(split_chunk, n_splits)
