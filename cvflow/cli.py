@@ -308,10 +308,29 @@ def _write_json(value) -> None:
     sys.stdout.write("\n")
 
 
+def _decode_threads() -> None:
+    """zarr's decoding pool as big as the report's threads (Dask's, one a core), unless zarr's
+    ``threading.max_workers`` is set (``ZARR_THREADING__MAX_WORKERS``): else asyncio's default
+    pool (cores + 4 threads) decodes the pass's shards, each thread with its own malloc arena.
+
+    DESIGN CHOICE: measured on the 10^6-fit cube (2 cores, load ~7): peak RSS 0.26 GB instead of
+    0.31 GB and ~10% less CPU for the same wall; one thread (the floor's) 0.24 GB but decodes
+    on one core. Set before the store is opened: zarr sizes its pool on its first read.
+    """
+    import dask
+    import zarr
+
+    if zarr.config.get("threading.max_workers", None) is None:
+        threads = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
+        zarr.config.set({"threading.max_workers": threads})
+
+
 def _report(args) -> int:
     from .report import results as report
     from .store.cube import open_cube
     from .store import suite as suite_store
+
+    _decode_threads()
 
     if args.html:
         from .execution.preflight import check_output_file
