@@ -584,14 +584,14 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
         limit = max(1, min(CLUSTER_TASK_BYTES, budget // 4))
     else:
         threads = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
-        limit = max(1, min(TASK_BYTES, budget // (2 * threads)))
+        # DESIGN CHOICE: with pairs, a block reads again the fold splits its pair splits
+        # subtract that lie before it (a repeat's 5 fold and 10 pair splits straddle shards):
+        # four times the task bytes, so that is about one chunk in four, not one in one (a
+        # cluster's tasks are as big already)
+        task = 4 * TASK_BYTES if "pair" in plan.roles else TASK_BYTES
+        limit = max(1, min(task, budget // (2 * threads)))
     cell = int(np.prod(pred.shape[2:])) * pred.dtype.itemsize
     per_param_refs = 8 * len(plan.shared) * plan.y.shape[0] * len(decls)
-    if "pair" in plan.roles:
-        # DESIGN CHOICE: a block reads again the fold splits its pair splits subtract that lie
-        # before it (a repeat's 5 fold and 10 pair splits straddle shards): four times the
-        # task bytes, so that is about one chunk in four, not one in one
-        limit = max(1, min(4 * TASK_BYTES, budget // (2 * threads)))
     per_param = cell * min(split_chunk, n_splits)
     size = limit // max(1, per_param)
     if size < param_chunk and param_chunk * per_param <= budget // 2:
