@@ -47,6 +47,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -75,16 +76,22 @@ execution: {{dtype: float32}}
 """
 
 
-def run_child(argv: list[str], env: dict, timeout: float) -> dict:
+def run_child(argv: list[str], env: dict, timeout: float, stdout: str | None = None) -> dict:
     """Run ``argv`` as a fresh process: wall seconds, peak RSS (bytes), CPU seconds, its stdout,
     exit code; a ``python`` argv through ``own_cpu.py``, which adds the child's own CPU seconds
-    and peak RSS (``own_cpu``, ``own_rss``: without the descendants it reaped)."""
+    and peak RSS (``own_cpu``, ``own_rss``: without the descendants it reaped). With ``stdout``
+    (a file name) its output goes there, not into the result.
+
+    A child's peak RSS is at least this process's at the child's start (Linux carries the peak
+    of the memory the child starts from, this process's, across ``exec``), so this process
+    never reads a report's JSON itself (:func:`summary`, :func:`compare`: in a child each)."""
     own = None
     if argv[0] == sys.executable:
         fd, own = tempfile.mkstemp(suffix=".json")
         os.close(fd)
         argv, env = [argv[0], str(HERE / "own_cpu.py"), *argv[1:]], {**env, "OWN_CPU_FILE": own}
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with (open(stdout, "wb") if stdout else tempfile.TemporaryFile()) as out, \
+            tempfile.TemporaryFile() as err:
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
         child = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
@@ -100,11 +107,12 @@ def run_child(argv: list[str], env: dict, timeout: float) -> dict:
             time.sleep(0.02)
         wall = time.perf_counter() - t0
         child.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
         err.seek(0)
         result = {"wall": wall, "peak_rss": usage.ru_maxrss * 1024, "code": child.returncode,
-                  "cpu": usage.ru_utime + usage.ru_stime, "load": load,
-                  "stdout": out.read().decode()}
+                  "cpu": usage.ru_utime + usage.ru_stime, "load": load}
+        if not stdout:
+            out.seek(0)
+            result["stdout"] = out.read().decode()
         if child.returncode:
             result["stderr"] = err.read().decode()[-2000:]
         if own is not None:
@@ -155,6 +163,22 @@ def kfold_of(report: dict) -> dict:
             "estimate_sum": float(estimate.sum())}
 
 
+def summary(path: str) -> dict:
+    """:func:`kfold_of` the report JSON in the file ``path`` (a floor's line as it is), read in
+    a child process (see :func:`run_child`)."""
+    out = subprocess.run([sys.executable, __file__, "--summary", path], capture_output=True,
+                         text=True, timeout=600, check=True)
+    return json.loads(out.stdout)
+
+
+def compare(a: str, b: str) -> None:
+    """The report JSONs in the files ``a`` and ``b`` equal (:func:`same`), checked in a child."""
+    out = subprocess.run([sys.executable, __file__, "--compare", a, b], capture_output=True,
+                         text=True, timeout=600)
+    if out.returncode:
+        raise SystemExit(f"{a} and {b} differ: {out.stderr[-2000:]}")
+
+
 def agree(floor: dict, other: dict) -> bool:
     return (floor["selected"] == other["selected"]
             and np.isclose(floor["estimate"], other["estimate"], rtol=1e-9)
@@ -178,6 +202,13 @@ def same(a, b, where: str = "report") -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--summary"]:
+        answer = json.loads(Path(sys.argv[2]).read_text())
+        print(json.dumps(answer if "selected" in answer else kfold_of(answer)))
+        return
+    if sys.argv[1:2] == ["--compare"]:
+        same(json.loads(Path(sys.argv[2]).read_text()), json.loads(Path(sys.argv[3]).read_text()))
+        return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--alphas", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=200, help="5-fold repeats (splits: 5 x this + 1)")
@@ -312,21 +343,24 @@ def time_sides(sides: dict, envs: dict, env: dict, args) -> dict[str, list[dict]
     """Each side run ``args.runs`` times in turn (one untimed floor first), answers checked."""
     run_child(sides["floor"], env, args.timeout)          # untimed: the store in the page cache
     runs: dict[str, list[dict]] = {name: [] for name in sides}
+    scratch = tempfile.mkdtemp(prefix="reduce_floor_")
     for i in range(args.runs):
         for name, argv in sides.items():
-            r = run_child(argv, envs[name], args.timeout)
+            out = os.path.join(scratch, "out.json")
+            r = run_child(argv, envs[name], args.timeout, stdout=out)
             if r["code"]:
                 raise SystemExit(f"{name}: exit {r['code']}: {r.get('stderr', '')}")
-            answer = json.loads(r["stdout"])
             if name.endswith(" (before)") and i == 0:
-                same(json.loads(run_child(sides[name], env, args.timeout)["stdout"]), answer)
-            r["answer"] = answer if name.startswith("floor") else kfold_of(answer)
-            del r["stdout"]
+                ours = os.path.join(scratch, "ours.json")
+                run_child(sides[name], env, args.timeout, stdout=ours)
+                compare(ours, out)
+            r["answer"] = summary(out)
             runs[name].append(r)
             print(f"run {i + 1} {name}: {r['wall']:.2f} s, {r['cpu']:.2f} s CPU "
                   f"({r.get('own_cpu', r['cpu']):.2f} s its own), "
                   f"{r['peak_rss'] / 2**30:.2f} GiB, "
                   f"load {r['load']:.1f}", flush=True)
+    shutil.rmtree(scratch)
     return runs
 
 

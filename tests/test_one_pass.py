@@ -276,3 +276,36 @@ def test_a_missing_chunk_the_pass_reads_is_named(store, tmp_path):
         with dask.config.set({} if budget is None else {"cvflow.reduce.in-memory-bytes": budget}):
             with pytest.raises(DamagedStore, match=rf"pred chunk \({chunk[0]}, {chunk[1]}, 0\) is missing"):
                 split_sums(cube, "squared", roles=("full", "fold"))
+
+
+def test_pair_terms_read_each_chunk_once_and_again_only_fold_splits_before_a_block(store,
+                                                                                  monkeypatch):
+    """With the pair splits (inner_change subtracts the fold fit's losses), the blocks still read
+    each chunk once; the other reads are the full split (stability's reference) and fold splits
+    a block's pair splits need that lie before the block (with a one-byte budget: one split
+    chunk a task); the terms equal the brute force."""
+    import cvflow.estimators.one_pass as one_pass
+
+    reads = []
+    real = one_pass.read_store_block
+
+    def counted(location, params, splits, *opened):
+        reads.append((params, splits))
+        return real(location, params, splits, *opened)
+
+    monkeypatch.setattr(one_pass, "read_store_block", counted)
+    cube = cvflow.open(store)
+    folds = set(np.asarray(cube["fold_split"].values).ravel().tolist())
+    full = int(cube.attrs["full_split"])
+    with dask.config.set({"cvflow.reduce.in-memory-bytes": 1}):
+        got = split_sums(store, "squared", roles=("pair", "change"))["squared"]
+    blocks = [r for r in reads if isinstance(r[1], slice)]
+    covered = np.zeros((cube.sizes["param"], cube.sizes["split"]), int)
+    for params, splits in blocks:
+        covered[params, splits] += 1
+    assert covered.max() == 1
+    again = [int(s) for _, splits in reads if not isinstance(splits, slice) for s in splits]
+    assert again and set(again) <= folds | {full}
+    expected = _brute_store(store)
+    for term in got:
+        np.testing.assert_allclose(got[term], expected[term], rtol=1e-12, atol=1e-15, err_msg=term)

@@ -288,13 +288,16 @@ def _plain(value):
     return value if value is None or isinstance(value, (int, bool)) else str(value)
 
 
-def dataset_to_json(ds: xr.Dataset) -> dict:
-    """Any estimator result as JSON: {var: {dims, values}}, 0-d variables as plain values."""
+def dataset_to_json(ds: xr.Dataset, *, arrays: bool = False) -> dict:
+    """Any estimator result as JSON: {var: {dims, values}}, 0-d variables as plain values.
+    ``arrays``: a float variable's values stay a numpy array (for
+    :func:`cvflow.report.json_stream.write`, which writes it as its list a slab at a time)."""
     out: dict = {}
     for name, var in ds.data_vars.items():
         values = var.values
+        kept = arrays and values.dtype.kind == "f"
         out[name] = _plain(values.item() if values.ndim == 0 else values) if values.ndim == 0 \
-            else {"dims": list(var.dims), "values": _plain(values)}
+            else {"dims": list(var.dims), "values": values if kept else _plain(values)}
     coords = {name: {"dims": list(c.dims), "values": _plain(np.asarray(c.values, dtype=object)
                                                               if c.dtype.kind in "OTU" else c.values)}
               for name, c in ds.coords.items() if c.ndim == 1 and name != "param_json"}
@@ -304,11 +307,12 @@ def dataset_to_json(ds: xr.Dataset) -> dict:
     return out
 
 
-def to_json(results: dict[str, xr.Dataset], cube: xr.Dataset | None = None) -> dict:
-    """Each result as JSON (:func:`dataset_to_json`); a skipped estimator as
-    ``{"skipped": reason}``; with the ``cube`` of a raced study, its race under ``racing``
+def to_json(results: dict[str, xr.Dataset], cube: xr.Dataset | None = None, *,
+            arrays: bool = False) -> dict:
+    """Each result as JSON (:func:`dataset_to_json`, ``arrays`` as there); a skipped estimator
+    as ``{"skipped": reason}``; with the ``cube`` of a raced study, its race under ``racing``
     (:func:`cvflow.report.racing.summary`: who was dropped when, by which test)."""
-    out = {name: dataset_to_json(ds) for name, ds in results.items()}
+    out = {name: dataset_to_json(ds, arrays=arrays) for name, ds in results.items()}
     out.update({name: {"skipped": why} for name, why in getattr(results, "skipped", {}).items()})
     race = racing.summary(cube) if cube is not None else None
     if race is not None:

@@ -1,0 +1,54 @@
+"""cvflow.report.json_stream writes the text json.dumps writes (the reference: json.dumps of the
+arrays' lists, non-finite numbers as None), a slab at a time."""
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+
+from cvflow.report import json_stream
+
+
+def _reference(value):
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, np.ndarray):
+        return [_reference(v) for v in value] if value.ndim else _reference(value.item())
+    if isinstance(value, dict):
+        return {k: _reference(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _written(value) -> str:
+    out = io.StringIO()
+    json_stream.write(value, out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("shape", [(0,), (1,), (7,), (40_000,), (3, 0), (0, 4), (1000, 20, 5),
+                                   (5, 1), (2, 3, 4, 5)])
+def test_arrays_of_any_shape_are_written_as_json_dumps_writes_their_lists(shape, monkeypatch):
+    monkeypatch.setattr(json_stream, "SLAB", 97)          # many slabs, uneven
+    rng = np.random.default_rng(len(shape))
+    values = rng.normal(size=shape) * 10.0 ** rng.integers(-8, 8, size=shape)
+    value = {"kfold": {"scores": {"dims": ["param", "repeat"], "values": values},
+                       "selected": 3, "note": "é \"quoted\"", "empty": {}},
+             "skipped": {"reason": "x"}, "list": [1, 2.5, None]}
+    text = _written(value)
+    assert text == json.dumps(_reference(value))
+    assert json.loads(text)["kfold"]["scores"]["values"] == values.tolist()
+
+
+def test_non_finite_numbers_are_null_and_integers_and_float32_as_their_lists(monkeypatch):
+    monkeypatch.setattr(json_stream, "SLAB", 5)
+    values = np.arange(30, dtype=np.float64).reshape(6, 5)
+    values[1, 2], values[4, 0], values[5, 4] = np.nan, np.inf, -np.inf
+    value = {"a": values, "b": np.arange(12).reshape(3, 4), "c": values.astype(np.float32),
+             "d": np.float64(2.5).reshape(())}
+    assert _written(value) == json.dumps(_reference(value))
+    assert json.loads(_written(value))["a"][1][2] is None
