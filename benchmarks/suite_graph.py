@@ -6,12 +6,21 @@ Issue 42 item 2's bar: the suite's wall time at most 0.7x the sum of the ten sin
 the suite and the singles alternate, so a change of load hits both alike. Prints the medians,
 their ratio and the load average before and after.
 
-    python benchmarks/suite_graph.py [--runs 3] [--routes local,threads]
+`--case skewed`: one data set ~40x the others' work (where a suite run one data set after
+another leaves workers idle in the big one's tail). `--trees before=/work/main,after=.` runs the
+suite with each source tree (PYTHONPATH) in turn, side by side, the singles with the last; each
+suite run's worker use is printed too: its fits' seconds (from the per-data-set summaries) over
+wall seconds x the route's workers (this machine's cores), and the wall seconds beyond that
+floor ("idle", the workers' idle time, the tails included).
+
+    python benchmarks/suite_graph.py [--runs 3] [--routes local,threads] [--case ten|skewed]
+                                     [--trees before=/work/main,after=.] [--no-singles]
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -26,6 +35,9 @@ import yaml
 # one data set after another has a big data set's tail to wait on
 SIZES = [(2000, 20), (200, 5), (400, 8), (150, 4), (1500, 15), (300, 6), (800, 10),
          (250, 5), (1000, 12), (350, 7)]
+# one data set much bigger than the other nine (the big one in the middle of the file)
+SKEWED = [(300, 6), (200, 5), (400, 8), (150, 4), (20000, 60), (300, 6), (250, 5),
+          (250, 5), (350, 7), (350, 7)]
 COMMON = {
     "learners": [
         {"name": "ridge", "class": "sklearn.linear_model.Ridge",
@@ -43,13 +55,13 @@ def _entry(i: int, n: int, p: int) -> dict:
             "label": f"d{i}"}
 
 
-def write(where: Path) -> tuple[Path, list[Path]]:
+def write(where: Path, sizes=SIZES) -> tuple[Path, list[Path]]:
     """The suite's workflow file and its ten single-data-set files."""
-    suite = {"name": "suite10", "data": [_entry(i, n, p) for i, (n, p) in enumerate(SIZES)],
+    suite = {"name": "suite10", "data": [_entry(i, n, p) for i, (n, p) in enumerate(sizes)],
              **COMMON}
     (where / "suite10.yaml").write_text(yaml.safe_dump(suite, sort_keys=False))
     singles = []
-    for i, (n, p) in enumerate(SIZES):
+    for i, (n, p) in enumerate(sizes):
         data = _entry(i, n, p)
         del data["label"]
         path = where / f"single{i}.yaml"
@@ -59,42 +71,71 @@ def write(where: Path) -> tuple[Path, list[Path]]:
     return where / "suite10.yaml", singles
 
 
-def cvflow_run(workflow: Path, store: Path, route: str) -> float:
-    """Seconds of one fresh `python -m cvflow run` (its store replaced)."""
+def cvflow_run(workflow: Path, store: Path, route: str, tree: str | None = None
+               ) -> tuple[float, float]:
+    """Seconds of one fresh `python -m cvflow run` (its store replaced) and its fits' seconds
+    (summed over its summaries' "s of fitting"); ``tree``: the source tree to run."""
     shutil.rmtree(store, ignore_errors=True)
+    env = dict(os.environ)
+    if tree:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH")) if p)
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "cvflow", "run", str(workflow), "--store",
                            str(store), "--cluster", route], capture_output=True, text=True,
-                          timeout=1800)
+                          timeout=1800, env=env)
     seconds = time.perf_counter() - t0
     if done.returncode:
         raise SystemExit(f"{workflow} --cluster {route} failed ({done.returncode}):\n"
                          f"{done.stderr[-2000:]}")
-    return seconds
+    fitting = sum(float(x) for x in re.findall(r"([0-9.]+)s of fitting", done.stdout))
+    return seconds, fitting
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--routes", default="local,threads")
+    parser.add_argument("--case", choices=("ten", "skewed"), default="ten")
+    parser.add_argument("--trees", default="",
+                        help="label=path,...: run the suite with each source tree in turn")
+    parser.add_argument("--no-singles", action="store_true",
+                        help="the suites only (side by side), not the ten separate runs")
     args = parser.parse_args()
+    trees = dict(t.split("=", 1) for t in args.trees.split(",")) if args.trees else {"": ""}
+    trees = {label: str(Path(path).resolve()) if path else "" for label, path in trees.items()}
+    sizes = SKEWED if args.case == "skewed" else SIZES
     where = Path(tempfile.mkdtemp(prefix="cvflow-suite-bench-"))
+    cores = os.cpu_count() or 1
     try:
-        suite, singles = write(where)
-        print(f"10 data sets (linear, n x p: {', '.join(f'{n}x{p}' for n, p in SIZES)}), "
-              f"ridge x 20 + lasso x 10, 5 folds x 2 repeats: {30 * 10 * 10} fits")
+        suite, singles = write(where, sizes)
+        print(f"10 data sets (linear, n x p: {', '.join(f'{n}x{p}' for n, p in sizes)}), "
+              f"ridge x 20 + lasso x 10, 5 folds x 2 repeats: {30 * 11 * 10} fits")
         for route in args.routes.split(","):
             load0 = os.getloadavg()[0]
-            suite_s, singles_s = [], []
+            suite_s: dict[str, list] = {label: [] for label in trees}
+            singles_s = []
             for _ in range(args.runs):
-                suite_s.append(cvflow_run(suite, where / "suite.zarr", route))
-                singles_s.append(sum(cvflow_run(w, where / f"{w.stem}.zarr", route)
-                                     for w in singles))
-            s, t = statistics.median(suite_s), statistics.median(singles_s)
-            print(f"--cluster {route}: suite {s:.1f} s (runs {', '.join(f'{x:.1f}' for x in suite_s)})"
-                  f"; ten runs {t:.1f} s ({', '.join(f'{x:.1f}' for x in singles_s)}); "
-                  f"ratio {s / t:.2f} (bar 0.7); load {load0:.1f} -> {os.getloadavg()[0]:.1f} "
-                  f"on {os.cpu_count()} cores")
+                for label, tree in trees.items():
+                    suite_s[label].append(cvflow_run(suite, where / f"suite-{label}.zarr", route,
+                                                     tree))
+                last = list(trees.values())[-1]
+                if not args.no_singles:
+                    singles_s.append(sum(cvflow_run(w, where / f"{w.stem}.zarr", route, last)[0]
+                                         for w in singles))
+            t = statistics.median(singles_s) if singles_s else float("nan")
+            load1 = os.getloadavg()[0]
+            print(f"--cluster {route}: ten runs {t:.1f} s ({', '.join(f'{x:.1f}' for x in singles_s)})"
+                  f"; load {load0:.1f} -> {load1:.1f} on {cores} cores")
+            for label, runs in suite_s.items():
+                walls = [w for w, _ in runs]
+                s = statistics.median(walls)
+                use = [f / (w * cores) for w, f in runs]
+                idle = [w - f / cores for w, f in runs]
+                print(f"  suite{f' ({label})' if label else ''}: {s:.1f} s (runs "
+                      f"{', '.join(f'{x:.1f}' for x in walls)}); ratio {s / t:.2f} (bar 0.7); "
+                      f"worker use {statistics.median(use):.0%} "
+                      f"({', '.join(f'{u:.0%}' for u in use)}); idle "
+                      f"{statistics.median(idle):.1f} s")
     finally:
         shutil.rmtree(where, ignore_errors=True)
 

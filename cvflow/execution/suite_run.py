@@ -65,7 +65,9 @@ def run_workflows(workflows: dict[str, Workflow], *, name: str, where: dict[str,
     ``where[label]``), then create the suite's root group and run each into its member, the
     data sets overlapping (see the module's docstring). Returns data set -> RunResult in
     ``workflows``' order. A data set that fails stops the others (their fits done are kept) and
-    its error is raised; a signal stops them all (RunInterrupted, the suite's fits kept)."""
+    its error is raised; a signal stops them all (RunInterrupted, the suite's fits kept). A
+    ``progress`` callable gets every data set's events (:func:`run`'s), each with its
+    ``"dataset"``, from the data sets' threads."""
     totals: dict[str, int] = {}
     cost: dict[str, float] = {}
     for label, wf in workflows.items():
