@@ -11,7 +11,9 @@ another leaves workers idle in the big one's tail). `--trees before=/work/main,a
 suite with each source tree (PYTHONPATH) in turn, side by side, the singles with the last; each
 suite run's worker use is printed too: its fits' seconds (from the per-data-set summaries) over
 wall seconds x the route's workers (this machine's cores), and the wall seconds beyond that
-floor ("idle", the workers' idle time, the tails included).
+floor ("idle", the workers' idle time, the tails included). `--case tail`: fits that sleep
+(benchmarks/sleepy.py, no CPU) in known blocks, one data set 3 blocks of ~10 s, nine of ~0.3 s:
+the tail's idle worker shows whatever the machine's load.
 
     python benchmarks/suite_graph.py [--runs 3] [--routes local,threads] [--case ten|skewed]
                                      [--trees before=/work/main,after=.] [--no-singles]
@@ -50,22 +52,36 @@ COMMON = {
 }
 
 
+# --case tail: fits that sleep 1e-4 s a training row (benchmarks/sleepy.py) in blocks of 6: the
+# big data set is 3 blocks of ~10 s, so run alone its last block leaves one of 2 workers idle
+# ~10 s; the nine small ones hold ~0.3 s of fits each
+TAIL_SIZES = [(300, 4), (250, 4), (300, 4), (250, 4), (25000, 4), (300, 4), (250, 4),
+              (300, 4), (250, 4), (300, 4)]
+TAIL = {
+    "learners": [{"name": "sleepy", "class": "sleepy.SleepyRidge",
+                  "grid": {"alpha": [0.1, 1.0, 10.0]}}],
+    "design": {"folds": 5, "repeats": 1, "seed": 0},
+    "estimators": ["kfold"],
+    "execution": {"fits_per_task": 6, "trial_fits": False},
+}
+
+
 def _entry(i: int, n: int, p: int) -> dict:
     return {"source": "synthetic", "name": "linear", "params": {"n": n, "p": p}, "seed": i,
             "label": f"d{i}"}
 
 
-def write(where: Path, sizes=SIZES) -> tuple[Path, list[Path]]:
+def write(where: Path, sizes=SIZES, common=COMMON) -> tuple[Path, list[Path]]:
     """The suite's workflow file and its ten single-data-set files."""
     suite = {"name": "suite10", "data": [_entry(i, n, p) for i, (n, p) in enumerate(sizes)],
-             **COMMON}
+             **common}
     (where / "suite10.yaml").write_text(yaml.safe_dump(suite, sort_keys=False))
     singles = []
     for i, (n, p) in enumerate(sizes):
         data = _entry(i, n, p)
         del data["label"]
         path = where / f"single{i}.yaml"
-        path.write_text(yaml.safe_dump({"name": f"single{i}", "data": data, **COMMON},
+        path.write_text(yaml.safe_dump({"name": f"single{i}", "data": data, **common},
                                        sort_keys=False))
         singles.append(path)
     return where / "suite10.yaml", singles
@@ -77,8 +93,8 @@ def cvflow_run(workflow: Path, store: Path, route: str, tree: str | None = None
     (summed over its summaries' "s of fitting"); ``tree``: the source tree to run."""
     shutil.rmtree(store, ignore_errors=True)
     env = dict(os.environ)
-    if tree:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH")) if p)
+    here = str(Path(__file__).resolve().parent)         # sleepy.SleepyRidge (--case tail)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, here, env.get("PYTHONPATH")) if p)
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "cvflow", "run", str(workflow), "--store",
                            str(store), "--cluster", route], capture_output=True, text=True,
@@ -95,7 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--routes", default="local,threads")
-    parser.add_argument("--case", choices=("ten", "skewed"), default="ten")
+    parser.add_argument("--case", choices=("ten", "skewed", "tail"), default="ten")
     parser.add_argument("--trees", default="",
                         help="label=path,...: run the suite with each source tree in turn")
     parser.add_argument("--no-singles", action="store_true",
@@ -103,13 +119,16 @@ def main() -> None:
     args = parser.parse_args()
     trees = dict(t.split("=", 1) for t in args.trees.split(",")) if args.trees else {"": ""}
     trees = {label: str(Path(path).resolve()) if path else "" for label, path in trees.items()}
-    sizes = SKEWED if args.case == "skewed" else SIZES
+    sizes = {"ten": SIZES, "skewed": SKEWED, "tail": TAIL_SIZES}[args.case]
+    common = TAIL if args.case == "tail" else COMMON
     where = Path(tempfile.mkdtemp(prefix="cvflow-suite-bench-"))
     cores = os.cpu_count() or 1
     try:
-        suite, singles = write(where, sizes)
+        suite, singles = write(where, sizes, common)
         print(f"10 data sets (linear, n x p: {', '.join(f'{n}x{p}' for n, p in sizes)}), "
-              f"ridge x 20 + lasso x 10, 5 folds x 2 repeats: {30 * 11 * 10} fits")
+              + ("a ridge sleeping 1e-4 s a training row x 3 alphas, 5 folds, blocks of 6 fits: "
+                 "180 fits" if args.case == "tail" else
+                 f"ridge x 20 + lasso x 10, 5 folds x 2 repeats: {30 * 11 * 10} fits"))
         for route in args.routes.split(","):
             load0 = os.getloadavg()[0]
             suite_s: dict[str, list] = {label: [] for label in trees}

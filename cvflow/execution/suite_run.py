@@ -9,8 +9,9 @@ local, SLURM, an address) gets the client the first one started. The data sets o
 (issue 42 item 2): each runs in a thread of its own, and the next one starts as soon as the
 newest one's tail begins (its loop has no block left waiting for a worker,
 :data:`cvflow.execution.loop.TAIL`), so its blocks take the workers the tail leaves idle; the
-scheduler runs the tasks first come first served (Dask's priority by submission; the threaded
-pool's queue), so the earlier data set's blocks still go first. The biggest data sets start
+scheduler runs the tasks first come first served (Dask gives tasks submitted more than its
+``fifo-timeout``, 100 ms, earlier precedence; the threaded pool is a queue), so the earlier
+data set's blocks still go first. The biggest data sets start
 first (fits x cells of X), so the small ones fill the big one's tail rather than the reverse.
 At most ``MAX_RUNNING`` data sets run at once.
 """
@@ -206,6 +207,7 @@ class SuiteProgress(Progress):
         self.lock = threading.Lock()
         self.t0 = time.perf_counter()
         self.started = 0
+        self.said: dict[str, str] = {}         # the execution and dashboard lines said last
 
     def of(self, label: str):
         """The event callback of data set ``label``'s run."""
@@ -234,7 +236,10 @@ class SuiteProgress(Progress):
         self.line(visible(f"data set {place} of {len(self.totals)}: {label}; {self._suite()}"))
         for key, name in (("execution", "execution"), ("dashboard", "dashboard"),
                           ("live", "live study page")):
-            if event.get(key) and (event["todo"] or key != "execution"):
+            # the suite's one dashboard (its one route) is said once, each live page
+            if event.get(key) and (event["todo"] or key != "execution") and (
+                    key == "live" or self.said.get(key) != event[key]):
+                self.said[key] = event[key]
                 self.line(visible(f"  {label}: {name}: {event[key]}"))
         self.line(visible(f"  {label}: {event['todo']} of {event['total']} fits to do"))
         tqdm = _tqdm() if (self.tty or _in_notebook()) else None
