@@ -9,9 +9,11 @@ their ratio and the load average before and after.
 `--case skewed`: one data set ~40x the others' work (where a suite run one data set after
 another leaves workers idle in the big one's tail). `--trees before=/work/main,after=.` runs the
 suite with each source tree (PYTHONPATH) in turn, side by side, the singles with the last; each
-suite run's worker use is printed too: its fits' seconds (from the per-data-set summaries) over
-wall seconds x the route's workers (this machine's cores), and the wall seconds beyond that
-floor ("idle", the workers' idle time, the tails included). `--case tail`: fits that sleep
+suite run's run phase is printed too (from its first data set's start line to its last line:
+without the start-up, the validation and the closing report), its worker use (its fits'
+seconds, from the per-data-set summaries, over the run phase x the route's workers, this
+machine's cores) and the run phase beyond that floor ("idle": the workers' idle time, the
+tails included). `--case tail`: fits that sleep
 (benchmarks/sleepy.py, no CPU) in known blocks, one data set 3 blocks of ~10 s, nine of ~0.3 s:
 the tail's idle worker shows whatever the machine's load.
 
@@ -88,23 +90,37 @@ def write(where: Path, sizes=SIZES, common=COMMON) -> tuple[Path, list[Path]]:
 
 
 def cvflow_run(workflow: Path, store: Path, route: str, tree: str | None = None
-               ) -> tuple[float, float]:
-    """Seconds of one fresh `python -m cvflow run` (its store replaced) and its fits' seconds
-    (summed over its summaries' "s of fitting"); ``tree``: the source tree to run."""
+               ) -> tuple[float, float, float]:
+    """Seconds of one fresh `python -m cvflow run` (its store replaced), of its run phase (from
+    the first data set's start line to the suite's last line on stderr; the whole run for one
+    data set) and its fits' seconds (summed over its summaries' "s of fitting"); ``tree``: the
+    source tree to run."""
     shutil.rmtree(store, ignore_errors=True)
     env = dict(os.environ)
     here = str(Path(__file__).resolve().parent)         # sleepy.SleepyRidge (--case tail)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, here, env.get("PYTHONPATH")) if p)
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "cvflow", "run", str(workflow), "--store",
-                           str(store), "--cluster", route], capture_output=True, text=True,
-                          timeout=1800, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "cvflow", "run", str(workflow), "--store",
+                             str(store), "--cluster", route], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=store.parent)   # not this tree: `-m` puts the cwd on sys.path
+    first = last = None
+    err = []
+    for line in proc.stderr:             # ends when the run ends (the CLI's every-2-s lines)
+        err.append(line)
+        if line.startswith("data set ") and first is None:
+            first = time.perf_counter()
+        if line.startswith("suite: ") and "every data set run" in line:
+            last = time.perf_counter()
+    out = proc.stdout.read()
+    proc.wait(timeout=1800)
     seconds = time.perf_counter() - t0
-    if done.returncode:
-        raise SystemExit(f"{workflow} --cluster {route} failed ({done.returncode}):\n"
-                         f"{done.stderr[-2000:]}")
-    fitting = sum(float(x) for x in re.findall(r"([0-9.]+)s of fitting", done.stdout))
-    return seconds, fitting
+    if proc.returncode:
+        raise SystemExit(f"{workflow} --cluster {route} failed ({proc.returncode}):\n"
+                         f"{''.join(err)[-2000:]}")
+    fitting = sum(float(x) for x in re.findall(r"([0-9.]+)s of fitting", out))
+    phase = last - first if first is not None and last is not None else seconds
+    return seconds, phase, fitting
 
 
 def main() -> None:
@@ -146,15 +162,17 @@ def main() -> None:
             print(f"--cluster {route}: ten runs {t:.1f} s ({', '.join(f'{x:.1f}' for x in singles_s)})"
                   f"; load {load0:.1f} -> {load1:.1f} on {cores} cores")
             for label, runs in suite_s.items():
-                walls = [w for w, _ in runs]
+                walls = [w for w, _, _ in runs]
                 s = statistics.median(walls)
-                use = [f / (w * cores) for w, f in runs]
-                idle = [w - f / cores for w, f in runs]
+                phase = [ph for _, ph, _ in runs]
+                use = [f / (ph * cores) for _, ph, f in runs]
+                idle = [ph - f / cores for _, ph, f in runs]
                 print(f"  suite{f' ({label})' if label else ''}: {s:.1f} s (runs "
                       f"{', '.join(f'{x:.1f}' for x in walls)}); ratio {s / t:.2f} (bar 0.7); "
-                      f"worker use {statistics.median(use):.0%} "
-                      f"({', '.join(f'{u:.0%}' for u in use)}); idle "
-                      f"{statistics.median(idle):.1f} s")
+                      f"run phase {statistics.median(phase):.1f} s "
+                      f"({', '.join(f'{x:.1f}' for x in phase)}), worker use "
+                      f"{statistics.median(use):.0%} ({', '.join(f'{u:.0%}' for u in use)}), "
+                      f"idle {statistics.median(idle):.1f} s")
     finally:
         shutil.rmtree(where, ignore_errors=True)
 
