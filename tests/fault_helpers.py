@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +31,25 @@ class SlowRidge(Ridge):
 
     def fit(self, X, y, sample_weight=None):
         time.sleep(self.delay)
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
+# set by a test (a suite's next data set starting); GateRidge's fits with wait=True wait for it
+GATE = threading.Event()
+GATE_SEEN: list[bool] = []      # per waiting fit: whether the gate opened within its deadline
+
+
+class GateRidge(Ridge):
+    """Ridge whose fits with ``wait=True`` wait (at most 60 s) for :data:`GATE`, in this process
+    (the threads route): a fit that runs until something else happens in the run's process."""
+
+    def __init__(self, alpha=1.0, wait=False):
+        super().__init__(alpha=alpha)
+        self.wait = wait
+
+    def fit(self, X, y, sample_weight=None):
+        if self.wait:
+            GATE_SEEN.append(GATE.wait(60))
         return super().fit(X, y, sample_weight=sample_weight)
 
 

@@ -24,6 +24,9 @@ SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP"
                 if hasattr(signal, name))
 
 _state = {"depth": 0, "raised": False, "noted": None}
+# set by a suite stopping (cvflow.execution.suite_run): the runs in its other threads raise a
+# KeyboardInterrupt at their next check (the signal reached the main thread only)
+_STOP = threading.Event()
 
 
 def _handler(signum, frame) -> None:
@@ -49,7 +52,11 @@ def _ours(signum: int) -> bool:
 def stoppable() -> Iterator[None]:
     """Ctrl-C, SIGTERM and SIGHUP stop the code inside with a KeyboardInterrupt (see the
     module's docstring); nested blocks share the outermost one's handlers."""
-    if _state["depth"] or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
+        yield                            # signals reach the main thread only
+        check()
+        return
+    if _state["depth"]:
         _state["depth"] += 1
         try:
             yield
@@ -82,8 +89,22 @@ def stoppable() -> Iterator[None]:
         _state.update(depth=0, raised=False, noted=None)
 
 
+@contextlib.contextmanager
+def threads_stoppable() -> Iterator[threading.Event]:
+    """While open, setting the yielded event stops the runs in threads other than the main one
+    (:func:`check` raises a KeyboardInterrupt there); cleared when it closes."""
+    _STOP.clear()
+    try:
+        yield _STOP
+    finally:
+        _STOP.clear()
+
+
 def check() -> None:
-    """Raise the KeyboardInterrupt of a signal that came while Python could not raise it."""
+    """Raise the KeyboardInterrupt of a signal that came while Python could not raise it (and,
+    outside the main thread, of a suite stopping: :func:`threads_stoppable`)."""
+    if _STOP.is_set() and threading.current_thread() is not threading.main_thread():
+        raise KeyboardInterrupt("the suite stopped")
     noted = _state["noted"]
     if noted:
         _state.update(raised=True, noted=None)

@@ -21,6 +21,7 @@ Every wait here has a deadline: the loop wakes at least once a second.
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import queue
@@ -120,6 +121,7 @@ def _one_task_result(client, submit: Callable[[str], Any], key: str):
                 done.get(timeout=WAKE_SECONDS)
                 break
             except queue.Empty:
+                interrupts.check()
                 watchdog.check([future])
         try:
             result = future.result()
@@ -176,6 +178,25 @@ def check_on_workers(client, ctx: TaskContext, workflow, data, where: str, check
     return keys
 
 
+# DESIGN CHOICE: a suite (cvflow.execution.suite_run) runs each data set as the run it is, each
+# in a thread of its own on the suite's one client; the loop of data set k says when its tail
+# begins (no task of its left waiting for a worker: as many outstanding as the workers have
+# threads), and the suite then starts data set k+1, whose blocks take the workers k's tail
+# leaves idle. Set (a callable, called once) in the thread that runs the data set.
+TAIL: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "cvflow_tail", default=None)
+
+
+def worker_threads(client) -> int:
+    """The threads the client's workers have (a ThreadedClient: its pool's), at least 1."""
+    if isinstance(getattr(client, "workers", None), int):         # ThreadedClient
+        return client.workers
+    try:
+        return max(1, sum(client.nthreads().values()))
+    except Exception:  # noqa: BLE001 - a scheduler that does not answer: one thread assumed
+        return 1
+
+
 class Loop:
     """Runs ``blocks`` on ``client``: :meth:`run` returns once every block is recorded.
 
@@ -197,6 +218,8 @@ class Loop:
         self.futures: dict[str, object] = {}        # key -> future still running
         self.blocks: dict[str, Block] = {}           # block task key -> its block
         self.inputs: dict = {}
+        self.tail = TAIL.get()            # the suite's: called once when this run's tail begins
+        self.threads = (0, -1.0)          # the workers' threads, when last asked
 
     # --- submitting ---------------------------------------------------------------------------
 
@@ -262,8 +285,20 @@ class Loop:
 
     # --- the loop -----------------------------------------------------------------------------
 
+    def _at_tail(self) -> None:
+        """Tell the suite (:data:`TAIL`) once no block of this run waits for a worker."""
+        if self.tail is None:
+            return
+        now = time.monotonic()
+        if now - self.threads[1] > 5 * WAKE_SECONDS:        # workers come and go (SLURM)
+            self.threads = (worker_threads(self.client), now)
+        if len(self.futures) <= self.threads[0]:
+            tail, self.tail = self.tail, None
+            tail()
+
     def run(self) -> None:
         try:
+            self._at_tail()
             while self.futures:
                 try:
                     future = self.finished.get(timeout=WAKE_SECONDS)
@@ -279,6 +314,7 @@ class Loop:
                     continue
                 if self.futures.pop(future.key, None) is None:
                     continue                              # cancelled, or seen already
+                self._at_tail()
                 self.watchdog.progressed()
                 summary = self._take(future)
                 if summary is not None:

@@ -136,13 +136,24 @@ def clean_main() -> Iterator[None]:
     # (cloudpickle). So for the lifetime of cvflow's process cluster, __main__ is swapped for
     # an empty module and restored afterwards. fork would avoid the re-run but is unsafe with
     # the client's threads; forkserver re-runs __main__ as spawn does.
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
+    # the runs of a suite open it in threads of their own, and close it in any order: the
+    # first swaps, the last restores
+    with _MAIN_LOCK:
+        if not _MAIN["open"]:
+            _MAIN["saved"] = sys.modules.get("__main__")
+            sys.modules["__main__"] = types.ModuleType("__main__")
+        _MAIN["open"] += 1
     try:
         yield
     finally:
-        if main is not None:
-            sys.modules["__main__"] = main
+        with _MAIN_LOCK:
+            _MAIN["open"] -= 1
+            if not _MAIN["open"] and _MAIN["saved"] is not None:
+                sys.modules["__main__"] = _MAIN["saved"]
+
+
+_MAIN_LOCK = threading.Lock()
+_MAIN: dict = {"open": 0, "saved": None}
 
 
 def _threads(prof: dict):
@@ -492,7 +503,10 @@ def _slurm(prof: dict):
 # same client: a SLURM cluster, a scheduler address or an in-process scheduler with a dashboard
 # is started (and its jobs queued) once for the suite, not once a data set (the warm local
 # cluster already is: warm_client). Closed when the suite ends, as each run's own would have been.
-_SHARED: dict | None = None       # {"stack": ExitStack, "clients": {route key: client}}
+# The suite's data sets run in threads of their own, overlapping (a data set's tail with the
+# next one's start): the warm local cluster is shared too, so what a run enters around it
+# (Dask's config, clean_main) is entered once, by the first run, and left when the suite ends.
+_SHARED: dict | None = None       # {"stack": ExitStack, "clients": {route key: client}, "lock"}
 
 
 @contextlib.contextmanager
@@ -504,7 +518,7 @@ def shared() -> Iterator[None]:
         yield
         return
     stack = contextlib.ExitStack()
-    _SHARED = {"stack": stack, "clients": {}}
+    _SHARED = {"stack": stack, "clients": {}, "lock": threading.Lock()}
     try:
         yield
     except BaseException:
@@ -569,19 +583,18 @@ def connect(cluster: str | os.PathLike | Route | None = None, *, workers: int | 
     route = cluster if isinstance(cluster, Route) else decide(
         cluster, workers=workers, dashboard_port=dashboard_port, tls=tls, options=options)
     share = _SHARED
-    # the session's warm local cluster (keep) already outlives each run: as outside a suite,
-    # each run then gets it with what it does around a run (clean_main, ended_after_run)
-    if share is None or (keep and route.kind == "local"):
+    if share is None:
         with _connect(route, store=store, keep=keep) as client:
             yield client
         return
     key = _route_key(route)
-    client = share["clients"].get(key)
-    if client is None or not _running(client):
-        client = share["stack"].enter_context(_connect(route, store=store, keep=keep))
-        share["clients"][key] = client
-    else:
-        log.info("cluster %s: the suite's, started for an earlier data set", route.name)
+    with share["lock"]:                   # the suite's runs connect from threads of their own
+        client = share["clients"].get(key)
+        if client is None or not _running(client):
+            client = share["stack"].enter_context(_connect(route, store=store, keep=keep))
+            share["clients"][key] = client
+        else:
+            log.info("cluster %s: the suite's, started for an earlier data set", route.name)
     yield client
 
 
@@ -597,8 +610,13 @@ def _connect(cluster: Route, *, store: str | os.PathLike | None = None,
 
         # TLS to a running scheduler uses the certificates of the Dask config
         # (distributed.comm.tls); temporary ones could not match the scheduler's.
-        with Client(route.name) as client:
+        # closed, not left as a context manager (Client.__exit__ resets a context variable
+        # set in the thread that entered it: a suite's run thread, closed by the suite's)
+        client = Client(route.name)
+        try:
             yield client
+        finally:
+            client.close()
         return
     prof = copy.deepcopy(route.profile)
     warning = store_warning(store, prof["kind"])
@@ -656,7 +674,7 @@ def _connect(cluster: Route, *, store: str | os.PathLike | None = None,
         stack.enter_context(dask.config.set(dashboard_gate.linked(started)))
         if route.in_process:        # after the client closes, before the cluster does
             stack.callback(_leave_running_fits, started)
-        stack.enter_context(client)
+        stack.callback(client.close)   # not Client.__exit__: see the address route above
         log.info("cluster %s (%s): dashboard %s", prof["name"], kind,
                  client.dashboard_link or None)
         yield client
