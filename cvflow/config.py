@@ -80,13 +80,56 @@ _merged = False                      # and merged into dask.config
 def _defaults() -> dict:
     global _loaded
     if _loaded is None:
-        import yaml
+        text = DEFAULTS.read_bytes()
+        _loaded = _cached(text)
+        if _loaded is None:
+            import yaml
 
-        # libyaml's safe loader where built (the same mapping, tests/test_config.py): the pure
-        # Python one took 15-60 ms of a small search's first fit to read these ~200 lines
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        _loaded = yaml.load(DEFAULTS.read_text(), Loader=loader)  # noqa: S506 - a safe loader
+            # libyaml's safe loader where built (the same mapping, tests/test_config.py): the
+            # pure Python one took 15-60 ms of a small search's first fit to read these ~200 lines
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            _loaded = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+            _cache(text, _loaded)
     return _loaded
+
+
+# DESIGN CHOICE: the defaults as read from config.yaml are kept as JSON beside the bytecode
+# (__pycache__, written as Python writes .pyc files: not under PYTHONDONTWRITEBYTECODE, never
+# an error), keyed by the YAML's own bytes: `import yaml` costs ~9-20 ms (its regexes), a
+# tenth of a small search's fits, where nothing else needs YAML (issue 41). config.yaml stays
+# the one place a default is written.
+CACHE = DEFAULTS.parent / "__pycache__" / f"{DEFAULTS.name}.json"
+
+
+def _cached(text: bytes) -> dict | None:
+    # json and hashlib here: `import cvflow` alone reads no config (tests/test_startup.py)
+    import hashlib
+    import json
+
+    try:
+        kept = json.loads(CACHE.read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(kept, dict) and kept.get("sha256") == hashlib.sha256(text).hexdigest()
+    return kept.get("defaults") if ok else None
+
+
+def _cache(text: bytes, defaults: dict) -> None:
+    import hashlib
+    import json
+
+    if sys.dont_write_bytecode:
+        return
+    try:
+        body = json.dumps({"sha256": hashlib.sha256(text).hexdigest(), "defaults": defaults})
+        if json.loads(body)["defaults"] != defaults:
+            return                          # not JSON's types: read from the YAML each time
+        CACHE.parent.mkdir(exist_ok=True)
+        tmp = CACHE.with_name(f"{CACHE.name}.{os.getpid()}.tmp")
+        tmp.write_text(body)
+        os.replace(tmp, CACHE)
+    except (OSError, TypeError, ValueError):
+        pass                                # a read-only install: YAML each time, as before
 
 
 def load() -> None:

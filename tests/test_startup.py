@@ -292,3 +292,15 @@ def test_import_cvflow_adds_no_more_modules_than_before():
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.split()[-1]) <= IMPORT_CVFLOW_MODULES
+
+
+def test_a_search_in_a_process_writing_bytecode_reads_no_yaml():
+    """Issue 41 item 2: where Python keeps bytecode, the config's defaults are kept beside it
+    (cvflow.config.CACHE), so a search given as Python objects imports no yaml (~10 ms)."""
+    env = {k: v for k, v in fh.cli_env().items() if k != "PYTHONDONTWRITEBYTECODE"}
+    code = SEARCH.format(heavy=("yaml",), weights="")
+    for _ in range(2):                 # the first may write the cache
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1])[0] == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
+import json
 import logging
 import os
 import sys
@@ -23,8 +24,6 @@ import threading
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
-
-import yaml
 
 from ..errors import InputError
 from .. import config
@@ -320,8 +319,8 @@ _AT_EXIT = False
 
 def _warm_key(prof: dict) -> str:
     """What makes two local profiles one cluster: all but its name and dashboard port."""
-    return yaml.safe_dump({k: v for k, v in prof.items() if k not in ("name", "dashboard_port")},
-                          sort_keys=True)
+    return json.dumps({k: v for k, v in prof.items() if k not in ("name", "dashboard_port")},
+                      sort_keys=True, default=repr)
 
 
 # pytest sets the first for every test; distributed's nannies set the second (the cluster's
@@ -550,7 +549,7 @@ def shared() -> Iterator[None]:
 
 
 def _route_key(route: Route) -> str:
-    return yaml.safe_dump({"name": route.name, "profile": route.profile}, sort_keys=True)
+    return json.dumps({"name": route.name, "profile": route.profile}, sort_keys=True, default=repr)
 
 
 def _running(client) -> bool:
