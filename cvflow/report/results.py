@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from .. import terminal
 from ..errors import OVERWRITE, InputError, UntrustedCodeWarning
