@@ -389,7 +389,6 @@ class Study:
         config["data"] = {"source": "npz", "path": data_path.name,
                           **({"groups": "groups"} if wf.data.groups is not None else {})}
         import yaml     # here: a study run from Python reads and writes no YAML (~10 ms)
-
         path.write_text(yaml.safe_dump(config, sort_keys=False, width=100))
         return path
 

@@ -40,7 +40,8 @@ class _Package(types.ModuleType):
     def __setattr__(self, name: str, value) -> None:
         # importing the submodule `kfold` binds the package's `kfold` to it (the import system's
         # setattr): the name stays the function's, as when this file imported them all
-        if name in _LAZY and isinstance(value, types.ModuleType):
+        if name in _LAZY and isinstance(value, types.ModuleType) \
+                and value.__name__ == f"{self.__name__}.{name}":
             return
         super().__setattr__(name, value)
 
