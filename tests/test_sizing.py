@@ -298,7 +298,7 @@ def test_a_small_search_is_timed_by_one_fit_and_its_second_call_by_none():
     warm-up fit alone (sizing.ESTIMATE_ERROR), and a process that timed a study reuses the
     estimate for the same params on data of the same shape; the answers are GridSearchCV's."""
     from sklearn.datasets import load_breast_cancer
-    from sklearn.model_selection import GridSearchCV
+    from sklearn.model_selection import GridSearchCV, cross_validate
 
     import cvflow
 
@@ -312,6 +312,12 @@ def test_a_small_search_is_timed_by_one_fit_and_its_second_call_by_none():
     second = len(TimedTree.timing_fits) - first
     # one warm-up fit where no process cluster of this session is up (a warm one pays sooner)
     assert first >= 1 and second == 0
+    # nested: the inner searches train on 303-304 samples (within run_plan.SAME_SIZE): timed once
+    before = len(TimedTree.timing_fits)
+    nested = cross_validate(search, X, y, cv=3)
+    assert len(TimedTree.timing_fits) - before <= first
+    assert np.array_equal(nested["test_score"], cross_validate(
+        GridSearchCV(DecisionTreeClassifier(random_state=0), grid, cv=5), X, y, cv=3)["test_score"])
     reference = GridSearchCV(DecisionTreeClassifier(random_state=0), grid, cv=5).fit(X, y)
     np.testing.assert_allclose(search.cv_results_["mean_test_score"],
                                reference.cv_results_["mean_test_score"], rtol=0, atol=1e-12)
