@@ -11,6 +11,7 @@ a run. See docs/developer/architecture.md.
 """
 from __future__ import annotations
 
+import marshal
 import os
 import site
 import sys
@@ -93,22 +94,20 @@ def _defaults() -> dict:
     return _loaded
 
 
-# DESIGN CHOICE: the defaults as read from config.yaml are kept as JSON beside the bytecode
-# (__pycache__, written as Python writes .pyc files: not under PYTHONDONTWRITEBYTECODE, never
-# an error), keyed by the YAML's own bytes: `import yaml` costs ~9-20 ms (its regexes), a
-# tenth of a small search's fits, where nothing else needs YAML (issue 41). config.yaml stays
-# the one place a default is written.
-CACHE = DEFAULTS.parent / "__pycache__" / f"{DEFAULTS.name}.json"
+# DESIGN CHOICE: the defaults as read from config.yaml are kept beside the bytecode
+# (__pycache__, in marshal's format for this Python, written as Python writes .pyc files: not
+# under PYTHONDONTWRITEBYTECODE, never an error), keyed by the YAML's own bytes: `import yaml`
+# costs ~9-20 ms (its regexes), a tenth of a small search's fits, where nothing else needs YAML
+# (issue 41). config.yaml stays the one place a default is written.
+CACHE = DEFAULTS.parent / "__pycache__" / f"{DEFAULTS.name}.{sys.implementation.cache_tag}.marshal"
 
 
 def _cached(text: bytes) -> dict | None:
-    # json and hashlib here: `import cvflow` alone reads no config (tests/test_startup.py)
-    import hashlib
-    import json
+    import hashlib      # here: `import cvflow` alone reads no config (tests/test_startup.py)
 
     try:
-        kept = json.loads(CACHE.read_text())
-    except (OSError, ValueError):
+        kept = marshal.loads(CACHE.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
         return None
     ok = isinstance(kept, dict) and kept.get("sha256") == hashlib.sha256(text).hexdigest()
     return kept.get("defaults") if ok else None
@@ -116,20 +115,17 @@ def _cached(text: bytes) -> dict | None:
 
 def _cache(text: bytes, defaults: dict) -> None:
     import hashlib
-    import json
 
     if sys.dont_write_bytecode:
         return
     try:
-        body = json.dumps({"sha256": hashlib.sha256(text).hexdigest(), "defaults": defaults})
-        if json.loads(body)["defaults"] != defaults:
-            return                          # not JSON's types: read from the YAML each time
+        body = marshal.dumps({"sha256": hashlib.sha256(text).hexdigest(), "defaults": defaults})
         CACHE.parent.mkdir(exist_ok=True)
         tmp = CACHE.with_name(f"{CACHE.name}.{os.getpid()}.tmp")
-        tmp.write_text(body)
+        tmp.write_bytes(body)
         os.replace(tmp, CACHE)
-    except (OSError, TypeError, ValueError):
-        pass                                # a read-only install: YAML each time, as before
+    except (OSError, ValueError):
+        pass                # a read-only install, a value marshal cannot write: YAML each time
 
 
 def load() -> None:

@@ -140,12 +140,12 @@ def test_the_packaged_defaults_read_as_pure_python_yaml_reads_them():
 
 def test_the_defaults_kept_beside_the_bytecode_are_the_yamls_and_follow_its_bytes(
         tmp_path, monkeypatch):
-    """The JSON kept in __pycache__ (config.CACHE) reads as config.yaml reads, and a changed
+    """The copy kept in __pycache__ (config.CACHE) reads as config.yaml reads, and a changed
     config.yaml is read again, not taken from the stale copy; under PYTHONDONTWRITEBYTECODE
     nothing is written."""
     text = (PACKAGE / "config.yaml").read_bytes()
     parsed = yaml.load(text, Loader=yaml.SafeLoader)
-    monkeypatch.setattr(config, "CACHE", tmp_path / "__pycache__" / "config.yaml.json")
+    monkeypatch.setattr(config, "CACHE", tmp_path / "__pycache__" / "config.yaml.marshal")
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     config._cache(text, parsed)
     assert not config.CACHE.exists() and config._cached(text) is None
@@ -153,5 +153,5 @@ def test_the_defaults_kept_beside_the_bytecode_are_the_yamls_and_follow_its_byte
     config._cache(text, parsed)
     assert config._cached(text) == parsed
     assert config._cached(text + b"\n# edited\n") is None
-    config.CACHE.write_text("not json")
+    config.CACHE.write_bytes(b"not marshal")
     assert config._cached(text) is None
