@@ -39,6 +39,9 @@ from .page import Page, div, generic_html, heading
 from .sections import (failures_html, fit_time_figure, fit_time_note, header_html, oof_section,
                        racing_html, status_html, warnings_html)
 from ..estimators import lookup, REGISTRY
+# the loss sums (cvflow.estimators.shared_terms) import the losses, scikit-learn and scipy,
+# when first read: `cvflow status` reads none
+from .. import estimators as _estimators
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +56,7 @@ def _overview(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> dict[str, xr.
     decl, ordered = assumptions(cube, loss)
     out = dict(results)
     todo = [spec for name, spec in REGISTRY.items() if spec.overview and name not in out]
-    from ..estimators._cube import shared_terms    # the losses: scikit-learn, scipy
-
-    with shared_terms(cube, {role for spec in todo for role in spec.terms}):   # one pass
+    with _estimators.shared_terms(cube, {role for spec in todo for role in spec.terms}):   # one pass
         for spec in todo:
             why = spec.refusal(decl, ordered)
             if why:

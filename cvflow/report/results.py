@@ -24,6 +24,9 @@ from ..store.location import exists, resolve
 from .failures import group
 from .racing import state_text
 from ..estimators import guardrails, lookup, REGISTRY
+# the loss sums (cvflow.estimators.shared_terms) import the losses, scikit-learn and scipy,
+# when first read: `cvflow status` reads none
+from .. import estimators as _estimators
 from ..estimators.memory import fits_budget, is_lazy, load_if_small
 
 if TYPE_CHECKING:
@@ -148,10 +151,7 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
     if skipped and not todo:
         raise InputError(next(iter(skipped.values())))
     cube = _pred_in_memory_if_small(cube)
-    # here: the loss sums import the losses (scikit-learn, scipy), which `cvflow status` does not
-    from ..estimators._cube import shared_terms
-
-    with shared_terms(cube, {role for spec, _ in todo for role in spec.terms}):
+    with _estimators.shared_terms(cube, {role for spec, _ in todo for role in spec.terms}):
         out = Results({spec.name: spec(cube, loss=loss, **options) for spec, options in todo},
                       skipped=skipped)
     if raced:
@@ -213,10 +213,7 @@ def compute_losses(cube: xr.Dataset, losses: list[str | None], estimators: list 
     roles = {role for name in names if name in REGISTRY for role in REGISTRY[name].terms}
     out: dict[str, Results] = {}
     # every loss's sums in one pass over pred (cvflow.estimators.one_pass)
-    # here: the loss sums import the losses (scikit-learn, scipy), which `cvflow status` does not
-    from ..estimators._cube import shared_terms
-
-    with shared_terms(cube, roles, losses):
+    with _estimators.shared_terms(cube, roles, losses):
         for loss in losses:
             results = compute(cube, estimators, loss=loss, overrides=overrides,
                               trust_code=trust_code)
