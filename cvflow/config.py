@@ -11,6 +11,7 @@ a run. See docs/developer/architecture.md.
 """
 from __future__ import annotations
 
+import marshal
 import os
 import site
 import sys
@@ -80,13 +81,51 @@ _merged = False                      # and merged into dask.config
 def _defaults() -> dict:
     global _loaded
     if _loaded is None:
-        import yaml
+        text = DEFAULTS.read_bytes()
+        _loaded = _cached(text)
+        if _loaded is None:
+            import yaml
 
-        # libyaml's safe loader where built (the same mapping, tests/test_config.py): the pure
-        # Python one took 15-60 ms of a small search's first fit to read these ~200 lines
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        _loaded = yaml.load(DEFAULTS.read_text(), Loader=loader)  # noqa: S506 - a safe loader
+            # libyaml's safe loader where built (the same mapping, tests/test_config.py): the
+            # pure Python one took 15-60 ms of a small search's first fit to read these ~200 lines
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            _loaded = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+            _cache(text, _loaded)
     return _loaded
+
+
+# DESIGN CHOICE: the defaults as read from config.yaml are kept beside the bytecode
+# (__pycache__, in marshal's format for this Python, written as Python writes .pyc files: not
+# under PYTHONDONTWRITEBYTECODE, never an error), keyed by the YAML's own bytes: `import yaml`
+# costs ~9-20 ms (its regexes), a tenth of a small search's fits, where nothing else needs YAML
+# (issue 41). config.yaml stays the one place a default is written.
+CACHE = DEFAULTS.parent / "__pycache__" / f"{DEFAULTS.name}.{sys.implementation.cache_tag}.marshal"
+
+
+def _cached(text: bytes) -> dict | None:
+    import hashlib      # here: `import cvflow` alone reads no config (tests/test_startup.py)
+
+    try:
+        kept = marshal.loads(CACHE.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
+    ok = isinstance(kept, dict) and kept.get("sha256") == hashlib.sha256(text).hexdigest()
+    return kept.get("defaults") if ok else None
+
+
+def _cache(text: bytes, defaults: dict) -> None:
+    import hashlib
+
+    if sys.dont_write_bytecode:
+        return
+    try:
+        body = marshal.dumps({"sha256": hashlib.sha256(text).hexdigest(), "defaults": defaults})
+        CACHE.parent.mkdir(exist_ok=True)
+        tmp = CACHE.with_name(f"{CACHE.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(body)
+        os.replace(tmp, CACHE)
+    except (OSError, ValueError):
+        pass                # a read-only install, a value marshal cannot write: YAML each time
 
 
 def load() -> None:

@@ -22,7 +22,6 @@ from typing import Any
 from dataclasses import replace
 
 import numpy as np
-import yaml
 
 from .workflow.data import (decode_frame, encode_frame, from_arrays, one_value_a_row,
                             one_value_rows, save_npz)
@@ -389,6 +388,7 @@ class Study:
         config = self.config(wf.task)
         config["data"] = {"source": "npz", "path": data_path.name,
                           **({"groups": "groups"} if wf.data.groups is not None else {})}
+        import yaml     # here: a study run from Python reads and writes no YAML (~10 ms)
         path.write_text(yaml.safe_dump(config, sort_keys=False, width=100))
         return path
 

@@ -136,3 +136,22 @@ def test_a_dask_config_file_naming_cvflow_is_read(tmp_path, files, expected):
 def test_the_packaged_defaults_read_as_pure_python_yaml_reads_them():
     text = (PACKAGE / "config.yaml").read_text()
     assert config._defaults() == yaml.load(text, Loader=yaml.SafeLoader)
+
+
+def test_the_defaults_kept_beside_the_bytecode_are_the_yamls_and_follow_its_bytes(
+        tmp_path, monkeypatch):
+    """The copy kept in __pycache__ (config.CACHE) reads as config.yaml reads, and a changed
+    config.yaml is read again, not taken from the stale copy; under PYTHONDONTWRITEBYTECODE
+    nothing is written."""
+    text = (PACKAGE / "config.yaml").read_bytes()
+    parsed = yaml.load(text, Loader=yaml.SafeLoader)
+    monkeypatch.setattr(config, "CACHE", tmp_path / "__pycache__" / "config.yaml.marshal")
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    config._cache(text, parsed)
+    assert not config.CACHE.exists() and config._cached(text) is None
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    config._cache(text, parsed)
+    assert config._cached(text) == parsed
+    assert config._cached(text + b"\n# edited\n") is None
+    config.CACHE.write_bytes(b"not marshal")
+    assert config._cached(text) is None

@@ -236,3 +236,39 @@ def test_report_set_overrides_through_the_declared_checks(tmp_path, capsys, clie
     out = json.loads(capsys.readouterr().out)
     assert out["stability_nested"]["coords"]["lambda"]["values"] == [0.0, 5.0]
     assert tree_digest(store) == before
+
+
+def test_every_declaring_module_is_listed_and_imported_only_when_read():
+    """registry.BUILT_IN names every estimator a module of the package declares, with that
+    module (a name missing there would be unknown to every workflow); in a fresh process, the
+    names are listed without importing any estimator's module, and reading one imports its own
+    (issue 41 item 2)."""
+    import importlib
+    import json
+    import pkgutil
+    import subprocess
+    import sys
+
+    import cvflow.estimators as package
+    import fault_helpers as fh
+    from cvflow.estimators.registry import BUILT_IN
+
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"cvflow.estimators.{info.name}")
+    declared = {name: spec.func.__module__.rpartition(".")[2] for name, spec in REGISTRY.items()
+                if spec.func.__module__.startswith("cvflow.estimators.")}
+    assert declared == BUILT_IN
+    code = ("import json, sys\nfrom cvflow.estimators.registry import BUILT_IN, REGISTRY\n"
+            "def modules():\n"
+            "    return sorted(m.rpartition('.')[2] for m in sys.modules\n"
+            "                  if m.rpartition('.')[2] in BUILT_IN.values())\n"
+            "names, before = list(REGISTRY), modules()\n"
+            "func = REGISTRY['bbc_cv'].func.__name__\n"
+            "print(json.dumps([names, 'ustat' in REGISTRY, before, modules(), func]))\n")
+    out = subprocess.run([sys.executable, "-c", code], env=fh.cli_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    names, known, before, after, func = json.loads(out.stdout)
+    assert names == list(BUILT_IN) and known and func == "bbc_cv"
+    assert before == []
+    assert "bbc_cv" in after and "ustat" not in after

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.tree import DecisionTreeClassifier
 
 from cvflow.execution import sizing as blocks
 from cvflow.execution.sizing import choose_chunks, estimate_seconds_per_fit
@@ -277,3 +278,47 @@ def test_blocks_on_scheduler_threads_get_one_openmp_thread():
     with ThreadPoolExecutor(1) as pool:
         inside = pool.submit(openmp_threads).result()
     assert inside and set(inside) == {1}
+
+
+class TimedTree(DecisionTreeClassifier):
+    """A tree that counts the fits cvflow makes to time a study (in_trial: not the study's)."""
+
+    timing_fits: list = []
+
+    def fit(self, X, y, sample_weight=None, check_input=True):
+        from cvflow.fitting.trial import in_trial
+
+        if in_trial():
+            TimedTree.timing_fits.append(len(y))
+        return super().fit(X, y, sample_weight=sample_weight, check_input=check_input)
+
+
+def test_a_small_search_is_timed_by_one_fit_and_its_second_call_by_none():
+    """Issue 41: under auto, a study far below where worker processes pay is timed by its
+    warm-up fit alone (sizing.ESTIMATE_ERROR), and a process that timed a study reuses the
+    estimate for the same params on data of the same shape; the answers are GridSearchCV's."""
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.model_selection import GridSearchCV, cross_validate
+
+    import cvflow
+
+    X, y = load_breast_cancer(return_X_y=True)
+    grid = {"max_depth": [2, 4, 8]}
+    search = cvflow.SearchCV(TimedTree(random_state=0), grid, cv=5)
+    TimedTree.timing_fits.clear()
+    search.fit(X, y)
+    first = len(TimedTree.timing_fits)
+    search.fit(X, y)
+    second = len(TimedTree.timing_fits) - first
+    # one warm-up fit where no process cluster of this session is up (a warm one pays sooner)
+    assert first >= 1 and second == 0
+    # nested: the inner searches train on 303-304 samples (within run_plan.SAME_SIZE): timed once
+    before = len(TimedTree.timing_fits)
+    nested = cross_validate(search, X, y, cv=3)
+    assert len(TimedTree.timing_fits) - before <= first
+    assert np.array_equal(nested["test_score"], cross_validate(
+        GridSearchCV(DecisionTreeClassifier(random_state=0), grid, cv=5), X, y, cv=3)["test_score"])
+    reference = GridSearchCV(DecisionTreeClassifier(random_state=0), grid, cv=5).fit(X, y)
+    np.testing.assert_allclose(search.cv_results_["mean_test_score"],
+                               reference.cv_results_["mean_test_score"], rtol=0, atol=1e-12)
+    assert search.best_index_ == reference.best_index_

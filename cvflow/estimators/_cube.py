@@ -25,6 +25,7 @@ from .one_pass import pass_terms
 from ..store.memory import Variable
 from . import np_roles
 from .split_tables import full_split_index, has_splits, require  # noqa: F401 - the estimators' lookups
+from . import guardrails
 
 
 def at_splits(values: xr.DataArray, index: xr.DataArray) -> xr.DataArray:
@@ -187,7 +188,6 @@ def analysis_groups(cube: xr.Dataset, groups: GroupsOption = "auto", *, what: st
     but that keeps no labels (written before cvflow stored them) says so in a warning. Warns
     ``few_groups`` when G is small (:func:`guardrails.group_count`).
     """
-    from . import guardrails
 
     if groups == "ignore":
         return None, []
@@ -223,7 +223,6 @@ def fold_level_groups(cube: xr.Dataset, what: str) -> tuple[dict, list[dict]]:
     effects, the fold-level values vary less than their mean does, and the test is liberal
     (measured there too): that case gets the warning.
     """
-    from . import guardrails
 
     codes, warnings = analysis_groups(cube, "auto", what=what)
     if codes is None:

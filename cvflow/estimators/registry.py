@@ -24,7 +24,8 @@ Right below its definition, its module declares it::
         raced=False,                        # a raced cube (cvflow.execution.race_runner) serves it
     )
 
-and ``cvflow/estimators/__init__.py`` imports the module. Nothing else is edited:
+and its name goes in :data:`BUILT_IN` below (name -> module), which imports the module when the
+name is first looked up. Nothing else is edited:
 
 - :mod:`cvflow.workflow.spec` derives the design from the union of ``needs``, checks every option
   with its ``check`` and the options together against the workflow's grid with
@@ -68,7 +69,8 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any, Callable
 
 import numpy as np
 
@@ -175,7 +177,54 @@ class Estimator:
         return self.func(cube, loss=loss, **options)
 
 
-REGISTRY: dict[str, Estimator] = {}
+# DESIGN CHOICE: the built-in estimators by name -> the module (of this package) that declares
+# them, imported when the name is first read: a search or a workflow using the K-fold alone
+# does not import the other sixteen (~25 modules; issue 41). The order is the order of listings
+# (`cvflow report --estimators`, the reference). tests/test_registry.py checks that every
+# declaring module of the package is here.
+BUILT_IN = {"kfold": "kfold", "corrected_kfold": "corrected", "stability": "stability",
+            "stability_nested": "stability", "nested_cv": "nested",
+            "nested_compare": "nested_compare", "bates_ncv": "bates", "wald_cv": "bates",
+            "ustat": "ustat", "nadeau_bengio": "ustat", "corrected_t": "corrected_t",
+            "bayes_t": "bayes_t", "compare_all": "compare_all", "paired_5x2cv": "paired_5x2cv",
+            "bbc_cv": "bbc_cv", "cv_confidence": "cv_confidence", "plan": "study_size"}
+
+
+class Registry(Mapping[str, Estimator]):
+    """The estimators by name: the built-in ones (:data:`BUILT_IN`, each module imported on the
+    first read of one of its names) and any declared since. ``name in REGISTRY``, listing the
+    names and ``len`` import nothing; reading a declaration imports its module."""
+
+    def __init__(self, built_in: Mapping[str, str]):
+        self._modules = dict(built_in)
+        self._declared: dict[str, Estimator] = {}
+
+    def __getitem__(self, name: str) -> Estimator:
+        if name not in self._declared and name in self._modules:
+            importlib.import_module(f"{__package__}.{self._modules[name]}")
+        return self._declared[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._declared or name in self._modules
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*self._modules, *self._declared]))
+
+    def __len__(self) -> int:
+        return len(self._modules.keys() | self._declared.keys())
+
+    def __repr__(self) -> str:
+        return f"Registry({', '.join(self)})"
+
+    def add(self, spec: Estimator) -> None:
+        """Record ``spec``; ValueError if another function holds its name."""
+        held = self._declared.get(spec.name)
+        if held is not None and held.func is not spec.func:
+            raise ValueError(f"estimator {spec.name!r} is declared twice")
+        self._declared[spec.name] = spec
+
+
+REGISTRY = Registry(BUILT_IN)
 
 
 def declare(func: Callable, *, needs, terms=(), options=(), results=None, text=None,
@@ -192,9 +241,7 @@ def declare(func: Callable, *, needs, terms=(), options=(), results=None, text=N
                      warn_design=warn_design, overview=overview,
                      metrics=metrics,
                      time_ordered=time_ordered, raced=raced)
-    if spec.name in REGISTRY and REGISTRY[spec.name].func is not func:
-        raise ValueError(f"estimator {spec.name!r} is declared twice")
-    REGISTRY[spec.name] = spec
+    REGISTRY.add(spec)
     return spec
 
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import yaml
 
 from .. import config
 from ..errors import InputError
@@ -77,6 +76,8 @@ def parse_options(options: Sequence[str] | Mapping | None, *, where: str = "--cl
         return {}
     if isinstance(options, Mapping):
         return dict(options)
+    import yaml     # here: the profiles a run reads without options need no YAML (~10 ms)
+
     out: dict = {}
     for item in options:
         key, sep, text = str(item).partition("=")
@@ -126,6 +127,8 @@ def _named(name: str, env: Mapping[str, str] | None) -> tuple[str, dict, str]:
         prof = packaged
     elif name.endswith((".yaml", ".yml")) or os.path.sep in name or os.path.exists(name):
         where = name
+        import yaml
+
         try:
             loaded = yaml.safe_load(Path(name).read_text())
         except FileNotFoundError:

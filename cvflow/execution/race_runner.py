@@ -41,6 +41,7 @@ from .racing_rule import (TEST_BOUNDED, TEST_LABELS, TEST_UNBOUNDED, betting_p, 
 from ..store import integrity
 from ..store.location import resolve
 from ..store.writes import write_attrs
+from ..store.cube import block_slices, open_cube
 
 log = logging.getLogger(__name__)
 
@@ -487,7 +488,6 @@ class StageReader:
     """
 
     def __init__(self, path: str, race: Race, loss: str):
-        from ..store.cube import open_cube
 
         self.cube = open_cube(path)
         self.location = resolve(path)
@@ -551,7 +551,6 @@ class StageReader:
 def stage_blocks(race: Race, s: int, done: np.ndarray, chunks: tuple[int, int]
                  ) -> list[tuple[slice, slice, np.ndarray | None]]:
     """The blocks of stage ``s`` not yet ``done``: (params, splits, cells to fit or None: all)."""
-    from ..store.cube import block_slices
 
     want = race.cells(s)[:, :done.shape[1]] & ~done
     out = []

@@ -33,7 +33,7 @@ from . import interrupts
 from ..store.location import exists
 from . import inflight
 from ..store.memory import IN_MEMORY, MemoryCube
-from .schedulers import choose, connect, quiet_port
+from .schedulers import choose, connect, processes_pay_above, quiet_port
 from .run_plan import new_layout, pending_blocks, prepare_store, seconds_per_fit
 from ..workflow.spec import Workflow, load_workflow
 from ..fitting.block import only_paths
@@ -42,7 +42,7 @@ from ..store.lock import run_lock
 from .loop import Block, Loop, check_on_workers, time_on_workers
 from .preflight import check_cluster, check_run
 from .progress import Progress, reporter
-from .sizing import gil_share, one_blas_thread, thread_bound_share
+from .sizing import ESTIMATE_ERROR, gil_share, one_blas_thread, thread_bound_share
 from .tasks import TaskContext
 
 log = logging.getLogger(__name__)
@@ -358,8 +358,11 @@ def _run_locked(workflow: Workflow, path: str, *, route, workers, overwrite, cli
             gil_share=share)[0] == "local"
 
     if here:
+        # under auto, a study far below where processes pay is not timed past its warm-up fit
+        quick = (processes_pay_above(workers=n_workers, gil_share=share) / ESTIMATE_ERROR
+                 if auto and not fit_timeout else None)
         checked, per_fit, measured = _probe(workflow, study, timing=auto or wants_timing,
-                                            trial=trial, probing=probing,
+                                            trial=trial, probing=probing, quick=quick,
                                             threads_worth_measuring=threads_worth_measuring)
         if measured is not None:
             share *= measured
@@ -460,11 +463,11 @@ def _probe_seconds() -> float:
 
 
 def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True,
-           probing: bool = False, threads_worth_measuring: Callable[[float], bool] | None = None
-           ) -> tuple[bool, float | None, float | None]:
+           probing: bool = False, threads_worth_measuring: Callable[[float], bool] | None = None,
+           quick: float | None = None) -> tuple[bool, float | None, float | None]:
     """The pre-run check of the learners (:func:`cvflow.fitting.trial.check_learners`; not
     with ``trial=False``) and, with ``timing``, the timed seconds per fit
-    (:func:`cvflow.execution.run_plan.seconds_per_fit`), in this process within config
+    (:func:`cvflow.execution.run_plan.seconds_per_fit`, with its ``quick``), in this process within config
     ``cvflow.cluster.auto.probe_seconds``: ``(checked, seconds or None, share or None)``, the
     check done and the timing finished in time. ``threads_worth_measuring(seconds)`` true: the
     share of the fits that threads cannot run side by side is measured too
@@ -490,7 +493,7 @@ def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True,
                 elif probing:
                     out["keys"] = scorer_probe(workflow, study.data)
                 out["checked"] = True
-                out["seconds"] = seconds_per_fit(workflow, study) if timing else None
+                out["seconds"] = seconds_per_fit(workflow, study, quick=quick) if timing else None
             if out["seconds"] and threads_worth_measuring and threads_worth_measuring(out["seconds"]):
                 d = study.data
                 out["share"] = thread_bound_share(

@@ -24,14 +24,56 @@ def path_length(params: list[Param]) -> int:
                default=1)
 
 
-def seconds_per_fit(workflow: Workflow, study: BuiltWorkflow) -> float:
-    """The timed estimate of one fit's seconds as blocks fit them (:mod:`cvflow.execution.sizing`)."""
+def seconds_per_fit(workflow: Workflow, study: BuiltWorkflow, *, quick: float | None = None
+                    ) -> float:
+    """The timed estimate of one fit's seconds as blocks fit them (:mod:`cvflow.execution.sizing`;
+    ``quick``: its ``estimate_seconds_per_fit``'s). A study this process timed already (the
+    same params on data of the same columns, a training set within :data:`SAME_SIZE` of the
+    size timed) gets that estimate again, with no fit."""
     # timed as blocks fit them: a path-aware ridge grid costs one SVD per split, not one per alpha
     d = study.data
-    return estimate_seconds_per_fit(
-        study.params, d.fit_X, d.fit_y, study.design.train[0], positive=d.positive,
-        path_aware=bool(workflow.execution.get("path_aware", True)),
-        total_fits=len(study.params) * study.design.n_splits)
+    path_aware = bool(workflow.execution.get("path_aware", True))
+    train = study.design.train[0]
+    key = _timing_key(study.params, d, path_aware)
+    n_train = int(np.count_nonzero(train))
+    timed = _TIMED.get(key) if key is not None else None
+    if timed is not None and abs(timed[0] - n_train) <= SAME_SIZE * timed[0]:
+        return timed[1]
+    seconds = estimate_seconds_per_fit(
+        study.params, d.fit_X, d.fit_y, train, positive=d.positive, path_aware=path_aware,
+        total_fits=len(study.params) * study.design.n_splits, quick=quick)
+    if key is not None:
+        _TIMED[key] = (n_train, seconds)
+        while len(_TIMED) > _TIMED_KEPT:
+            del _TIMED[next(iter(_TIMED))]
+    return seconds
+
+
+# DESIGN CHOICE: a process that runs the same search again (a second `fit`, the inner searches
+# of a nested cross_validate: the same learners on training sets of one size) reuses its
+# timing: the estimate only sizes blocks and picks the route, and its fits cost a small
+# study a tenth of its own (issue 41: the second call in a process). Keyed by what a fit's time
+# depends on that the process can see cheaply: the params (learner, settings), the data's type,
+# columns and dtypes, the training set's size (within SAME_SIZE: the inner searches of a nested
+# cross_validate train on 379 or 380 samples) and the fit parameters' names.
+_TIMED: dict[tuple, tuple[int, float]] = {}
+_TIMED_KEPT = 32
+SAME_SIZE = 0.1
+
+
+def _timing_key(params: list[Param], data, path_aware: bool) -> tuple | None:
+    X, y = data.fit_X, data.fit_y
+    shape = getattr(X, "shape", None)
+    if shape is None:
+        return None
+    dtypes = getattr(X, "dtypes", None)
+    return (tuple(p.to_json() for p in params), type(X).__name__, tuple(shape[1:]),
+            str(getattr(X, "dtype", "")) if dtypes is None else tuple(map(str, dtypes)),
+            type(y).__name__, str(getattr(y, "dtype", "")), tuple(getattr(y, "shape", ())[1:]),
+            path_aware, repr(data.positive),
+            data.sample_weight is None,
+            tuple(sorted({k for p in params for k in (p.fit_params or {})})),
+            any(p.fit_hook is not None for p in params))
 
 
 @dataclass(frozen=True)

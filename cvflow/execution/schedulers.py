@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
+import json
 import logging
 import os
 import sys
@@ -23,8 +24,6 @@ import threading
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
-
-import yaml
 
 from ..errors import InputError
 from .. import config
@@ -90,9 +89,8 @@ def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | 
         name = REMOVED.get(name, name)
         return name, f"{name} (as asked)"
     warm = warm_alive()
-    start = float(config.get("cvflow.cluster.auto.warm_seconds" if warm
-                             else "cvflow.cluster.auto.process_start_seconds")) * _busy()
-    n = workers or load_profile("local").get("workers") or os.cpu_count() or 1
+    start = _start_seconds(warm)
+    n = _local_workers(workers)
     saved = seconds * gil_share * (1 - 1 / n)
     fit = f"~{seconds:.2g} s of fitting" + ("" if gil_share >= 1 else
                                             f", {gil_share:.0%} of it holding the GIL")
@@ -110,6 +108,24 @@ def choose(cluster: str | os.PathLike | None, *, seconds: float, workers: int | 
                        f"processes would save at most {saved:.2g} s, less than their {start:.2g} s "
                        f"{'reuse' if warm else 'start'}; --cluster local isolates each fit in "
                        "worker processes)")
+
+
+def processes_pay_above(*, workers: int | None = None, gil_share: float = 1.0) -> float:
+    """The seconds of fitting (on one thread) above which ``auto`` picks worker processes
+    (:func:`choose`, without a ``fit_timeout``); ``inf`` when they never pay (one worker, no
+    fit holding the GIL)."""
+    n = _local_workers(workers)
+    gain = gil_share * (1 - 1 / n)
+    return _start_seconds(warm_alive()) / gain if gain > 0 else float("inf")
+
+
+def _start_seconds(warm: bool) -> float:
+    return float(config.get("cvflow.cluster.auto.warm_seconds" if warm
+                            else "cvflow.cluster.auto.process_start_seconds")) * _busy()
+
+
+def _local_workers(workers: int | None) -> int:
+    return workers or load_profile("local").get("workers") or os.cpu_count() or 1
 
 
 def _busy() -> float:
@@ -303,8 +319,8 @@ _AT_EXIT = False
 
 def _warm_key(prof: dict) -> str:
     """What makes two local profiles one cluster: all but its name and dashboard port."""
-    return yaml.safe_dump({k: v for k, v in prof.items() if k not in ("name", "dashboard_port")},
-                          sort_keys=True)
+    return json.dumps({k: v for k, v in prof.items() if k not in ("name", "dashboard_port")},
+                      sort_keys=True, default=repr)
 
 
 # pytest sets the first for every test; distributed's nannies set the second (the cluster's
@@ -533,7 +549,7 @@ def shared() -> Iterator[None]:
 
 
 def _route_key(route: Route) -> str:
-    return yaml.safe_dump({"name": route.name, "profile": route.profile}, sort_keys=True)
+    return json.dumps({"name": route.name, "profile": route.profile}, sort_keys=True, default=repr)
 
 
 def _running(client) -> bool:

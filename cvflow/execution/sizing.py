@@ -108,7 +108,8 @@ def choose_chunks(n_params: int, n_splits: int, *, seconds_per_fit: float, n_wor
 
 def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=None,
                              path_aware: bool = True, budget: float = 0.02,
-                             total_fits: int | None = None) -> float:
+                             total_fits: int | None = None,
+                             quick: float | None = None) -> float:
     """Seconds per fit as a block fits them, timed on the client with one BLAS thread.
 
     For each learner, fits growing samples of its params (1, 2, 4, ... params spread evenly
@@ -119,8 +120,8 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     path group, fitted as blocks fit it, so each param is charged its share of one path.
     Returns the param-count weighted mean over learners. With ``total_fits`` (the study's
     fits), a study whose every fit at its learner's warm-up fit's time (an overestimate: the
-    first fit pays imports and caches) totals less than :data:`QUICK_STUDY` seconds is charged
-    that time, with no further fits.
+    first fit pays imports and caches) totals less than ``quick`` seconds (default
+    :data:`QUICK_STUDY`) is charged that time, with no further fits.
     """
     from ..fitting.trial import trial_running
     from ..fitting.block import fit_block
@@ -157,7 +158,8 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
             fit_block(group[:1], X, y, train, params_slice=slice(0, 1),
                       splits_slice=slice(0, 1), positive=positive, path_aware=path_aware)
             warm[name] = time.perf_counter() - t0
-    if total_fits and by_learner and max(warm.values()) * total_fits < QUICK_STUDY:
+    if total_fits and by_learner and \
+            max(warm.values()) * total_fits < (QUICK_STUDY if quick is None else quick):
         for name, group in by_learner.items():
             total += warm[name] * len(group)
             count += len(group)
@@ -191,6 +193,13 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
 # budget, 20 ms) would be a fifth of a small study's own fits (a tree on breast cancer: 4 more
 # fits beside GridSearchCV's 16, issue 41)
 QUICK_STUDY = 0.1
+# DESIGN CHOICE: under `auto` the timing's first use is the route (cvflow.execution.schedulers.
+# choose): a study whose warm-up total is this many times below where worker processes would
+# pay stays in this process whatever the finer timing says, so it is not timed further
+# (run.py passes ``quick``): a tree or a scaled logistic grid on breast cancer paid 20-40 ms of
+# timing fits beside GridSearchCV's 0.12 s (issue 41). The blocks of such a study are few and
+# short whatever their size.
+ESTIMATE_ERROR = 3.0
 
 
 # DESIGN CHOICE: timing a path costs one of the study's own path fits on the client while the

@@ -38,6 +38,10 @@ from ..errors import InputError
 from .page import Page, div, generic_html, heading
 from .sections import (failures_html, fit_time_figure, fit_time_note, header_html, oof_section,
                        racing_html, status_html, warnings_html)
+from ..estimators import lookup, REGISTRY
+# the loss sums (cvflow.estimators.shared_terms) import the losses, scikit-learn and scipy,
+# when first read: `cvflow status` reads none
+from .. import estimators as _estimators
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +50,13 @@ def _overview(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> dict[str, xr.
     """Add the declared overview reducers the workflow did not ask for, when the store allows
     and their declarations accept the loss and the folds (no corrected K-fold curve on
     time-ordered folds, none with a per-fold metric)."""
-    from ..estimators import REGISTRY, shared_terms
     from .results import assumptions
 
     loss = next((r.attrs.get("loss") for r in results.values() if r.attrs.get("loss")), None)
     decl, ordered = assumptions(cube, loss)
     out = dict(results)
     todo = [spec for name, spec in REGISTRY.items() if spec.overview and name not in out]
-    with shared_terms(cube, {role for spec in todo for role in spec.terms}):   # one pass
+    with _estimators.shared_terms(cube, {role for spec in todo for role in spec.terms}):   # one pass
         for spec in todo:
             why = spec.refusal(decl, ordered)
             if why:
@@ -72,7 +75,6 @@ def build_layout(cube: xr.Dataset, results: dict[str, xr.Dataset]):
     from bokeh.layouts import column, gridplot
 
     from . import results as report, summary
-    from ..estimators import lookup
 
     results = _overview(cube, results)
     loss = next((r.attrs.get("loss") for r in results.values() if r.attrs.get("loss")), None)

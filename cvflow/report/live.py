@@ -39,6 +39,7 @@ import numpy as np
 from markupsafe import Markup, escape
 from .failures import group, normalise
 from .plots.grid import grid_layout
+from ..estimators.np_roles import fold_members, masked_sum
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,6 @@ class Scorer:
     classes: tuple | None = None
 
     def __call__(self, pred: np.ndarray, y, train: np.ndarray, params) -> dict:
-        from ..estimators.np_roles import masked_sum
         from ..estimators.losses import apply_loss
 
         losses = apply_loss(self.loss, np.asarray(y), pred, self.classes,
@@ -139,7 +139,6 @@ class Monitor:
 
     def __init__(self, client, workflow, params, design, data, *, store: str, url: str,
                  token: str | None = None):
-        from ..estimators.np_roles import fold_members
 
         self.client = client
         self.run = run_id(workflow.name)

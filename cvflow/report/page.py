@@ -18,6 +18,7 @@ from .plots import grid as gridplots
 from .plots.grid import MARK_SIZES, MARKERS
 from .plots.style import HEIGHT, LEARNER_COLORS, PAGE_WIDTH, WIDTH
 from ..objects import short
+from ..estimators.labels import param_label, param_labels
 
 MAX_INTERVAL_PARAMS = 40
 PARAMS_PER_INTERVAL_FIGURE = 16
@@ -41,7 +42,6 @@ def _finite(values) -> np.ndarray:
 
 def _labels(cube: xr.Dataset) -> list[str]:
     """Each param's short label, ``learner(tuned=value)`` (hover text and axes)."""
-    from ..estimators.labels import param_labels
 
     return param_labels(cube)
 
@@ -49,7 +49,6 @@ def _labels(cube: xr.Dataset) -> list[str]:
 def _short_labels(cube: xr.Dataset) -> list[str]:
     """Each param's tuned values only (its learner is the figure's), e.g. ``alpha=0.1``; the
     learner's name when its grid has one point."""
-    from ..estimators.labels import param_label
 
     out = []
     for h in range(cube.sizes["param"]):

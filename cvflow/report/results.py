@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from .. import terminal
 from ..errors import OVERWRITE, InputError, UntrustedCodeWarning
@@ -23,6 +23,11 @@ from ..store.group import STORE_FORMAT_ATTR, marker, read_mask, read_where, stab
 from ..store.location import exists, resolve
 from .failures import group
 from .racing import state_text
+from ..estimators import guardrails, lookup, REGISTRY
+# the loss sums (cvflow.estimators.shared_terms) import the losses, scikit-learn and scipy,
+# when first read: `cvflow status` reads none
+from .. import estimators as _estimators
+from ..estimators.memory import fits_budget, is_lazy, load_if_small
 
 if TYPE_CHECKING:
     from ..trust import Trust
@@ -97,7 +102,6 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
     default loss is refused (InputError) unless trusted. What the caller names himself
     (``estimators``, a name in ``overrides``, ``loss``) is his own choice and is imported.
     """
-    from ..estimators import lookup, shared_terms
     from ..estimators.losses import names_code
     from ..trust import ESTIMATOR, LOSS, how, is_user_estimator, trusted
 
@@ -147,7 +151,7 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
     if skipped and not todo:
         raise InputError(next(iter(skipped.values())))
     cube = _pred_in_memory_if_small(cube)
-    with shared_terms(cube, {role for spec, _ in todo for role in spec.terms}):
+    with _estimators.shared_terms(cube, {role for spec, _ in todo for role in spec.terms}):
         out = Results({spec.name: spec(cube, loss=loss, **options) for spec, options in todo},
                       skipped=skipped)
     if raced:
@@ -163,7 +167,6 @@ def _racing_cause(result: xr.Dataset, cube: xr.Dataset) -> None:
     DESIGN CHOICE: said here, where the race is known; the estimators count missing fits
     without knowing why they are missing.
     """
-    from ..estimators import guardrails
 
     warned = guardrails.read(result)
     if not any(w["code"] == "missing_fits" for w in warned):
@@ -201,7 +204,6 @@ def compute_losses(cube: xr.Dataset, losses: list[str | None], estimators: list 
     >>> out["roc_auc"].skipped["corrected_kfold"]                    # doctest: +SKIP
     "loss: 'roc_auc' is a per-fold metric, but corrected_kfold averages per-sample losses; ..."
     """
-    from ..estimators import REGISTRY, shared_terms
 
     cube = _pred_in_memory_if_small(workflow_view(cube, all_params=all_params))
     names = [e if isinstance(e, str) else e[0] for e in estimators] if estimators else \
@@ -211,7 +213,7 @@ def compute_losses(cube: xr.Dataset, losses: list[str | None], estimators: list 
     roles = {role for name in names if name in REGISTRY for role in REGISTRY[name].terms}
     out: dict[str, Results] = {}
     # every loss's sums in one pass over pred (cvflow.estimators.one_pass)
-    with shared_terms(cube, roles, losses):
+    with _estimators.shared_terms(cube, roles, losses):
         for loss in losses:
             results = compute(cube, estimators, loss=loss, overrides=overrides,
                               trust_code=trust_code)
@@ -244,7 +246,6 @@ def _pred_in_memory_if_small(cube: xr.Dataset) -> xr.Dataset:
     An opened store's own ``pred`` is read in one concurrent round trip
     (:func:`cvflow.store.cube.read_pred`), anything else (a selection, an in-memory cube) by dask.
     """
-    from ..estimators import fits_budget, is_lazy, load_if_small
 
     pred = cube["pred"]
     if not (is_lazy(pred.data) and fits_budget(pred.nbytes)):
@@ -452,7 +453,6 @@ def text(cube: xr.Dataset, results: dict[str, xr.Dataset], *, status: dict | Non
     :func:`cvflow.terminal.lines` shows them: a name, a param value or an error message the
     store holds cannot control the terminal nor start a line of its own. ``status``: the
     cube's :func:`status_from_cube` when the caller has it (else read from ``cube``)."""
-    from ..estimators import guardrails, lookup
 
     lines = []
     classes = json.loads(cube.attrs.get("classes") or "null")

@@ -16,6 +16,9 @@ from .plots.style import LEARNER_COLORS
 from ..fitting.paths import kernel_of
 from ..workflow.params import Param
 from .failures import group, normalise
+from ..estimators.labels import param_labels
+from .plots import oof
+from ..estimators import guardrails
 
 
 def header_html(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> Markup:
@@ -65,7 +68,6 @@ def failures_html(cube: xr.Dataset) -> Markup:
 
 def warnings_html(results: dict[str, xr.Dataset]) -> Markup:
     """A table of every result's guardrail warnings (empty string when there are none)."""
-    from ..estimators import guardrails
 
     rows = [(name, w) for name, result in results.items() for w in guardrails.read(result)]
     if not rows:
@@ -118,8 +120,6 @@ def racing_html(cube: xr.Dataset) -> Markup:
 
 def oof_section(cube: xr.Dataset, answer: list[dict]) -> list:
     """The out-of-fold diagnostics (:mod:`cvflow.report.plots.oof`) at the answer's first choice."""
-    from ..estimators.labels import param_labels
-    from .plots import oof
 
     h = next((r["param"] for r in answer if r.get("param") is not None and r["param"] >= 0), None)
     if h is None:
@@ -145,7 +145,6 @@ def oof_section(cube: xr.Dataset, answer: list[dict]) -> list:
 def fit_time_figure(cube: xr.Dataset):
     from bokeh.models import ColumnDataSource
 
-    from ..estimators.labels import param_labels
 
     done = np.asarray(cube["done"].values, dtype=bool)
     seconds = np.where(done, np.asarray(cube["fit_seconds"].values, dtype=float), np.nan)

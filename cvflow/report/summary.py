@@ -21,6 +21,8 @@ import re
 import numpy as np
 import xarray as xr
 from markupsafe import Markup
+from ..estimators import guardrails
+from ..estimators.labels import param_description, param_label, param_text
 
 SELECTION = re.compile(r"^(?:([a-z]+)_)?selected$")
 TAG_NAMES = {"": "", "kfold": "plain K-fold"}
@@ -29,13 +31,11 @@ TAG_NAMES = {"": "", "kfold": "plain K-fold"}
 def _chosen(cube: xr.Dataset, h: int) -> str:
     """The short label of param ``h`` (:func:`cvflow.estimators.labels.param_text`), "(none:
     every param failed)" for -1."""
-    from ..estimators.labels import param_label, param_text
 
     return param_text(param_label(cube, h))
 
 
 def _description(cube: xr.Dataset, h: int | None) -> str:
-    from ..estimators.labels import param_description
 
     return param_description(cube, h) if h is not None and h >= 0 else ""
 
@@ -78,7 +78,6 @@ def _selections(result: xr.Dataset) -> list[tuple[str, int]]:
 
 
 def _warnings(result: xr.Dataset) -> list[dict]:
-    from ..estimators import guardrails
 
     return [{"code": w["code"], "message": w["message"]} for w in guardrails.read(result)]
 

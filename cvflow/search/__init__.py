@@ -49,6 +49,7 @@ from .inputs import (NO_FITS, Scorings, check_task, default_client, output_of, r
                      sorted_grid, splitter_of, task_of, weights_for)
 from ..estimators.registry import REGISTRY
 from ..report.tables import cv_results, failure_message, fit_lines, fit_records, param_arrays
+from ..study import Study
 
 
 def _check_refit(search, method: str) -> None:
@@ -288,7 +289,6 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         -------
         self
         """
-        from ..study import Study
 
         self._check_options()
         # first, as GridSearchCV: no scoring at all is a TypeError; each scoring's loss resolved

@@ -52,7 +52,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import xarray as xr
+from ..lazy import xarray as xr
 
 from . import attributes, integrity
 from . import suite

@@ -15,6 +15,7 @@ import inspect
 import numpy as np
 
 from ..errors import InputError
+from . import limits
 
 
 @dataclass
@@ -309,7 +310,6 @@ def _generator_args(gen, params, where: str) -> dict:
     default is one (n, p, k; the seed >= 0), finite numbers where it is a float, and at most
     ``cvflow.limits.synthetic-values`` values of X (and of the p x p covariance), counted
     before anything is drawn."""
-    from . import limits
 
     if params is None:
         return {}

@@ -26,10 +26,9 @@ The limits are Dask config (``cvflow/config.yaml``): raise one for a run with
 """
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from .. import config
@@ -93,6 +92,10 @@ def count_text(count: int | float) -> str:
 # --- YAML -----------------------------------------------------------------------------------
 
 
+if TYPE_CHECKING:
+    import yaml
+
+
 def _expanded(node: yaml.Node, memo: dict[int, int], active: set[int]) -> int:
     """Nodes of ``node`` with every alias expanded (memoised: an anchored node is counted
     once per use without being walked again). A node inside itself (``&a [*a]``) raises."""
@@ -103,9 +106,10 @@ def _expanded(node: yaml.Node, memo: dict[int, int], active: set[int]) -> int:
         raise InputError("a YAML alias refers to a node that contains it (a recursive "
                          "anchor); write the value out")
     active.add(key)
-    if isinstance(node, yaml.SequenceNode):
+    kind = type(node).__name__
+    if kind == "SequenceNode":
         size = 1 + sum(_expanded(child, memo, active) for child in node.value)
-    elif isinstance(node, yaml.MappingNode):
+    elif kind == "MappingNode":
         size = 1 + sum(_expanded(k, memo, active) + _expanded(v, memo, active)
                        for k, v in node.value)
     else:
@@ -115,24 +119,30 @@ def _expanded(node: yaml.Node, memo: dict[int, int], active: set[int]) -> int:
     return size
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader that measures the composed document before constructing it."""
+@functools.cache
+def _bounded_loader() -> type:
+    """PyYAML's safe loader that measures the composed document before constructing it (made
+    on first use: a study given as Python objects never imports yaml, ~10 ms)."""
+    import yaml
 
-    where = "YAML"
+    class BoundedLoader(yaml.SafeLoader):
+        where = "YAML"
 
-    def get_single_node(self) -> yaml.Node | None:
-        node = super().get_single_node()
-        if node is not None:
-            memo: dict[int, int] = {}
-            try:
-                expanded = _expanded(node, memo, set())
-            except InputError as exc:
-                raise InputError(f"{self.where}: {exc}") from None
-            written = len(memo)          # distinct nodes: what the text itself holds
-            check("yaml-alias-nodes", expanded - written,
-                  f"{self.where}: YAML aliases expand the file by {count_text(expanded - written)} "
-                  "nodes")
-        return node
+        def get_single_node(self) -> yaml.Node | None:
+            node = super().get_single_node()
+            if node is not None:
+                memo: dict[int, int] = {}
+                try:
+                    expanded = _expanded(node, memo, set())
+                except InputError as exc:
+                    raise InputError(f"{self.where}: {exc}") from None
+                written = len(memo)          # distinct nodes: what the text itself holds
+                check("yaml-alias-nodes", expanded - written,
+                      f"{self.where}: YAML aliases expand the file by "
+                      f"{count_text(expanded - written)} nodes")
+            return node
+
+    return BoundedLoader
 
 
 def load_yaml(text: str, where: str) -> Any:
@@ -145,7 +155,7 @@ def load_yaml(text: str, where: str) -> Any:
     aliases' sizes, computed in time linear in the written document. Raises InputError
     (starting with ``where``, the file) or ``yaml.YAMLError``.
     """
-    loader = _BoundedLoader(text)
+    loader = _bounded_loader()(text)
     loader.where = where
     try:
         return loader.get_single_data()

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from ..lazy import xarray as xr
 
 from .data import Data, load_data, not_a_file
@@ -642,6 +641,8 @@ def load_workflow(path: str | Path) -> Workflow:
 
 def read_workflow_file(path: Path) -> Any:
     """The parsed YAML of a workflow file (InputError when it cannot be read or parsed)."""
+    import yaml     # here: a study given as Python objects reads no YAML (~10 ms, issue 41)
+
     if not path.is_file():
         raise InputError(f"{path}: workflow file does not exist")
     try:
