@@ -17,8 +17,16 @@ tails included). `--case tail`: fits that sleep
 (benchmarks/sleepy.py, no CPU) in known blocks, one data set 3 blocks of ~10 s, nine of ~0.3 s:
 the tail's idle worker shows whatever the machine's load.
 
+`--slurm PROFILE` adds the SLURM route (`--cluster PROFILE --dashboard-port 0`, e.g.
+cluster/slurm.yaml on the dev SLURM of cluster/slurm-dev/start.sh) and counts the batch jobs
+each run submits (the `_slurm_rpc_submit_batch_job` lines slurmctld logs, where this user can
+read that log: a suite submits its workers' jobs once, ten runs ten times). After the last run
+of every route each data set's cube in the suite's store is compared with its single run's
+(bit for bit: predictions and done masks).
+
     python benchmarks/suite_graph.py [--runs 3] [--routes local,threads] [--case ten|skewed]
                                      [--trees before=/work/main,after=.] [--no-singles]
+                                     [--slurm cluster/slurm.yaml]
 """
 from __future__ import annotations
 
@@ -33,7 +41,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import yaml
+import zarr
 
 # ten data sets of different sizes: the big ones at the start and the middle, so a suite run
 # one data set after another has a big data set's tail to wait on
@@ -89,8 +99,41 @@ def write(where: Path, sizes=SIZES, common=COMMON) -> tuple[Path, list[Path]]:
     return where / "suite10.yaml", singles
 
 
-def cvflow_run(workflow: Path, store: Path, route: str, tree: str | None = None
-               ) -> tuple[float, float, float]:
+def _slurmctld_log() -> Path | None:
+    """The dev SLURM's controller log, when this user can read it (job submissions counted)."""
+    try:
+        out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                             timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"^SlurmctldLogFile\s*=\s*(\S+)", out, re.M)
+    path = Path(found.group(1)) if found else None
+    return path if path is not None and os.access(path, os.R_OK) else None
+
+
+def submitted(log: Path | None) -> int:
+    """Batch jobs submitted so far (lines of the controller's log); -1 without the log."""
+    if log is None:
+        return -1
+    return log.read_text(errors="replace").count("_slurm_rpc_submit_batch_job")
+
+
+def same_cubes(suite_store: Path, singles: list[Path], stores: list[Path]) -> str:
+    """Each data set's cube in the suite's store against its single run's: bit for bit."""
+    bad = []
+    for i, (single, store) in enumerate(zip(singles, stores)):
+        a = zarr.open_group(str(suite_store / f"d{i}"), mode="r")
+        b = zarr.open_group(str(store), mode="r")
+        pa, pb = np.asarray(a["pred"][...]), np.asarray(b["pred"][...])
+        da, db = np.asarray(a["done"][...]), np.asarray(b["done"][...])
+        if not (da.all() and (da == db).all() and pa.tobytes() == pb.tobytes()):
+            bad.append(single.stem)
+    return (f"all {len(singles)} cubes equal their single runs' bit for bit" if not bad
+            else f"cubes DIFFER from the single runs': {', '.join(bad)}")
+
+
+def cvflow_run(workflow: Path, store: Path, route: str, tree: str | None = None,
+               extra: tuple[str, ...] = ()) -> tuple[float, float, float]:
     """Seconds of one fresh `python -m cvflow run` (its store replaced), of its run phase (from
     the first data set's start line to the suite's last line on stderr; the whole run for one
     data set) and its fits' seconds (summed over its summaries' "s of fitting"); ``tree``: the
@@ -101,7 +144,7 @@ def cvflow_run(workflow: Path, store: Path, route: str, tree: str | None = None
     env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, here, env.get("PYTHONPATH")) if p)
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "cvflow", "run", str(workflow), "--store",
-                             str(store), "--cluster", route], stdout=subprocess.PIPE,
+                             str(store), "--cluster", route, *extra], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env,
                             cwd=store.parent)   # not this tree: `-m` puts the cwd on sys.path
     first = last = None
@@ -132,6 +175,8 @@ def main() -> None:
                         help="label=path,...: run the suite with each source tree in turn")
     parser.add_argument("--no-singles", action="store_true",
                         help="the suites only (side by side), not the ten separate runs")
+    parser.add_argument("--slurm", default=None, metavar="PROFILE",
+                        help="also the SLURM route: `cvflow run --cluster PROFILE`")
     args = parser.parse_args()
     trees = dict(t.split("=", 1) for t in args.trees.split(",")) if args.trees else {"": ""}
     trees = {label: str(Path(path).resolve()) if path else "" for label, path in trees.items()}
@@ -145,22 +190,39 @@ def main() -> None:
               + ("a ridge sleeping 1e-4 s a training row x 3 alphas, 5 folds, blocks of 6 fits: "
                  "180 fits" if args.case == "tail" else
                  f"ridge x 20 + lasso x 10, 5 folds x 2 repeats: {30 * 11 * 10} fits"))
-        for route in args.routes.split(","):
+        routes = [r for r in args.routes.split(",") if r]
+        if args.slurm:
+            routes.append(str(Path(args.slurm).resolve()))
+        log = _slurmctld_log() if args.slurm else None
+        for route in routes:
+            slurm = route == routes[-1] and args.slurm is not None
+            extra = ("--dashboard-port", "0") if slurm else ()
             load0 = os.getloadavg()[0]
             suite_s: dict[str, list] = {label: [] for label in trees}
             singles_s = []
+            jobs_suite, jobs_singles = [], []
             for _ in range(args.runs):
                 for label, tree in trees.items():
+                    j0 = submitted(log)
                     suite_s[label].append(cvflow_run(suite, where / f"suite-{label}.zarr", route,
-                                                     tree))
+                                                     tree, extra))
+                    jobs_suite.append(submitted(log) - j0)
                 last = list(trees.values())[-1]
                 if not args.no_singles:
-                    singles_s.append(sum(cvflow_run(w, where / f"{w.stem}.zarr", route, last)[0]
-                                         for w in singles))
+                    j0 = submitted(log)
+                    singles_s.append(sum(cvflow_run(w, where / f"{w.stem}.zarr", route, last,
+                                                    extra)[0] for w in singles))
+                    jobs_singles.append(submitted(log) - j0)
             t = statistics.median(singles_s) if singles_s else float("nan")
             load1 = os.getloadavg()[0]
-            print(f"--cluster {route}: ten runs {t:.1f} s ({', '.join(f'{x:.1f}' for x in singles_s)})"
+            name = Path(route).name if slurm else route
+            print(f"--cluster {name}: ten runs {t:.1f} s ({', '.join(f'{x:.1f}' for x in singles_s)})"
                   f"; load {load0:.1f} -> {load1:.1f} on {cores} cores")
+            if slurm and log is not None:
+                print(f"  SLURM batch jobs submitted: suite {jobs_suite}, ten runs {jobs_singles}")
+            if not args.no_singles:
+                print("  " + same_cubes(where / f"suite-{list(trees)[-1]}.zarr", singles,
+                                        [where / f"{w.stem}.zarr" for w in singles]))
             for label, runs in suite_s.items():
                 walls = [w for w, _, _ in runs]
                 s = statistics.median(walls)

@@ -294,3 +294,27 @@ def test_kept_workers_are_not_reused_after_the_environment_changed(tmp_path):
     first_route, second_route, failed = out.stdout.strip().splitlines()[-1].split(" | ")
     assert first_route == second_route == "local (as asked)"
     assert failed == "0"
+
+
+def test_importing_dask_jobqueue_keeps_the_sigint_handler_and_then_works_in_a_thread():
+    """dask_jobqueue sets a SIGINT handler when imported (only the main thread may): imported
+    through import_jobqueue the process keeps its own, and a thread (a suite's data set) then
+    gets SLURMCluster. A fresh process: this one may have imported it already."""
+    import subprocess
+    import sys
+
+    code = (
+        "import signal, threading\n"
+        "from cvflow.execution.schedulers import import_jobqueue\n"
+        "mine = lambda *a: None\n"
+        "signal.signal(signal.SIGINT, mine)\n"
+        "import_jobqueue()\n"
+        "assert signal.getsignal(signal.SIGINT) is mine, signal.getsignal(signal.SIGINT)\n"
+        "got = []\n"
+        "t = threading.Thread(target=lambda: got.append(import_jobqueue().__name__))\n"
+        "t.start(); t.join(60)\n"
+        "print(got)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "['SLURMCluster']"

@@ -19,6 +19,7 @@ import copy
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import types
@@ -489,9 +490,26 @@ def slurm_kwargs(prof: dict) -> dict:
     return jq
 
 
+def import_jobqueue():
+    """``dask_jobqueue.SLURMCluster``, imported keeping this process's SIGINT handler.
+
+    Importing dask_jobqueue sets a SIGINT handler of its own (``dask_jobqueue.runner``), which
+    only the main thread may (elsewhere: ValueError): a suite, whose data sets connect from
+    threads of their own, imports it first, in the main thread (cvflow.execution.suite_run).
+    """
+    if "dask_jobqueue" not in sys.modules and threading.current_thread() is threading.main_thread():
+        previous = signal.getsignal(signal.SIGINT)
+        try:
+            import dask_jobqueue  # noqa: F401
+        finally:
+            signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+    from dask_jobqueue import SLURMCluster
+    return SLURMCluster
+
+
 def _slurm(prof: dict):
     try:
-        from dask_jobqueue import SLURMCluster
+        SLURMCluster = import_jobqueue()
     except ImportError:
         raise InputError("--cluster slurm needs dask-jobqueue: pip install 'cvflow[slurm]'") from None
     kwargs = slurm_kwargs(prof)

@@ -17,6 +17,7 @@ At most ``MAX_RUNNING`` data sets run at once.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -33,8 +34,9 @@ from ..workflow.spec import Workflow
 from ..workflow.suite import Suite
 from . import interrupts
 from .loop import TAIL, WAKE_SECONDS
+from .preflight import check_cluster
 from .run import RunResult, interrupted, run
-from .schedulers import shared
+from .schedulers import import_jobqueue, shared
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +90,27 @@ def run_workflows(workflows: dict[str, Workflow], *, name: str, where: dict[str,
         progress = SuiteProgress(totals, progress if isinstance(progress, Progress) else None)
     order = sorted(workflows, key=lambda label: -cost[label])       # stable: ties in file order
     suite = _Overlap(workflows, root, progress, options)
+    if "slurm" in _kinds(workflows, options):
+        with contextlib.suppress(ImportError):       # the run that needs it says so
+            import_jobqueue()        # here, in the main thread: see import_jobqueue
     with interrupts.stoppable(), interrupts.threads_stoppable() as stop, shared():
         suite.run(order, stop)
     if isinstance(progress, SuiteProgress):
         progress.finish_suite()
     return {label: suite.results[label] for label in workflows}
+
+
+def _kinds(workflows: dict[str, Workflow], options: dict) -> set[str | None]:
+    """The kinds of cluster profile the data sets' runs will connect to (as each run decides:
+    :func:`cvflow.execution.preflight.check_cluster`); a route a run refuses is its to say."""
+    kinds: set[str | None] = set()
+    for wf in workflows.values():
+        with contextlib.suppress(InputError):
+            route = check_cluster(wf, cluster=options.get("cluster"), workers=options.get("workers"),
+                                  cluster_options=options.get("cluster_options"),
+                                  client=options.get("client"))
+            kinds.add(route.kind if route is not None else None)
+    return kinds
 
 
 class _Overlap:

@@ -142,3 +142,31 @@ def test_report_on_slurm_equals_the_report_in_process(tmp_path, no_jobs_left):
     assert here.returncode == 0, here.stderr[-3000:]
     assert there.returncode == 0, there.stderr[-3000:]
     assert json.loads(there.stdout) == json.loads(here.stdout)
+
+
+SUITE = """\
+name: pair
+data:
+  - {source: synthetic, name: linear, params: {n: 120, p: 5}, seed: 1, label: lin}
+  - {source: synthetic, name: sparse_linear, params: {n: 90, p: 8}, seed: 2, label: sparse}
+learners:
+  - {name: ridge, class: sklearn.linear_model.Ridge, grid: {alpha: [0.1, 1.0, 10.0]}}
+  - {name: lasso, class: sklearn.linear_model.Lasso, grid: {alpha: [0.01, 0.1]}}
+design: {folds: 5, repeats: 1, seed: 0}
+estimators: [kfold]
+"""
+
+
+def test_a_suite_on_slurm_equals_its_threads_run_bit_for_bit(tmp_path, no_jobs_left):
+    """A 2-data-set suite on the SLURM jobs (its data sets connecting from threads of their
+    own, sharing one SLURMCluster) writes each cube as a run on Dask's threads does."""
+    wf = tmp_path / "pair.yaml"
+    wf.write_text(SUITE)
+    slurm = _cvflow("run", wf, "--store", tmp_path / "slurm.zarr", "--cluster", PROFILE,
+                    "--dashboard-port", "0")
+    assert slurm.returncode == 0, slurm.stderr[-3000:]
+    threads = _cvflow("run", wf, "--store", tmp_path / "threads.zarr", "--cluster", "threads")
+    assert threads.returncode == 0, threads.stderr[-3000:]
+    for label in ("lin", "sparse"):
+        fh.assert_same_cube(tmp_path / "slurm.zarr" / label, tmp_path / "threads.zarr" / label)
+    assert slurm.stderr.count("execution: ") == 1, slurm.stderr[-3000:]   # one cluster, said once
