@@ -474,9 +474,15 @@ def _pred_array(location: str, opened: str):
 
 
 def read_store_block(location: str, params: slice, splits, opened: str = "") -> np.ndarray:
-    """``pred[params, splits]`` read from the store at ``location`` (a damaged chunk is named)."""
+    """``pred[params, splits]`` read from the store at ``location`` (a damaged chunk is named);
+    ``splits`` a slice or a list, read as one slice per run of consecutive splits (zarr's
+    integer-array selection took 7x a slice's time a byte: 352 MB in 6.3 s, 1.75 GB in 4.4 s)."""
     from ..store.integrity import read
 
+    if not isinstance(splits, slice):
+        runs = np.split(np.asarray(splits), np.flatnonzero(np.diff(splits) != 1) + 1)
+        return np.concatenate([read_store_block(location, params, slice(r[0], r[-1] + 1), opened)
+                               for r in runs], axis=1)
     return np.asarray(read(location, "pred", (params, splits),
                            array=_pred_array(location, opened)))
 
@@ -484,7 +490,7 @@ def read_store_block(location: str, params: slice, splits, opened: str = "") -> 
 def _store_block_sums(location, plan, params, s0, s1, splits, outside, refs=None):
     block = read_store_block(location, params, slice(s0, s1), plan.opened)
     extra = None if not outside else \
-        read_store_block(location, params, np.asarray(outside), plan.opened)
+        read_store_block(location, params, outside, plan.opened)
     return block_sums(_pick(block, s0, splits), plan, params.start, splits, refs,
                       _outside_losses(extra, plan, params.start, outside))
 
@@ -515,7 +521,7 @@ def _pick(block: np.ndarray, s0: int, splits: list[int]) -> np.ndarray:
 
 
 def _store_references(location, plan, params, ref_splits):
-    block = read_store_block(location, params, np.asarray(ref_splits), plan.opened)
+    block = read_store_block(location, params, ref_splits, plan.opened)
     return reference_losses(block, plan, params.start)
 
 
