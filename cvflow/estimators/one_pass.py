@@ -59,7 +59,6 @@ the client holds the terms (P x R x K floats, P x R x n for ``oof``) whatever th
 """
 from __future__ import annotations
 
-import functools
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -73,6 +72,7 @@ from . import np_roles
 from .cube_losses import cube_classes, pointwise
 from .losses import Loss, apply_loss
 from .memory import CLUSTER_TASK_BYTES, compute_here, is_lazy, on_cluster
+from .pass_reads import _pred_array, read_store_block  # noqa: F401 - tests count the reads
 from .split_tables import full_split_index, require
 
 # one task's block of `pred`: at most this many bytes (and half the budget over the threads);
@@ -463,28 +463,10 @@ def reference_losses(block: np.ndarray, plan: Plan, p0: int) -> dict[str, np.nda
 # reading a block: a store by its location, a dask slice, or a numpy view
 # ----------------------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=8)
-def _pred_array(location: str, opened: str):
-    """The store's ``pred`` opened once per process and per opening of the cube (``opened``:
-    the cube's own name for it, new at each ``cvflow.open``, so a store grown since is
-    reopened)."""
-    from ..store.integrity import open_array
-
-    return open_array(location, "pred")
-
-
-def read_store_block(location: str, params: slice, splits, opened: str = "") -> np.ndarray:
-    """``pred[params, splits]`` read from the store at ``location`` (a damaged chunk is named)."""
-    from ..store.integrity import read
-
-    return np.asarray(read(location, "pred", (params, splits),
-                           array=_pred_array(location, opened)))
-
-
 def _store_block_sums(location, plan, params, s0, s1, splits, outside, refs=None):
     block = read_store_block(location, params, slice(s0, s1), plan.opened)
     extra = None if not outside else \
-        read_store_block(location, params, np.asarray(outside), plan.opened)
+        read_store_block(location, params, outside, plan.opened)
     return block_sums(_pick(block, s0, splits), plan, params.start, splits, refs,
                       _outside_losses(extra, plan, params.start, outside))
 
@@ -515,7 +497,7 @@ def _pick(block: np.ndarray, s0: int, splits: list[int]) -> np.ndarray:
 
 
 def _store_references(location, plan, params, ref_splits):
-    block = read_store_block(location, params, np.asarray(ref_splits), plan.opened)
+    block = read_store_block(location, params, ref_splits, plan.opened)
     return reference_losses(block, plan, params.start)
 
 
