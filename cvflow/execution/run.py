@@ -42,7 +42,7 @@ from ..store.lock import run_lock
 from .loop import Block, Loop, check_on_workers, time_on_workers
 from .preflight import check_cluster, check_run
 from .progress import Progress, reporter
-from .sizing import ESTIMATE_ERROR, QUICK_STUDY, gil_share, one_blas_thread, thread_bound_share
+from .sizing import ESTIMATE_ERROR, gil_share, one_blas_thread, thread_bound_share
 from .tasks import TaskContext
 
 log = logging.getLogger(__name__)
@@ -388,12 +388,6 @@ def _run_locked(workflow: Workflow, path: str, *, route, workers, overwrite, cli
             # (a fit_timeout study's learners are timed on the workers, later: none), unless
             # the run was given one
             route = route.pick(picked, dashboard_port=quiet_port((per_fit or 0.0) * n_fits))
-            # DESIGN CHOICE: fits timed at under 2 * QUICK_STUDY (0.2 s) in all run on one
-            # thread, as GridSearchCV's: a second saves at most half of that, and fits holding
-            # the GIL convoy on it (issue 41 b4, scaler + logistic, ~0.15 s timed: 0.156 s on
-            # one thread, 0.213 s on two; the tree case, ~0.06 s: 0.110 s against 0.132 s)
-            if route.in_process and not workers and (per_fit or 0.0) * n_fits < 2 * QUICK_STUDY:
-                route = dataclasses.replace(route, profile={**route.profile, "workers": 1})
     if scoring is not None:
         scoring = dataclasses.replace(scoring, keys=study.scorer_keys)
     run = _Run(workflow, study, path, lock=lock, pool=pool, fresh=fresh, per_fit=per_fit,
