@@ -12,7 +12,8 @@ import yaml
 
 from cvflow.execution.profiles import (env_options, load_profile, parse_options, store_warning,
                                       walltime_seconds)
-from cvflow.execution.schedulers import connect, slurm_kwargs
+from cvflow.execution.jobqueue import slurm_kwargs
+from cvflow.execution.schedulers import connect
 from cvflow.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -305,7 +306,7 @@ def test_importing_dask_jobqueue_keeps_the_sigint_handler_and_then_works_in_a_th
 
     code = (
         "import signal, threading\n"
-        "from cvflow.execution.schedulers import import_jobqueue\n"
+        "from cvflow.execution.jobqueue import import_jobqueue\n"
         "mine = lambda *a: None\n"
         "signal.signal(signal.SIGINT, mine)\n"
         "import_jobqueue()\n"

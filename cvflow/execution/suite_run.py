@@ -36,7 +36,8 @@ from . import interrupts
 from .loop import TAIL, WAKE_SECONDS
 from .preflight import check_cluster
 from .run import RunResult, interrupted, run
-from .schedulers import import_jobqueue, shared
+from .jobqueue import import_jobqueue
+from .schedulers import shared
 
 log = logging.getLogger(__name__)
 
