@@ -225,19 +225,25 @@ def test_on_a_distributed_clusters_workers(store, client):
         np.testing.assert_allclose(got[term], expected[term], rtol=1e-12, atol=1e-15, err_msg=term)
 
 
-def test_each_chunk_of_a_store_is_read_once_and_references_once_more(store, monkeypatch):
-    """A block task reads whole split chunks of every param, each once; stability's change
-    terms add one read of the full split (its reference) and nothing else."""
+@pytest.fixture
+def reads(monkeypatch):
+    """The (params, splits) of every read of the store the one pass makes, in order."""
     import cvflow.estimators.one_pass as one_pass
 
-    reads = []
+    seen = []
     real = one_pass.read_store_block
 
     def counted(location, params, splits, *opened):
-        reads.append((params, splits))
+        seen.append((params, splits))
         return real(location, params, splits, *opened)
 
     monkeypatch.setattr(one_pass, "read_store_block", counted)
+    return seen
+
+
+def test_each_chunk_of_a_store_is_read_once_and_references_once_more(store, reads):
+    """A block task reads whole split chunks of every param, each once; stability's change
+    terms add one read of the full split (its reference) and nothing else."""
     cube = cvflow.open(store)
     shard = int((cube["pred"].encoding.get("shards") or cube["pred"].encoding["chunks"])[1])
     n_splits = cube.sizes["split"]
@@ -278,22 +284,11 @@ def test_a_missing_chunk_the_pass_reads_is_named(store, tmp_path):
                 split_sums(cube, "squared", roles=("full", "fold"))
 
 
-def test_pair_terms_read_each_chunk_once_and_again_only_fold_splits_before_a_block(store,
-                                                                                  monkeypatch):
+def test_pair_terms_read_each_chunk_once_and_again_only_fold_splits_before_a_block(store, reads):
     """With the pair splits (inner_change subtracts the fold fit's losses), the blocks still read
     each chunk once; the other reads are the full split (stability's reference) and fold splits
     a block's pair splits need that lie before the block (with a one-byte budget: one split
     chunk a task); the terms equal the brute force."""
-    import cvflow.estimators.one_pass as one_pass
-
-    reads = []
-    real = one_pass.read_store_block
-
-    def counted(location, params, splits, *opened):
-        reads.append((params, splits))
-        return real(location, params, splits, *opened)
-
-    monkeypatch.setattr(one_pass, "read_store_block", counted)
     cube = cvflow.open(store)
     folds = set(np.asarray(cube["fold_split"].values).ravel().tolist())
     full = int(cube.attrs["full_split"])
