@@ -371,7 +371,7 @@ def time_sides(sides: dict, envs: dict, env: dict, args) -> dict[str, list[dict]
             r = run_child(argv, envs[name], args.timeout, stdout=out)
             if r["code"]:
                 raise SystemExit(f"{name}: exit {r['code']}: {r.get('stderr', '')}")
-            if name.endswith(" (before)") and i == 0:
+            if name.endswith(" (before)") and i == 0 and "--json" in argv:
                 ours = os.path.join(scratch, "ours.json")
                 run_child(sides[name], env, args.timeout, stdout=ours)
                 compare(ours, out)
