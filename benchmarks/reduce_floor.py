@@ -18,6 +18,8 @@ side finds it in the page cache), ``--runs`` rounds of, in turn:
 
 - the floor (``floor_kfold.py``: zarr + numpy, each shard read once, one thread);
 - ``cvflow report STORE --estimators kfold --json``;
+- with ``--sides ...,text``: ``cvflow report STORE --estimators kfold`` (the text a user reads:
+  its selected param's estimate, 6 significant digits, checked against the floor's);
 - ``cvflow report STORE --estimators kfold,corrected_kfold,stability --json`` (the seed
   estimators this design has splits for; with ``--pairs``
   ``kfold,corrected_kfold,stability_nested,nested_cv``);
@@ -179,7 +181,19 @@ def compare(a: str, b: str) -> None:
         raise SystemExit(f"{a} and {b} differ: {out.stderr[-2000:]}")
 
 
+def text_kfold(text: str) -> dict:
+    """The selected param and its estimate as the text report prints them (6 significant
+    digits): ``selected: LABEL`` and the row of LABEL in the K-fold table."""
+    label = next(line.split("selected:", 1)[1].strip() for line in text.splitlines()
+                 if line.strip().startswith("selected:"))
+    row = next(line for line in text.splitlines() if line.strip().startswith(label + " "))
+    return {"text": True, "selected_label": label,
+            "estimate": float(row.strip()[len(label):].split()[0])}
+
+
 def agree(floor: dict, other: dict) -> bool:
+    if other.get("text"):           # printed to 6 significant digits
+        return bool(np.isclose(floor["estimate"], other["estimate"], rtol=1e-5))
     return (floor["selected"] == other["selected"]
             and np.isclose(floor["estimate"], other["estimate"], rtol=1e-9)
             and np.isclose(floor["estimate_sum"], other["estimate_sum"], rtol=1e-9))
@@ -203,7 +217,11 @@ def same(a, b, where: str = "report") -> None:
 
 def main() -> None:
     if sys.argv[1:2] == ["--summary"]:
-        answer = json.loads(Path(sys.argv[2]).read_text())
+        content = Path(sys.argv[2]).read_text()
+        if not content.lstrip().startswith("{"):
+            print(json.dumps(text_kfold(content)))
+            return
+        answer = json.loads(content)
         print(json.dumps(answer if "selected" in answer else kfold_of(answer)))
         return
     if sys.argv[1:2] == ["--compare"]:
@@ -231,8 +249,9 @@ def main() -> None:
     p.add_argument("--s3-workers", default="2",
                    help="the S3 route's LocalCluster workers, comma-separated")
     p.add_argument("--sides", default="kfold,seed",
-                   help="the in-process reports timed beside the floor: kfold, seed, both "
-                        "(default) or none (with --cluster: only the cluster's)")
+                   help="the in-process reports timed beside the floor, comma-separated: kfold "
+                        "and seed (--json; the default), text (kfold as text), or none (with "
+                        "--cluster: only the cluster's)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per process at most")
     p.add_argument("--before", default=None,
                    help="a cvflow checkout whose reports are timed too (e.g. before a change); "
@@ -266,6 +285,8 @@ def main() -> None:
     sides = {"floor": [*python, str(HERE / "floor_kfold.py"), str(store)]}
     if "kfold" in wanted:
         sides["report kfold"] = [*report, "kfold"]
+    if "text" in wanted:          # the report as a user reads the selected param: no --json
+        sides["report kfold (text)"] = [a for a in report if a != "--json"] + ["kfold"]
     if "seed" in wanted:
         sides["report " + ",".join(seed)] = [*report, ",".join(seed)]
     for workers in (args.workers.split(",") if args.cluster else []):
@@ -350,7 +371,7 @@ def time_sides(sides: dict, envs: dict, env: dict, args) -> dict[str, list[dict]
             r = run_child(argv, envs[name], args.timeout, stdout=out)
             if r["code"]:
                 raise SystemExit(f"{name}: exit {r['code']}: {r.get('stderr', '')}")
-            if name.endswith(" (before)") and i == 0:
+            if name.endswith(" (before)") and i == 0 and "--json" in argv:
                 ours = os.path.join(scratch, "ours.json")
                 run_child(sides[name], env, args.timeout, stdout=ours)
                 compare(ours, out)

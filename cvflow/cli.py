@@ -326,6 +326,30 @@ def _decode_threads() -> None:
 
 
 def _report(args) -> int:
+    if not args.program:
+        return _report_body(args)
+    # DESIGN CHOICE: the program's report (not main() in-process: its caller's heap is its own)
+    # collects no garbage while it imports its modules (xarray, pandas, dask.array: ~0.5 M
+    # objects), then freezes them out of the collector's passes: each full collection during
+    # the pass (a Python thread holding the GIL) and the JSON's 10^6 numbers scanned all of
+    # them again. Measured on the 10^6-fit cube: 4 full collections, 0.3-0.7 s of GIL-held
+    # time (load 15-18), as much as the whole JSON; docs/benchmarks.md (issue 40).
+    gc.disable()
+    try:
+        return _report_body(args)
+    finally:
+        gc.enable()
+
+
+def _settled(args) -> None:
+    """The modules the report imports are imported: in the program, freeze them (and the
+    opened cube) out of the garbage collector's passes, and collect again (see _report)."""
+    if args.program:
+        gc.freeze()
+        gc.enable()
+
+
+def _report_body(args) -> int:
     from .report import results as report
     from .store.cube import open_cube
     from .store import suite as suite_store
@@ -337,12 +361,14 @@ def _report(args) -> int:
 
         check_output_file(args.html, "--html")
     if suite_store.datasets(args.store) is not None:
+        _settled(args)
         return _report_suite(args)
     losses = args.loss or [None]
     if args.html and len(losses) > 1:
         raise InputError(f"--html: the page draws one loss, got {len(losses)} (--loss "
                          f"{' --loss '.join(losses)}); give one --loss with --html")
     cube = report.workflow_view(open_cube(args.store), all_params=args.all_params)
+    _settled(args)
     estimators = _estimator_names(args.estimators) if args.estimators is not None else None
     requested = set(estimators) if estimators else \
         {name for name, _ in report.requested_estimators(cube)}
@@ -472,7 +498,7 @@ class _VisibleFormatter(logging.Formatter):
         return visible(super().format(record), multiline=True)     # a traceback keeps its lines
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, program: bool = False) -> int:
     # DESIGN CHOICE: every line the CLI writes that may quote a store (errors, warnings, log
     # records, the texts of report, status, verify and run) is shown by cvflow.terminal.visible:
     # a store is data, and its strings must not control the reader's terminal (docs/guide/trust.md).
@@ -484,6 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("distributed", "bokeh", "tornado"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     args = build_parser().parse_args(argv)
+    args.program = program          # cvflow's own process (console), not a caller's
     # warnings as one line while the command runs; the caller's settings come back after it
     # (main() is also called in-process, e.g. from a notebook or a test)
     formatwarning = warnings.formatwarning
@@ -528,7 +555,7 @@ def _interrupted(exc: KeyboardInterrupt, argv: list[str]) -> None:
 def console() -> None:
     """The ``cvflow`` program (the console script and ``python -m cvflow``): :func:`main`, then
     the process ends with its exit code."""
-    code = main()
+    code = main(program=True)
     # DESIGN CHOICE: the interpreter's teardown would run the garbage collector over everything
     # the command imported (scikit-learn, xarray, dask: ~200 000 objects), again and again while
     # it clears the modules: 0.3-1 s of a `cvflow run` here. Frozen objects are left out of those

@@ -138,6 +138,11 @@ def test_main_called_in_process_leaves_the_callers_heap_unfrozen(store, capsys):
     assert main(["status", str(store / "s.zarr")]) == 0
     assert "fits" in capsys.readouterr().out
     assert gc.get_freeze_count() == 0
+    # the program's report pauses the collector while it imports (cli._report); in-process the
+    # caller's collector is left as it was, on and unfrozen
+    assert main(["report", str(store / "s.zarr"), "--estimators", "kfold"]) == 0
+    assert "selected" in capsys.readouterr().out
+    assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
 def _is_module(name: str) -> bool:
