@@ -85,7 +85,7 @@ def run_workflows(workflows: dict[str, Workflow], *, name: str, where: dict[str,
             text = str(exc)
             rest = text[len(str(wf.path)) + 2:] if text.startswith(f"{wf.path}: ") else text
             raise InputError(f"{where[label]}: {rest}") from None
-    root = suite_store.create(store, name, list(workflows))
+    root = suite_store.create(store, name, list(workflows), fits=totals)
     progress = options.pop("progress", None)
     if progress is None or progress is True or isinstance(progress, Progress):
         progress = SuiteProgress(totals, progress if isinstance(progress, Progress) else None)
