@@ -35,7 +35,7 @@ from ..workflow.suite import Suite
 from . import interrupts
 from .loop import TAIL, WAKE_SECONDS
 from .preflight import check_cluster
-from .run import RunResult, interrupted, run
+from .run import RunResult, interrupted, live_page, run
 from .jobqueue import import_jobqueue
 from .schedulers import shared
 
@@ -71,7 +71,9 @@ def run_workflows(workflows: dict[str, Workflow], *, name: str, where: dict[str,
     ``workflows``' order. A data set that fails stops the others (their fits done are kept) and
     its error is raised; a signal stops them all (RunInterrupted, the suite's fits kept). A
     ``progress`` callable gets every data set's events (:func:`run`'s), each with its
-    ``"dataset"``, from the data sets' threads."""
+    ``"dataset"``, from the data sets' threads; the start event of the first data set served a
+    live page has ``"suite"``, the suite's page (:mod:`cvflow.report.suite_live`) on that
+    server."""
     totals: dict[str, int] = {}
     cost: dict[str, float] = {}
     for label, wf in workflows.items():
@@ -90,12 +92,19 @@ def run_workflows(workflows: dict[str, Workflow], *, name: str, where: dict[str,
     if progress is None or progress is True or isinstance(progress, Progress):
         progress = SuiteProgress(totals, progress if isinstance(progress, Progress) else None)
     order = sorted(workflows, key=lambda label: -cost[label])       # stable: ties in file order
-    suite = _Overlap(workflows, root, progress, options)
+    live = live_page()
+    make_page = getattr(live, "suite_page", None)       # the suite's live page (issue 42 item 2)
+    page = make_page(name, totals, root) if make_page is not None else None
+    suite = _Overlap(workflows, root, progress, options, page)
     if "slurm" in _kinds(workflows, options):
         with contextlib.suppress(ImportError):       # the run that needs it says so
             import_jobqueue()        # here, in the main thread: see import_jobqueue
     with interrupts.stoppable(), interrupts.threads_stoppable() as stop, shared():
-        suite.run(order, stop)
+        try:
+            suite.run(order, stop)
+        finally:
+            if page is not None:
+                page.close()          # its last state, while the suite's clusters still serve it
     if isinstance(progress, SuiteProgress):
         progress.finish_suite()
     return {label: suite.results[label] for label in workflows}
@@ -118,8 +127,9 @@ class _Overlap:
     """The suite's data sets, each :func:`run` in a thread of its own, the next started when
     the newest one's tail begins."""
 
-    def __init__(self, workflows, root, progress, options):
+    def __init__(self, workflows, root, progress, options, page=None):
         self.workflows, self.root, self.progress, self.options = workflows, root, progress, options
+        self.page = page            # the suite's live page (cvflow.report.suite_live), or None
         self.results: dict[str, RunResult] = {}
         self.errors: dict[str, BaseException] = {}
         self.tails: dict[str, threading.Event] = {}
@@ -128,10 +138,21 @@ class _Overlap:
     def _notify(self, label: str):
         p = self.progress
         if isinstance(p, SuiteProgress):
-            return p.of(label)
-        if callable(p):
-            return lambda event: p({**event, "dataset": label})
-        return p
+            tell = p.of(label)
+        elif callable(p):
+            tell = lambda event: p({**event, "dataset": label})      # noqa: E731
+        else:
+            tell = p
+        page = self.page
+        if page is None:
+            return tell
+
+        def both(event: dict) -> None:
+            # the suite page's URL rides on the event that first serves it: said once
+            url = page.event(label, event)
+            if callable(tell):
+                tell({**event, "suite": url} if url else event)
+        return both
 
     def _body(self, label: str) -> None:
         def tail() -> None:
@@ -143,10 +164,15 @@ class _Overlap:
             result = run(self.workflows[label], store=suite_store.member(self.root, label),
                          progress=self._notify(label), **self.options)
             self.results[label] = result
+            if self.page is not None:
+                self.page.finish(label, result)
             if isinstance(self.progress, SuiteProgress):
                 self.progress.finish_set(label, result)
         except BaseException as exc:  # noqa: BLE001 - raised again in the suite's thread
             self.errors[label] = exc
+            if self.page is not None:
+                self.page.finish(label, state="stopped" if isinstance(
+                    exc, (KeyboardInterrupt, RunInterrupted)) else "failed")
         finally:
             tail()
 
@@ -251,6 +277,8 @@ class SuiteProgress(Progress):
         self.stored[label] = event["total"] - event["todo"]
         self.todo[label], self.ran[label] = event["todo"], 0
         self.started += 1
+        if event.get("suite"):            # the suite's live page (its first data set's server)
+            self.line(visible(f"suite page: {event['suite']}"))
         place = list(self.totals).index(label) + 1
         self.line(visible(f"data set {place} of {len(self.totals)}: {label}; {self._suite()}"))
         for key, name in (("execution", "execution"), ("dashboard", "dashboard"),

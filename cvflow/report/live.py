@@ -32,6 +32,7 @@ import secrets
 import time
 import urllib.parse
 import uuid
+import weakref
 from dataclasses import dataclass
 
 import dask.config
@@ -351,10 +352,14 @@ def _layout_meta(layout) -> dict:
             "ordered": ordered}
 
 
-def start(client, workflow, params, design, data, store) -> Monitor | None:
-    """A :class:`Monitor` for this run (``params`` and ``design`` in the store's order, ``data``
-    the study's) when the client's scheduler serves the live page, else None (no dashboard,
-    or a scheduler without the ``cvflow.report.live`` route module)."""
+# the monitors of the runs started in this process, by their page's URL: a suite's page finds
+# its data sets' client there (cvflow.report.suite_live)
+STARTED: "weakref.WeakValueDictionary[str, Monitor]" = weakref.WeakValueDictionary()
+
+
+def page_address(client) -> tuple[str, str | None] | None:
+    """(``<dashboard>/cvflow``, the server's secret or None) of the client's scheduler, when
+    it serves the live page; else None."""
     link = getattr(client, "dashboard_link", None)
     if not link:
         return None
@@ -363,10 +368,30 @@ def start(client, workflow, params, design, data, store) -> Monitor | None:
     url = address.rsplit("/", 1)[0] + "/cvflow"
     if not _serves_page(url + (f"?token={token}" if token else "")):
         return None
+    return url, token
+
+
+def start(client, workflow, params, design, data, store) -> Monitor | None:
+    """A :class:`Monitor` for this run (``params`` and ``design`` in the store's order, ``data``
+    the study's) when the client's scheduler serves the live page, else None (no dashboard,
+    or a scheduler without the ``cvflow.report.live`` route module)."""
+    served = page_address(client)
+    if served is None:
+        return None
     monitor = Monitor(client, workflow, params, design, data, store=str(store),
-                      url=url, token=token)
+                      url=served[0], token=served[1])
     monitor.publish()
+    STARTED[monitor.url] = monitor
     return monitor
+
+
+def suite_page(name: str, totals: dict[str, int], store: str):
+    """The page of a suite (:class:`cvflow.report.suite_live.SuitePage`): its data sets' runs
+    tell it their events; it is served beside their pages once one of them has its page."""
+    # DESIGN CHOICE: imported here: the suite's page builds on this module (a cycle otherwise)
+    from .suite_live import SuitePage
+
+    return SuitePage(name, totals, store)
 
 
 def _serves_page(url: str) -> bool:
@@ -571,11 +596,13 @@ def _routes() -> list:
     from tornado import web
 
     class _Handler(web.RequestHandler):
+        key = METADATA            # the scheduler metadata holding the pages' states
+
         def initialize(self, dask_server=None):
             self.server = dask_server
 
         def runs(self) -> dict:
-            return self.server.get_metadata(keys=[METADATA], default=None) or {}
+            return self.server.get_metadata(keys=[self.key], default=None) or {}
 
         def state(self, run: str | None) -> dict | None:
             runs = self.runs()
@@ -616,9 +643,13 @@ def _routes() -> list:
             state = self.owned(self.get_argument("run", None))
             self.write(page_html(state, base=self.request.path.rstrip("/")))
 
+    # DESIGN CHOICE: imported here: the suite's page builds on this module (a cycle otherwise)
+    from .suite_live import suite_routes
+
     return [
         (r"cvflow/?", PageHandler, {}),
         (r"cvflow/data/([\w.-]+)/([\w-]+)\.json", DataHandler, {}),
+        *suite_routes(_Handler),
     ]
 
 
