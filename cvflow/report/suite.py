@@ -15,11 +15,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import xarray as xr
+from dask.local import get_sync
 from markupsafe import Markup
 
 from ..errors import ComparisonWarning, InputError
 from ..estimators import compare_learners, corrected_kfold, kfold, nested_cv
 from ..estimators.losses import get_loss
+from ..estimators.memory import fits_budget
 from ..estimators.np_roles import corrected_repeated_se
 from ..store import suite as suite_store
 from ..store.cube import open_cube
@@ -165,8 +167,16 @@ def _compare(chosen: dict[str, dict], kinds: list[str]):
 def dataset_numbers(store, label: str, *, estimate: str = "auto") -> tuple[str, str, dict]:
     """(its loss, the estimate used, :func:`learner_estimates`) of data set ``label`` of the
     suite's store, as :func:`compute` enters it (``auto``: nested CV when its cube has the
-    nested splits); what a running suite's page compares as each data set finishes."""
+    nested splits); what a running suite's page compares as each data set finishes.
+
+    The cube is read whole in this thread (Dask's synchronous scheduler), never through the
+    suite's cluster, whose workers are busy with the other data sets' fits: an InputError when
+    it is more than the reducers read into memory (``cvflow.reduce.in-memory-bytes``)."""
     cube = report.workflow_view(open_cube(suite_store.member(store, label)))
+    if not fits_budget(cube.nbytes):
+        raise InputError(f"its cube ({cube.nbytes / 2**20:.0f} MiB) is more than a page reads "
+                         "into memory (cvflow.reduce.in-memory-bytes): `cvflow report` compares it")
+    cube = cube.load(scheduler=get_sync)
     loss = cube.attrs["loss"]
     if estimate == "auto":
         estimate = "nested_cv" if _has_pairs(cube, loss) else "kfold"
