@@ -18,6 +18,7 @@ At most ``MAX_RUNNING`` data sets run at once.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import threading
@@ -25,6 +26,7 @@ import time
 
 import numpy as np
 
+from .. import config
 from ..errors import InputError, RunInterrupted
 from ..fitting.trial import check_learners
 from ..terminal import visible
@@ -35,7 +37,7 @@ from ..workflow.suite import Suite
 from . import interrupts
 from .loop import TAIL, WAKE_SECONDS
 from .preflight import check_cluster
-from .run import RunResult, interrupted, live_page, run
+from .run import RunResult, interrupted, run
 from .jobqueue import import_jobqueue
 from .schedulers import shared
 
@@ -92,10 +94,7 @@ def run_workflows(workflows: dict[str, Workflow], *, name: str, where: dict[str,
     if progress is None or progress is True or isinstance(progress, Progress):
         progress = SuiteProgress(totals, progress if isinstance(progress, Progress) else None)
     order = sorted(workflows, key=lambda label: -cost[label])       # stable: ties in file order
-    live = live_page()
-    make_page = getattr(live, "suite_page", None)       # the suite's live page (issue 42 item 2)
-    page = make_page(name, totals, root) if make_page is not None else None
-    suite = _Overlap(workflows, root, progress, options, page)
+    suite = _Overlap(workflows, root, progress, options, page=(name, totals))
     if "slurm" in _kinds(workflows, options):
         with contextlib.suppress(ImportError):       # the run that needs it says so
             import_jobqueue()        # here, in the main thread: see import_jobqueue
@@ -103,8 +102,8 @@ def run_workflows(workflows: dict[str, Workflow], *, name: str, where: dict[str,
         try:
             suite.run(order, stop)
         finally:
-            if page is not None:
-                page.close()          # its last state, while the suite's clusters still serve it
+            if suite.page is not None:
+                suite.page.close()    # its last state, while the suite's clusters still serve it
     if isinstance(progress, SuiteProgress):
         progress.finish_suite()
     return {label: suite.results[label] for label in workflows}
@@ -127,9 +126,11 @@ class _Overlap:
     """The suite's data sets, each :func:`run` in a thread of its own, the next started when
     the newest one's tail begins."""
 
-    def __init__(self, workflows, root, progress, options, page=None):
+    def __init__(self, workflows, root, progress, options, page: tuple[str, dict]):
         self.workflows, self.root, self.progress, self.options = workflows, root, progress, options
-        self.page = page            # the suite's live page (cvflow.report.suite_live), or None
+        self.named = page           # (the suite's name, data set -> its fits) for its page
+        self.page = None            # the suite's live page (cvflow.report.suite_live), once served
+        self.page_lock = threading.Lock()
         self.results: dict[str, RunResult] = {}
         self.errors: dict[str, BaseException] = {}
         self.tails: dict[str, threading.Event] = {}
@@ -143,16 +144,33 @@ class _Overlap:
             tell = lambda event: p({**event, "dataset": label})      # noqa: E731
         else:
             tell = p
-        page = self.page
-        if page is None:
-            return tell
-
         def both(event: dict) -> None:
             # the suite page's URL rides on the event that first serves it: said once
-            url = page.event(label, event)
+            url = self._page_event(label, event)
             if callable(tell):
                 tell({**event, "suite": url} if url else event)
         return both
+
+    def _page_event(self, label: str, event: dict) -> str | None:
+        """Tell the suite's page a data set's event; the page is made on the first data set
+        served a live page (its module named by config ``cvflow.execution.suite-page``, as the
+        runs' page is: the runner does not import the reports), told the data sets already
+        finished. Its URL, on the event that first serves it."""
+        with self.page_lock:
+            if self.page is None:
+                name = config.get("cvflow.execution.suite-page")
+                if not (name and event["event"] == "start" and event.get("live")):
+                    return None
+                suite, totals = self.named
+                page = importlib.import_module(name).SuitePage(suite, totals, self.root)
+                url = page.event(label, event)
+                if url is None:                  # not served: no page
+                    return None
+                for finished, result in list(self.results.items()):
+                    page.finish(finished, result)
+                self.page = page
+                return url
+        return self.page.event(label, event)
 
     def _body(self, label: str) -> None:
         def tail() -> None:

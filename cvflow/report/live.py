@@ -23,6 +23,7 @@ configuration lists ``cvflow.report.live`` among ``distributed.scheduler.http.ro
 """
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import logging
@@ -34,10 +35,12 @@ import urllib.parse
 import uuid
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import dask.config
 import numpy as np
 from markupsafe import Markup, escape
+from .. import config
 from .failures import group, normalise
 from .plots.grid import grid_layout
 from ..estimators.np_roles import fold_members, masked_sum
@@ -59,14 +62,16 @@ def enable_routes() -> None:
 
     Distributed's own defaults are loaded first (importing it), and ``update_defaults`` leaves
     a user's own setting of the key alone (Dask's config rule): a customised route list must
-    name ``cvflow.report.live`` itself.
+    name ``cvflow.report.live`` (and ``cvflow.report.suite_live``, a suite's page) itself.
     """
     import distributed  # noqa: F401 - registers distributed's config defaults first
 
     routes = list(dask.config.get(ROUTES_KEY, default=[]) or [])
-    if __name__ not in routes:
+    # a suite's page (config cvflow.execution.suite-page) is served beside the runs' pages
+    ours = [m for m in (__name__, config.get("cvflow.execution.suite-page")) if m]
+    if any(m not in routes for m in ours):
         dask.config.update_defaults({"distributed": {"scheduler": {"http": {
-            "routes": routes + [__name__]}}}})
+            "routes": routes + [m for m in ours if m not in routes]}}}})
 
 
 # --- the worker side: two numbers per fit ------------------------------------------------------
@@ -385,15 +390,6 @@ def start(client, workflow, params, design, data, store) -> Monitor | None:
     return monitor
 
 
-def suite_page(name: str, totals: dict[str, int], store: str):
-    """The page of a suite (:class:`cvflow.report.suite_live.SuitePage`): its data sets' runs
-    tell it their events; it is served beside their pages once one of them has its page."""
-    # DESIGN CHOICE: imported here: the suite's page builds on this module (a cycle otherwise)
-    from .suite_live import SuitePage
-
-    return SuitePage(name, totals, store)
-
-
 def _serves_page(url: str) -> bool:
     """Whether the dashboard answers ``HEAD url`` (the page's route is installed)."""
     import urllib.request
@@ -591,8 +587,10 @@ def _kfold_figure(name: str, title: str, layout: dict, src, index_range, correct
     return fig
 
 
-def _routes() -> list:
-    """The page's tornado handlers, as distributed's scheduler reads them (``routes``)."""
+@functools.cache
+def handler_base() -> Any:
+    """The pages' tornado handler base: :meth:`owned` answers 403 to a request without the
+    secret of the page asked (also the suite's page's, :mod:`cvflow.report.suite_live`)."""
     from tornado import web
 
     class _Handler(web.RequestHandler):
@@ -619,6 +617,13 @@ def _routes() -> list:
                 raise web.HTTPError(403, "this page needs the URL cvflow printed (its token)")
             return state
 
+    return _Handler
+
+
+def _routes() -> list:
+    """The page's tornado handlers, as distributed's scheduler reads them (``routes``)."""
+    _Handler: Any = handler_base()
+
     class DataHandler(_Handler):
         """``cvflow/data/<run>/<source>.json?token=<secret>``: one AjaxDataSource's columns."""
 
@@ -643,13 +648,9 @@ def _routes() -> list:
             state = self.owned(self.get_argument("run", None))
             self.write(page_html(state, base=self.request.path.rstrip("/")))
 
-    # DESIGN CHOICE: imported here: the suite's page builds on this module (a cycle otherwise)
-    from .suite_live import suite_routes
-
     return [
         (r"cvflow/?", PageHandler, {}),
         (r"cvflow/data/([\w.-]+)/([\w-]+)\.json", DataHandler, {}),
-        *suite_routes(_Handler),
     ]
 
 

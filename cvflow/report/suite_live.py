@@ -8,10 +8,11 @@ data set's learners' numbers are read once from its cube, about 0.1 s a data set
 
 It is served as the data sets' pages are: the client (:class:`SuitePage`, fed every data set's
 progress events by :mod:`cvflow.execution.suite_run`) publishes a small state to the scheduler
-with ``Client.set_metadata``; the scheduler's HTTP server answers the page from it (routes
-added by :mod:`cvflow.report.live`), only to a request carrying the secret of the URL printed
-(the same check as a data set's page, :func:`cvflow.report.live._routes`; on a cluster cvflow
-started, the dashboard's own secret). The page is plain HTML, every string escaped, reloaded
+with ``Client.set_metadata``; the scheduler's HTTP server answers the page from it (this
+module's ``routes``, listed by :func:`cvflow.report.live.enable_routes`), only to a request
+carrying the secret of the URL printed (the check of a data set's page,
+:func:`cvflow.report.live.handler_base`; on a cluster cvflow started, the dashboard's own
+secret). The page is plain HTML, every string escaped, reloaded
 every few seconds while the suite runs; ``cvflow/suite/data/<suite>.json`` has its state.
 """
 from __future__ import annotations
@@ -236,9 +237,11 @@ def public(state: dict) -> dict:
     return {k: v for k, v in state.items() if k != "token"}
 
 
-def suite_routes(base) -> list:
+def _routes() -> list:
     """The suite page's handlers on the scheduler, built on the data sets' pages' handler
-    ``base`` (its 403 for a request without the secret: the same check)."""
+    (:func:`cvflow.report.live.handler_base`: its 403 for a request without the secret)."""
+
+    base: Any = live.handler_base()
 
     class _Suite(base):
         key = METADATA
@@ -262,3 +265,12 @@ def suite_routes(base) -> list:
 
     return [(r"cvflow/suite/?", PageHandler, {}),
             (r"cvflow/suite/data/([\w.-]+)\.json", DataHandler, {})]
+
+
+def __getattr__(name: str):
+    # `routes`, what a scheduler reads from each module of distributed.scheduler.http.routes
+    # (cvflow.report.live.enable_routes lists this one), built on first access (tornado)
+    if name == "routes":
+        globals()["routes"] = value = _routes()
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
