@@ -274,3 +274,47 @@ def test_the_page_escapes_every_string():
     assert "<script" not in page and "javascript:" not in page
     # the name, the store, the data set (cell and attribute), the answer and its error: as text
     assert html.unescape(page).count(hostile) >= 6
+
+
+class _Published:
+    """Stands in for the client: keeps what the page publishes (as msgpack/JSON would)."""
+
+    def __init__(self):
+        self.metadata = {}
+
+    def set_metadata(self, keys, value):
+        self.metadata[tuple(keys)] = json.loads(json.dumps(value))
+
+
+def test_the_page_state_follows_the_events_by_hand(monkeypatch, tmp_path):
+    """Events of three data sets, counted by hand: a resumed one (4 of 10 stored), one that
+    fails, one never started; the comparison of a data set without a cube says why."""
+    from types import SimpleNamespace
+
+    from cvflow.report import live
+
+    class Monitor:               # a data set's live page (held weakly by live.STARTED)
+        client = _Published()
+
+    monitor, client = Monitor(), Monitor.client
+    url = "http://127.0.0.1:1/cvflow?run=x-00000000&token=t"
+    monkeypatch.setitem(live.STARTED, url, monitor)
+    monkeypatch.setattr(live, "page_address", lambda c: ("http://127.0.0.1:1/cvflow", "t"))
+    page = suite_live.SuitePage("s", {"a": 10, "b": 6, "c": 8}, str(tmp_path / "none.zarr"))
+    said = page.event("a", {"event": "start", "total": 10, "todo": 6, "live": url})
+    assert said == f"http://127.0.0.1:1/cvflow/suite?run={page.run}&token=t"
+    assert page.event("a", {"event": "block", "done": 3, "todo": 6, "failed": 1}) is None
+    page.event("b", {"event": "start", "total": 6, "todo": 6, "live": None})
+    page.event("b", {"event": "racing", "done": 2, "todo": 4, "failed": 0, "dropped": 1,
+                     "params": 3})
+    page.finish("b", state="failed")
+    page.finish("a", SimpleNamespace(total_fits=10, fits_executed=6, failed=1, saved_fits=0))
+    page.close()
+    state = client.metadata[(suite_live.METADATA, page.run)]
+    rows = {r["name"]: (r["state"], r["done"], r["total"], r["failed"]) for r in state["datasets"]}
+    assert rows == {"a": ("done", 10, 10, 1), "b": ("failed", 2, 4, 0), "c": ("waiting", 0, 8, 0)}
+    assert (state["done"], state["total"], state["failed"], state["ended"]) == (12, 22, 1, True)
+    assert state["counts"] == {"waiting": 1, "running": 0, "done": 1, "failed": 1, "stopped": 0}
+    assert state["answer"]["error"].startswith("a: ") and state["answer"]["lines"] is None
+    body = suite_live.page_html(state)
+    assert "comparison failed" in body and "http-equiv='refresh'" not in body
