@@ -156,10 +156,12 @@ class _Overlap:
         served a live page (its module named by config ``cvflow.execution.suite-page``, as the
         runs' page is: the runner does not import the reports), told the data sets already
         finished. Its URL, on the event that first serves it."""
+        if self.page is None and not (event["event"] == "start" and event.get("live")):
+            return None                        # a block event before any page: nothing to do
         with self.page_lock:
             if self.page is None:
                 name = config.get("cvflow.execution.suite-page")
-                if not (name and event["event"] == "start" and event.get("live")):
+                if not name:
                     return None
                 suite, totals = self.named
                 page = importlib.import_module(name).SuitePage(suite, totals, self.root)
