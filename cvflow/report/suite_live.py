@@ -60,6 +60,7 @@ class SuitePage:
         self.finished: queue.Queue = queue.Queue()
         self.worker: threading.Thread | None = None
         self.ended = False
+        self.dropping = False          # the suite ended on a cluster that closes: compare no more
 
     # events, from the data sets' threads
 
@@ -117,52 +118,68 @@ class SuitePage:
         self.publish()
 
     def close(self) -> None:
-        """The suite ended: the comparison of the data sets done (within ``ANSWER_SECONDS``),
-        then the final state."""
+        """The suite ended: its final state. A scheduler that outlives the suite (one given by
+        address) keeps the page: it gets the comparison of every data set done (within
+        ``ANSWER_SECONDS``); a cluster the suite started closes now, and the data sets not
+        compared yet are not (``cvflow run`` prints the suite's report; its page would vanish
+        before it shows): only the comparison under way is waited for."""
         with self.lock:
             self.ended = True
             for row in self.rows.values():
                 if row["state"] == "running":
                     row["state"] = "stopped"
         if self.worker is not None:
+            # a client of a cluster this process started holds it (Client.cluster)
+            self.dropping = getattr(self.client, "cluster", None) is not None
             self.finished.put(None)
             self.worker.join(ANSWER_SECONDS)
         self.publish()
 
     def _compare(self) -> None:
-        """The page's thread: each data set done, its learners' numbers read from its cube,
-        then the comparison across those done so far."""
+        """The page's thread: the data sets done since it last looked, each one's learners'
+        numbers read from its cube, then the comparison across those done so far."""
         # DESIGN CHOICE: imported here: the report of a suite brings pandas and xarray, which
         # a suite's run needs only once a data set is done
         from . import suite as suite_report
 
         while True:
-            label = self.finished.get()
-            if label is None:
+            batch = [self.finished.get()]
+            while not self.finished.empty():          # those done meanwhile: one comparison
+                batch.append(self.finished.get_nowait())
+            labels = [label for label in batch if label is not None]
+            if self.dropping:
                 return
-            try:
+            if labels:
+                self._answer(suite_report, labels)
+            if None in batch:
+                return
+
+    def _answer(self, suite_report, done: list[str]) -> None:
+        """The comparison across the data sets compared so far and ``done``, published."""
+        label = done[0]
+        try:
+            for label in done:
                 self.numbers[label] = suite_report.dataset_numbers(self.store, label)
-                # one estimate across data sets: nested CV only when every one done has it
-                estimate = ("nested_cv" if all(n[1] == "nested_cv" for n in self.numbers.values())
-                            else "kfold")
-                for other, (_, used, _) in list(self.numbers.items()):
-                    if used != estimate:
-                        self.numbers[other] = suite_report.dataset_numbers(
-                            self.store, other, estimate=estimate)
-                labels = [d for d in self.rows if d in self.numbers]
-                lines = suite_report.answer_lines({d: self.numbers[d][2] for d in labels},
-                                                  {d: self.numbers[d][0] for d in labels},
-                                                  estimate)
-                answer: dict[str, Any] = {
-                    "of": labels, "lines": lines, "error": None, "estimate": estimate,
-                    "estimates": {d: {k: _number(v[0]) for k, v in self.numbers[d][2].items()}
-                                  for d in labels}}
-            except Exception as exc:  # noqa: BLE001 - the page says it; the suite runs on
-                log.warning("suite page: could not compare the data sets done: %s", exc)
-                answer = {**self.answer, "error": f"{label}: {exc}"}
-            with self.lock:
-                self.answer = answer
-            self.publish()
+            # one estimate across data sets: nested CV only when every one done has it
+            estimate = ("nested_cv" if all(n[1] == "nested_cv" for n in self.numbers.values())
+                        else "kfold")
+            for other, (_, used, _) in list(self.numbers.items()):
+                if used != estimate:
+                    self.numbers[other] = suite_report.dataset_numbers(
+                        self.store, other, estimate=estimate)
+            labels = [d for d in self.rows if d in self.numbers]
+            lines = suite_report.answer_lines({d: self.numbers[d][2] for d in labels},
+                                              {d: self.numbers[d][0] for d in labels}, estimate)
+            answer: dict[str, Any] = {
+                "of": labels, "lines": lines, "error": None, "estimate": estimate,
+                "estimates": {d: {k: _number(v[0]) for k, v in self.numbers[d][2].items()}
+                              for d in labels}}
+        except Exception as exc:  # noqa: BLE001 - the page says it; the suite runs on
+            log.warning("suite page: could not compare the data sets done: %s", exc)
+            answer = {**self.answer, "error": f"{label}: {exc}"}
+        with self.lock:
+            self.answer = answer
+        self.publish()
 
     # publication
 
