@@ -108,21 +108,13 @@ def cmd_status(args) -> int:
 
     if not exists(resolve(args.store)):
         raise InputError(f"store: {args.store} does not exist")
-    members = suite_store.datasets(args.store)
-    if members is not None:          # a suite: each data set's status, in the workflow's order
-        started = [label for label in members if is_store(suite_store.member(args.store, label))]
-        infos = {label: report.status(suite_store.member(args.store, label)) for label in started}
-        if args.json:          # a data set not started yet: null
-            print(json.dumps({label: infos.get(label) for label in members}))
-        else:
-            print("\n\n".join(f"== {visible(label)} ==\n" + (report.format_status(infos[label])
-                                if label in infos else "not started (no cube yet)") for label in members))
-            complete = sum(info.get("done") == info.get("total") for info in infos.values())
-            print(f"\nsuite: {sum(info.get('done', 0) for info in infos.values())} of "
-                  f"{sum(info.get('total', 0) for info in infos.values())} fits done in the "
-                  f"{len(infos)} cubes started; {complete} of {len(members)} data sets complete"
-                  + (f", {len(members) - len(infos)} not started" if len(infos) < len(members) else ""))
-        return 1 if any(info.get("damaged") for info in infos.values()) else 0
+    if suite_store.datasets(args.store) is not None:    # a suite: each data set's, the total
+        from .report import suite_status
+
+        suite = suite_status.status(args.store)
+        # --json: data set -> its cube's status with its state (null: not started yet)
+        print(json.dumps(suite["datasets"]) if args.json else suite_status.format_status(suite))
+        return 1 if any(i and i.get("damaged") for i in suite["datasets"].values()) else 0
     if not is_store(args.store):
         raise not_a_store(args.store)
     info = report.status(args.store)

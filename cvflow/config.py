@@ -35,6 +35,7 @@ SCHEMA: dict[str, tuple] = {
     "cvflow.execution.no-worker-seconds": (Real,),
     "cvflow.execution.allowed-failures": (int,),
     "cvflow.execution.live-page": (str,),
+    "cvflow.execution.suite-page": (str,),
     "cvflow.execution.dask-logs": (str,),
     "cvflow.storage-options": (dict,),
     "cvflow.cluster.default": (str,),

@@ -124,7 +124,8 @@ class _Recorder:
                 log.warning("%s (its scores are NaN; the fit is kept)" if note.startswith("scorer")
                             else "%s", note)
         self.notify({"event": "block", "done": r.fits_executed, "todo": self.n_todo - self.skipped,
-                     "skipped": self.skipped, "elapsed": time.perf_counter() - self.t0})
+                     "skipped": self.skipped, "failed": r.failed,
+                     "elapsed": time.perf_counter() - self.t0})
 
     def raced(self, dropped: list[dict], params: int, skipped: int) -> None:
         """A look of the race: the ``dropped`` params (the race's records, :mod:`cvflow.execution.race_runner`)
@@ -188,7 +189,7 @@ def run(workflow: Workflow | str | os.PathLike, *, store: str | os.PathLike | No
         ``cvflow run`` shows them (:class:`cvflow.execution.progress.Progress`); False: silent. A
         callable is called with the event dicts instead: ``{"event": "start", "total",
         "todo", "dashboard", "live", "execution"}`` and ``{"event": "block", "done", "todo",
-        "elapsed"}``.
+        "skipped", "failed", "elapsed"}``.
     tls : bool, optional
         Dask TLS with temporary certificates (default: the cluster profile's ``tls``).
     cluster_options : list of "key=value" or dict, optional

@@ -18,6 +18,7 @@ At most ``MAX_RUNNING`` data sets run at once.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import threading
@@ -25,6 +26,7 @@ import time
 
 import numpy as np
 
+from .. import config
 from ..errors import InputError, RunInterrupted
 from ..fitting.trial import check_learners
 from ..terminal import visible
@@ -71,7 +73,9 @@ def run_workflows(workflows: dict[str, Workflow], *, name: str, where: dict[str,
     ``workflows``' order. A data set that fails stops the others (their fits done are kept) and
     its error is raised; a signal stops them all (RunInterrupted, the suite's fits kept). A
     ``progress`` callable gets every data set's events (:func:`run`'s), each with its
-    ``"dataset"``, from the data sets' threads."""
+    ``"dataset"``, from the data sets' threads; the start event of the first data set served a
+    live page has ``"suite"``, the suite's page (:mod:`cvflow.report.suite_live`) on that
+    server."""
     totals: dict[str, int] = {}
     cost: dict[str, float] = {}
     for label, wf in workflows.items():
@@ -85,17 +89,21 @@ def run_workflows(workflows: dict[str, Workflow], *, name: str, where: dict[str,
             text = str(exc)
             rest = text[len(str(wf.path)) + 2:] if text.startswith(f"{wf.path}: ") else text
             raise InputError(f"{where[label]}: {rest}") from None
-    root = suite_store.create(store, name, list(workflows))
+    root = suite_store.create(store, name, list(workflows), fits=totals)
     progress = options.pop("progress", None)
     if progress is None or progress is True or isinstance(progress, Progress):
         progress = SuiteProgress(totals, progress if isinstance(progress, Progress) else None)
     order = sorted(workflows, key=lambda label: -cost[label])       # stable: ties in file order
-    suite = _Overlap(workflows, root, progress, options)
+    suite = _Overlap(workflows, root, progress, options, page=(name, totals))
     if "slurm" in _kinds(workflows, options):
         with contextlib.suppress(ImportError):       # the run that needs it says so
             import_jobqueue()        # here, in the main thread: see import_jobqueue
     with interrupts.stoppable(), interrupts.threads_stoppable() as stop, shared():
-        suite.run(order, stop)
+        try:
+            suite.run(order, stop)
+        finally:
+            if suite.page is not None:
+                suite.page.close()    # its last state, while the suite's clusters still serve it
     if isinstance(progress, SuiteProgress):
         progress.finish_suite()
     return {label: suite.results[label] for label in workflows}
@@ -118,8 +126,11 @@ class _Overlap:
     """The suite's data sets, each :func:`run` in a thread of its own, the next started when
     the newest one's tail begins."""
 
-    def __init__(self, workflows, root, progress, options):
+    def __init__(self, workflows, root, progress, options, page: tuple[str, dict]):
         self.workflows, self.root, self.progress, self.options = workflows, root, progress, options
+        self.named = page           # (the suite's name, data set -> its fits) for its page
+        self.page = None            # the suite's live page (cvflow.report.suite_live), once served
+        self.page_lock = threading.Lock()
         self.results: dict[str, RunResult] = {}
         self.errors: dict[str, BaseException] = {}
         self.tails: dict[str, threading.Event] = {}
@@ -128,10 +139,40 @@ class _Overlap:
     def _notify(self, label: str):
         p = self.progress
         if isinstance(p, SuiteProgress):
-            return p.of(label)
-        if callable(p):
-            return lambda event: p({**event, "dataset": label})
-        return p
+            tell = p.of(label)
+        elif callable(p):
+            tell = lambda event: p({**event, "dataset": label})      # noqa: E731
+        else:
+            tell = p
+        def both(event: dict) -> None:
+            # the suite page's URL rides on the event that first serves it: said once
+            url = self._page_event(label, event)
+            if callable(tell):
+                tell({**event, "suite": url} if url else event)
+        return both
+
+    def _page_event(self, label: str, event: dict) -> str | None:
+        """Tell the suite's page a data set's event; the page is made on the first data set
+        served a live page (its module named by config ``cvflow.execution.suite-page``, as the
+        runs' page is: the runner does not import the reports), told the data sets already
+        finished. Its URL, on the event that first serves it."""
+        if self.page is None and not (event["event"] == "start" and event.get("live")):
+            return None                        # a block event before any page: nothing to do
+        with self.page_lock:
+            if self.page is None:
+                name = config.get("cvflow.execution.suite-page")
+                if not name:
+                    return None
+                suite, totals = self.named
+                page = importlib.import_module(name).SuitePage(suite, totals, self.root)
+                url = page.event(label, event)
+                if url is None:                  # not served: no page
+                    return None
+                for finished, result in list(self.results.items()):
+                    page.finish(finished, result)
+                self.page = page
+                return url
+        return self.page.event(label, event)
 
     def _body(self, label: str) -> None:
         def tail() -> None:
@@ -143,10 +184,15 @@ class _Overlap:
             result = run(self.workflows[label], store=suite_store.member(self.root, label),
                          progress=self._notify(label), **self.options)
             self.results[label] = result
+            if self.page is not None:
+                self.page.finish(label, result)
             if isinstance(self.progress, SuiteProgress):
                 self.progress.finish_set(label, result)
         except BaseException as exc:  # noqa: BLE001 - raised again in the suite's thread
             self.errors[label] = exc
+            if self.page is not None:
+                self.page.finish(label, state="stopped" if isinstance(
+                    exc, (KeyboardInterrupt, RunInterrupted)) else "failed")
         finally:
             tail()
 
@@ -251,6 +297,8 @@ class SuiteProgress(Progress):
         self.stored[label] = event["total"] - event["todo"]
         self.todo[label], self.ran[label] = event["todo"], 0
         self.started += 1
+        if event.get("suite"):            # the suite's live page (its first data set's server)
+            self.line(visible(f"suite page: {event['suite']}"))
         place = list(self.totals).index(label) + 1
         self.line(visible(f"data set {place} of {len(self.totals)}: {label}; {self._suite()}"))
         for key, name in (("execution", "execution"), ("dashboard", "dashboard"),

@@ -23,6 +23,7 @@ configuration lists ``cvflow.report.live`` among ``distributed.scheduler.http.ro
 """
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import logging
@@ -32,11 +33,14 @@ import secrets
 import time
 import urllib.parse
 import uuid
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import dask.config
 import numpy as np
 from markupsafe import Markup, escape
+from .. import config
 from .failures import group, normalise
 from .plots.grid import grid_layout
 from ..estimators.np_roles import fold_members, masked_sum
@@ -58,14 +62,16 @@ def enable_routes() -> None:
 
     Distributed's own defaults are loaded first (importing it), and ``update_defaults`` leaves
     a user's own setting of the key alone (Dask's config rule): a customised route list must
-    name ``cvflow.report.live`` itself.
+    name ``cvflow.report.live`` (and ``cvflow.report.suite_live``, a suite's page) itself.
     """
     import distributed  # noqa: F401 - registers distributed's config defaults first
 
     routes = list(dask.config.get(ROUTES_KEY, default=[]) or [])
-    if __name__ not in routes:
+    # a suite's page (config cvflow.execution.suite-page) is served beside the runs' pages
+    ours = [m for m in (__name__, config.get("cvflow.execution.suite-page")) if m]
+    if any(m not in routes for m in ours):
         dask.config.update_defaults({"distributed": {"scheduler": {"http": {
-            "routes": routes + [__name__]}}}})
+            "routes": routes + [m for m in ours if m not in routes]}}}})
 
 
 # --- the worker side: two numbers per fit ------------------------------------------------------
@@ -351,10 +357,14 @@ def _layout_meta(layout) -> dict:
             "ordered": ordered}
 
 
-def start(client, workflow, params, design, data, store) -> Monitor | None:
-    """A :class:`Monitor` for this run (``params`` and ``design`` in the store's order, ``data``
-    the study's) when the client's scheduler serves the live page, else None (no dashboard,
-    or a scheduler without the ``cvflow.report.live`` route module)."""
+# the monitors of the runs started in this process, by their page's URL: a suite's page finds
+# its data sets' client there (cvflow.report.suite_live)
+STARTED: "weakref.WeakValueDictionary[str, Monitor]" = weakref.WeakValueDictionary()
+
+
+def page_address(client) -> tuple[str, str | None] | None:
+    """(``<dashboard>/cvflow``, the server's secret or None) of the client's scheduler, when
+    it serves the live page; else None."""
     link = getattr(client, "dashboard_link", None)
     if not link:
         return None
@@ -363,9 +373,20 @@ def start(client, workflow, params, design, data, store) -> Monitor | None:
     url = address.rsplit("/", 1)[0] + "/cvflow"
     if not _serves_page(url + (f"?token={token}" if token else "")):
         return None
+    return url, token
+
+
+def start(client, workflow, params, design, data, store) -> Monitor | None:
+    """A :class:`Monitor` for this run (``params`` and ``design`` in the store's order, ``data``
+    the study's) when the client's scheduler serves the live page, else None (no dashboard,
+    or a scheduler without the ``cvflow.report.live`` route module)."""
+    served = page_address(client)
+    if served is None:
+        return None
     monitor = Monitor(client, workflow, params, design, data, store=str(store),
-                      url=url, token=token)
+                      url=served[0], token=served[1])
     monitor.publish()
+    STARTED[monitor.url] = monitor
     return monitor
 
 
@@ -566,16 +587,20 @@ def _kfold_figure(name: str, title: str, layout: dict, src, index_range, correct
     return fig
 
 
-def _routes() -> list:
-    """The page's tornado handlers, as distributed's scheduler reads them (``routes``)."""
+@functools.cache
+def handler_base() -> Any:
+    """The pages' tornado handler base: :meth:`owned` answers 403 to a request without the
+    secret of the page asked (also the suite's page's, :mod:`cvflow.report.suite_live`)."""
     from tornado import web
 
     class _Handler(web.RequestHandler):
+        key = METADATA            # the scheduler metadata holding the pages' states
+
         def initialize(self, dask_server=None):
             self.server = dask_server
 
         def runs(self) -> dict:
-            return self.server.get_metadata(keys=[METADATA], default=None) or {}
+            return self.server.get_metadata(keys=[self.key], default=None) or {}
 
         def state(self, run: str | None) -> dict | None:
             runs = self.runs()
@@ -591,6 +616,13 @@ def _routes() -> list:
             if state is None or not hmac.compare_digest(str(state.get("token", "")), given):
                 raise web.HTTPError(403, "this page needs the URL cvflow printed (its token)")
             return state
+
+    return _Handler
+
+
+def _routes() -> list:
+    """The page's tornado handlers, as distributed's scheduler reads them (``routes``)."""
+    _Handler: Any = handler_base()
 
     class DataHandler(_Handler):
         """``cvflow/data/<run>/<source>.json?token=<secret>``: one AjaxDataSource's columns."""

@@ -15,11 +15,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import xarray as xr
+from dask.local import get_sync
 from markupsafe import Markup
 
 from ..errors import ComparisonWarning, InputError
 from ..estimators import compare_learners, corrected_kfold, kfold, nested_cv
 from ..estimators.losses import get_loss
+from ..estimators.memory import fits_budget
 from ..estimators.np_roles import corrected_repeated_se
 from ..store import suite as suite_store
 from ..store.cube import open_cube
@@ -119,7 +121,6 @@ def compute(store, *, loss: str | None = None, estimate: str = "auto", estimator
         per[label] = (cube, report.compute(cube, estimators, loss=losses[label], overrides=overrides,
                                            trust_code=trust_code, all_params=all_params))
     kinds = list(dict.fromkeys(losses.values()))
-    used = kinds[0] if len(kinds) == 1 else "mixed (" + ", ".join(kinds) + ")"
     if estimate == "auto":
         estimate = "nested_cv" if all(_has_pairs(cube, losses[label]) for label, (cube, _) in per.items()) \
             else "kfold"
@@ -128,6 +129,21 @@ def compute(store, *, loss: str | None = None, estimate: str = "auto", estimator
             chosen[label] = learner_estimates(cube, losses[label], estimate)
         except InputError as exc:
             raise InputError(f"{store}/{label}: --suite-estimate {estimate}: {exc}") from None
+    estimates, se, tuned, comparison, why = _compare(chosen, kinds)
+    frame = suite_criteria.table(per)
+    return {"name": suite_store.name(store), "datasets": per, "estimates": estimates, "se": se,
+            "comparison": comparison, "why": why, "loss": _used(kinds), "estimate": estimate, "tuned": tuned,
+            "criteria": frame, "criteria_summary": None if frame is None else suite_criteria.summarize(frame)}
+
+
+def _used(kinds: list[str]) -> str:
+    return kinds[0] if len(kinds) == 1 else "mixed (" + ", ".join(kinds) + ")"
+
+
+def _compare(chosen: dict[str, dict], kinds: list[str]):
+    """(estimates, se (data sets x learners), the tuned learners, the LearnerComparison or
+    None, why there is none) of the learners' numbers per data set (:func:`learner_estimates`)
+    under the data sets' losses ``kinds``."""
     estimates = pd.DataFrame.from_dict({d: {k: v[0] for k, v in c.items()} for d, c in chosen.items()},
                                        orient="index")
     se = pd.DataFrame.from_dict({d: {k: v[1] for k, v in c.items()} for d, c in chosen.items()},
@@ -145,10 +161,39 @@ def compute(store, *, loss: str | None = None, estimate: str = "auto", estimator
             comparison = compare_learners(estimates, se=se, folds=folds, better=better)
     except InputError as exc:
         why = str(exc)
-    frame = suite_criteria.table(per)
-    return {"name": suite_store.name(store), "datasets": per, "estimates": estimates, "se": se,
-            "comparison": comparison, "why": why, "loss": used, "estimate": estimate, "tuned": tuned,
-            "criteria": frame, "criteria_summary": None if frame is None else suite_criteria.summarize(frame)}
+    return estimates, se, tuned, comparison, why
+
+
+def dataset_numbers(store, label: str, *, estimate: str = "auto") -> tuple[str, str, dict]:
+    """(its loss, the estimate used, :func:`learner_estimates`) of data set ``label`` of the
+    suite's store, as :func:`compute` enters it (``auto``: nested CV when its cube has the
+    nested splits); what a running suite's page compares as each data set finishes.
+
+    The cube is read whole in this thread (Dask's synchronous scheduler), never through the
+    suite's cluster, whose workers are busy with the other data sets' fits: an InputError when
+    it is more than the reducers read into memory (``cvflow.reduce.in-memory-bytes``)."""
+    cube = report.workflow_view(open_cube(suite_store.member(store, label)))
+    if not fits_budget(cube.nbytes):
+        raise InputError(f"its cube ({cube.nbytes / 2**20:.0f} MiB) is more than a page reads "
+                         "into memory (cvflow.reduce.in-memory-bytes): `cvflow report` compares it")
+    cube = cube.load(scheduler=get_sync)
+    loss = cube.attrs["loss"]
+    if estimate == "auto":
+        estimate = "nested_cv" if _has_pairs(cube, loss) else "kfold"
+    return loss, estimate, learner_estimates(cube, loss, estimate)
+
+
+def answer_lines(chosen: dict[str, dict], losses: dict[str, str], estimate: str) -> list[str]:
+    """The comparison across the data sets of ``chosen`` (data set -> :func:`learner_estimates`
+    under ``estimate``; ``losses``: data set -> its loss) as :func:`text` leads with it: the
+    tests, the note on the estimate, the learners' numbers per data set."""
+    kinds = list(dict.fromkeys(losses.values()))
+    estimates, _, tuned, comparison, why = _compare(chosen, kinds)
+    lines = [f"{len(chosen)} data set(s), loss {_used(kinds)}"]
+    lines += comparison.describe() if comparison is not None else [f"no comparison across data sets: {why}"]
+    lines.append(f"note: {SELECTION[estimate]}" + (f" (tuned here: {', '.join(tuned)})" if tuned else ""))
+    lines.append(f"estimates ({estimate}):")
+    return lines + ["  " + row for row in estimates.to_string(float_format="{:.4g}".format).splitlines()]
 
 
 def text(suite: dict) -> str:
