@@ -214,6 +214,8 @@ def replace_lost_workers(client, connected: dict | None = None) -> int:
 
     A nanny restarts a worker that died, but gives up when the new one fails to start (under
     heavy load its start can time out): the run would then wait for workers that never come.
+    A worker still starting (its process alive) is waited for: the caller's deadline
+    (``no-worker-seconds``) bounds that wait.
     """
     from distributed.core import Status
 
@@ -224,11 +226,17 @@ def replace_lost_workers(client, connected: dict | None = None) -> int:
     if connected is None:             # the scheduler's workers, unless the caller just read them
         connected = client.scheduler_info().get("workers", {})
     names = {w.get("name") for w in connected.values()}
-    # a nanny that closed, or one whose worker is not connected (a worker that died while its
-    # nanny was still starting it is never restarted: the nanny waits on it for ever)
-    lost = [name for name, w in list(cluster.workers.items())
-            if getattr(w, "status", None) in (Status.closed, Status.failed)
-            or name not in names]
+    # DESIGN CHOICE: lost are a nanny the cluster dropped, one that closed, and one whose worker
+    # is not connected and not starting. SpecCluster closes and forgets (keeping its spec) a
+    # nanny whose worker stays away from the scheduler for distributed.deploy.lost-worker-
+    # timeout (15 s), its restart included, and never opens it again: at load 18 on 2 cores a
+    # worker's restart took 25-50 s, both nannies of a run whose fits kill their worker were
+    # dropped, none was replaced and the run stopped after no-worker-seconds ("StallError: no
+    # worker is connected"). A worker still starting is spared: replacing it every 30 s, as
+    # a start under load may take longer, would never let one connect. A worker that died while
+    # its nanny was starting it is not alive, and replaced.
+    lost = [name for name in spec if name not in cluster.workers or name not in names]
+    lost = [name for name in lost if not _starting(cluster.workers.get(name))]
     for name in lost:                  # forgotten: SpecCluster opens new ones (names reused)
         spec.pop(name, None)
         old = cluster.workers.pop(name, None)
@@ -237,6 +245,20 @@ def replace_lost_workers(client, connected: dict | None = None) -> int:
     if lost:
         cluster.scale(len(spec) + len(lost))
     return len(lost)
+
+
+def _starting(nanny) -> bool:
+    """Whether ``nanny`` (None: none) is open and starting its worker, whose process is alive."""
+    from distributed.core import Status
+
+    if nanny is None or getattr(nanny, "status", None) in (Status.closed, Status.failed,
+                                                             Status.closing):
+        return False
+    process = getattr(nanny, "process", None)        # a nanny's WorkerProcess; a SLURM job: None
+    try:
+        return process.status == Status.starting and process.is_alive()
+    except AttributeError:
+        return False
 
 
 # DESIGN CHOICE: the worker processes of a cluster started to reduce a cube (cvflow report
