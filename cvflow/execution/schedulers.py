@@ -21,16 +21,18 @@ import logging
 import os
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from ..errors import InputError
 from .. import config
-from . import dashboard_gate, interrupts, processes
+from . import dashboard_gate, interrupts, lost_workers, processes
 from .worker_session import spawning_loop
 from .dask_logs import quiet_dask
 from .jobqueue import import_jobqueue, slurm_kwargs
+from .lost_workers import replace_lost_workers
 from .profiles import (AUTO, REMOVED, THREADS, Route, decide, load_profile, cluster_name,
                        store_warning)
 from .threaded import ThreadedClient
@@ -206,59 +208,6 @@ def quiet_port(seconds: float) -> int | None:
     :meth:`cvflow.execution.profiles.Route.pick`."""
     return 0 if seconds >= float(config.get("cvflow.cluster.auto.dashboard_after_seconds")) \
         else None
-
-
-def replace_lost_workers(client, connected: dict | None = None) -> int:
-    """Start new workers in place of those of a cluster this process started (a
-    ``SpecCluster``: local, SLURM) whose nanny or job closed for good; their number.
-
-    A nanny restarts a worker that died, but gives up when the new one fails to start (under
-    heavy load its start can time out): the run would then wait for workers that never come.
-    A worker still starting (its process alive) is waited for: the caller's deadline
-    (``no-worker-seconds``) bounds that wait.
-    """
-    from distributed.core import Status
-
-    cluster = getattr(client, "cluster", None)
-    spec = getattr(cluster, "worker_spec", None)
-    if cluster is None or not isinstance(spec, dict):
-        return 0
-    if connected is None:             # the scheduler's workers, unless the caller just read them
-        connected = client.scheduler_info().get("workers", {})
-    names = {w.get("name") for w in connected.values()}
-    # DESIGN CHOICE: lost are a nanny the cluster dropped, one that closed, and one whose worker
-    # is not connected and not starting. SpecCluster closes and forgets (keeping its spec) a
-    # nanny whose worker stays away from the scheduler for distributed.deploy.lost-worker-
-    # timeout (15 s), its restart included, and never opens it again: at load 18 on 2 cores a
-    # worker's restart took 25-50 s, both nannies of a run whose fits kill their worker were
-    # dropped, none was replaced and the run stopped after no-worker-seconds ("StallError: no
-    # worker is connected"). A worker still starting is spared: replacing it every 30 s, as
-    # a start under load may take longer, would never let one connect. A worker that died while
-    # its nanny was starting it is not alive, and replaced.
-    lost = [name for name in spec if name not in cluster.workers or name not in names]
-    lost = [name for name in lost if not _starting(cluster.workers.get(name))]
-    for name in lost:                  # forgotten: SpecCluster opens new ones (names reused)
-        spec.pop(name, None)
-        old = cluster.workers.pop(name, None)
-        if old is not None and getattr(old, "status", None) not in (Status.closed, Status.failed):
-            cluster.loop.add_callback(old.close)       # in the background: it may be stuck
-    if lost:
-        cluster.scale(len(spec) + len(lost))
-    return len(lost)
-
-
-def _starting(nanny) -> bool:
-    """Whether ``nanny`` (None: none) is open and starting its worker, whose process is alive."""
-    from distributed.core import Status
-
-    if nanny is None or getattr(nanny, "status", None) in (Status.closed, Status.failed,
-                                                             Status.closing):
-        return False
-    process = getattr(nanny, "process", None)        # a nanny's WorkerProcess; a SLURM job: None
-    try:
-        return process.status == Status.starting and process.is_alive()
-    except AttributeError:
-        return False
 
 
 # DESIGN CHOICE: the worker processes of a cluster started to reduce a cube (cvflow report
@@ -459,7 +408,9 @@ def _started(factory, prof: dict, connect):
     middle by Ctrl-C, SIGTERM or SIGHUP (a cluster cut while it starts can no longer be
     closed: its workers were left behind); one that came meanwhile closes both, then is raised."""
     with interrupts.held() as noted:
+        t0 = time.monotonic()
         cluster = factory(prof)
+        lost_workers.started(cluster, time.monotonic() - t0)
         try:
             dashboard_gate.guard(cluster)        # its pages for the owner only
             client = connect(cluster)
