@@ -38,6 +38,7 @@ import numpy as np
 import pytest
 
 import fault_helpers as fh
+from cvflow import config as cvflow_config
 
 # The routes a user can name on one machine (`--cluster ROUTE`; "auto" is the default: no
 # flag). Edit this list when the execution layer's routes change (issue 22 removes `forked`).
@@ -49,6 +50,10 @@ HANG_BEFORE_REWRITE: tuple[str, ...] = ()
 # A hang detector, not a speed limit: a run takes 3-10 s on 2 quiet cores, ~4x that at load 20.
 DEADLINE = 120.0
 PARALLEL = 2                                       # runs at a time
+# a run whose fits kill their worker: each death costs a worker's restart, 25-50 s at load 18
+# on 2 cores (a run took 237 s there), and a run left without workers stops by itself after
+# the product's own deadline, no-worker-seconds: the hang detector waits that much longer
+NO_WORKER = float(cvflow_config.get("cvflow.execution.no-worker-seconds"))
 
 
 def _budget(runs: int) -> int:
@@ -394,7 +399,7 @@ def assert_culprit_failed(store: Path, message: str) -> None:
                 np.testing.assert_allclose(cube["pred"][h, s], expected, rtol=1e-10)
 
 
-@pytest.mark.timeout(_budget(1))
+@pytest.mark.timeout(_budget(1) + NO_WORKER)
 def test_fit_that_ends_its_process_is_recorded_failed_on_worker_processes(tmp_path):
     """A learner whose fit calls ``os._exit(3)`` for alpha = 10, run with ``--cluster local``
     (crash isolation is asked for: the default stays in this process for a study this short,
@@ -403,7 +408,7 @@ def test_fit_that_ends_its_process_is_recorded_failed_on_worker_processes(tmp_pa
     workflow = fh.faulty_workflow(tmp_path / "dying.yaml", "DyingRidge", "die_at", 10.0)
     store = tmp_path / "dying.zarr"
     outcome = run_process([*CVFLOW, "run", str(workflow), "--store", str(store), "--cluster", "local"],
-                          "dying fit", cwd=tmp_path)
+                          "dying fit", cwd=tmp_path, deadline=DEADLINE + NO_WORKER)
     assert_all_ended_well([outcome])
     assert_culprit_failed(store, r"exit (status|code) 3\b")
 

@@ -280,10 +280,14 @@ def test_a_scheduler_without_workers_is_given_up_with_one_line(store):
     assert len(lines) == 1 and "no worker connected within 2 s" in lines[0], lines
 
 
-def _sleep_idle(seconds: float) -> str:
+def _sleep_idle(seconds: float, gate: str | None = None) -> str:
+    """Wait without CPU for ``seconds``, or until the file ``gate`` exists."""
+    import os
     import time
 
-    time.sleep(seconds)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not (gate and os.path.exists(gate)):
+        time.sleep(0.1)
     return "woke"
 
 
@@ -311,18 +315,23 @@ def test_a_pass_under_a_client_without_workers_stops_and_says_what_it_waited_on(
 
 
 @pytest.mark.timeout(300)
-def test_a_stuck_pass_task_stops_with_its_stack_and_an_error_is_raised_as_is(cluster):
+def test_a_stuck_pass_task_stops_with_its_stack_and_an_error_is_raised_as_is(cluster, tmp_path):
     """A task that waits without using CPU (a hung read): StallError after config
     ``cvflow.reduce.stall-seconds`` with the task's stack; a task that raises: its exception."""
     from distributed import Client
 
     from cvflow.estimators.memory import compute_here
 
+    gate = tmp_path / "gate"          # the stuck task ends once the test saw the stop
     with Client(cluster) as client:
         client.wait_for_workers(2, timeout=120)
-        with dask.config.set({"cvflow.reduce.stall-seconds": 2}), \
-                pytest.raises(cvflow.errors.StallError) as caught:
-            compute_here([dask.delayed(_sleep_idle)(120)], parallel="cluster")
+        try:
+            with dask.config.set({"cvflow.reduce.stall-seconds": 2}), \
+                    pytest.raises(cvflow.errors.StallError) as caught:
+                compute_here([dask.delayed(_sleep_idle)(240, str(gate))], parallel="cluster")
+        finally:
+            # (the worker's close waited for the stuck task: 120 s of the test's 121 s)
+            gate.touch()
         message = str(caught.value)
         assert "1 of the reduction's 1 tasks not back, 2 workers idle" in message, message
         assert "_sleep_idle" in message and "cvflow.reduce.stall-seconds" in message, message

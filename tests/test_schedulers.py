@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 import warnings
 from pathlib import Path
 
@@ -261,6 +262,31 @@ def test_workers_whose_nanny_closed_for_good_are_replaced():
         client.wait_for_workers(2, timeout=120)
         assert nanny not in client.cluster.workers.values()    # a new nanny (its name may be reused)
         assert len(client.scheduler_info()["workers"]) == 2
+        assert client.submit(_double, 3).result() == 6
+        assert replace_lost_workers(client) == 0
+
+
+def test_workers_whose_nanny_the_cluster_dropped_are_replaced():
+    """distributed's SpecCluster closes and forgets a nanny whose worker stays away longer than
+    distributed.deploy.lost-worker-timeout (15 s: a restart under load, issue 44), keeping its
+    spec and never opening it again; such a worker is replaced, once (its replacement is waited
+    for while it starts), and the cluster has its two workers again."""
+    from cvflow.execution.schedulers import replace_lost_workers
+
+    with connect("local", workers=2, tls=False, options={"dashboard_port": None}) as client:
+        client.wait_for_workers(2, timeout=120)
+        cluster = client.cluster
+        name, nanny = next(iter(cluster.workers.items()))
+        cluster.sync(nanny.close)                       # what SpecCluster does, then forgets it
+        del cluster.workers[name]
+        deadline = time.monotonic() + 60
+        while len(client.scheduler_info()["workers"]) > 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert replace_lost_workers(client) == 1
+        assert replace_lost_workers(client) == 0         # the new one starting is waited for
+        client.wait_for_workers(2, timeout=120)
+        connected = {w["name"] for w in client.scheduler_info()["workers"].values()}
+        assert len(connected) == 2 and name not in connected    # a name never used
         assert client.submit(_double, 3).result() == 6
         assert replace_lost_workers(client) == 0
 

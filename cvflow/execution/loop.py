@@ -40,6 +40,7 @@ from .fit_cpu import FitCPU
 from .tasks import TaskContext, _value, run_block, time_fits, trial_fits
 from .. import stalls
 from . import interrupts
+from .lost_workers import replace_lost_workers
 
 log = logging.getLogger(__name__)
 
@@ -399,8 +400,6 @@ class Watchdog(stalls.Watchdog):
     def still_quiet(self, workers: dict, quiet: float) -> None:
         now = time.monotonic()
         if not workers and quiet > 30 and now - self.last_revived > 30:
-            from .schedulers import replace_lost_workers
-
             self.last_revived = now
             if replaced := replace_lost_workers(self.client, connected=workers):
                 log.warning("%d workers of this run's cluster were lost for good (their nanny "

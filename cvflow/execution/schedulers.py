@@ -21,16 +21,18 @@ import logging
 import os
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from ..errors import InputError
 from .. import config
-from . import dashboard_gate, interrupts, processes
+from . import dashboard_gate, interrupts, lost_workers, processes
 from .worker_session import spawning_loop
 from .dask_logs import quiet_dask
 from .jobqueue import import_jobqueue, slurm_kwargs
+from .lost_workers import replace_lost_workers
 from .profiles import (AUTO, REMOVED, THREADS, Route, decide, load_profile, cluster_name,
                        store_warning)
 from .threaded import ThreadedClient
@@ -206,37 +208,6 @@ def quiet_port(seconds: float) -> int | None:
     :meth:`cvflow.execution.profiles.Route.pick`."""
     return 0 if seconds >= float(config.get("cvflow.cluster.auto.dashboard_after_seconds")) \
         else None
-
-
-def replace_lost_workers(client, connected: dict | None = None) -> int:
-    """Start new workers in place of those of a cluster this process started (a
-    ``SpecCluster``: local, SLURM) whose nanny or job closed for good; their number.
-
-    A nanny restarts a worker that died, but gives up when the new one fails to start (under
-    heavy load its start can time out): the run would then wait for workers that never come.
-    """
-    from distributed.core import Status
-
-    cluster = getattr(client, "cluster", None)
-    spec = getattr(cluster, "worker_spec", None)
-    if cluster is None or not isinstance(spec, dict):
-        return 0
-    if connected is None:             # the scheduler's workers, unless the caller just read them
-        connected = client.scheduler_info().get("workers", {})
-    names = {w.get("name") for w in connected.values()}
-    # a nanny that closed, or one whose worker is not connected (a worker that died while its
-    # nanny was still starting it is never restarted: the nanny waits on it for ever)
-    lost = [name for name, w in list(cluster.workers.items())
-            if getattr(w, "status", None) in (Status.closed, Status.failed)
-            or name not in names]
-    for name in lost:                  # forgotten: SpecCluster opens new ones (names reused)
-        spec.pop(name, None)
-        old = cluster.workers.pop(name, None)
-        if old is not None and getattr(old, "status", None) not in (Status.closed, Status.failed):
-            cluster.loop.add_callback(old.close)       # in the background: it may be stuck
-    if lost:
-        cluster.scale(len(spec) + len(lost))
-    return len(lost)
 
 
 # DESIGN CHOICE: the worker processes of a cluster started to reduce a cube (cvflow report
@@ -437,7 +408,9 @@ def _started(factory, prof: dict, connect):
     middle by Ctrl-C, SIGTERM or SIGHUP (a cluster cut while it starts can no longer be
     closed: its workers were left behind); one that came meanwhile closes both, then is raised."""
     with interrupts.held() as noted:
+        t0 = time.monotonic()
         cluster = factory(prof)
+        lost_workers.started(cluster, time.monotonic() - t0)
         try:
             dashboard_gate.guard(cluster)        # its pages for the owner only
             client = connect(cluster)

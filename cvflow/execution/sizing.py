@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 import time
 
 import numpy as np
@@ -246,6 +247,17 @@ def gil_share(params: list, path_aware: bool = True) -> float:
 SHARE_ROUNDS, SHARE_SECONDS = 3, 1.0      # thread_bound_share's repeats, while that short
 
 
+def _queued(thread: int) -> float:
+    """Seconds the thread ``thread`` (a native id) of this process has waited for a CPU so
+    far, the time other processes took from it (Linux's ``/proc/self/task/ID/schedstat``); 0.0
+    where the kernel does not say."""
+    try:
+        with open(f"/proc/self/task/{thread}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def thread_bound_share(params: list, X, y, train: np.ndarray, *, positive=None,
                        path_aware: bool = True) -> float:
     """The share of a learner's fit time that two threads cannot run side by side, measured.
@@ -254,7 +266,9 @@ def thread_bound_share(params: list, X, y, train: np.ndarray, *, positive=None,
     thread each, as blocks fit): 0 when the pair takes as long as one (the fit releases the GIL:
     libsvm, tree builders, BLAS), 1 when twice as long (it holds the GIL). Called only for a
     study whose estimate says worker processes may pay, so the two fits' cost is small beside
-    it; on a busy machine the measure errs towards 1 (processes), the old assumption."""
+    it. Each time excludes the longest wait for a CPU of the measuring threads
+    (:func:`_queued`): on a busy machine what is left errs towards 1 (processes), the old
+    assumption, as the threads' waits need not overlap."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ..fitting.block import fit_block
@@ -263,29 +277,41 @@ def thread_bound_share(params: list, X, y, train: np.ndarray, *, positive=None,
     middle = [params[len(params) // 2]]
     rows = np.asarray(train, dtype=bool)[None, :]
 
-    def one(_=None) -> float:
+    def one(_=None) -> None:
         with one_openmp_thread_here():
-            t0 = time.perf_counter()
             fit_block(middle, X, y, rows, params_slice=slice(0, 1), splits_slice=slice(0, 1),
                       positive=positive, path_aware=path_aware)
-            return time.perf_counter() - t0
 
-    # DESIGN CHOICE: short fits are measured in up to SHARE_ROUNDS rounds (until
-    # SHARE_SECONDS have passed) and the fastest of each kind kept, as timeit does: another
-    # process taking a core during one pair read as a held GIL (a 150-ms sleeping fit measured
-    # 0.44 once at load 7 on 2 cores, in one round)
+    # DESIGN CHOICE: the time other processes take from the measuring threads is taken out:
+    # the longest of their waits for a CPU (the kernel's schedstat). The pair's wall time
+    # alone told a 50-ms sleeping fit from a spinning one at random at load 18 on 2 cores
+    # (shares of 0-1 for both, 15 tries); less each thread's wait, 0.00 and 0.99-1.67 in 12.
+    # Not their sum: threads waiting for the GIL wake every 5 ms and wait for a CPU beside
+    # the one holding it (a spinning pair's waits summed to 2-4x its wall time). Short fits
+    # are also measured in up to SHARE_ROUNDS rounds (until SHARE_SECONDS have passed) and the
+    # fastest of each kind kept, as timeit does.
     alone = both = np.inf
     start = time.perf_counter()
+    started = threading.Barrier(3, timeout=60)
     with trial_running(), ThreadPoolExecutor(2, thread_name_prefix="cvflow-timing") as pool:
+        # the pool's two threads started (each waits at the barrier), their ids known
+        ids = [pool.submit(lambda: (started.wait(), threading.get_native_id())[1])
+               for _ in range(2)]
+        started.wait()
+        threads = [threading.get_native_id(), *(f.result() for f in ids)]
+
+        def measured(run) -> float:
+            queued, t0 = [_queued(t) for t in threads], time.perf_counter()
+            run()
+            wall = time.perf_counter() - t0
+            return wall - max(_queued(t) - q for t, q in zip(threads, queued))
+
         for _ in range(SHARE_ROUNDS):
-            alone = min(alone, one())
-            t0 = time.perf_counter()
-            list(pool.map(one, range(2)))
-            both = min(both, time.perf_counter() - t0)
+            alone = min(alone, measured(one))
+            both = min(both, measured(lambda: list(pool.map(one, range(2)))))
             if time.perf_counter() - start > SHARE_SECONDS:
                 break
     return float(np.clip(both / max(alone, 1e-9) - 1.0, 0.0, 1.0))
-
 
 
 def _first_path(group: list) -> list:
