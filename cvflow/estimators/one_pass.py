@@ -166,6 +166,7 @@ class Plan:
     refs: list = field(default_factory=list)      # reference splits, in reference order
     ref_splits: list = field(default_factory=list)  # the split of each reference
     opened: str = ""                  # the store's opening this cube comes from (_pred_array)
+    layouts: dict = field(default_factory=dict)   # splits -> their Layout (pass_kernel)
 
     @property
     def shared(self) -> list[int]:
@@ -360,7 +361,14 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
         limit = max(1, min(CLUSTER_TASK_BYTES, budget // 4))
         threads = max(1, sum(active_client().nthreads().values()))
     else:
-        limit = max(1, min(TASK_BYTES, budget // (2 * threads)))
+        # DESIGN CHOICE: with pair splits a block of a store holds one stored chunk of params
+        # (a quarter of the task bytes: 250 params of one shard on the 10^6-fit cube), as its
+        # chain hands on each fold fit's float64 losses of those params (five of them: 8.8
+        # MB for 1000 params); an in-memory cube's blocks are views (not read), four times
+        # the task bytes
+        task = TASK_BYTES if "pair" not in plan.roles else \
+            TASK_BYTES // 4 if is_lazy(data) else 4 * TASK_BYTES
+        limit = max(1, min(task, budget // (2 * threads)))
     cell = int(np.prod(pred.shape[2:])) * pred.dtype.itemsize
     per_param_refs = 8 * len(plan.shared) * plan.y.shape[0] * len(decls)
     per_param = cell * min(split_chunk, n_splits)
@@ -383,7 +391,7 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
                              (_array_references, (data[params][:, ref_splits], plan, params.start)))
         per_split = cell * (params.stop - params.start)
         runs = _split_runs(list(plan.entries), split_chunk, per_split, limit)
-        for chain in _chains(plan, runs, fold_of, threads):
+        for chain in _chains(plan, runs, fold_of, -(-4 * threads // len(groups))):
             calls = []
             for s0, s1, splits, outside, keep in chain:
                 if location is not None:
@@ -405,15 +413,16 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
 
 
 # DESIGN CHOICE: with pair splits, a chain of at least this many blocks (one task), and at most
-# four chains a thread: a chain's first block reads again the fold splits its repeat cut by the
-# chain's start needs (one or two shards), so 20 blocks of one shard cost 5-10% more reads; four
-# chains a thread keep the threads equally busy when one runs slower (another process's load).
+# four chains a thread over the param groups: a chain's first block reads again the fold splits
+# its repeat cut by the chain's start needs (one or two shards), so 20 blocks of one shard cost
+# 5-10% more reads; four chains a thread keep the threads equally busy when one runs slower
+# (another process's load).
 CHAIN_BLOCKS = 20
 
 
-def _chains(plan: Plan, runs: list[tuple], fold_of: dict, threads: int) -> list[list[tuple]]:
+def _chains(plan: Plan, runs: list[tuple], fold_of: dict, most: int) -> list[list[tuple]]:
     """The blocks of ``runs`` (s0, s1, splits), each with (outside, keep), in chains of
-    consecutive blocks, one task each: [[(s0, s1, splits, outside, keep)]].
+    consecutive blocks (at most ``most``), one task each: [[(s0, s1, splits, outside, keep)]].
 
     A block's pair splits subtract fold fits' losses (:func:`_needed`): those of its own
     splits, those the block before in its chain hands on, and ``outside``, the others, read
@@ -430,7 +439,7 @@ def _chains(plan: Plan, runs: list[tuple], fold_of: dict, threads: int) -> list[
     needs = [_needed(plan, splits, fold_of) for _, _, splits in runs]
     if not any(needs):
         return [[(s0, s1, splits, [], [])] for s0, s1, splits in runs]
-    count = max(1, min(4 * threads, len(runs) // CHAIN_BLOCKS))
+    count = max(1, min(most, len(runs) // CHAIN_BLOCKS))
     size = -(-len(runs) // count)
     chains = []
     for lo in range(0, len(runs), size):

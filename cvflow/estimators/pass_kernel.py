@@ -95,9 +95,24 @@ class Layout:
     change_divisors: np.ndarray
     copies: list
 
+    def __post_init__(self) -> None:
+        # each column's (term, index arrays) as assemble takes them, made once
+        self.plain_keys = [[(term, tuple(np.array([j]) for j in index)) for term, index in columns]
+                           for columns in self.plain]
+        self.change_keys = [[(term, tuple(np.array([j]) for j in index))
+                             for term, index in columns] for columns in self.change]
+
 
 def block_layout(plan, splits: list[int]) -> Layout:
-    """The :class:`Layout` of a block of the store's splits ``splits``."""
+    """The :class:`Layout` of a block of the store's splits ``splits`` (made once per process
+    for the blocks of every param group: ``plan.layouts``)."""
+    key = tuple(splits)
+    if key not in plan.layouts:
+        plan.layouts[key] = _layout(plan, splits)
+    return plan.layouts[key]
+
+
+def _layout(plan, splits: list[int]) -> Layout:
     n = plan.y.shape[0]
     per_split = [_columns(plan, plan.entries.get(s, [])) for s in splits]
     width = max([len(plain) for plain, _, _ in per_split] + [1])
@@ -140,17 +155,6 @@ def _batched_sums(values: np.ndarray, matrix: np.ndarray, masks: np.ndarray,
     return sums
 
 
-def _change_sum(diff: np.ndarray, vector: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Σ_{i∈mask} diff_i of each row of ``diff`` (rows, n): ``diff @ vector`` (the mask as
-    0/1), a row a non-finite value spoils summed again within the mask."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        sums = diff @ vector
-    bad = ~np.isfinite(sums)
-    if bad.any():
-        sums[bad] = np.where(mask, diff[bad], 0.0).sum(axis=1)
-    return sums
-
-
 def block_sums(block: np.ndarray, plan, p0: int, splits: list[int], refs: dict | None = None,
                carry: dict | None = None, keep=()) -> tuple[list, dict]:
     """The contributions of one block of ``pred`` (params p0.., the store's splits ``splits``;
@@ -182,11 +186,16 @@ def block_sums(block: np.ndarray, plan, p0: int, splits: list[int], refs: dict |
     for decl in plan.decls:
         label = decl.label
         plain = np.empty((len(splits), rows_total, layout.matrix.shape[2]))
-        change = np.empty((len(splits), rows_total, depth))
+        change = np.zeros((len(splits), depth, rows_total))
+        # each change column's reference: (a position among the block's splits, None) or
+        # (None, its losses (p, n)), resolved once for the block
+        sources = [[_source(plan, int(layout.change_at[i, c]), position, carry, shared, refs,
+                            label) for c in range(len(columns))]
+                   for i, columns in enumerate(layout.change)]
         copies: dict[tuple, list] = {}
         for s in keep:
             kept[s][label] = carry[s][label] if s not in position else np.empty((rows_total, n))
-        buffer = np.empty((min(rows, rows_total), n)) if depth else None
+        diff = np.empty((min(rows, rows_total), n)) if depth else None
         for q in range(0, rows_total, rows):
             sub = block[q:q + rows]
             m = len(sub)
@@ -195,29 +204,22 @@ def block_sums(block: np.ndarray, plan, p0: int, splits: list[int], refs: dict |
                                 dtype=np.float64).transpose(1, 0, 2)       # (S, rows, n)
             plain[:, q:q + m] = _batched_sums(
                 losses, layout.matrix, layout.masks, layout.weights) / layout.divisors[:, None]
-            for i, columns in enumerate(layout.change):
-                for c in range(len(columns)):
-                    ref = _reference(plan, int(layout.change_at[i, c]), losses, position,
-                                     carry, shared, refs, label, q, m)
-                    diff = buffer[:m]
-                    with np.errstate(invalid="ignore"):     # inf - inf: its row is redone
-                        np.subtract(losses[i], ref, out=diff)
-                    np.abs(diff, out=diff)
-                    change[i, q:q + m, c] = _change_sum(
-                        diff, layout.change_vectors[i, c], layout.change_masks[i, c]
-                    ) / layout.change_divisors[i, c]
+            if depth:
+                _change_sums(losses, sources, layout, diff[:m], change[:, :, q:q + m], q)
             for s in keep:
                 if s in position:
                     kept[s][label][q:q + m] = losses[position[s]]
             for i, split_copies in enumerate(layout.copies):
                 for index, mask in split_copies:
                     copies.setdefault(index, []).append(losses[i][:, mask])
-        for sums, terms in ((plain, layout.plain), (change, layout.change)):
-            for i, columns in enumerate(terms):
-                for c, (term, index) in enumerate(columns):
-                    values = sums[i, :, c]
-                    out.append((label, term, tuple(np.array([j]) for j in index),
-                                values[:, None] if index else values))
+        change /= layout.change_divisors[:, :, None]
+        for i, columns in enumerate(layout.plain_keys):
+            for c, (term, index) in enumerate(columns):
+                values = plain[i, :, c]
+                out.append((label, term, index, values[:, None] if index else values))
+        for i, columns in enumerate(layout.change_keys):
+            for c, (term, index) in enumerate(columns):
+                out.append((label, term, index, change[i, c][:, None]))
         for (r, j), pieces in copies.items():
             where = np.flatnonzero(plan.member[r, j])
             out.append((label, "oof_loss", (np.full(where.size, r), where),
@@ -225,17 +227,39 @@ def block_sums(block: np.ndarray, plan, p0: int, splits: list[int], refs: dict |
     return out, kept
 
 
-def _reference(plan, at: int, losses: np.ndarray, position: dict, carry: dict, shared: dict,
-               refs, label: str, q: int, m: int) -> np.ndarray:
-    """The losses (m, n) of reference ``plan.refs[at]`` for the kernel block's params q..q+m: a
-    fold fit's from the block's own ``losses`` (S, m, n) or from ``carry``, a shared one (the
-    full fit's) from ``refs`` (``shared``: its position there)."""
+def _change_sums(losses: np.ndarray, sources: list, layout: Layout, diff: np.ndarray,
+                 change: np.ndarray, q: int) -> None:
+    """Σ_{i∈mask} |ℓ_i − ref_i| of every change column of a kernel block (params q..q+m) into
+    ``change`` (S, D, m): the difference into one buffer ``diff`` (m, n), its absolute value
+    summed by a matrix-vector product; a row a non-finite value spoils (0 · NaN, inf − inf)
+    summed again within its mask."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        for i, columns in enumerate(sources):
+            values = losses[i]
+            for c, (position, array) in enumerate(columns):
+                np.subtract(values, losses[position] if array is None else
+                            array[q:q + len(diff)], out=diff)
+                np.abs(diff, out=diff)
+                np.matmul(diff, layout.change_vectors[i, c], out=change[i, c])
+        bad = ~np.isfinite(change)
+        for i, c in zip(*np.nonzero(bad.any(axis=2))):
+            position, array = sources[i][c]
+            rows = np.flatnonzero(bad[i, c])
+            ref = losses[position][rows] if array is None else array[q + rows]
+            change[i, c, rows] = np.where(layout.change_masks[i, c],
+                                          np.abs(losses[i][rows] - ref), 0.0).sum(axis=1)
+
+
+def _source(plan, at: int, position: dict, carry: dict, shared: dict, refs, label: str):
+    """Where the losses of reference ``plan.refs[at]`` are: a fold fit's among the block's own
+    splits (its position, None) or in ``carry`` (None, losses (p, n)); a shared one (the full
+    fit's) in ``refs`` (``shared``: its position there)."""
     if plan.refs[at][0] == "fold":
         split = plan.ref_splits[at]
         if split in position:
-            return losses[position[split]]
-        return carry[split][label][q:q + m]
-    return refs[label][q:q + m, shared[at]]
+            return position[split], None
+        return None, carry[split][label]
+    return None, refs[label][:, shared[at]]
 
 
 def reference_losses(block: np.ndarray, plan, p0: int) -> dict[str, np.ndarray]:
