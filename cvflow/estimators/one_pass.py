@@ -25,7 +25,7 @@ of ``pred`` holds every param of a few splits; the run is a few MB). A task read
 itself (a store: by its location, ``cvflow.store.integrity.read``, so a worker process on
 another machine opens the store and reads its own chunks; a lazy cube that is not a store's
 own ``pred``: its dask slice; an in-memory cube: a numpy view), applies each loss in kernel
-blocks of :data:`KERNEL_BYTES`, and returns only the sums its
+blocks of :data:`cvflow.estimators.pass_kernel.KERNEL_BYTES`, and returns only the sums its
 splits contribute (params x roles, kilobytes). The graph is computed by
 :func:`cvflow.estimators.memory.compute_here` (``parallel="cluster"``): the active
 ``distributed.Client`` when the caller holds one, else Dask's threads in this process.
@@ -43,12 +43,11 @@ the same pass (P x R x n floats kept, as before). Two terms are not sums of one 
 ``inner_change`` (stability_nested: |ℓ(pair(t, l)) − ℓ(fold t)|) the fold fits' losses.
 The full fit's losses are read first by one task per param group (one split: one more read
 of its chunk only) and handed to the blocks that need them. A fold fit's losses are taken
-from the block that holds its fold split, beside its repeat's pair splits (a repeat's splits
-are consecutive in a store); a block whose pair splits' fold splits lie before it reads
-those splits again (runs of 4 x :data:`TASK_BYTES` for a pass with pairs: about one chunk
-in four; measured on a 10^6-fit cube with pair splits, kfold,corrected_kfold,
-stability_nested,nested_cv: 9.4 s CPU instead of 27 s when every param group read all the
-fold splits first). The rest of the cube is read once. Bates' inner folds are the pair
+from the block that holds its fold split and handed on along a *chain* of consecutive blocks
+(one task, :func:`_chains`) to the blocks whose pair splits subtract them (a repeat's splits
+are consecutive in a store but straddle its shards); only a chain's first block reads again
+the fold splits before it that its chain needs (one or two shards a chain). The rest of the
+cube is read once. Bates' inner folds are the pair
 splits (``inner_sum`` and ``oof``: one pass); the U-statistic's subset pairs (ustat,
 nadeau_bengio) read only the 2P subset splits of two params and keep their own reader.
 
@@ -361,13 +360,8 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
         limit = max(1, min(CLUSTER_TASK_BYTES, budget // 4))
         threads = max(1, sum(active_client().nthreads().values()))
     else:
-        # DESIGN CHOICE: with pair splits a block of a store holds one stored chunk of params
-        # (a quarter of the task bytes: 250 params of one shard on the 10^6-fit cube), as its
-        # chain hands on each fold fit's float64 losses of those params (five of them: 8.8
-        # MB for 1000 params); an in-memory cube's blocks are views (not read), four times
-        # the task bytes
-        task = TASK_BYTES if "pair" not in plan.roles else \
-            TASK_BYTES // 4 if is_lazy(data) else 4 * TASK_BYTES
+        # an in-memory cube's blocks with pair splits are views (not read): four times as big
+        task = 4 * TASK_BYTES if "pair" in plan.roles and not is_lazy(data) else TASK_BYTES
         limit = max(1, min(task, budget // (2 * threads)))
     cell = int(np.prod(pred.shape[2:])) * pred.dtype.itemsize
     per_param_refs = 8 * len(plan.shared) * plan.y.shape[0] * len(decls)
@@ -377,6 +371,14 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
         size = param_chunk          # a whole stored chunk, within half the budget: read once
     if plan.shared:
         size = min(size, (budget // 2) // per_param_refs)
+    if "pair" in plan.roles and is_lazy(data):
+        # DESIGN CHOICE: with pair splits a lazy cube's param group is one stored chunk of
+        # params (250 on the 10^6-fit cube, blocks of three shards): its chains hand on each
+        # fold fit's float64 losses of the group's params (up to five: 17.7 MB for 1000
+        # params). Measured on the pairs cube, pass alone, 2 threads (load 18-22): 1000 params
+        # x 3 shards 4.4-5.3 s CPU, 0.33 GiB peak; 250 x 3 shards 4.9-5.0 s, 0.31-0.33 GiB;
+        # 250 x 1 shard 6.0-6.6 s (four times the reads and kernel calls), 0.27 GiB.
+        size = min(size, param_chunk)
     groups = _param_groups(n_params, param_chunk, max(1, size))
     ref_splits = [plan.ref_splits[i] for i in plan.shared]
     fold_of = dict(zip(plan.refs, plan.ref_splits))
