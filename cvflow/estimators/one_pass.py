@@ -165,7 +165,6 @@ class Plan:
     refs: list = field(default_factory=list)      # reference splits, in reference order
     ref_splits: list = field(default_factory=list)  # the split of each reference
     opened: str = ""                  # the store's opening this cube comes from (_pred_array)
-    layouts: dict = field(default_factory=dict)   # splits -> their Layout (pass_kernel)
 
     @property
     def shared(self) -> list[int]:
