@@ -229,10 +229,19 @@ def _change_sums(losses: np.ndarray, sources: list, layout: Layout, diff: np.nda
     summed by a matrix-vector product; a row a non-finite value spoils (0 · NaN, inf − inf)
     summed again within its mask."""
     with np.errstate(invalid="ignore", over="ignore"):
-        for i, columns in enumerate(sources):
-            values = losses[i]
-            for c, (position, array) in enumerate(columns):
-                np.subtract(values, losses[position] if array is None else
+        for c in range(change.shape[1]):
+            users = [i for i, columns in enumerate(sources) if c < len(columns)]
+            array = sources[users[0]][c][1] if users else None
+            if len(users) > 1 and array is not None and \
+                    all(sources[i][c][1] is array for i in users):
+                # one reference for every split (stability's full fit): broadcast, batched
+                wide = np.abs(np.subtract(losses, array[q:q + len(diff)]))
+                sums = np.matmul(wide, layout.change_vectors[:, c, :, None])[:, :, 0]
+                change[users, c] = sums[users]
+                continue
+            for i in users:
+                position, array = sources[i][c]
+                np.subtract(losses[i], losses[position] if array is None else
                             array[q:q + len(diff)], out=diff)
                 np.abs(diff, out=diff)
                 np.matmul(diff, layout.change_vectors[i, c], out=change[i, c])
