@@ -167,7 +167,12 @@ def nested_choice(criterion: np.ndarray, outer_sum: np.ndarray, sizes: np.ndarra
     """
     extra = (None,) * (criterion.ndim - 3)
     sums = outer_sum[(...,) + extra]
-    chosen = argmin_first(np.where(np.isnan(sums), np.nan, criterion), axis=0)
+    # one trailing index at a time (a λ grid: no masked copy of the whole criterion)
+    width = int(np.prod(criterion.shape[3:]))
+    flat = criterion.reshape(tuple(criterion.shape[:3]) + (width,))
+    failed = np.isnan(outer_sum)
+    chosen = np.stack([argmin_first(np.where(failed, np.nan, flat[..., e]), axis=0)
+                       for e in range(width)], axis=-1).reshape(criterion.shape[1:])
     picked = np.take_along_axis(np.broadcast_to(sums, criterion.shape),
                                 np.maximum(chosen, 0)[None], axis=0)[0]
     m = np.where(chosen >= 0, picked, np.nan)

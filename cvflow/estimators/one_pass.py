@@ -25,7 +25,7 @@ of ``pred`` holds every param of a few splits; the run is a few MB). A task read
 itself (a store: by its location, ``cvflow.store.integrity.read``, so a worker process on
 another machine opens the store and reads its own chunks; a lazy cube that is not a store's
 own ``pred``: its dask slice; an in-memory cube: a numpy view), applies each loss in kernel
-blocks of :data:`KERNEL_BYTES`, and returns only the sums its
+blocks of :data:`cvflow.estimators.pass_kernel.KERNEL_BYTES`, and returns only the sums its
 splits contribute (params x roles, kilobytes). The graph is computed by
 :func:`cvflow.estimators.memory.compute_here` (``parallel="cluster"``): the active
 ``distributed.Client`` when the caller holds one, else Dask's threads in this process.
@@ -43,12 +43,11 @@ the same pass (P x R x n floats kept, as before). Two terms are not sums of one 
 ``inner_change`` (stability_nested: |ℓ(pair(t, l)) − ℓ(fold t)|) the fold fits' losses.
 The full fit's losses are read first by one task per param group (one split: one more read
 of its chunk only) and handed to the blocks that need them. A fold fit's losses are taken
-from the block that holds its fold split, beside its repeat's pair splits (a repeat's splits
-are consecutive in a store); a block whose pair splits' fold splits lie before it reads
-those splits again (runs of 4 x :data:`TASK_BYTES` for a pass with pairs: about one chunk
-in four; measured on a 10^6-fit cube with pair splits, kfold,corrected_kfold,
-stability_nested,nested_cv: 9.4 s CPU instead of 27 s when every param group read all the
-fold splits first). The rest of the cube is read once. Bates' inner folds are the pair
+from the block that holds its fold split and handed on along a *chain* of consecutive blocks
+(one task, :func:`_chains`) to the blocks whose pair splits subtract them (a repeat's splits
+are consecutive in a store but straddle its shards); only a chain's first block reads again
+the fold splits before it that its chain needs (one or two shards a chain). The rest of the
+cube is read once. Bates' inner folds are the pair
 splits (``inner_sum`` and ``oof``: one pass); the U-statistic's subset pairs (ustat,
 nadeau_bengio) read only the 2P subset splits of two params and keep their own reader.
 
@@ -70,8 +69,9 @@ from .. import config
 from ..errors import InputError
 from . import np_roles
 from .cube_losses import cube_classes, pointwise
-from .losses import Loss, apply_loss
-from .memory import CLUSTER_TASK_BYTES, compute_here, is_lazy, on_cluster
+from .losses import Loss
+from .memory import CLUSTER_TASK_BYTES, active_client, compute_here, is_lazy, on_cluster
+from .pass_kernel import block_sums, reference_losses
 from .pass_reads import _pred_array, read_store_block  # noqa: F401 - tests count the reads
 from .split_tables import full_split_index, require
 
@@ -82,11 +82,6 @@ from .split_tables import full_split_index, require
 # shards are merged up to this; 32 MB (three such shards a task) raised the report's peak
 # memory from 0.58 to 0.67 GB (glibc keeps the freed blocks of each thread's arena).
 TASK_BYTES = 8 * 2**20
-# the kernel's temporaries: the float64 losses of a sub-block of params on the task's splits.
-# DESIGN CHOICE: 4 MB (about 60 params of 18 splits of 442 samples): measured on one block of
-# the 10^6-fit cube, 1-8 MB take the same CPU, 16-32 MB 1.4-1.6x more (out of cache).
-KERNEL_BYTES = 4 * 2**20
-
 ROLES = ("full", "fold", "pair", "oof", "change", "train")
 
 
@@ -250,242 +245,39 @@ def term_shapes(plan: Plan, n_params: int) -> dict[str, tuple]:
 
 
 # ----------------------------------------------------------------------------------------
-# the kernel: one block's contributions (module-level, runs on any worker)
-# ----------------------------------------------------------------------------------------
-
-def _columns(plan: Plan, entries: list[tuple]):
-    """The sums one split contributes: ``plain`` [(term, index, mask, weight, divisor)] are
-    Σ_{i∈mask} w_i ℓ_i / divisor; ``change`` [(term, index, mask, ref position, divisor)] are
-    Σ_{i∈mask} |ℓ_i − ref_i| / divisor; ``copies`` [((r, j), mask)]: oof rows."""
-    member, analysis, w = plan.member, plan.analysis, plan.weights
-    n_d = analysis.sum()
-    plain, change, copies = [], [], []
-    for entry in entries:
-        if entry[0] == "full":
-            plain.append(("full_risk", (), analysis, None, n_d))
-            if plan.test.any():
-                plain.append(("test_risk", (), plan.test, None, plan.test.sum()))
-        elif entry[0] == "fold":
-            _, r, j = entry
-            d_weight = n_d if w is None else (analysis * w).sum()
-            plain.append(("fold_sum", (r, j), member[r, j], w, 1.0))
-            plain.append(("fold_risk", (r, j), analysis, w, d_weight))
-            if "train" in plan.roles:
-                plain.append(("train_sum", (r, j), ~member[r, j] & analysis, w, 1.0))
-            if "change" in plan.roles:
-                change.append(("fold_change", (r, j), analysis, plan.refs.index(("full",)), n_d))
-            if "oof" in plan.roles:
-                copies.append(((r, j), member[r, j]))
-        else:
-            _, r, t, l = entry
-            rest = analysis & ~member[r, t]
-            plain.append(("inner_sum", (r, t, l), member[r, l], None, 1.0))
-            change.append(("inner_change", (r, t, l), rest, plan.refs.index(("fold", r, t)),
-                           rest.sum()))
-    return plain, change, copies
-
-
-def _redo_bad_rows(out: np.ndarray, values: np.ndarray, masks: np.ndarray,
-                   weights: np.ndarray) -> None:
-    """Sum again, mask by mask, the rows of ``out`` (rows, C) that a non-finite value made
-    non-finite in every column: ``out`` is ``values @ matrix`` (the weights within the masks, 0
-    outside), and 0 · NaN and 0 · inf are NaN, so a row holding one is redone here
-    (np_roles.masked_sum's rule: a value outside the mask never counts)."""
-    bad = ~np.isfinite(out).all(axis=1)
-    if bad.any():
-        rows = values[bad]
-        out[bad] = np.stack([(np.where(m, rows, 0.0) * w).sum(axis=1)
-                             for m, w in zip(masks, weights)], axis=1)
-
-
-@dataclass
-class Layout:
-    """A block's sums as arrays (see :func:`_columns`), every split's columns stacked for one
-    batched matrix product (split, params, samples) @ (split, samples, columns):
-
-    - plain sums: ``matrix`` (S, n, C) the weights within each column's mask (zero where a
-      split has fewer columns), ``masks`` and ``weights`` (S, C, n) for the rows a non-finite
-      value spoils, ``divisors`` (S, C), ``plain[s]`` the (term, index) of split s's columns;
-    - change sums Σ |ℓ − ref|: ``change_matrix`` (S, n, D) the masks as 0/1, ``change_at``
-      (S, D) the reference each column subtracts, ``change_divisors`` (S, D), ``change[s]``
-      the (term, index) of split s's change columns;
-    - ``copies[s]``: the oof copies [((r, j), mask)] of split s."""
-
-    plain: list
-    matrix: np.ndarray
-    masks: np.ndarray
-    weights: np.ndarray
-    divisors: np.ndarray
-    change: list
-    change_matrix: np.ndarray
-    change_at: np.ndarray
-    change_divisors: np.ndarray
-    copies: list
-
-
-def block_layout(plan: Plan, splits: list[int]) -> Layout:
-    """The :class:`Layout` of a block of the store's splits ``splits``."""
-    n = plan.y.shape[0]
-    per_split = [_columns(plan, plan.entries.get(s, [])) for s in splits]
-    width = max([len(plain) for plain, _, _ in per_split] + [1])
-    masks = np.zeros((len(splits), width, n), dtype=bool)
-    weights = np.ones((len(splits), width, n))
-    divisors = np.ones((len(splits), width))
-    depth = max([len(change) for _, change, _ in per_split] + [0])
-    change_masks = np.zeros((len(splits), depth, n))
-    change_at = np.zeros((len(splits), depth), dtype=int)
-    change_divisors = np.ones((len(splits), depth))
-    for position, (plain, change, _) in enumerate(per_split):
-        for c, (_, _, mask, weight, divisor) in enumerate(plain):
-            masks[position, c] = mask
-            if weight is not None:
-                weights[position, c] = weight
-            divisors[position, c] = divisor
-        for c, (_, _, mask, at, divisor) in enumerate(change):
-            change_masks[position, c] = mask
-            change_at[position, c] = at
-            change_divisors[position, c] = divisor
-    return Layout([[(c[0], c[1]) for c in plain] for plain, _, _ in per_split],
-                  np.where(masks, weights, 0.0).transpose(0, 2, 1).copy(), masks, weights,
-                  divisors, [[(c[0], c[1]) for c in change] for _, change, _ in per_split],
-                  change_masks.transpose(0, 2, 1).copy(), change_at, change_divisors,
-                  [copies for _, _, copies in per_split])
-
-
-def _batched_sums(values: np.ndarray, matrix: np.ndarray, masks: np.ndarray,
-                  weights: np.ndarray) -> np.ndarray:
-    """(S, rows, n) @ (S, n, C) -> (S, rows, C), the rows a non-finite value spoils summed
-    again mask by mask (:func:`_redo_bad_rows`)."""
-    sums = np.empty(values.shape[:2] + matrix.shape[2:])
-    with np.errstate(invalid="ignore", over="ignore"):      # the bad rows are redone below
-        # a matrix-vector product a column: 2.5x faster than numpy's batched product with
-        # a few columns (measured: 18 splits x 263 params x 442 samples, 2 columns)
-        for c in range(matrix.shape[2]):
-            sums[:, :, c] = np.matmul(values, matrix[:, :, c:c + 1])[:, :, 0]
-    for position in np.flatnonzero(~np.isfinite(sums).all(axis=(1, 2))):
-        _redo_bad_rows(sums[position], values[position], masks[position], weights[position])
-    return sums
-
-
-def block_sums(block: np.ndarray, plan: Plan, p0: int, splits: list[int],
-               refs: dict | None = None, outside=None) -> list[tuple]:
-    """The contributions of one block of ``pred`` (params p0.., the store's splits ``splits``;
-    shape (p, len(splits), n[, C])) to the terms: a list of (loss label, term, index arrays,
-    values (p, m)) that :func:`assemble` writes at ``[p0:p0 + p, *index arrays]``.
-
-    ``refs``: loss label -> the shared reference losses (p, len(plan.shared), n) of these
-    params (:func:`_references`); ``outside``: (fold splits, label -> their losses (p, m, n))
-    the block's pair splits subtract but that are not among ``splits``.
-
-    The losses of a kernel block of params (about :data:`KERNEL_BYTES` of float64) are
-    computed on all the block's splits at once, and every split's sums come from batched
-    matrix products (:class:`Layout`).
-    """
-    block = np.asarray(block)
-    rows_total, n = block.shape[0], plan.y.shape[0]
-    rows = max(1, KERNEL_BYTES // max(1, 8 * n * len(splits) * 2))
-    layout = block_layout(plan, splits)
-    depth = layout.change_matrix.shape[2]
-    change_masks = layout.change_matrix.transpose(0, 2, 1) > 0
-    ones = np.ones_like(change_masks, dtype=np.float64)
-    out = []
-    for decl in plan.decls:
-        plain = np.empty((len(splits), rows_total, layout.matrix.shape[2]))
-        change = np.empty((len(splits), rows_total, depth))
-        copies: dict[tuple, list] = {}
-        for q in range(0, rows_total, rows):
-            sub = block[q:q + rows]
-            losses = np.asarray(apply_loss(decl, plan.y, sub, plan.classes,
-                                           plan.outputs[p0 + q:p0 + q + len(sub)]),
-                                dtype=np.float64).transpose(1, 0, 2)       # (S, rows, n)
-            plain[:, q:q + len(sub)] = _batched_sums(
-                losses, layout.matrix, layout.masks, layout.weights) / layout.divisors[:, None]
-            for c in range(depth):
-                shared = refs[decl.label][q:q + rows] if refs is not None else None
-                more = None if outside is None else \
-                    (outside[0], outside[1][decl.label][q:q + rows])
-                ref = _references(plan, layout, c, losses, shared, splits, more)
-                with np.errstate(invalid="ignore"):     # inf - inf: its rows are redone
-                    diff = np.subtract(losses, ref)
-                np.abs(diff, out=diff)
-                change[:, q:q + len(sub), c] = _batched_sums(
-                    diff, layout.change_matrix[:, :, c:c + 1], change_masks[:, c:c + 1],
-                    ones[:, c:c + 1])[:, :, 0] / layout.change_divisors[:, None, c]
-            for position, split_copies in enumerate(layout.copies):
-                for index, mask in split_copies:
-                    copies.setdefault(index, []).append(losses[position][:, mask])
-        for sums, terms in ((plain, layout.plain), (change, layout.change)):
-            for position, columns in enumerate(terms):
-                for c, (term, index) in enumerate(columns):
-                    values = sums[position, :, c]
-                    out.append((decl.label, term, tuple(np.array([i]) for i in index),
-                                values[:, None] if index else values))
-        for (r, j), pieces in copies.items():
-            where = np.flatnonzero(plan.member[r, j])
-            out.append((decl.label, "oof_loss", (np.full(where.size, r), where),
-                        np.concatenate(pieces)))
-    return out
-
-
-def _references(plan: Plan, layout: Layout, c: int, losses: np.ndarray, shared,
-                splits: list[int], outside=None):
-    """The losses each split's change column ``c`` subtracts, (S, rows, n) or (1, rows, n): a
-    shared reference (the full fit's) from ``shared`` (rows, len(plan.shared), n), a fold
-    fit's from this block's own ``losses`` (S, rows, n) of ``splits`` or, for a fold split
-    before the block, from ``outside`` (its splits, their losses (rows, m, n)); a split
-    without a column ``c`` (zero weight) subtracts its own losses."""
-    at = layout.change_at[:, c]
-    real = [c < len(columns) for columns in layout.change]
-    used = {int(a) for a, r in zip(at, real) if r}
-    if len(used) == 1 and not plan.refs[next(iter(used))][0] == "fold":
-        # one reference for every split (stability's full fit): broadcast, not copied
-        return shared[None, :, plan.shared.index(next(iter(used)))]
-    where = {split: losses[position] for position, split in enumerate(splits)}
-    if outside is not None:
-        where.update({split: outside[1][:, i] for i, split in enumerate(outside[0])})
-    return np.stack([losses[position] if not r else
-                     where[plan.ref_splits[a]] if plan.refs[a][0] == "fold" else
-                     shared[:, plan.shared.index(a)]
-                     for position, (a, r) in enumerate(zip(at, real))])
-
-
-def reference_losses(block: np.ndarray, plan: Plan, p0: int) -> dict[str, np.ndarray]:
-    """The losses of the shared reference splits (block (p, len(plan.shared), n[, C])): label ->
-    array."""
-    block = np.asarray(block)
-    return {decl.label: np.asarray(apply_loss(decl, plan.y, block, plan.classes,
-                                              plan.outputs[p0:p0 + len(block)]),
-                                   dtype=np.float64)
-            for decl in plan.decls}
-
-
-# ----------------------------------------------------------------------------------------
 # reading a block: a store by its location, a dask slice, or a numpy view
 # ----------------------------------------------------------------------------------------
 
-def _store_block_sums(location, plan, params, s0, s1, splits, outside, refs=None):
+def _store_block_sums(location, plan, params, s0, s1, splits, outside, keep, refs=None,
+                      carry=None):
     block = read_store_block(location, params, slice(s0, s1), plan.opened)
     extra = None if not outside else \
         read_store_block(location, params, outside, plan.opened)
     return block_sums(_pick(block, s0, splits), plan, params.start, splits, refs,
-                      _outside_losses(extra, plan, params.start, outside))
+                      _with_outside(carry, extra, plan, params.start, outside), keep)
 
 
-def _array_block_sums(block, plan, p0, s0, splits, extra, outside, refs=None):
+def _array_block_sums(block, plan, p0, s0, splits, extra, outside, keep, refs=None, carry=None):
     return block_sums(_pick(np.asarray(block), s0, splits), plan, p0, splits, refs,
-                      _outside_losses(extra, plan, p0, outside))
+                      _with_outside(carry, extra, plan, p0, outside), keep)
 
 
-def _outside(plan: Plan, splits: list[int], s0: int, s1: int) -> list[int]:
-    """The fold splits the pair splits among ``splits`` subtract that are not in s0..s1."""
-    needed = {plan.ref_splits[plan.refs.index(("fold", e[1], e[2]))]
-              for s in splits for e in plan.entries[s] if e[0] == "pair"}
-    return sorted(f for f in needed if not s0 <= f < s1)
+def _needed(plan: Plan, splits: list[int], fold_of: dict) -> set[int]:
+    """The fold splits the pair splits among ``splits`` subtract (``fold_of``: reference ->
+    its split)."""
+    return {fold_of[("fold", e[1], e[2])] for s in splits for e in plan.entries[s]
+            if e[0] == "pair"}
 
 
-def _outside_losses(extra, plan: Plan, p0: int, outside: list[int]):
-    """(splits, label -> their losses (p, len(splits), n)), or None."""
-    return None if not outside else (outside, reference_losses(extra, plan, p0))
+def _with_outside(carry, extra, plan: Plan, p0: int, outside: list[int]) -> dict:
+    """The losses handed on (fold split -> label -> (p, n)) and those of the fold splits read
+    here (``extra``, the block (p, len(outside), n[, C]) of the splits ``outside``)."""
+    carry = dict(carry or {})
+    if outside:
+        losses = reference_losses(extra, plan, p0)
+        for i, split in enumerate(outside):
+            carry[split] = {label: values[:, i] for label, values in losses.items()}
+    return carry
 
 
 def _pick(block: np.ndarray, s0: int, splits: list[int]) -> np.ndarray:
@@ -562,15 +354,13 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
     if location is not None:
         _refuse_missing(cube, location, split_chunk, list(plan.entries) + plan.ref_splits)
     budget = int(config.get("cvflow.reduce.in-memory-bytes"))
+    threads = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
     if is_lazy(data) and on_cluster():       # a worker's memory is its own (memory.py)
         limit = max(1, min(CLUSTER_TASK_BYTES, budget // 4))
+        threads = max(1, sum(active_client().nthreads().values()))
     else:
-        threads = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
-        # DESIGN CHOICE: with pairs, a block reads again the fold splits its pair splits
-        # subtract that lie before it (a repeat's 5 fold and 10 pair splits straddle shards):
-        # four times the task bytes, so that is about one chunk in four, not one in one (a
-        # cluster's tasks are as big already)
-        task = 4 * TASK_BYTES if "pair" in plan.roles else TASK_BYTES
+        # an in-memory cube's blocks with pair splits are views (not read): four times as big
+        task = 4 * TASK_BYTES if "pair" in plan.roles and not is_lazy(data) else TASK_BYTES
         limit = max(1, min(task, budget // (2 * threads)))
     cell = int(np.prod(pred.shape[2:])) * pred.dtype.itemsize
     per_param_refs = 8 * len(plan.shared) * plan.y.shape[0] * len(decls)
@@ -580,39 +370,109 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
         size = param_chunk          # a whole stored chunk, within half the budget: read once
     if plan.shared:
         size = min(size, (budget // 2) // per_param_refs)
+    if "pair" in plan.roles and is_lazy(data):
+        # DESIGN CHOICE: with pair splits a lazy cube's param group is one stored chunk of
+        # params (250 on the 10^6-fit cube, blocks of three shards): its chains hand on each
+        # fold fit's float64 losses of the group's params (up to five: 17.7 MB for 1000
+        # params). Measured on the pairs cube, pass alone, 2 threads (load 18-22): 1000 params
+        # x 3 shards 4.4-5.3 s CPU, 0.33 GiB peak; 250 x 3 shards 4.9-5.0 s, 0.31-0.33 GiB;
+        # 250 x 1 shard 6.0-6.6 s (four times the reads and kernel calls), 0.27 GiB.
+        size = min(size, param_chunk)
     groups = _param_groups(n_params, param_chunk, max(1, size))
     ref_splits = [plan.ref_splits[i] for i in plan.shared]
-    # the calls: one reference call per param group (if any), one block call per run of chunks
+    fold_of = dict(zip(plan.refs, plan.ref_splits))
+    # the calls: one reference call per param group (if any), one chain of block calls per run
+    # of consecutive chunks (:func:`_chains`)
     references: dict[int, tuple] = {}
-    blocks: list[tuple] = []          # (group, function, arguments, wants references)
+    chains: list[tuple] = []          # (group, [(function, arguments, wants references)])
     for g, params in enumerate(groups):
         if plan.shared:
             references[g] = ((_store_references, (location, plan, params, ref_splits))
                              if location is not None else
                              (_array_references, (data[params][:, ref_splits], plan, params.start)))
         per_split = cell * (params.stop - params.start)
-        for s0, s1, splits in _split_runs(list(plan.entries), split_chunk, per_split, limit):
-            wants = any(_needs_refs(plan, s) for s in splits)
-            outside = _outside(plan, splits, s0, s1)
-            if location is not None:
-                call = (_store_block_sums, (location, plan, params, s0, min(s1, n_splits), splits,
-                                            outside))
-            else:      # a contiguous view (numpy) or slice (dask) of whole chunks; the task picks
-                call = (_array_block_sums, (data[params, s0:s1], plan, params.start, s0, splits,
-                                            data[params][:, outside] if outside else None,
-                                            outside))
-            blocks.append((g, *call, wants))
-    results = _run(references, blocks, plan, in_memory=not is_lazy(data), small=len(blocks) <= 2)
+        runs = _split_runs(list(plan.entries), split_chunk, per_split, limit)
+        for chain in _chains(plan, runs, fold_of, -(-4 * threads // len(groups))):
+            calls = []
+            for s0, s1, splits, outside, keep in chain:
+                if location is not None:
+                    call = (_store_block_sums, (location, plan, params, s0, min(s1, n_splits),
+                                                splits, outside, keep))
+                else:  # a contiguous view (numpy) or slice (dask) of whole chunks; the task picks
+                    call = (_array_block_sums, (data[params, s0:s1], plan, params.start, s0,
+                                                splits, data[params][:, outside] if outside
+                                                else None, outside, keep))
+                calls.append((*call, any(_needs_refs(plan, s) for s in splits)))
+            chains.append((g, calls))
+    results = _run(references, chains, plan, in_memory=not is_lazy(data),
+                   small=sum(len(calls) for _, calls in chains) <= 2)
     by_label = {decl.label: out[decl] for decl in decls}
-    for (g, *_), contributions in zip(blocks, results):
-        assemble(by_label, groups[g], contributions)
+    for (g, _), chain_results in zip(chains, results):
+        for contributions in chain_results:
+            assemble(by_label, groups[g], contributions)
     return out
 
 
-def _run(references: dict, blocks: list, plan: Plan, *, in_memory: bool, small: bool) -> list:
-    """The block calls' results, in order: called here when the cube is in memory and small (a
-    graph's few ms would be most of the work), else as one Dask graph computed by
-    :func:`cvflow.estimators.memory.compute_here`.
+# DESIGN CHOICE: with pair splits, a chain of at least this many blocks (one task), and at most
+# four chains a thread over the param groups: a chain's first block reads again the fold splits
+# its repeat cut by the chain's start needs (one or two shards), so 20 blocks of one shard cost
+# 5-10% more reads; four chains a thread keep the threads equally busy when one runs slower
+# (another process's load).
+CHAIN_BLOCKS = 20
+
+
+def _chains(plan: Plan, runs: list[tuple], fold_of: dict, most: int) -> list[list[tuple]]:
+    """The blocks of ``runs`` (s0, s1, splits), each with (outside, keep), in chains of
+    consecutive blocks (at most ``most``), one task each: [[(s0, s1, splits, outside, keep)]].
+
+    A block's pair splits subtract fold fits' losses (:func:`_needed`): those of its own
+    splits, those the block before in its chain hands on, and ``outside``, the others, read
+    by the task (a chain's first block reads those its chain needs from before it: the fold
+    splits of a repeat cut by the chain's start). ``keep``: the fold splits whose losses the
+    block hands on, those a later block of its chain needs. Without pair splits every block is
+    a chain of its own (independent tasks).
+
+    DESIGN CHOICE: a repeat's 5 fold and 10 pair splits straddle the store's shards (15 splits
+    a repeat, 6 a shard on the 10^6-fit cube): a block that read again the fold splits before
+    it decoded 66 more shards than the cube's 166 (blocks of 3 shards); handed on along a
+    chain, only a chain's first block reads some again (see :data:`CHAIN_BLOCKS`).
+    """
+    needs = [_needed(plan, splits, fold_of) for _, _, splits in runs]
+    if not any(needs):
+        return [[(s0, s1, splits, [], [])] for s0, s1, splits in runs]
+    count = max(1, min(most, len(runs) // CHAIN_BLOCKS))
+    size = -(-len(runs) // count)
+    chains = []
+    for lo in range(0, len(runs), size):
+        hi = min(lo + size, len(runs))
+        carried: set[int] = set()
+        chain = []
+        for b in range(lo, hi):
+            s0, s1, splits = runs[b]
+            later = set().union(*needs[b + 1:hi])
+            own = set(splits)
+            outside = sorted((needs[b] | {f for f in later if f < s0}) - own - carried)
+            keep = sorted(later & (own | carried | set(outside)))
+            chain.append((s0, s1, splits, outside, keep))
+            carried = set(keep)
+        chains.append(chain)
+    return chains
+
+
+def _chain_sums(calls: list, refs=None) -> list:
+    """The contributions of a chain's block calls, in order, each handing the fold losses it
+    keeps to the next."""
+    results, carry = [], None
+    for function, args, wants in calls:
+        sums, carry = function(*args, refs if wants else None, carry)
+        results.append(sums)
+    return results
+
+
+def _run(references: dict, chains: list, plan: Plan, *, in_memory: bool, small: bool) -> list:
+    """Each chain's block contributions (:func:`_chain_sums`), in order: called here when the
+    cube is in memory and small (a graph's few ms would be most of the work), else as one
+    Dask graph, a task a chain, computed by :func:`cvflow.estimators.memory.compute_here`.
 
     DESIGN CHOICE: an in-memory cube is reduced by this process's threads (its numpy blocks
     would otherwise travel to a cluster); a store's blocks are read where the tasks run (the
@@ -620,22 +480,23 @@ def _run(references: dict, blocks: list, plan: Plan, *, in_memory: bool, small: 
     """
     if in_memory and small:
         refs = {g: function(*args) for g, (function, args) in references.items()}
-        return [function(*args, refs[g] if wants else None)
-                for g, function, args, wants in blocks]
+        return [_chain_sums(calls, refs.get(g)) for g, calls in chains]
     import dask
 
     tag = uuid.uuid4().hex
     # the plan once in the graph (each worker gets it once), not once per task
     plan_key = dask.delayed(plan, name=f"cvflow-pass-plan-{tag}")
 
-    def task(function, args, *extra, key):
-        args = tuple(plan_key if arg is plan else arg for arg in args)
-        return dask.delayed(function)(*args, *extra, dask_key_name=key)
+    def arguments(args):
+        return tuple(plan_key if arg is plan else arg for arg in args)
 
-    refs = {g: task(function, args, key=f"cvflow-pass-refs-{tag}-{g}")
+    refs = {g: dask.delayed(function)(*arguments(args), dask_key_name=f"cvflow-pass-refs-{tag}-{g}")
             for g, (function, args) in references.items()}
-    tasks = [task(function, args, refs[g] if wants else None, key=f"cvflow-pass-{tag}-{i}")
-             for i, (g, function, args, wants) in enumerate(blocks)]
+    tasks = [dask.delayed(_chain_sums)([(function, arguments(args), wants)
+                                        for function, args, wants in calls],
+                                       refs[g] if any(w for *_, w in calls) else None,
+                                       dask_key_name=f"cvflow-pass-{tag}-{i}")
+             for i, (g, calls) in enumerate(chains)]
     return compute_here(tasks, parallel="threads" if in_memory else "cluster")
 
 
