@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from ..errors import InputError
 from .. import config
-from . import dashboard_gate, interrupts, lost_workers, processes
+from . import interrupts, lost_workers, processes
 from .worker_session import spawning_loop
 from .dask_logs import quiet_dask
 from .jobqueue import import_jobqueue, slurm_kwargs
@@ -407,6 +407,10 @@ def _started(factory, prof: dict, connect):
     """``(cluster, client)``: ``factory(prof)`` and ``connect(cluster)``, never cut in the
     middle by Ctrl-C, SIGTERM or SIGHUP (a cluster cut while it starts can no longer be
     closed: its workers were left behind); one that came meanwhile closes both, then is raised."""
+    # DESIGN CHOICE: the dashboard's gate (http.cookies, ~1.5 ms) is imported where a Dask
+    # scheduler starts: a study on the threads route serves no dashboard (issue 41)
+    from . import dashboard_gate
+
     with interrupts.held() as noted:
         t0 = time.monotonic()
         cluster = factory(prof)
@@ -602,6 +606,8 @@ def _connect(cluster: Route, *, store: str | os.PathLike | None = None,
     # above imports no dask (it imports jinja2, ~50-100 ms: issue 41 item 2)
     import dask.config
     from distributed import Client
+
+    from . import dashboard_gate
 
     with contextlib.ExitStack() as stack:
         # DESIGN CHOICE: a task whose worker died is retried once on another worker, then the

@@ -28,6 +28,7 @@ from ..fitting.scoring import Scoring
 from ..store.memory import IN_MEMORY
 from ..workflow.params import Param
 from . import inflight
+from .fit_gate import gate_here
 from .sizing import estimate_seconds_per_fit, one_openmp_thread_here
 from ..fitting.learners import pred_shape
 from ..fitting.trial import check_learners, scorer_probe
@@ -253,6 +254,10 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
     t0 = time.perf_counter()
     params = params[params_slice]
     late, watch = _timed_out(ctx)
+    # the threads route's fits: side by side unless they hold the GIL (cvflow.execution.fit_gate)
+    gate = gate_here()
+    if gate is not None and watch is None:
+        watch = gate.fit
     attempted = todo                 # the cells this run fits, the timed-out ones included
     if late:
         todo = np.ones((len(params), train.shape[0]), bool) if todo is None else todo.copy()

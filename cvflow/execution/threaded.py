@@ -25,6 +25,8 @@ import traceback
 from concurrent.futures import CancelledError, Executor, Future
 from typing import Callable
 
+from .fit_gate import FitGate, serve
+
 log = logging.getLogger(__name__)
 
 WORKER = "threads"                   # the one worker scheduler_info reports
@@ -135,7 +137,8 @@ def _execute(task: _Task) -> None:
 class FitThreads(Executor):
     """The pool of threads the fits run in:
     ``workers`` daemon threads, so that a fit that never returns does not hold the process at
-    exit once the run has stopped and said so (StallError, Ctrl-C)."""
+    exit once the run has stopped and said so (StallError, Ctrl-C). Their fits go through one
+    :class:`cvflow.execution.fit_gate.FitGate` (``gate``): side by side unless they hold the GIL."""
 
     # DESIGN CHOICE: concurrent.futures.ThreadPoolExecutor joins its threads when the
     # interpreter exits, so a stuck fit on the threads route hung `cvflow run` for ever after it
@@ -147,6 +150,7 @@ class FitThreads(Executor):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
         self._max_workers = workers
+        self.gate = FitGate(workers)
         for i in range(workers):
             threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True).start()
 
@@ -158,6 +162,7 @@ class FitThreads(Executor):
         return future
 
     def _work(self) -> None:
+        serve(self.gate)
         while (item := self._queue.get()) is not None:
             future, fn, args, kwargs = item
             if not future.set_running_or_notify_cancel():
