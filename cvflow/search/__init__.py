@@ -39,10 +39,7 @@ from sklearn.metrics import accuracy_score, check_scoring, get_scorer, get_score
 
 from ..errors import RunInterrupted
 from ..estimators.losses import apply_loss
-# DESIGN CHOICE: a search imports the engine that runs its fits with it, as GridSearchCV's module
-# imports its own (sklearn.model_selection._validation): ~35 modules, ~10 ms, that its first
-# `fit` paid before (issue 41: the time around `fit`; the whole process is the same)
-from ..execution import run as _engine  # noqa: F401
+from ..execution import run as _engine  # noqa: F401  # with the search, as GridSearchCV's own
 from ..execution.dask_logs import quiet_info
 from ..fitting.scoring import estimator_score
 from ..objects import describe_splitter
