@@ -139,11 +139,11 @@ def test_lazy_reduction_under_a_default_client(scheduler, monkeypatch):
     reducers' groups of params are read into this process's memory (a numpy target its workers
     could not write) on threads, synchronously, with processes configured (their writes would be
     lost: read on threads) and with no scheduler configured (None) alike."""
-    import cvflow.estimators.one_pass as one_pass
+    import cvflow.estimators.pass_kernel as pass_kernel
     from cvflow.execution.schedulers import connect
 
     # kernel blocks of one param, in groups of one param (a zero budget) from chunks of 50
-    monkeypatch.setattr(one_pass, "KERNEL_BYTES", 1)
+    monkeypatch.setattr(pass_kernel, "KERNEL_BYTES", 1)
     cube, design, generated = lazy_cube(100, 2_000, bp=50)
     # a dashboard asked for: distributed's in-process scheduler (without one, the threads
     # route runs Dask's threaded scheduler and no Client exists)

@@ -384,7 +384,7 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
     # the calls: one reference call per param group (if any), one chain of block calls per run
     # of consecutive chunks (:func:`_chains`)
     references: dict[int, tuple] = {}
-    chains: list[tuple] = []          # (group, [(function, arguments, wants references)])
+    chains: list[tuple] = []          # (group, [(wants references, function, arguments)])
     for g, params in enumerate(groups):
         if plan.shared:
             references[g] = ((_store_references, (location, plan, params, ref_splits))
@@ -402,7 +402,9 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
                     call = (_array_block_sums, (data[params, s0:s1], plan, params.start, s0,
                                                 splits, data[params][:, outside] if outside
                                                 else None, outside, keep))
-                calls.append((*call, any(_needs_refs(plan, s) for s in splits)))
+                # (wants references, function, arguments): a tuple led by a callable would be
+                # a task to Dask's graph traversal, called with dask arrays among its arguments
+                calls.append((any(_needs_refs(plan, s) for s in splits), *call))
             chains.append((g, calls))
     results = _run(references, chains, plan, in_memory=not is_lazy(data),
                    small=sum(len(calls) for _, calls in chains) <= 2)
@@ -463,7 +465,7 @@ def _chain_sums(calls: list, refs=None) -> list:
     """The contributions of a chain's block calls, in order, each handing the fold losses it
     keeps to the next."""
     results, carry = [], None
-    for function, args, wants in calls:
+    for wants, function, args in calls:
         sums, carry = function(*args, refs if wants else None, carry)
         results.append(sums)
     return results
@@ -492,12 +494,44 @@ def _run(references: dict, chains: list, plan: Plan, *, in_memory: bool, small: 
 
     refs = {g: dask.delayed(function)(*arguments(args), dask_key_name=f"cvflow-pass-refs-{tag}-{g}")
             for g, (function, args) in references.items()}
-    tasks = [dask.delayed(_chain_sums)([(function, arguments(args), wants)
-                                        for function, args, wants in calls],
-                                       refs[g] if any(w for *_, w in calls) else None,
-                                       dask_key_name=f"cvflow-pass-{tag}-{i}")
-             for i, (g, calls) in enumerate(chains)]
+    tasks = []
+    for i, (g, calls) in enumerate(chains):
+        # DESIGN CHOICE: a chain's dependencies (the plan, a lazy cube's blocks) are the task's
+        # own arguments, its calls name them by place (_Dependency): nested in the calls' list
+        # of tuples, Dask 2026.8 handed one call's dask array to another's plan argument
+        # (tests/test_laziness: a lazy cube with pair splits)
+        deps: list = []
+        flat = [(wants, function, tuple(_Dependency.of(arg, deps) for arg in arguments(args)))
+                for wants, function, args in calls]
+        tasks.append(dask.delayed(_chain_task)(flat, refs[g] if any(w for w, *_ in calls) else None,
+                                               *deps, dask_key_name=f"cvflow-pass-{tag}-{i}"))
     return compute_here(tasks, parallel="threads" if in_memory else "cluster")
+
+
+class _Dependency:
+    """A place among a chain task's dependencies (:func:`_chain_task`)."""
+
+    __slots__ = ("place",)
+
+    def __init__(self, place: int):
+        self.place = place
+
+    @classmethod
+    def of(cls, arg, deps: list):
+        """``arg``, or its place in ``deps`` (appended) when it is a Dask collection."""
+        from dask import is_dask_collection
+
+        if not is_dask_collection(arg):
+            return arg
+        deps.append(arg)
+        return cls(len(deps) - 1)
+
+
+def _chain_task(calls: list, refs, *deps) -> list:
+    """:func:`_chain_sums` of ``calls`` whose :class:`_Dependency` arguments are ``deps``."""
+    return _chain_sums([(wants, function, tuple(deps[a.place] if isinstance(a, _Dependency) else a
+                                                for a in args)) for wants, function, args in calls],
+                       refs)
 
 
 def _refuse_missing(cube: xr.Dataset, location: str, split_chunk: int, splits: list[int]) -> None:
