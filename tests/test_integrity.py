@@ -172,6 +172,33 @@ def test_an_interrupted_creation_of_ours_is_still_replaced(tmp_path):
     assert is_store(path) and not marker.exists()
 
 
+def test_a_creation_cut_mid_write_of_a_chunk_is_still_replaced(tmp_path):
+    """A fit that ends its process can cut zarr's write of a pred chunk while the store is
+    being created (the tasks write pred while the rest is made): the temporary file zarr's local
+    store left is cvflow's; a user's file beside it still is not."""
+    from test_store import _template
+
+    template, _ = _template()
+    path = tmp_path / "c.zarr"
+    marker = tmp_path / "c.zarr.creating"
+    creation.create(path, template)
+    # zarr's local store writes a key to `<key with its suffix replaced>.<uuid4 hex>.partial`,
+    # then renames it (zarr/storage/_local.py, _atomic_write): what a process's end leaves
+    hex_ = "0123456789abcdef0123456789abcdef"
+    (path / "pred" / "c" / "0" / "0").mkdir(parents=True, exist_ok=True)
+    (path / "pred" / "c" / "0" / "0" / f"0.{hex_}.partial").write_bytes(b"cut")
+    (path / f"zarr.{hex_}.partial").write_bytes(b"{}")
+    marker.write_bytes(json.dumps({"cvflow": "creating", "store": str(path)}).encode())
+    assert creation.clear_interrupted(path) and not path.exists() and not marker.exists()
+    creation.create(path, template)
+    (path / "pred" / "c").mkdir(parents=True, exist_ok=True)
+    (path / "pred" / "c" / "notes.partial").write_text("mine")
+    marker.write_bytes(json.dumps({"cvflow": "creating", "store": str(path)}).encode())
+    with pytest.raises(StoreError, match=r"holds files cvflow did not write \(pred/c/notes"):
+        creation.clear_interrupted(path)
+    assert (path / "pred" / "c" / "notes.partial").exists()
+
+
 # --------------------------------------------------------------------------------------------
 # checksums on every chunk
 

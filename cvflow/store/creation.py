@@ -212,8 +212,13 @@ def _marker(location: str) -> bytes:
     return json.dumps({"cvflow": "creating", "store": identity(location)}).encode()
 
 
-# what a cvflow store holds: the root's and each array's zarr.json, and the arrays' chunks
-_STORE_OBJECT = re.compile(r"^(?:[^/]+/)?zarr\.json$|^[^/]+/c(?:/\d+)*$")
+# what a cvflow store holds: the root's and each array's zarr.json, and the arrays' chunks; and
+# what zarr's local store leaves of one of those whose write a process's end cut (it writes
+# `<key with its suffix replaced>.<uuid4 hex>.partial`, then renames it): the tasks write pred's
+# chunks while the creation goes on, and a fit that ends its process can cut one (seen: the
+# next run refused to replace the cut creation, "holds files cvflow did not write")
+_STORE_OBJECT = re.compile(r"^(?:[^/]+/)?zarr(?:\.json|\.[0-9a-f]{32}\.partial)$"
+                           r"|^[^/]+/c(?:/\d+)*(?:\.[0-9a-f]{32}\.partial)?$")
 
 
 def _foreign(location: str) -> list[str]:
