@@ -19,8 +19,7 @@ from . import integrity
 from ..errors import StoreError
 from .schema import FORMAT_ATTR, STORE_FORMAT, STORE_FORMAT_ATTR, UNSCORED_FORMAT  # noqa: F401
 from .location import exists, get, identity, is_link, resolve, sibling, storage_options
-from .. import config
-from .lock import _parse, _pid_alive, _slot, is_stale
+from .lock import _pid_alive, held
 
 CREATING = ".creating"     # the creation marker beside a store (see creation.create)
 GROWING = ".growing"       # the grow marker beside a store (see creation.grow, stable)
@@ -99,14 +98,7 @@ def _growing(location: str) -> bool:
     if (writer.get("host") == socket.gethostname()
             and isinstance(writer.get("pid"), int) and not _pid_alive(writer["pid"])):
         return False
-    try:
-        data, _, mtime = _slot(location).read()
-    except StoreError:                 # a link in the lock's place: no run holds it
-        return False
-    record = _parse(data)
-    if not record:
-        return record == {}            # being written: a run is taking it
-    return is_stale(record, mtime, stale_after=float(config.get("cvflow.lock.stale-after"))) is None
+    return held(location)
 
 
 def stable(location: str, read: Callable[[], T], *, wait: float | None = None) -> T:

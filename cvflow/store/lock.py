@@ -214,14 +214,16 @@ def read_lock(store: str | os.PathLike) -> dict | None:
 
 def held(store: str | os.PathLike) -> bool:
     """Whether a run holds ``store``'s lock now (a lock that is not stale, config
-    ``cvflow.lock.stale-after``: its owner may still be running); False when there is none."""
+    ``cvflow.lock.stale-after``: its owner may still be running, or one being written: a run is
+    taking it); False when there is none."""
     try:
         data, _, mtime = _slot(store).read()
     except StoreError:          # a link in the lock's place: no run holds it
         return False
     record = _parse(data)
-    return record is not None and is_stale(
-        record, mtime, stale_after=float(config.get("cvflow.lock.stale-after"))) is None
+    if not record:
+        return record == {}
+    return is_stale(record, mtime, stale_after=float(config.get("cvflow.lock.stale-after"))) is None
 
 
 def _pid_alive(pid: int) -> bool:
