@@ -132,7 +132,7 @@ def _plain(values) -> list:
             for v in np.asarray(values, dtype=object).tolist()]
 
 
-def _finite(values) -> list:
+def finite(values) -> list:
     """Floats for JSON: NaN and infinity (a z of identical differences) -> None."""
     return [float(v) if v is not None and math.isfinite(float(v)) else None for v in values]
 
@@ -268,9 +268,9 @@ class Monitor:
                      "dropped": [self.labels[int(d["param"])] for d in rows],
                      "learner": [str(self.learner[int(d["param"])]) for d in rows],
                      "leader": [self.labels[int(d["leader"])] for d in rows],
-                     "difference": _finite([d["mean_difference"] for d in rows]),
-                     "z": _finite([d["z"] for d in rows]),
-                     "p": _finite([d["p_value"] for d in rows])}
+                     "difference": finite([d["mean_difference"] for d in rows]),
+                     "z": finite([d["z"] for d in rows]),
+                     "p": finite([d["p_value"] for d in rows])}
         self.behind = True
 
     def catch_up(self) -> None:

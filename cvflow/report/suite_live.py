@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import queue
 import secrets
 import threading
@@ -172,7 +171,8 @@ class SuitePage:
                                               {d: self.numbers[d][0] for d in labels}, estimate)
             answer: dict[str, Any] = {
                 "of": labels, "lines": lines, "error": None, "estimate": estimate,
-                "estimates": {d: {k: _number(v[0]) for k, v in self.numbers[d][2].items()}
+                "estimates": {d: dict(zip(self.numbers[d][2],
+                                          live.finite([v[0] for v in self.numbers[d][2].values()])))
                               for d in labels}}
         except Exception as exc:  # noqa: BLE001 - the page says it; the suite runs on
             log.warning("suite page: could not compare the data sets done: %s", exc)
@@ -203,11 +203,6 @@ class SuitePage:
             self.published = time.monotonic()
         except Exception as exc:  # noqa: BLE001 - a lost page must never stop a suite
             log.warning("suite page: could not publish progress: %s", exc)
-
-
-def _number(value) -> float | None:
-    """A float for JSON: NaN and infinity -> None."""
-    return float(value) if math.isfinite(float(value)) else None
 
 
 # --- the scheduler side ------------------------------------------------------------------------
