@@ -96,7 +96,8 @@ def _env(tmp) -> dict:
 def _workflow(tmp) -> tuple:
     """A CSV with a hostile column name and a workflow naming the hostile strings; its
     second learner (large alphas) loses, so the hostile grid value is every criterion's choice;
-    one of its fits waits for the file ``gate``, so the run lasts until the test creates it."""
+    one of its fits waits for the file ``gate``, so the run lasts until the test creates it
+    (or 15 minutes: GatedRidge's default 120 s ended the run before the page was read in CI)."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(90, 3))
     y = X @ [1.5, -2.0, 0.5] + rng.normal(scale=0.3, size=90)
@@ -115,7 +116,8 @@ def _workflow(tmp) -> tuple:
              "params": {"fail_tag": "fails", "error": HOSTILE["error"]},
              "grid": {"tag": [HOSTILE["tag"], "fails", "plain"]}},
             {"name": "heavy", "class": "fault_helpers.GatedRidge",
-             "params": {"gate": str(tmp / "gate"), "claim": str(tmp / "claim")},
+             "params": {"gate": str(tmp / "gate"), "claim": str(tmp / "claim"),
+                        "limit": 900.0},
              "grid": {"alpha": [300.0, 3000.0]}}],
         "design": {"folds": 3, "seed": 0},
         "estimators": ["kfold", "corrected_kfold"],
