@@ -384,7 +384,7 @@ class GatedRidge(Ridge):
     that keeps running until its test lets it end, in whatever order its fits run (one worker
     thread waits, the others fit)."""
 
-    def __init__(self, alpha=1.0, gate=None, claim=None, min_rows=0, limit=120.0):
+    def __init__(self, alpha=1.0, gate=None, claim=None, min_rows=0, limit=600.0):
         super().__init__(alpha=alpha)
         self.gate, self.claim, self.min_rows, self.limit = gate, claim, min_rows, limit
 
@@ -411,7 +411,7 @@ class GatedLogistic(LogisticRegression):
     """LogisticRegression held open like GatedRidge: a classification run (string labels
     too) that lasts until its test lets it end."""
 
-    def __init__(self, C=1.0, max_iter=2000, gate=None, claim=None, min_rows=0, limit=120.0):
+    def __init__(self, C=1.0, max_iter=2000, gate=None, claim=None, min_rows=0, limit=600.0):
         super().__init__(C=C, max_iter=max_iter)
         self.gate, self.claim, self.min_rows, self.limit = gate, claim, min_rows, limit
 
