@@ -52,3 +52,14 @@ def test_non_finite_numbers_are_null_and_integers_and_float32_as_their_lists(mon
              "d": np.float64(2.5).reshape(())}
     assert _written(value) == json.dumps(_reference(value))
     assert json.loads(_written(value))["a"][1][2] is None
+
+
+def test_an_array_written_twice_is_the_same_text_as_json_dumps_writes(monkeypatch):
+    monkeypatch.setattr(json_stream, "SLAB", 7)
+    monkeypatch.setattr(json_stream, "SHARED_SIZE", 4)
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(5, 6))
+    zero, negative = np.zeros(8), -np.zeros(8)             # equal values, different texts
+    value = {"x": {"a": a, "again": a.copy(), "zero": zero}, "y": {"a": a, "neg": negative},
+             "z": {"t": a.T, "f32": a.astype(np.float32), "a": a.copy(), "zero": zero.copy()}}
+    assert _written(value) == json.dumps(_reference(value))

@@ -225,6 +225,18 @@ def test_on_a_distributed_clusters_workers(store, client):
         np.testing.assert_allclose(got[term], expected[term], rtol=1e-12, atol=1e-15, err_msg=term)
 
 
+@pytest.mark.parametrize("scheduler", ["sync", "threads", "processes"])
+def test_under_a_configured_scheduler(store, scheduler):
+    """Under any scheduler dask config names the same terms as the brute force: those of this
+    process write each block's sums into the terms as they end, another process's tasks send
+    them back (none is lost)."""
+    expected = _brute_store(store)
+    with dask.config.set(scheduler=scheduler):
+        got = split_sums(store, "squared", roles=ALL)["squared"]
+    for term in expected:
+        np.testing.assert_allclose(got[term], expected[term], rtol=1e-12, atol=1e-15, err_msg=term)
+
+
 @pytest.fixture
 def reads(monkeypatch):
     """The (params, splits) of every read of the store the one pass makes, in order."""

@@ -95,12 +95,6 @@ class Layout:
     change_divisors: np.ndarray
     copies: list
 
-    def __post_init__(self) -> None:
-        # each column's (term, index arrays) as assemble takes them
-        self.plain_keys = [[(term, tuple(np.array([j]) for j in index)) for term, index in columns]
-                           for columns in self.plain]
-        self.change_keys = [[(term, tuple(np.array([j]) for j in index))
-                             for term, index in columns] for columns in self.change]
 
 
 def block_layout(plan, splits: list[int]) -> Layout:
@@ -161,9 +155,10 @@ def block_sums(block: np.ndarray, plan, p0: int, splits: list[int], refs: dict |
     the block before, or read by this task); ``keep``: the fold splits whose losses (p, n)
     are handed on to the next block (among ``splits`` or in ``carry``).
 
-    Returns (contributions, kept): the contributions a list of (loss label, term, index
-    arrays, values (p, m)) that the pass's ``assemble`` writes at ``[p0:p0 + p, *index
-    arrays]``; kept: split -> label -> losses (p, n) for ``keep``.
+    Returns (contributions, kept): the contributions a list of (loss label, term, index,
+    values) that the pass's ``assemble`` writes at ``[p0:p0 + p, *index]``: an index of ints
+    (a split's column; values (p,)) or of arrays (oof rows; values (p, m)); kept: split ->
+    label -> losses (p, n) for ``keep``.
 
     The losses of a kernel block of params (about :data:`KERNEL_BYTES` of float64) are
     computed on all the block's splits at once.
@@ -208,13 +203,12 @@ def block_sums(block: np.ndarray, plan, p0: int, splits: list[int], refs: dict |
                 for index, mask in split_copies:
                     copies.setdefault(index, []).append(losses[i][:, mask])
         change /= layout.change_divisors[:, :, None]
-        for i, columns in enumerate(layout.plain_keys):
+        for i, columns in enumerate(layout.plain):
             for c, (term, index) in enumerate(columns):
-                values = plain[i, :, c]
-                out.append((label, term, index, values[:, None] if index else values))
-        for i, columns in enumerate(layout.change_keys):
+                out.append((label, term, index, plain[i, :, c]))
+        for i, columns in enumerate(layout.change):
             for c, (term, index) in enumerate(columns):
-                out.append((label, term, index, change[i, c][:, None]))
+                out.append((label, term, index, change[i, c]))
         for (r, j), pieces in copies.items():
             where = np.flatnonzero(plan.member[r, j])
             out.append((label, "oof_loss", (np.full(where.size, r), where),
