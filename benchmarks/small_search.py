@@ -17,6 +17,7 @@ Run::
     python benchmarks/small_search.py [--repeats 5] [--cases a,b4,c3,d,e4,g,a2]
     python benchmarks/small_search.py --importtime a     # where SearchCV's imports go
     python benchmarks/small_search.py --profile a        # cProfile of SearchCV's fit
+    python benchmarks/small_search.py --instructions a [--baseline ...]  # valgrind: no load noise
     python benchmarks/small_search.py --baseline /tmp/main-checkout   # before -> after
 
 Nothing here asserts a time: it measures.
@@ -142,6 +143,50 @@ def importtime(case: str) -> None:
         print(f"  {us / 1e3:8.1f} ms  {top}")
 
 
+def instructions(case: str, baseline: Path | None = None) -> None:
+    """The instructions each tool's process executes (valgrind's callgrind, one run each, side
+    by side): the whole process and its interpreter teardown (``Py_FinalizeEx``). Counts do not
+    depend on the machine's load (unlike its seconds), so they say where SearchCV's extra work
+    goes while other runs load the machine; ~50x slower than a run."""
+    import shutil
+    import tempfile
+
+    if not (shutil.which("valgrind") and shutil.which("callgrind_annotate")):
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    tools = [("GridSearchCV", REPO), ("SearchCV", REPO)] + ([("SearchCV", baseline)] if baseline else [])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["OPENBLAS_NUM_THREADS"] = "1"     # BLAS threads spinning would count as work
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = []
+        for i, (tool, repo) in enumerate(tools):
+            subprocess.run([sys.executable, __file__, "--child", tool, case], env={
+                **env, "PYTHONPATH": str(repo)}, capture_output=True, cwd=REPO)   # bytecode cached
+            out = Path(tmp, f"{i}.out")
+            procs.append(subprocess.Popen(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+                 __file__, "--child", tool, case], env={**env, "PYTHONPATH": str(repo)},
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO))
+        for proc in procs:
+            proc.wait()
+        rows = []
+        for i, (tool, repo) in enumerate(tools):
+            text = subprocess.run(["callgrind_annotate", "--inclusive=yes", str(Path(tmp, f"{i}.out"))],
+                                  capture_output=True, text=True).stdout
+            total = teardown = 0
+            for line in text.splitlines():
+                count = line.split()[0].replace(",", "") if line.strip() else ""
+                if "PROGRAM TOTALS" in line:
+                    total = int(count)
+                elif line.rstrip().endswith("]") and ":Py_FinalizeEx [" in line:
+                    teardown = int(count)
+            rows.append((f"{tool} ({'baseline' if i == 2 else 'this checkout'})", total, teardown))
+    print(f"case {case}: instructions (millions), OPENBLAS_NUM_THREADS=1")
+    print("| tool | whole process | teardown | process - GridSearchCV's |")
+    print("|---|---|---|---|")
+    for name, total, teardown in rows:
+        print(f"| {name} | {total / 1e6:.0f} | {teardown / 1e6:.0f} | {(total - rows[0][1]) / 1e6:+.0f} |")
+
+
 def profile(case: str) -> None:
     import cProfile
     import pstats
@@ -165,6 +210,8 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, metavar=("TOOL", "CASE"), help=argparse.SUPPRESS)
     parser.add_argument("--importtime", metavar="CASE")
     parser.add_argument("--profile", metavar="CASE")
+    parser.add_argument("--instructions", metavar="CASE",
+                        help="instructions of each tool's process (valgrind), load-independent")
     parser.add_argument("--baseline", type=Path, metavar="CHECKOUT",
                         help="another cvflow checkout whose SearchCV runs beside (before -> after)")
     args = parser.parse_args()
@@ -174,6 +221,8 @@ def main() -> None:
         importtime(args.importtime)
     elif args.profile:
         profile(args.profile)
+    elif args.instructions:
+        instructions(args.instructions, args.baseline)
     else:
         compare(args.cases.split(","), args.repeats, args.baseline)
 

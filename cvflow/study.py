@@ -38,7 +38,6 @@ from .estimators.labels import param_label
 from .fitting.learners import fit_model
 from .fitting.trial import check_learners
 from .workflow.params import Param
-from .workflow.suite import LABEL
 
 WHERE = Path("Study")
 
@@ -347,6 +346,7 @@ class Study:
         """Study.run over ``{name: (X, y[, groups])}``: validated first, then one run each."""
         from .execution.suite_run import run_workflows
         from .store import suite as suite_store
+        from .workflow.suite import LABEL       # a suite's, off a SearchCV fit's imports
 
         if not datasets or any(v is not None for v in beside):
             raise InputError("Study.run: give a dict {name: (X, y[, groups])} and no other data argument")

@@ -21,7 +21,6 @@ from ..errors import InputError
 from .cube_losses import pointwise
 from .losses import Loss
 from .memory import load_if_small
-from .one_pass import pass_terms
 from ..store.memory import Variable
 from . import np_roles
 from .split_tables import full_split_index, has_splits, require  # noqa: F401 - the estimators' lookups
@@ -160,6 +159,11 @@ def _terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset[str], what: str
            weights: np.ndarray | None = None) -> dict[Loss, dict[str, np.ndarray]]:
     """:func:`role_terms` before the NaN rule, for every loss of ``decls`` in one pass over
     ``pred`` (:func:`cvflow.estimators.one_pass.pass_terms`: each chunk read once)."""
+    # DESIGN CHOICE: the pass engine (one_pass, pass_kernel: ~2 ms of import) is imported by
+    # the first estimator that reads role terms; a SearchCV's fit reads none
+    # (tests/test_startup.py NOT_FOR_A_KFOLD_SEARCH)
+    from .one_pass import pass_terms
+
     return pass_terms(cube, decls, roles, what, weights)
 
 

@@ -43,7 +43,7 @@ from ..execution import run as _engine  # noqa: F401  # with the search, as Grid
 from ..execution.dask_logs import quiet_info
 from ..fitting.scoring import estimator_score
 from ..objects import describe_splitter
-from . import estimates, scoring_arg
+from . import scoring_arg
 from .callbacks import SearchTasks
 from .diagram import parallel_block
 from .inputs import (NO_FITS, Scorings, check_task, default_client, output_of, refit_failed,
@@ -628,13 +628,13 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
 
         The chosen candidate's full fit is ``best_estimator_`` (it predicts X here); its fold
         models' predictions of their training rows are the cube's, or (a search without a
-        store, which predicts the test folds alone) those of its K fold models fitted again.
-        """
+        store, which predicts the test folds alone) those of its K fold models fitted again."""
         check_is_fitted(self, "result_")
         if not hasattr(self, "best_index_"):
             raise AttributeError(f"{type(self).__name__}.report: no chosen candidate (several"
                                  " scorings and refit=False); give refit a scoring name")
-        print(estimates.text(self), file=file)
+        from .estimates import text   # DESIGN CHOICE: its estimators are off a fit's imports
+        print(text(self), file=file)
 
     cube_ = property(lambda self: self.result_.cube, doc="The cube (``result_.cube``).")
 
