@@ -260,6 +260,16 @@ def test_second_run_on_a_held_url_is_refused(s3):
     assert read_lock(url) is None
 
 
+def _within(seconds: float, condition) -> bool:
+    """Whether ``condition()`` holds within ``seconds`` (polled every 0.1 s)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def test_lease_heartbeat_takeover_and_lost_lease(s3):
     """Conditional writes: a refresh needs our ETag; a takeover deletes only the stale record."""
     from cvflow.store.lock import _slot, read_lock, run_lock
@@ -274,8 +284,9 @@ def test_lease_heartbeat_takeover_and_lost_lease(s3):
     with run_lock(url, heartbeat=0.2, stale_after=30) as lock:   # 60 s old: taken over
         first = read_lock(url)
         assert first["token"] == lock.token
-        time.sleep(0.7)
-        assert read_lock(url)["heartbeat"] > first["heartbeat"]   # refreshed with If-Match
+        # refreshed with If-Match (each beat a GET and a conditional PUT to the server: under
+        # CI's load one beat once took longer than a fixed 0.7 s, so wait for it, at most 30 s)
+        assert _within(30, lambda: read_lock(url)["heartbeat"] > first["heartbeat"])
         with pytest.raises(OSError):                   # someone else's ETag: refused
             slot.replace(b"{}", '"not-the-etag"')
         with pytest.raises(OSError):
@@ -284,8 +295,7 @@ def test_lease_heartbeat_takeover_and_lost_lease(s3):
         slot.delete(None)
         slot.create(json.dumps({"host": "other", "pid": 2, "started": 0,
                                 "heartbeat": time.time(), "token": "new"}).encode())
-        time.sleep(0.7)
-        assert lock.lost
+        assert _within(30, lambda: lock.lost)
     assert read_lock(url)["token"] == "new"            # not removed by the run that lost it
 
 
