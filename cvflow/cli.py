@@ -18,7 +18,7 @@ import warnings
 from .errors import InputError, RunInterrupted
 from .terminal import visible
 from .execution.progress import Progress, summary_lines
-from .store.location import exists, resolve
+from .store.location import exists, is_url, resolve
 
 
 def cmd_validate(args) -> int:
@@ -317,8 +317,6 @@ def _decode_threads(store: str) -> None:
     """
     import dask
     import zarr
-
-    from .store.location import is_url
 
     if zarr.config.get("threading.max_workers", None) is None:
         threads = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
