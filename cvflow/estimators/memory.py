@@ -74,6 +74,23 @@ def on_cluster() -> bool:
     return _configured_scheduler() is None and active_client() is not None
 
 
+# the configured Dask schedulers that run tasks in this process (see runs_here)
+IN_PROCESS = ("sync", "synchronous", "single-threaded", "threads", "threading")
+
+
+def runs_here(parallel: Parallel) -> bool:
+    """Whether ``compute_here(..., parallel=parallel)`` computes in this process (its threads
+    or synchronously), so that its tasks can write into this process's arrays: not on an
+    active client's workers, nor under a configured scheduler of other processes."""
+    from dask.local import get_sync
+    from dask.threaded import get
+
+    configured = _configured_scheduler()
+    if configured is None:
+        return not (parallel == "cluster" and active_client() is not None)
+    return configured in IN_PROCESS or configured is get or configured is get_sync
+
+
 def compute_here(collection, *, parallel: Parallel = False):
     """A dask collection computed: the one place the reducers pick their scheduler.
 

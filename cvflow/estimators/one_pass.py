@@ -72,7 +72,8 @@ from ..errors import InputError
 from . import np_roles
 from .cube_losses import cube_classes, pointwise
 from .losses import Loss
-from .memory import CLUSTER_TASK_BYTES, active_client, compute_here, is_lazy, on_cluster
+from .memory import (CLUSTER_TASK_BYTES, active_client, compute_here, is_lazy, on_cluster,
+                     runs_here)
 from .pass_kernel import block_sums, reference_losses
 from .pass_reads import _pred_array, read_store_block  # noqa: F401 - tests count the reads
 from .split_tables import full_split_index, require
@@ -85,8 +86,6 @@ from .split_tables import full_split_index, require
 # memory from 0.58 to 0.67 GB (glibc keeps the freed blocks of each thread's arena).
 TASK_BYTES = 8 * 2**20
 ROLES = ("full", "fold", "pair", "oof", "change", "train")
-# the configured Dask schedulers that run tasks in this process (see _here)
-IN_PROCESS = ("sync", "synchronous", "single-threaded", "threads", "threading")
 
 
 def implied_roles(roles) -> frozenset[str]:
@@ -413,8 +412,10 @@ def pass_terms(cube: xr.Dataset, decls: list[Loss], roles: frozenset, what: str,
     by_label = {decl.label: out[decl] for decl in decls}
     # in this process, each block's sums are written into the terms as the block ends (not
     # kept, all of them, until the last task ends); from a cluster's workers they come back
-    sinks = [_Sink(by_label, groups[g]) for g, _ in chains] if _here(data) else None
-    results = _run(references, chains, plan, sinks, in_memory=not is_lazy(data),
+    in_memory = not is_lazy(data)
+    sinks = ([_Sink(by_label, groups[g]) for g, _ in chains]
+             if runs_here("threads" if in_memory else "cluster") else None)
+    results = _run(references, chains, plan, sinks, in_memory=in_memory,
                    small=sum(len(calls) for _, calls in chains) <= 2)
     for (g, _), chain_results in zip(chains, results):
         for contributions in chain_results:
@@ -490,21 +491,6 @@ class _Sink:
 
     def __init__(self, terms: dict, params: slice):
         self.terms, self.params = terms, params
-
-
-def _here(data) -> bool:
-    """Whether the pass's tasks run in this process (its threads, or synchronously), so that
-    they can write into its arrays: not on a distributed cluster's workers, nor under a
-    configured scheduler of other processes (:func:`cvflow.estimators.memory.compute_here`'s
-    choice)."""
-    import dask
-    from dask.local import get_sync
-    from dask.threaded import get
-
-    scheduler = dask.config.get("scheduler", None)
-    if scheduler is None or scheduler in ("dask.distributed", "distributed"):
-        return not (is_lazy(data) and on_cluster())
-    return scheduler in IN_PROCESS or scheduler is get or scheduler is get_sync
 
 
 def _run(references: dict, chains: list, plan: Plan, sinks: list | None = None, *,

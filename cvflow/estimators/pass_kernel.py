@@ -96,7 +96,6 @@ class Layout:
     copies: list
 
 
-
 def block_layout(plan, splits: list[int]) -> Layout:
     """The :class:`Layout` of a block of the store's splits ``splits``.
 
