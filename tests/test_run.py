@@ -255,6 +255,47 @@ def test_a_one_off_task_lost_every_time_is_a_one_line_error():
         busy.set()
 
 
+def _double_noting_pid(x, notes):
+    import os
+
+    with open(notes, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    return 2 * x
+
+
+def test_a_one_off_task_whose_worker_dies_before_the_gather_is_computed_again(tmp_path):
+    """The worker holding a one-off task's finished result is killed (SIGKILL) before the
+    client gathers it: the result comes back, computed again elsewhere, no hang, no error
+    (issue 44 item 6; its own 2-worker LocalCluster, so the shared one keeps its workers)."""
+    import os
+    import signal
+    import threading
+
+    from distributed import Client, LocalCluster
+
+    from cvflow.execution import loop
+
+    killed, notes = [], tmp_path / "pids"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as c:
+        def submit(key):
+            future = c.submit(_double_noting_pid, 21, notes, key=key, pure=False)
+            if not killed:
+                finished = threading.Event()
+                future.add_done_callback(lambda _: finished.set())
+                assert finished.wait(60), "the first try did not finish in 60 s"
+                (holder,) = c.who_has([future])[key]
+                pid = c.run(os.getpid, workers=[holder])[holder]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            return future
+
+        assert loop._one_task_result(c, submit, "cvflow-timing-killed-holder") == 42
+    ran_in = [int(line) for line in notes.read_text().split()]
+    assert len(ran_in) == 2 and ran_in[0] == killed[0] != ran_in[1]   # computed again elsewhere
+
+
 class _LostFuture:
     """A finished task whose result the scheduler lost, as distributed reports it under load:
     reading it raises UnboundLocalError ('result'), beside "Couldn't gather keys ... forgotten"."""
