@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from scipy.special import xlogy
 
 from ..errors import InputError
 
@@ -112,6 +111,14 @@ def _keep_nan(values, score):
     return values + score * 0.0
 
 
+def _xlogy():
+    """scipy.special.xlogy, imported when first used (the Poisson deviance): a report of
+    other losses imports no scipy (cli._report_dask_array)."""
+    from scipy.special import xlogy
+
+    return xlogy
+
+
 def _unit_interval(value) -> str:
     return "" if 0 < value < 1 else "must be in (0, 1)"
 
@@ -167,7 +174,7 @@ def squared_log(y, pred, output=None, arg=None):
          doc="2 (y log(y / ŷ) - y + ŷ); mean_poisson_deviance (ŷ > 0)")
 def poisson_deviance(y, pred, output=None, arg=None):
     with np.errstate(invalid="ignore", divide="ignore"):
-        return 2 * (xlogy(y, y / pred) - y + pred)
+        return 2 * (_xlogy()(y, y / pred) - y + pred)
 
 
 @declare("gamma_deviance", task="regression", outputs=("predict",),

@@ -168,6 +168,11 @@ class Plan:
     refs: list = field(default_factory=list)      # reference splits, in reference order
     ref_splits: list = field(default_factory=list)  # the split of each reference
     opened: str = ""                  # the store's opening this cube comes from (_pred_array)
+    # each split's columns (pass_kernel._split_columns), made where the tasks run: not pickled
+    columns_made: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "columns_made": {}}
 
     @property
     def shared(self) -> list[int]:
@@ -510,8 +515,9 @@ def _run(references: dict, chains: list, plan: Plan, sinks: list | None = None, 
     import dask
 
     tag = uuid.uuid4().hex
-    # the plan once in the graph (each worker gets it once), not once per task
-    plan_key = dask.delayed(plan, name=f"cvflow-pass-plan-{tag}")
+    # the plan once in the graph (each worker gets it once), not once per task; not searched
+    # for collections (it holds none: its entries, 991 splits' roles, took ~0.1 s to search)
+    plan_key = dask.delayed(plan, name=f"cvflow-pass-plan-{tag}", traverse=False)
 
     def arguments(args):
         return tuple(plan_key if arg is plan else arg for arg in args)
@@ -523,14 +529,27 @@ def _run(references: dict, chains: list, plan: Plan, sinks: list | None = None, 
         # DESIGN CHOICE: a chain's dependencies (the plan, a lazy cube's blocks) are the task's
         # own arguments, its calls name them by place (_Dependency): nested in the calls' list
         # of tuples, Dask 2026.8 handed one call's dask array to another's plan argument
-        # (tests/test_laziness: a lazy cube with pair splits)
-        deps: list = []
-        flat = [(wants, function, tuple(_Dependency.of(arg, deps) for arg in arguments(args)))
+        # (tests/test_laziness: a lazy cube with pair splits). The calls themselves go in an
+        # opaque box (_Calls), not traversed by Dask: its search of every call's arguments for
+        # collections took ~0.15 s before the pass's first task (224 blocks, pairs 10^6-fit cube)
+        deps: list = [plan_key]
+        flat = [(wants, function, tuple(_Dependency(0) if arg is plan else _Dependency.of(arg, deps)
+                                        for arg in args))
                 for wants, function, args in calls]
-        tasks.append(dask.delayed(_chain_task)(flat, refs[g] if any(w for w, *_ in calls) else None,
+        tasks.append(dask.delayed(_chain_task)(_Calls(flat),
+                                               refs[g] if any(w for w, *_ in calls) else None,
                                                sinks and sinks[i], *deps,
                                                dask_key_name=f"cvflow-pass-{tag}-{i}"))
     return compute_here(tasks, parallel="threads" if in_memory else "cluster")
+
+
+class _Calls:
+    """A chain's block calls (wants references, function, arguments), opaque to Dask."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self, calls: list):
+        self.calls = calls
 
 
 class _Dependency:
@@ -552,11 +571,11 @@ class _Dependency:
         return cls(len(deps) - 1)
 
 
-def _chain_task(calls: list, refs, sink, *deps) -> list:
+def _chain_task(calls: _Calls, refs, sink, *deps) -> list:
     """:func:`_chain_sums` of ``calls`` whose :class:`_Dependency` arguments are ``deps``."""
     return _chain_sums([(wants, function, tuple(deps[a.place] if isinstance(a, _Dependency) else a
-                                                for a in args)) for wants, function, args in calls],
-                       refs, sink)
+                                                for a in args))
+                        for wants, function, args in calls.calls], refs, sink)
 
 
 def _refuse_missing(cube: xr.Dataset, location: str, split_chunk: int, splits: list[int]) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .losses import apply_loss
+from .losses import apply_loss, get_loss
 
 # the kernel's temporaries: the float64 losses of a sub-block of params on the task's splits.
 # DESIGN CHOICE: 4 MB (about 60 params of 18 splits of 442 samples): measured on one block of
@@ -53,6 +53,16 @@ def _columns(plan, entries: list[tuple]):
             change.append(("inner_change", (r, t, l), rest, plan.refs.index(("fold", r, t)),
                            rest.sum()))
     return plain, change, copies
+
+
+def _split_columns(plan, split: int):
+    """:func:`_columns` of the store's split ``split``, made once per plan in a process (every
+    param group's blocks share them; a few kB a split, its masks mostly views of the plan's):
+    made again by each block, they took 5% of the pass's kernel (pairs 10^6-fit cube)."""
+    made = plan.columns_made
+    if split not in made:
+        made[split] = _columns(plan, plan.entries.get(split, []))
+    return made[split]
 
 
 def _redo_bad_rows(out: np.ndarray, values: np.ndarray, masks: np.ndarray,
@@ -102,7 +112,7 @@ def block_layout(plan, splits: list[int]) -> Layout:
     DESIGN CHOICE: made again by each block, not kept per process for the param groups: kept,
     the 167 layouts of the 10^6-fit cube (~0.2 MB each) raised the pass's peak by 0.03 GiB."""
     n = plan.y.shape[0]
-    per_split = [_columns(plan, plan.entries.get(s, [])) for s in splits]
+    per_split = [_split_columns(plan, s) for s in splits]
     width = max([len(plain) for plain, _, _ in per_split] + [1])
     masks = np.zeros((len(splits), width, n), dtype=bool)
     weights = np.ones((len(splits), width, n))
@@ -160,7 +170,9 @@ def block_sums(block: np.ndarray, plan, p0: int, splits: list[int], refs: dict |
     label -> losses (p, n) for ``keep``.
 
     The losses of a kernel block of params (about :data:`KERNEL_BYTES` of float64) are
-    computed on all the block's splits at once.
+    computed on all the block's splits at once, into one buffer laid out split by split
+    (S, rows, n): each split's losses contiguous (from a strided (rows, n) view of the
+    block's own (rows, S, n) layout, subtracting a reference took 2.7x the CPU).
     """
     block = np.asarray(block)
     carry = carry or {}
@@ -171,16 +183,19 @@ def block_sums(block: np.ndarray, plan, p0: int, splits: list[int], refs: dict |
     position = {s: i for i, s in enumerate(splits)}
     shared = {a: i for i, a in enumerate(plan.shared)}
     kept: dict[int, dict] = {s: {} for s in keep}
+    held = [(s, position[s]) for s in keep if s in position]
+    buffers: dict[int, np.ndarray] = {}           # the losses (S, rows, n), by rows
     out = []
     for decl in plan.decls:
         label = decl.label
         plain = np.empty((len(splits), rows_total, layout.matrix.shape[2]))
         change = np.zeros((len(splits), depth, rows_total))
         # each change column's reference: (a position among the block's splits, None) or
-        # (None, its losses (p, n)), resolved once for the block
-        sources = [[_source(plan, int(layout.change_at[i, c]), position, carry, shared, refs,
-                            label) for c in range(len(columns))]
-                   for i, columns in enumerate(layout.change)]
+        # (None, its losses (p, n)), resolved once for the block, and the steps that sum them
+        sources = {(i, c): _source(plan, int(layout.change_at[i, c]), position, carry, shared,
+                                   refs, label)
+                   for i, columns in enumerate(layout.change) for c in range(len(columns))}
+        steps = _change_steps(sources, depth)
         copies: dict[tuple, list] = {}
         for s in keep:
             kept[s][label] = carry[s][label] if s not in position else np.empty((rows_total, n))
@@ -188,16 +203,16 @@ def block_sums(block: np.ndarray, plan, p0: int, splits: list[int], refs: dict |
         for q in range(0, rows_total, rows):
             sub = block[q:q + rows]
             m = len(sub)
-            losses = np.asarray(apply_loss(decl, plan.y, sub, plan.classes,
-                                           plan.outputs[p0 + q:p0 + q + m]),
-                                dtype=np.float64).transpose(1, 0, 2)       # (S, rows, n)
+            if m not in buffers:
+                buffers[m] = np.empty((len(splits), m, n))
+            losses = buffers[m]
+            losses_into(decl, plan, sub, p0 + q, losses)
             plain[:, q:q + m] = _batched_sums(
                 losses, layout.matrix, layout.masks, layout.weights) / layout.divisors[:, None]
             if depth:
-                _change_sums(losses, sources, layout, diff[:m], change[:, :, q:q + m], q)
-            for s in keep:
-                if s in position:
-                    kept[s][label][q:q + m] = losses[position[s]]
+                _change_sums(losses, steps, sources, layout, diff[:m], change[:, :, q:q + m], q)
+            for s, i in held:
+                kept[s][label][q:q + m] = losses[i]
             for i, split_copies in enumerate(layout.copies):
                 for index, mask in split_copies:
                     copies.setdefault(index, []).append(losses[i][:, mask])
@@ -215,32 +230,69 @@ def block_sums(block: np.ndarray, plan, p0: int, splits: list[int], refs: dict |
     return out, kept
 
 
-def _change_sums(losses: np.ndarray, sources: list, layout: Layout, diff: np.ndarray,
-                 change: np.ndarray, q: int) -> None:
+# the built-in squared loss (losses_into computes it in place)
+SQUARED = get_loss("squared")
+
+
+def losses_into(decl, plan, sub: np.ndarray, p0: int, out: np.ndarray) -> None:
+    """The float64 losses of ``sub`` (rows, S, n[, C]: params p0..) into ``out`` (S, rows, n).
+
+    DESIGN CHOICE: the squared loss of a regression cube whose y and predictions subtract in
+    float64 is computed in ``out`` itself: the predictions copied in (float32 -> float64), y
+    subtracted, squared. The same values as :func:`cvflow.estimators.losses.apply_loss`'s
+    ``(y - pred) ** 2`` (the same IEEE operations on the same float64 operands) without its
+    two float64 temporaries: 0.6 against 1.0 ns a value (a block of 250 params x 18 splits,
+    load ~11). Any other loss: ``apply_loss``, copied into ``out``."""
+    view = out.transpose(1, 0, 2)
+    if decl == SQUARED and plan.classes is None and sub.ndim == 3 \
+            and np.result_type(plan.y, sub) == np.float64:
+        np.copyto(view, sub)
+        np.subtract(plan.y, out, out=out)
+        np.square(out, out=out)
+        return
+    np.copyto(view, apply_loss(decl, plan.y, sub, plan.classes, plan.outputs[p0:p0 + len(sub)]))
+
+
+def _change_steps(sources: dict, depth: int) -> list[tuple]:
+    """How a block's change columns are summed (:func:`_change_sums`), made once a block:
+    ("wide", c, users, reference) when every split ``users`` with a column c subtracts the
+    same reference (stability's full fit: one broadcast, batched), else ("one", i, c,
+    position, reference) for each split i."""
+    steps: list[tuple] = []
+    for c in range(depth):
+        users = [i for (i, column) in sources if column == c]
+        array = sources[(users[0], c)][1] if users else None
+        if len(users) > 1 and array is not None and \
+                all(sources[(i, c)][1] is array for i in users):
+            steps.append(("wide", c, users, array))
+            continue
+        steps.extend(("one", i, c, *sources[(i, c)]) for i in users)
+    return steps
+
+
+def _change_sums(losses: np.ndarray, steps: list, sources: dict, layout: Layout,
+                 diff: np.ndarray, change: np.ndarray, q: int) -> None:
     """Σ_{i∈mask} |ℓ_i − ref_i| of every change column of a kernel block (params q..q+m) into
-    ``change`` (S, D, m): the difference into one buffer ``diff`` (m, n), its absolute value
-    summed by a matrix-vector product; a row a non-finite value spoils (0 · NaN, inf − inf)
-    summed again within its mask."""
+    ``change`` (S, D, m), by ``steps`` (:func:`_change_steps`): the difference into one buffer
+    ``diff`` (m, n), its absolute value summed by a matrix-vector product; a row a non-finite
+    value spoils (0 · NaN, inf − inf) summed again within its mask."""
+    m = len(diff)
     with np.errstate(invalid="ignore", over="ignore"):
-        for c in range(change.shape[1]):
-            users = [i for i, columns in enumerate(sources) if c < len(columns)]
-            array = sources[users[0]][c][1] if users else None
-            if len(users) > 1 and array is not None and \
-                    all(sources[i][c][1] is array for i in users):
-                # one reference for every split (stability's full fit): broadcast, batched
-                wide = np.abs(np.subtract(losses, array[q:q + len(diff)]))
+        for step in steps:
+            if step[0] == "wide":
+                _, c, users, array = step
+                wide = np.abs(np.subtract(losses, array[q:q + m]))
                 sums = np.matmul(wide, layout.change_vectors[:, c, :, None])[:, :, 0]
                 change[users, c] = sums[users]
                 continue
-            for i in users:
-                position, array = sources[i][c]
-                np.subtract(losses[i], losses[position] if array is None else
-                            array[q:q + len(diff)], out=diff)
-                np.abs(diff, out=diff)
-                np.matmul(diff, layout.change_vectors[i, c], out=change[i, c])
+            _, i, c, position, array = step
+            np.subtract(losses[i], losses[position] if array is None else array[q:q + m],
+                        out=diff)
+            np.abs(diff, out=diff)
+            np.matmul(diff, layout.change_vectors[i, c], out=change[i, c])
         bad = ~np.isfinite(change)
         for i, c in zip(*np.nonzero(bad.any(axis=2))):
-            position, array = sources[i][c]
+            position, array = sources[(i, c)]
             rows = np.flatnonzero(bad[i, c])
             ref = losses[position][rows] if array is None else array[q + rows]
             change[i, c, rows] = np.where(layout.change_masks[i, c],
