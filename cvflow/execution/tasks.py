@@ -172,6 +172,27 @@ _SEEN_READY: set[str] = set()
 
 _SEEN_WHOLE: set[str] = set()
 
+# the `pred` array of the last runs whose blocks this process wrote, by (run, store): opened
+# once a run, not once a block (~0.8 ms of zarr's metadata parsing each, GIL held, beside the
+# other thread's fits); a run's store does not change shape while it holds the lock
+_PRED: dict[tuple[str, str], object] = {}
+_PRED_RUNS = 4
+_PRED_LOCK = threading.Lock()
+
+
+def _pred(ctx: TaskContext, open_pred):
+    """The run's ``pred`` array in this process (``open_pred(store)`` the first time)."""
+    key = (ctx.run_id, ctx.store)
+    with _PRED_LOCK:
+        pred = _PRED.get(key)
+    if pred is None:
+        pred = open_pred(ctx.store)
+        with _PRED_LOCK:
+            _PRED[key] = pred
+            while len(_PRED) > _PRED_RUNS:
+                del _PRED[next(iter(_PRED))]
+    return pred
+
 
 def _wait_ready(ctx: TaskContext, *, whole: bool = False) -> None:
     """Wait for the client's word that the store's ``pred`` can be written (the rest of the store
@@ -296,7 +317,7 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
     if not memory:
         from ..store import writes      # zarr: only where a store is written (test_startup)
 
-        writes.write_pred(ctx.store, result)
+        writes.write_pred(ctx.store, result, pred=_pred(ctx, writes.open_pred))
     result.fitted = attempted
     summary = summarize(result, attempted, keep_pred=memory)
     if scorer is not None:              # the live page's numbers: never a reason to fail a block

@@ -159,10 +159,17 @@ def kernel_of(param: Param) -> str | None:
     if param.preprocess:
         return None     # a pipeline: the transformers change X per training set
     try:
-        settings_json = json.dumps(param.settings(), sort_keys=True)
+        settings_json = param.settings_json
     except (TypeError, ValueError):
         return None     # settings that are not plain values: leave them to the generic route
     return _kernel_of(param.estimator, param.output, settings_json)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rest(kernel: str, settings_json: str) -> str:
+    """The settings but the path hyperparameter, as sorted JSON: what a path group shares."""
+    rest = {k: v for k, v in json.loads(settings_json).items() if k != PATH_KEY[kernel]}
+    return json.dumps(rest, sort_keys=True, default=str)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -232,8 +239,7 @@ def plan(params: list[Param]) -> list[Group]:
         if kernel is None:
             key: tuple = ("single", h)
         else:
-            rest = {k: v for k, v in param.settings().items() if k != PATH_KEY[kernel]}
-            key = (kernel, param.estimator, param.output, json.dumps(rest, sort_keys=True, default=str))
+            key = (kernel, param.estimator, param.output, _rest(kernel, param.settings_json))
         groups.setdefault(key, []).append(h)
         kernels[key] = kernel
     out = []

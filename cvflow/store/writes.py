@@ -39,16 +39,24 @@ def _check_aligned(shape, chunks, params: slice, splits: slice) -> None:
             )
 
 
-def write_pred(store: str | os.PathLike, result: BlockResult) -> None:
-    """Write one block's predictions (the task side). Idempotent; chunk-aligned or ValueError."""
+def open_pred(store: str | os.PathLike):
+    """The store's ``pred`` as :func:`write_pred` writes it (every chunk written, fill values
+    included)."""
+    location = resolve(store)
+    return zarr.open_array(location, path="pred", mode="r+",
+                           storage_options=storage_options(location)).with_config(WHOLE)
+
+
+def write_pred(store: str | os.PathLike, result: BlockResult, *, pred=None) -> None:
+    """Write one block's predictions (the task side). Idempotent; chunk-aligned or ValueError.
+    ``pred``: the store's array from :func:`open_pred`, opened by this run (else opened here)."""
     # COST: a lasso block (100 params x 2000 samples, 1.6 MB, one chunk since blocks up to
     # 4 MiB are not sharded: creation.SHARD_INNER_BYTES) takes 4.5-5.9 ms alone here, as a
     # shard of two inner chunks 6.2-7.9 ms; with crc32c and no zstd 2.7-2.8 ms (random values,
     # medians of 40, one thread; zstd halves a lasso block's bytes). Opening the array ~0.8 ms.
-    location = resolve(store)
     # written even when every value is NaN (every fit failed): a done block has its chunk
-    pred = zarr.open_array(location, path="pred", mode="r+",
-                           storage_options=storage_options(location)).with_config(WHOLE)
+    if pred is None:
+        pred = open_pred(store)
     region = (result.params, result.splits)
     _check_aligned(pred.shape[:2], (pred.shards or pred.chunks)[:2], *region)   # one writer a shard
     pred[region] = result.pred.astype(pred.dtype, copy=False)

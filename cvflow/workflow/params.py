@@ -5,6 +5,7 @@ fits (that is :mod:`cvflow.fitting`). See docs/developer/architecture.md.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -46,6 +47,13 @@ class Param:
 
     def settings(self) -> dict:
         return {**self.fixed, **self.hyper}
+
+    @functools.cached_property
+    def settings_json(self) -> str:
+        """:meth:`settings` as JSON, keys sorted (TypeError or ValueError for values that are
+        not plain data), computed once per param: the path planner reads it for every block
+        (cvflow.fitting.paths.plan; ~1.5 ms of GIL-held work a plan of the lasso's 100 params)."""
+        return json.dumps(self.settings(), sort_keys=True)
 
     def to_json(self) -> str:
         setting = {"learner": self.learner, "estimator": self.estimator,
