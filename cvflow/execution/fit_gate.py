@@ -9,8 +9,8 @@ a learner that releases the GIL (tree builders, libsvm, BLAS) run side by side, 
 on two free cores. Which kind a learner is shows in its fits' throughput: :class:`FitGate`
 runs the study's first ``threads`` fits one at a time (each param's time alone; a first fit
 the run's probe timed at :data:`LONG_FIT` or more stands for them), then lets every thread
-fit; once ``threads`` fits that ran beside another (or one, reading clearly: :data:`CLEAR`)
-can be set against the same param's time alone, the pool fits ``threads / (their median wall
+fit; once ``threads`` fits that ran beside another (or one reading :data:`SLOWER`) can be
+set against the same param's time alone, the pool fits ``threads / (their median wall
 over alone)`` times as many fits a second as one thread. Below :data:`PAYS`, the rest of the run fits one at a time, as
 ``GridSearchCV(n_jobs=None)`` does, each task of the pool's in turn (:meth:`FitGate.task`:
 one thread fits while the other waits, not two taking turns fit by fit). Each fit's wait for
@@ -31,10 +31,11 @@ log = logging.getLogger(__name__)
 # releases it about the thread count; a margin, since one at a time costs a learner that
 # gains little only what it gains, while side by side may cost a convoy
 PAYS = 1.25
-# DESIGN CHOICE: a first fit side by side reading a speedup outside these decides alone (each
-# fit side by side of a learner holding the GIL is a convoy's: b4's first read 0.4-0.8 in
-# fresh processes on 2 cores, the tree's 1.4-2.0); one inside waits for ``threads`` of them
-CLEAR = (1.0, 1.5)
+# DESIGN CHOICE: a first fit side by side reading slower than one at a time decides alone (each
+# fit side by side of a learner holding the GIL is a convoy's: b4's first read 0.4-0.8 in fresh
+# processes on 2 cores, the tree's 1.4-2.0); any other read waits for ``threads`` of them, side
+# by side meanwhile (so a read for side by side would gain nothing by deciding early)
+SLOWER = 1.0
 # DESIGN CHOICE: a fit kept waiting by the gate goes after this many times the longest fit (or
 # task, once one at a time) seen, at least GATE_PATIENCE seconds: the gate saves a convoy, it
 # must never wait on a fit that does not end (the run's watchdog names that one)
@@ -153,7 +154,7 @@ class FitGate:
         elif beside and key in self._alone:
             self._ratios.append(wall / max(self._alone[key], 1e-9))
             speedup = self.threads / _median(self._ratios)
-            if len(self._ratios) >= self.threads or not CLEAR[0] <= speedup < CLEAR[1]:
+            if len(self._ratios) >= self.threads or speedup < SLOWER:
                 self.decided, self.speedup = True, speedup
                 if speedup < PAYS:
                     self.limit = 1
