@@ -41,18 +41,22 @@ def _fits_at_once(gate: FitGate, threads: int = 2, fits: int = 3, seconds: float
 
 
 def _timed_alone(gate: FitGate, walls: dict[tuple, float]) -> None:
-    """The gate's first fits, one at a time: ``walls`` {params: seconds}."""
-    for key, wall in walls.items():
-        gate._note(key, wall, beside=False, alone=True)
+    """The gate's first fit alone, ``walls`` {params: seconds} (the first; the others as the
+    gate would have timed them alone)."""
+    for i, (key, wall) in enumerate(walls.items()):
+        if i == 0:
+            gate._note(key, wall, beside=False, alone=True)
+        else:
+            gate._alone[key] = wall
 
 
-def test_the_first_fits_run_one_at_a_time_then_side_by_side():
+def test_the_first_fit_runs_alone_then_side_by_side():
     gate = FitGate(2)
     assert gate.limit == 1 and not gate.decided
     assert _fits_at_once(gate, fits=1) == 1
     gate = FitGate(2)
-    _timed_alone(gate, {(0,): 0.010, (1,): 0.020})
-    assert gate.limit == 2 and not gate.decided
+    gate._note((0,), 0.010, beside=False, alone=True)
+    assert gate.limit == 2 and not gate.decided and gate._alone == {(0,): 0.010}
 
 
 def test_fits_twice_as_long_beside_another_run_one_at_a_time():

@@ -7,14 +7,14 @@ each call that releases the GIL hands it to the other thread, which keeps it unt
 interval (5 ms) makes it let go, so the threads wait on each other (a GIL convoy). The fits of
 a learner that releases the GIL (tree builders, libsvm, BLAS) run side by side, twice as fast
 on two free cores. Which kind a learner is shows in its fits' throughput: :class:`FitGate`
-runs the study's first ``threads`` fits one at a time (each param's time alone; a first fit
-the run's probe timed at :data:`LONG_FIT` or more stands for them), then lets every thread
-fit; once ``threads`` fits that ran beside another (or one reading :data:`SLOWER`) can be
-set against the same param's time alone, the pool fits ``threads / (their median wall
-over alone)`` times as many fits a second as one thread. Below :data:`PAYS`, the rest of the run fits one at a time, as
-``GridSearchCV(n_jobs=None)`` does, each task of the pool's in turn (:meth:`FitGate.task`:
-one thread fits while the other waits, not two taking turns fit by fit). Each fit's wait for
-a core (the kernel's run-queue delay) is taken out of its time: other processes' doing.
+runs the study's first fit alone (a first fit the run's probe timed at :data:`LONG_FIT` or
+more stands for it), then lets every thread fit; once ``threads`` fits that ran beside another
+(or one reading :data:`SLOWER`) can be set against the same param's time alone, the pool fits
+``threads / (their median wall over alone)`` times as many fits a second as one thread. Below
+:data:`PAYS`, the rest of the run fits one at a time, as ``GridSearchCV(n_jobs=None)`` does,
+each task of the pool's in turn (:meth:`FitGate.task`: one thread fits while the other waits,
+not two taking turns fit by fit). Each fit's wait for a core (the kernel's run-queue delay) is
+taken out of its time: other processes' doing.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class FitGate:
 
     def __init__(self, threads: int):
         self.threads = max(1, int(threads))
-        self.limit = 1                            # fits at once: one while timing them alone
+        self.limit = 1                            # fits at once: one while timing one alone
         self.decided = self.threads == 1
         self.speedup: float | None = None         # fits a second side by side over alone
         self._beside = False                      # past the fits timed alone
@@ -74,7 +74,6 @@ class FitGate:
         self._tasks = 0
         self._held = threading.local()            # a task fitting alone: its fits pass
         self._alone: dict[tuple, float] = {}      # params -> fastest wall of a fit alone
-        self._alone_fits = 0
         self._ratios: list[float] = []            # beside: wall over the same params' alone
         self._longest = self._longest_task = 0.0
 
@@ -147,10 +146,11 @@ class FitGate:
         """A fit of the params ``key`` that took ``wall`` seconds: ``alone`` (no other fit
         while it ran), or ``beside`` another from its start to its end, or neither."""
         if alone and not self._beside:
-            self._alone[key] = min(self._alone.get(key, wall), wall)
-            self._alone_fits += 1
-            if self._alone_fits >= self.threads:
-                self._beside, self.limit = True, self.threads
+            # DESIGN CHOICE: one fit alone: the other threads' first fits are of the same first
+            # param (blocks run params within a split), so they set against it at once; a
+            # second fit alone cost the tree search one fit of its two-thread time
+            self._alone[key] = wall
+            self._beside, self.limit = True, self.threads
         elif beside and key in self._alone:
             self._ratios.append(wall / max(self._alone[key], 1e-9))
             speedup = self.threads / _median(self._ratios)
