@@ -24,24 +24,26 @@ def path_length(params: list[Param]) -> int:
                default=1)
 
 
-def seconds_per_fit(workflow: Workflow, study: BuiltWorkflow, *, quick: float | None = None
-                    ) -> float:
+def seconds_per_fit(workflow: Workflow, study: BuiltWorkflow, *, quick: float | None = None,
+                    test_only: bool = False) -> float:
     """The timed estimate of one fit's seconds as blocks fit them (:mod:`cvflow.execution.sizing`;
     ``quick``: its ``estimate_seconds_per_fit``'s). A study this process timed already (the
     same params on data of the same columns, a training set within :data:`SAME_SIZE` of the
-    size timed) gets that estimate again, with no fit."""
+    size timed) gets that estimate again, with no fit. ``test_only``: timed as fits that
+    predict their test rows alone (a cube in memory that holds only those)."""
     # timed as blocks fit them: a path-aware ridge grid costs one SVD per split, not one per alpha
     d = study.data
     path_aware = bool(workflow.execution.get("path_aware", True))
     train = study.design.train[0]
     key = _timing_key(study.params, d, path_aware)
+    key = None if key is None else (*key, test_only)
     n_train = int(np.count_nonzero(train))
     timed = _TIMED.get(key) if key is not None else None
     if timed is not None and abs(timed[0] - n_train) <= SAME_SIZE * timed[0]:
         return timed[1]
     seconds = estimate_seconds_per_fit(
         study.params, d.fit_X, d.fit_y, train, positive=d.positive, path_aware=path_aware,
-        total_fits=len(study.params) * study.design.n_splits, quick=quick)
+        total_fits=len(study.params) * study.design.n_splits, quick=quick, test_only=test_only)
     if key is not None:
         _TIMED[key] = (n_train, seconds)
         while len(_TIMED) > _TIMED_KEPT:

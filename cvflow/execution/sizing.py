@@ -110,7 +110,7 @@ def choose_chunks(n_params: int, n_splits: int, *, seconds_per_fit: float, n_wor
 def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=None,
                              path_aware: bool = True, budget: float = 0.02,
                              total_fits: int | None = None,
-                             quick: float | None = None) -> float:
+                             quick: float | None = None, test_only: bool = False) -> float:
     """Seconds per fit as a block fits them, timed on the client with one BLAS thread.
 
     For each learner, fits growing samples of its params (1, 2, 4, ... params spread evenly
@@ -122,7 +122,9 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
     Returns the param-count weighted mean over learners. With ``total_fits`` (the study's
     fits), a study whose every fit at its learner's warm-up fit's time (an overestimate: the
     first fit pays imports and caches) totals less than ``quick`` seconds (default
-    :data:`QUICK_STUDY`) is charged that time, with no further fits.
+    :data:`QUICK_STUDY`) is charged that time, with no further fits. ``test_only``: the fits
+    predict their test rows alone, as a study's whose cube holds only those
+    (:func:`cvflow.fitting.block.fit_block`'s).
     """
     from ..fitting.trial import trial_running
     from ..fitting.block import fit_block
@@ -157,7 +159,8 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
         for name, group in by_learner.items():  # warm-up: imports (and their libraries), caches
             t0 = time.perf_counter()
             fit_block(group[:1], X, y, train, params_slice=slice(0, 1),
-                      splits_slice=slice(0, 1), positive=positive, path_aware=path_aware)
+                      splits_slice=slice(0, 1), positive=positive, path_aware=path_aware,
+                      test_only=test_only)
             warm[name] = time.perf_counter() - t0
     if total_fits and by_learner and \
             max(warm.values()) * total_fits < (QUICK_STUDY if quick is None else quick):
@@ -173,7 +176,8 @@ def estimate_seconds_per_fit(params: list, X, y, train: np.ndarray, *, positive=
                 fits = path or sample(group, k)
                 t0 = time.perf_counter()
                 fit_block(fits, X, y, train, params_slice=slice(0, len(fits)),
-                          splits_slice=slice(0, 1), positive=positive, path_aware=path_aware)
+                          splits_slice=slice(0, 1), positive=positive, path_aware=path_aware,
+                          test_only=test_only)
                 elapsed = time.perf_counter() - t0
                 spent += elapsed
                 per_fit = elapsed / len(fits)
@@ -259,7 +263,7 @@ def _queued(thread: int) -> float:
 
 
 def thread_bound_share(params: list, X, y, train: np.ndarray, *, positive=None,
-                       path_aware: bool = True) -> float:
+                       path_aware: bool = True, test_only: bool = False) -> float:
     """The share of a learner's fit time that two threads cannot run side by side, measured.
 
     One fit of the grid's middle param alone, then two at once on two threads (one OpenMP
@@ -280,7 +284,7 @@ def thread_bound_share(params: list, X, y, train: np.ndarray, *, positive=None,
     def one(_=None) -> None:
         with one_openmp_thread_here():
             fit_block(middle, X, y, rows, params_slice=slice(0, 1), splits_slice=slice(0, 1),
-                      positive=positive, path_aware=path_aware)
+                      positive=positive, path_aware=path_aware, test_only=test_only)
 
     # DESIGN CHOICE: the time other processes take from the measuring threads is taken out:
     # the longest of their waits for a CPU (the kernel's schedstat). The pair's wall time

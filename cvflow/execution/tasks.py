@@ -275,10 +275,11 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
     t0 = time.perf_counter()
     params = params[params_slice]
     late, watch = _timed_out(ctx)
-    # the threads route's fits: side by side unless they hold the GIL (cvflow.execution.fit_gate)
+    # the threads route's fits: side by side where that pays (cvflow.execution.fit_gate)
     gate = gate_here()
     if gate is not None and watch is None:
-        watch = gate.fit
+        first = params_slice.start          # the gate knows a param by its place in the study
+        watch = lambda cells: gate.fit([(first + h, s) for h, s in cells])  # noqa: E731
     attempted = todo                 # the cells this run fits, the timed-out ones included
     if late:
         todo = np.ones((len(params), train.shape[0]), bool) if todo is None else todo.copy()

@@ -138,7 +138,8 @@ class FitThreads(Executor):
     """The pool of threads the fits run in:
     ``workers`` daemon threads, so that a fit that never returns does not hold the process at
     exit once the run has stopped and said so (StallError, Ctrl-C). Their fits go through one
-    :class:`cvflow.execution.fit_gate.FitGate` (``gate``): side by side unless they hold the GIL."""
+    :class:`cvflow.execution.fit_gate.FitGate` (``gate``): side by side where that fits faster
+    than one at a time, its tasks one at a time otherwise."""
 
     # DESIGN CHOICE: concurrent.futures.ThreadPoolExecutor joins its threads when the
     # interpreter exits, so a stuck fit on the threads route hung `cvflow run` for ever after it
@@ -168,9 +169,12 @@ class FitThreads(Executor):
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                future.set_result(fn(*args, **kwargs))
+                with self.gate.task():
+                    result = fn(*args, **kwargs)
             except BaseException as exc:  # noqa: BLE001 - the caller reads it from the future
                 future.set_exception(exc)
+            else:
+                future.set_result(result)
         self._queue.put(None)              # wake the next thread: every one ends
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
