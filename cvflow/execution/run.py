@@ -362,10 +362,8 @@ def _run_locked(workflow: Workflow, path: str, *, route, workers, overwrite, cli
         # under auto, a study far below where processes pay is not timed past its warm-up fit
         quick = (processes_pay_above(workers=n_workers, gil_share=share) / ESTIMATE_ERROR
                  if auto and not fit_timeout else None)
-        # timed as the run fits: a cube in memory holding the test rows alone predicts those
-        # (an SVC on digits: all rows cost 2.6x its fit, timed 160-200 ms a fit against 66 ms)
-        test_only = (path == IN_MEMORY
-                     and workflow.execution.get("predict_rows", "all") == "test")
+        # timed as the run fits: an in-memory cube of test rows predicts those (SVC on digits: 2.6x)
+        test_only = path == IN_MEMORY and workflow.execution.get("predict_rows", "all") == "test"
         checked, per_fit, measured = _probe(workflow, study, timing=auto or wants_timing,
                                             trial=trial, probing=probing, quick=quick,
                                             threads_worth_measuring=threads_worth_measuring,
@@ -643,8 +641,7 @@ class _Run:
                              notify, n_todo, monitor)
         gate = getattr(getattr(c, "pool", None), "gate", None)     # the threads route's
         if gate is not None and per_fit and len({p.learner for p in params}) == 1:
-            # the probe timed the first param's fit (one learner: the estimate is its)
-            gate.expect((0,), per_fit)
+            gate.expect((0,), per_fit)      # the probe timed the first param's (one learner's) fit
         ctx = dataclasses.replace(ctx, ready=ready and ready.name)
         loop = Loop(c, ctx, params=params, train=design.train, data=d, path_aware=self.path_aware,
                     record=recorder.block, idle=recorder.idle, lock_lost=lambda: self.lock.lost,
