@@ -331,6 +331,28 @@ def test_a_search_without_a_store_keeps_its_cube_in_memory_and_saves_it(diabetes
         search.save(path)
 
 
+def test_a_search_saves_its_store_from_a_running_event_loop(diabetes, tmp_path):
+    """``save(path)`` in a thread that runs an event loop (a Jupyter notebook's cell; here an
+    ``async def`` under ``asyncio.run``) writes the store, whose ``cv_results`` are
+    ``GridSearchCV``'s: the store's creation runs zarr's asynchronous API on a loop of its own,
+    not with ``asyncio.run`` in the caller's loop (which raised RuntimeError)."""
+    import asyncio
+
+    X, y = diabetes
+    grid = {"alpha": [0.1, 1.0, 10.0]}
+    search = cvflow.SearchCV(Ridge(), grid, cv=KFold(3), scoring="neg_mean_squared_error",
+                             cluster="threads").fit(X, y)
+
+    async def cell():
+        return search.save(tmp_path / "saved.zarr")
+
+    path = asyncio.run(cell())
+    table = cvflow.cv_results(path, "neg_mean_squared_error", average="folds")
+    reference = GridSearchCV(Ridge(), grid, cv=KFold(3), scoring="neg_mean_squared_error").fit(X, y)
+    np.testing.assert_allclose(table["mean_test_score"],
+                               reference.cv_results_["mean_test_score"], rtol=1e-12)
+
+
 def test_temporary_store_of_a_raced_search_lives_with_the_search(diabetes):
     X, y = diabetes
     search = cvflow.SearchCV(Ridge(), {"alpha": [0.1, 1.0]}, cv=3, cluster="threads",

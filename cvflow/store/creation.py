@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import struct
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import numpy as np
@@ -193,8 +194,21 @@ def create(store: str | os.PathLike, template: xr.Dataset, *,
     # own event-loop thread and its file threads that waits for the GIL behind the fits.
     # Measured on the lasso study's template (2 shared cores, load ~14, medians of 30,
     # alternating): 43-47 ms wall, 34-37 ms CPU against 47-64 / 41-45 ms one call at a time.
-    asyncio.run(_make(location, memory, staged, specs, zdtypes, put_first))
+    _run_coroutine(_make(location, memory, staged, specs, zdtypes, put_first))
     remove(creating)
+
+
+def _run_coroutine(coroutine) -> None:
+    """``asyncio.run(coroutine)``; in a thread that already runs an event loop (a Jupyter
+    notebook's cell: ``search.save(path)``, an ``async def`` caller), where ``asyncio.run``
+    refuses, in a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(coroutine)
+        return
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, coroutine).result()
 
 
 async def _make(location: str, memory, staged: dict, specs: list[dict], zdtypes: dict,
