@@ -56,6 +56,7 @@ from ..errors import OTHER_STORE, OVERWRITE, StoreError
 from ..store.attributes import LEARNERS_ATTR, WORKFLOW_PARAMS_ATTR
 from ..objects import init_signature
 from ..workflow.params import Param, import_estimator
+from ..trust import listed, param_code, untrusted, workflow_code
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +278,6 @@ def check_kept_code(path: str, cube: xr.Dataset, stored: list[Param], workflow) 
 
     Their finished fits stay and are reported; only fits not done would run their code.
     """
-    from ..trust import listed, param_code, untrusted, workflow_code
 
     listed_learners = {p.learner for p in workflow.params}
     named = list(workflow_code(workflow.config))

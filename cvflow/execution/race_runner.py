@@ -42,6 +42,7 @@ from ..store import integrity
 from ..store.location import resolve
 from ..store.writes import write_attrs
 from ..store.cube import block_slices, open_cube
+from ..estimators.cube_losses import cube_classes, label_losses, pointwise, pointwise_loss
 
 log = logging.getLogger(__name__)
 
@@ -500,14 +501,12 @@ class StageReader:
 
     def labels(self) -> int:
         """The number of classes of a classification cube (0 for regression)."""
-        from ..estimators.cube_losses import cube_classes
 
         return len(cube_classes(self.cube) or ())
 
     def bounds(self) -> tuple[float, float] | None:
         """The loss's range for the race: ``racing.loss_range`` if given, else the loss's
         declaration (``zero_one``, ``brier``), else None (unbounded)."""
-        from ..estimators.cube_losses import pointwise
 
         given = self.race.options.get("loss_range")
         if given is not None:
@@ -516,7 +515,6 @@ class StageReader:
 
     def add(self, s: int) -> np.ndarray:
         """The losses (param, repeat, sample) seen so far with stage ``s``'s added."""
-        from ..estimators.cube_losses import label_losses, pointwise_loss
 
         alive = np.flatnonzero(self.race.alive)
         folds = self.race.stages[s].folds

@@ -44,6 +44,7 @@ from .. import config
 from .failures import group, normalise
 from .plots.grid import grid_layout
 from ..estimators.np_roles import fold_members, masked_sum
+from ..estimators.losses import DECLARED, apply_loss
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,6 @@ class Scorer:
     classes: tuple | None = None
 
     def __call__(self, pred: np.ndarray, y, train: np.ndarray, params) -> dict:
-        from ..estimators.losses import apply_loss
 
         losses = apply_loss(self.loss, np.asarray(y), pred, self.classes,
                             [p.output for p in params])
@@ -167,7 +167,6 @@ class Monitor:
         self.sizes = (fold_members(design.fold, self.fold_split.shape[1]).sum(-1)
                       if self.has_folds else None)
         self.loss = workflow.loss                     # checked against the learners by spec
-        from ..estimators.losses import DECLARED
 
         # DESIGN CHOICE: the page sums per-sample losses as fits land; a per-fold metric (r2,
         # accuracy, roc_auc, ...) is no such sum, so the page shows the task's default

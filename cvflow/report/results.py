@@ -28,6 +28,10 @@ from ..estimators import guardrails, lookup, REGISTRY
 # when first read: `cvflow status` reads none
 from .. import estimators as _estimators
 from ..estimators.memory import fits_budget, is_lazy, load_if_small
+from ..estimators.losses import names_code
+from ..trust import ESTIMATOR, LOSS, how, is_user_estimator, trusted
+from ..estimators.cube_losses import cube_loss
+from ..workflow.spec import time_ordered
 
 if TYPE_CHECKING:
     from ..trust import Trust
@@ -102,8 +106,6 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
     default loss is refused (InputError) unless trusted. What the caller names himself
     (``estimators``, a name in ``overrides``, ``loss``) is his own choice and is imported.
     """
-    from ..estimators.losses import names_code
-    from ..trust import ESTIMATOR, LOSS, how, is_user_estimator, trusted
 
     raced = _raced_unfilled(cube)
     cube = workflow_view(cube, all_params=all_params)
@@ -232,8 +234,6 @@ def _label(results: Results, loss: str | None, cube: xr.Dataset) -> str:
 def assumptions(cube: xr.Dataset, loss: str | None = None):
     """(the loss's declaration, whether the folds are time-ordered): what
     :meth:`cvflow.estimators.Estimator.refusal` checks an estimator against."""
-    from ..estimators.cube_losses import cube_loss
-    from ..workflow.spec import time_ordered
 
     design = json.loads(cube.attrs.get("workflow") or "{}").get("design") or {}
     return cube_loss(cube, loss), time_ordered(design)

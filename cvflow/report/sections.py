@@ -19,6 +19,7 @@ from .failures import group, normalise
 from ..estimators.labels import param_labels
 from .plots import oof
 from ..estimators import guardrails
+from ..trust import LEARNER, by_default
 
 
 def header_html(cube: xr.Dataset, results: dict[str, xr.Dataset]) -> Markup:
@@ -165,7 +166,6 @@ def fit_time_figure(cube: xr.Dataset):
 
 def _path_aware_learners(cube: xr.Dataset) -> list[str]:
     """Learners whose grid was fitted as regularisation paths (one fit per training set)."""
-    from ..trust import LEARNER, by_default
 
     workflow = json.loads(cube.attrs.get("workflow") or "{}")
     if not (workflow.get("execution") or {}).get("path_aware", True):
