@@ -63,3 +63,33 @@ def test_an_array_written_twice_is_the_same_text_as_json_dumps_writes(monkeypatc
     value = {"x": {"a": a, "again": a.copy(), "zero": zero}, "y": {"a": a, "neg": negative},
              "z": {"t": a.T, "f32": a.astype(np.float32), "a": a.copy(), "zero": zero.copy()}}
     assert _written(value) == json.dumps(_reference(value))
+
+
+def test_numbers_of_every_magnitude_are_spelt_as_float_repr_spells_them(monkeypatch):
+    # orjson spells a number under 1e-4 otherwise (0.00001, 1.5e-6): json_stream respells it
+    monkeypatch.setattr(json_stream, "SLAB", 1000)
+    rng = np.random.default_rng(11)
+    values = np.concatenate([
+        rng.normal(size=20_000) * 10.0 ** rng.uniform(-320, 308, size=20_000),
+        10.0 ** np.arange(-323, 309), 2.0 ** np.arange(-1074, 1024, 7),
+        [1e-4, 9.99e-5, 1.0001e-4, 1e-5, 1.5e-6, 5e-324, -5e-324, 0.0, -0.0, 1e16, 9.999e15,
+         0.00012, 10.00001, -0.000099, 1.7976931348623157e308, np.nan, np.inf, -np.inf]])
+    value = {"values": values, "grid": values[:20_000].reshape(200, 100).T}
+    assert _written(value) == json.dumps(_reference(value))
+
+
+@pytest.mark.parametrize("dtype", ["<f8", ">f8", "<f4", ">f2", "int8", ">i4", "uint16", "<u8", "bool"])
+def test_every_numeric_dtype_and_byte_order_is_written_as_its_list(dtype, monkeypatch):
+    monkeypatch.setattr(json_stream, "SLAB", 13)
+    rng = np.random.default_rng(5)
+    kind = np.dtype(dtype).kind
+    if kind == "f":
+        values = (rng.normal(size=(17, 9)) * 1e-3).astype(dtype)
+    elif kind == "b":
+        values = rng.random(size=(17, 9)) < 0.5
+    else:
+        info = np.iinfo(dtype)
+        values = rng.integers(info.min, info.max, size=(17, 9), endpoint=True, dtype=np.dtype(dtype).newbyteorder("="))
+        values = values.astype(dtype)
+    value = {"a": values, "strided": values[::2, ::3]}
+    assert _written(value) == json.dumps(_reference(value))
