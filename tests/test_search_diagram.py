@@ -38,6 +38,5 @@ def test_the_diagram_shows_the_estimator_then_the_best_estimator():
 
 def test_without_the_block_class_the_diagram_is_scikit_learns_fallback(monkeypatch):
     monkeypatch.setattr(diagram, "parallel_block", lambda estimator, name: None)
-    monkeypatch.setattr(cvflow.search, "parallel_block", lambda estimator, name: None)
     html = estimator_html_repr(cvflow.SearchCV(Ridge(), {"alpha": [0.1, 1.0]}))
     assert "SearchCV" in html and "estimator: Ridge" not in html

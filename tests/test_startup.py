@@ -246,7 +246,11 @@ NOT_FOR_A_KFOLD_SEARCH = tuple(f"cvflow.estimators.{m}" for m in (
     # nor what only search.report() and the estimators that read role terms use: the pass
     # engine and the corrected K-fold (the registry imports kfold for its declaration)
     "corrected", "one_pass", "pass_kernel", "pass_reads", "selection")) + (
-    "cvflow.search.estimates", "cvflow.workflow.suite")
+    "cvflow.search.estimates", "cvflow.workflow.suite",
+    # nor a store's run lock and attributes, the isolated fits, the notebook diagram, the
+    # grouping of failed fits' messages
+    "cvflow.store.lock", "cvflow.store.attributes", "cvflow.fitting.isolated", "cvflow.search.diagram",
+    "cvflow.report.failures")
 SEARCH = """\
 import json, sys
 import numpy as np

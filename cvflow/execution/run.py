@@ -37,8 +37,7 @@ from .schedulers import choose, connect, processes_pay_above, quiet_port
 from .run_plan import new_layout, pending_blocks, prepare_store, seconds_per_fit
 from ..workflow.spec import Workflow, load_workflow
 from ..fitting.block import only_paths
-from ..store.attributes import saved_fits
-from ..store.lock import run_lock
+# the store's lock and attributes: imported where a store is run (issue 41 item 2: _run, on)
 from .loop import Block, Loop, check_on_workers, time_on_workers
 from .preflight import check_cluster, check_run
 from .progress import Progress, reporter
@@ -293,6 +292,7 @@ def _run(workflow, *, store, cluster, workers, overwrite, dashboard_port, client
     # One run per store at a time; a lock left by a crashed run is taken over.
     # The pool creates a new store beside the run; leaving it waits for the creation, so the
     # lock is never released with a store half created.
+    from ..store.lock import run_lock
     try:
         with run_lock(path) as lock, inflight.recording(lock.mark), \
                 ThreadPoolExecutor(1, thread_name_prefix="cvflow-create") as pool:
@@ -462,7 +462,6 @@ def _store_event(c, name: str):
 
 
 def _probe_seconds() -> float:
-
     return float(config.get("cvflow.cluster.auto.probe_seconds"))
 
 
@@ -671,6 +670,7 @@ class _Run:
                 c.set_metadata(["cvflow", run_id], None)   # the run's timeouts: forgotten
         result.wall_seconds = time.perf_counter() - self.t_start
         if race is not None:
+            from ..store.attributes import saved_fits
             result.saved_fits = saved_fits(json.loads(race.to_json()), done)
             result.dropped_params = len(race.dropped)
             result.raced_params = race.n_params

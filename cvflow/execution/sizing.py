@@ -327,14 +327,47 @@ def _first_path(group: list) -> list:
 
 
 _CONTROLLER = None
+_SCAN: threading.Thread | None = None         # scan_soon's
+_SCAN_STARTED = threading.Lock()
+
+
+def scan_soon() -> None:
+    """Start threadpoolctl's scan of the loaded libraries (:func:`_controller`) in a thread of
+    its own, once per process, for a run that will fit in this process."""
+    # DESIGN CHOICE (issue 41 item 1): the scan resolves the path of every loaded shared
+    # library (~240 in a scikit-learn process: ~2,000 lstat calls, 10-25 ms, which GridSearchCV
+    # never pays). Its system calls release the GIL, so a search started from the caller's
+    # set-up (check_cv, the study's workflow, the route) overlaps the two on a second core; the
+    # limit itself is still entered where it was, around the probe and the threads' fits. The
+    # libraries the scan sees are those loaded when the search starts, as before: the
+    # estimator's modules are imported by then (a library first loaded later was not limited
+    # before either).
+    global _SCAN
+    with _SCAN_STARTED:
+        if _CONTROLLER is None and _SCAN is None:
+            _SCAN = threading.Thread(target=_scan, name="cvflow-blas-scan", daemon=True)
+            _SCAN.start()
+
+
+def _scan() -> None:
+    global _CONTROLLER
+    try:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER = ThreadpoolController()
+    except Exception:  # noqa: BLE001 - _controller scans again in the caller, raising there
+        pass
 
 
 def _controller():
     """threadpoolctl's controller of this process's BLAS/OpenMP libraries, scanned once."""
-    # DESIGN CHOICE: threadpoolctl scans the loaded libraries each time (~3 ms, a tenth of the
-    # timing budget): scan once per process and reuse the controller. A BLAS/OpenMP library
-    # first loaded later is not limited; the timing is a rough estimate anyway.
+    # DESIGN CHOICE: threadpoolctl scans the loaded libraries each time (~10-25 ms, the timing
+    # budget's share of a small search): scan once per process and reuse the controller. A
+    # BLAS/OpenMP library first loaded later is not limited; the timing is a rough estimate anyway.
     global _CONTROLLER
+    scan = _SCAN
+    if scan is not None:
+        scan.join()
     if _CONTROLLER is None:
         from threadpoolctl import ThreadpoolController
 

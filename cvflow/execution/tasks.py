@@ -23,7 +23,6 @@ import numpy as np
 
 from ..errors import LockLostError, StoreError
 from ..fitting.block import BlockResult, fit_block
-from ..fitting.isolated import fit_cells, timeout_message
 from ..fitting.scoring import Scoring
 from ..store.memory import IN_MEMORY
 from ..workflow.params import Param
@@ -32,7 +31,6 @@ from .fit_gate import gate_here
 from .sizing import estimate_seconds_per_fit, one_openmp_thread_here
 from ..fitting.learners import pred_shape
 from ..fitting.trial import check_learners, scorer_probe
-from ..store.lock import LinkedLock, read_lock
 from .threaded import event
 
 log = logging.getLogger(__name__)
@@ -154,6 +152,9 @@ def check_fence(ctx: TaskContext) -> None:
     """LockLostError unless the run that sent this task still holds the store's run lock."""
     if ctx.token is None:
         return
+    # DESIGN CHOICE (issue 41 item 2): here, as the isolated fits' module below: a run without
+    # a store (no lock) or without isolation never loads them
+    from ..store.lock import LinkedLock, read_lock
 
     try:
         record = read_lock(ctx.store)
@@ -302,6 +303,8 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
                 inflight.fitting(inflight.block_record(params, params_slice, splits_slice)):
             result = fit_missing(ctx.store, params, X, y, train, params_slice, splits_slice,
                                  positive, path_aware, todo, sample_weight, watch, scoring)
+    if late:
+        from ..fitting.isolated import timeout_message
     for h, s in late:
         result.pred[h, s] = np.nan
         result.failed[h, s], result.error[h, s] = True, timeout_message(ctx.fit_timeout)
@@ -345,6 +348,8 @@ def _fit_isolated(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray
             _wait_ready(ctx, whole=True)
         result = _stored(ctx.store, params_slice, splits_slice, scoring)
     cells = [(int(h), int(s)) for h, s in np.argwhere(np.ones(shape, bool) if todo is None else todo)]
+    from ..fitting.isolated import fit_cells
+
     fitted = fit_cells(params, X, y, train, cells, positive=positive, sample_weight=sample_weight,
                        timeout=ctx.fit_timeout, memory_limit=_worker_memory_limit(),
                        scoring=scoring)

@@ -21,7 +21,6 @@ from ..estimators.losses import Loss
 from ..store.memory import MemoryCube
 from ..estimators.split_scores import (fold_splits, fold_values, rank as rank_of, scoring_loss,
                                        split_scores, spread, with_error_score)
-from .failures import group
 
 AVERAGES = ("samples", "folds")
 
@@ -281,6 +280,8 @@ def failure_message(failed: np.ndarray, errors: np.ndarray, error_score) -> str:
     """scikit-learn's report of failed fits (``_warn_or_raise_about_fit_failures``): "All the N
     fits failed" or "k fits failed out of a total of N", then each group of messages (grouped
     up to the numbers they embed, :func:`cvflow.report.failures.group`)."""
+    from .failures import group     # a search whose fits all ran never loads it (issue 41)
+
     summary = "\n".join(f"{'-' * 80}\n{g['count']} fits failed with the following error:\n"
                         f"{message}" for message, g in group(errors[failed]).items())
     details = f"\n\nBelow are more details about the failures:\n{summary}"

@@ -45,9 +45,8 @@ from ..fitting.scoring import estimator_score
 from ..objects import describe_splitter
 from . import scoring_arg
 from .callbacks import SearchTasks
-from .diagram import parallel_block
-from .inputs import (NO_FITS, Scorings, check_task, default_client, output_of, refit_failed,
-                     sorted_grid, splitter_of, task_of, weights_for)
+from .inputs import (NO_FITS, Scorings, check_task, default_client, fitting_here, output_of,
+                     refit_failed, sorted_grid, splitter_of, task_of, weights_for)
 from ..estimators.registry import REGISTRY
 from ..report.tables import cv_results, failure_message, fit_lines, fit_records, param_arrays
 from ..study import Study
@@ -256,10 +255,10 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         return state
 
     def _sk_visual_block_(self):
-        """The HTML diagram shows ``best_estimator_`` once refitted, else ``estimator`` (as
-        ``GridSearchCV``'s)."""
+        """The HTML diagram: ``best_estimator_`` once refitted, else ``estimator`` (GridSearchCV's)."""
         key, est = (("best_estimator_", self.best_estimator_) if hasattr(self, "best_estimator_")
                     else ("estimator", self.estimator))
+        from .diagram import parallel_block    # drawn in a notebook, never by a fit
         block = parallel_block(est, f"{key}: {type(est).__name__}")
         if block is None:       # scikit-learn catches it and draws the search as one box
             raise NotImplementedError("this scikit-learn has no parallel diagram block")
@@ -292,6 +291,7 @@ class SearchCV(MetaEstimatorMixin, CallbackSupportMixin, BaseEstimator):
         """
 
         self._check_options()
+        fitting_here(self.cluster)     # its fits' one BLAS thread: the scan starts now
         # first, as GridSearchCV: no scoring at all is a TypeError; each scoring's loss resolved
         # here, once, and kept for score()
         sc = self._scoring = scoring_arg.resolved(self._scorings())

@@ -13,6 +13,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import type_of_target
 
 from ..estimators.losses import Loss
+from ..execution.sizing import scan_soon
 from ..fitting.learners import fit_params_of, n_rows, sample_weight_key
 
 
@@ -174,6 +175,14 @@ def output_of(estimator, candidates: list[dict], losses: list[Loss], n_classes: 
     names = ", ".join(d.label for d in losses)
     raise ValueError(f"SearchCV: no output of {type(estimator).__name__} serves every scoring "
                      f"({names}); score them in separate searches")
+
+
+def fitting_here(cluster) -> None:
+    """Starts the scan of the BLAS libraries (:func:`cvflow.execution.sizing.scan_soon`) when
+    ``cluster`` fits in this process: ``auto`` (timed here first), ``threads``, or None
+    without a distributed client to find (:func:`default_client`)."""
+    if cluster in ("auto", "threads") or (cluster is None and "distributed" not in sys.modules):
+        scan_soon()
 
 
 def default_client(cluster):
