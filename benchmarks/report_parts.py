@@ -74,7 +74,7 @@ def timed(name, call):
     out[name] = (time.perf_counter() - t, time.process_time() - c)
     return value
 
-cli._decode_threads()
+cli._decode_threads(sys.argv[1])
 cube = timed("open", lambda: report.workflow_view(open_cube(sys.argv[1])))
 before = threads()
 results = timed("pass and estimator", lambda: report.compute(cube, ["kfold"]))
