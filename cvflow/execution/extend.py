@@ -278,7 +278,6 @@ def check_kept_code(path: str, cube: xr.Dataset, stored: list[Param], workflow) 
 
     Their finished fits stay and are reported; only fits not done would run their code.
     """
-
     listed_learners = {p.learner for p in workflow.params}
     named = list(workflow_code(workflow.config))
     done = np.asarray(cube["done"].values, dtype=bool)

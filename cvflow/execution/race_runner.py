@@ -501,13 +501,11 @@ class StageReader:
 
     def labels(self) -> int:
         """The number of classes of a classification cube (0 for regression)."""
-
         return len(cube_classes(self.cube) or ())
 
     def bounds(self) -> tuple[float, float] | None:
         """The loss's range for the race: ``racing.loss_range`` if given, else the loss's
         declaration (``zero_one``, ``brier``), else None (unbounded)."""
-
         given = self.race.options.get("loss_range")
         if given is not None:
             return (float(given[0]), float(given[1]))
@@ -515,7 +513,6 @@ class StageReader:
 
     def add(self, s: int) -> np.ndarray:
         """The losses (param, repeat, sample) seen so far with stage ``s``'s added."""
-
         alive = np.flatnonzero(self.race.alive)
         folds = self.race.stages[s].folds
         if not folds or not len(alive):

@@ -303,9 +303,9 @@ def run_block(ctx: TaskContext, params: list[Param], X, y, train: np.ndarray,
                 inflight.fitting(inflight.block_record(params, params_slice, splits_slice)):
             result = fit_missing(ctx.store, params, X, y, train, params_slice, splits_slice,
                                  positive, path_aware, todo, sample_weight, watch, scoring)
-    if late:
-        from ..fitting.isolated import timeout_message
     for h, s in late:
+        from ..fitting.isolated import timeout_message     # a fit timed out: rare
+
         result.pred[h, s] = np.nan
         result.failed[h, s], result.error[h, s] = True, timeout_message(ctx.fit_timeout)
         result.fit_seconds[h, s] = ctx.fit_timeout

@@ -95,7 +95,6 @@ class Scorer:
     classes: tuple | None = None
 
     def __call__(self, pred: np.ndarray, y, train: np.ndarray, params) -> dict:
-
         losses = apply_loss(self.loss, np.asarray(y), pred, self.classes,
                             [p.output for p in params])
         held_out = self.analysis[None, :] & ~np.asarray(train, dtype=bool)

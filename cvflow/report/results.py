@@ -106,7 +106,6 @@ def compute(cube: xr.Dataset, estimators: list | None = None, *,
     default loss is refused (InputError) unless trusted. What the caller names himself
     (``estimators``, a name in ``overrides``, ``loss``) is his own choice and is imported.
     """
-
     raced = _raced_unfilled(cube)
     cube = workflow_view(cube, all_params=all_params)
     made = cube.attrs.get("workflow_dir")
@@ -234,7 +233,6 @@ def _label(results: Results, loss: str | None, cube: xr.Dataset) -> str:
 def assumptions(cube: xr.Dataset, loss: str | None = None):
     """(the loss's declaration, whether the folds are time-ordered): what
     :meth:`cvflow.estimators.Estimator.refusal` checks an estimator against."""
-
     design = json.loads(cube.attrs.get("workflow") or "{}").get("design") or {}
     return cube_loss(cube, loss), time_ordered(design)
 

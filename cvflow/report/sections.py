@@ -166,7 +166,6 @@ def fit_time_figure(cube: xr.Dataset):
 
 def _path_aware_learners(cube: xr.Dataset) -> list[str]:
     """Learners whose grid was fitted as regularisation paths (one fit per training set)."""
-
     workflow = json.loads(cube.attrs.get("workflow") or "{}")
     if not (workflow.get("execution") or {}).get("path_aware", True):
         return []
