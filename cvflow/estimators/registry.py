@@ -81,7 +81,7 @@ from .np_roles import TERM_ROLE
 Check = Callable[[Any, str], Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Option:
     """One option of an estimator: its name, default, check and a one-line description."""
 
@@ -91,7 +91,7 @@ class Option:
     doc: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Estimator:
     """An estimator's declaration (see the module docstring)."""
 

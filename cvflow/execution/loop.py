@@ -60,7 +60,7 @@ WAKE_SECONDS = 1.0
 ISOLATED_RETRIES = 3
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Block:
     """A chunk-aligned rectangle of fits: its slices and the cells still to fit (None: all)."""
 

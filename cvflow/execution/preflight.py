@@ -41,7 +41,7 @@ def check_dashboard_port(port, where: str = "--dashboard-port") -> None:
         raise InputError(f"{where}: {port!r}; give a port in 0..65535 (0: any free port)")
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Checked:
     """What :func:`check_run` decided: the store's location and the run's cluster (a
     :class:`~cvflow.execution.profiles.Route`; None with a given client)."""

@@ -187,7 +187,7 @@ def load_profile(cluster: str | os.PathLike | None = None, *,
     return prof
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class Route:
     """Where a run's fits go, decided once per run (:func:`decide`) and passed down.
 

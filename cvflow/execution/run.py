@@ -531,7 +531,7 @@ def _probe(workflow: Workflow, study, *, timing: bool, trial: bool = True,
     return True, out["seconds"], None if thread.is_alive() else out.get("share")
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Run:
     """One run on a connected client: plan, create the store, loop, record."""
 

@@ -78,7 +78,7 @@ def _timing_key(params: list[Param], data, path_aware: bool) -> tuple | None:
             any(p.fit_hook is not None for p in params))
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class StoreLayout:
     """The store's params and design (store order: an extended store keeps its indices), the
     block chunk shape, and the schema of a new store not created yet (``create=False``) or of

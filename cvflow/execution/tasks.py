@@ -40,7 +40,7 @@ STORE_READY_TIMEOUT = 600
 READY_CHECK_SECONDS = 2.0      # how often a waiting block checks that its run still holds the lock
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False, eq=False)
 class TaskContext:
     """What every task of one run shares (small: sent with each task)."""
 

@@ -18,7 +18,7 @@ from ..workflow.params import Param
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class BlockResult:
     """What a fitted block holds; the task writes ``pred`` and returns the rest (small)."""
 

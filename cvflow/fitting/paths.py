@@ -36,7 +36,7 @@ from ..workflow.params import Param, import_estimator
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Group:
     """Params fitted together: ``index`` into the block's params; ``kernel`` None = one by one."""
 

@@ -108,7 +108,7 @@ class _Pickler(pickle.Pickler):
         return None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, repr=False, eq=False)
 class Key:
     """What a fitted prefix depends on: a digest of the prefix steps' settings (and the fit
     parameters routed to them), the classes and functions they name (by identity), and, for
@@ -186,7 +186,7 @@ def _nbytes(a) -> int | None:
     return None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Prefix:
     """A prefix fitted on one training set: its fitted steps, the transformed training rows
     (what the last step is fitted on), every sample transformed (what it predicts from), the
@@ -271,7 +271,7 @@ def candidate(param: Param) -> bool:
         return False
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Group:
     """The params of a block that share one prefix on one training set: (param index, its
     built model, its fit keywords) each; the prefix once fitted or taken from the cache."""

@@ -47,7 +47,7 @@ def _scoring(scorers: bytes, analysis: np.ndarray, train: bool, keys: dict) -> S
     return Scoring(pickle.loads(scorers), analysis, train, keys)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Scoring:
     """The scorers of a study's fits: name -> ``scorer(estimator, X, y) -> float``, the analysis
     samples (bool, (n,)), whether the training rows are scored too, and ``keys``: for a scorer
@@ -77,7 +77,7 @@ class Scoring:
         return np.full(n_cells + (len(self.names),), np.nan)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Scores:
     """One fit's scores: ``test`` (scorers,), ``train`` (scorers,) or None, the seconds the
     test scoring took, and the messages of scorers that raised (their score is NaN)."""

@@ -63,7 +63,7 @@ def is_unwritten(data) -> bool:
             and not data.flags.writeable)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Schema:
     """A cube before any library holds it: ``variables`` and ``coords`` name -> (dims,
     values), in the store's order; ``attrs``; ``encoding`` name -> the chunk encoding of a data

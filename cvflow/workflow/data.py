@@ -18,7 +18,7 @@ from ..errors import InputError
 from . import limits
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Data:
     """Features, target, groups and the held-out test flag, all over the same samples.
 

@@ -28,7 +28,16 @@ from ..errors import InputError
 MAX_COMPLETE_SUBSETS = 20_000
 
 
-@dataclass
+# DESIGN CHOICE: cvflow's internal records (this one, the run's plan, blocks, task contexts,
+# routes, fitted prefixes, scores) are `@dataclass(repr=False, eq=False)`: nothing prints,
+# compares or hashes them (most hold arrays or dicts, which their generated methods could not
+# compare or hash), and Python 3.11 compiles each generated method at import, ~0.13 ms each:
+# 24 dataclasses were 12 of the ~30 ms `import cvflow; cvflow.SearchCV` took (issue 41);
+# 100 generated methods -> 50, the import 152 -> 127 M instructions (valgrind).
+# Frozen (two methods more) only where threads or a cache share the record (TaskContext, Route,
+# prefix.Key). What users see or code compares keeps its methods: RunResult, Workflow, a
+# declaration's repr (Estimator, Option), Param and Loss (compared; Loss keys caches).
+@dataclass(repr=False, eq=False)
 class Design:
     """Distinct training sets and the roles they play. Shapes in the attribute comments."""
 
@@ -51,7 +60,7 @@ class Design:
         return int(self.train.shape[0])
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Builder:
     n: int
     masks: list = field(default_factory=list)

@@ -46,7 +46,7 @@ EXECUTION_KEYS = {"cluster", "workers", "fits_per_task", "path_aware", "dtype", 
 OUTPUT_FIX = {False: "set the learner's `output`", True: "give Study(output=...)"}
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class BuiltWorkflow:
     """Everything a run needs, built from a workflow: data, design, params, store attrs."""
 
