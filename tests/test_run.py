@@ -335,6 +335,107 @@ def test_a_one_off_task_whose_gather_raises_unbound_local_is_computed_again(capl
     assert "was lost at the scheduler; computing it again" in caplog.text
 
 
+class _Regathering:
+    """A finished task whose worker died before the client read its result, no worker left:
+    distributed's gather waits for the scheduler to compute it again, which takes a worker
+    (here: until ``back`` is set, at most 30 s, so a failing test ends; or it is cancelled)."""
+
+    status = "finished"
+
+    def __init__(self, key, back):
+        import threading
+
+        self.key, self.back, self.cancelled = key, back, threading.Event()
+
+    def add_done_callback(self, callback):
+        callback(self)
+
+    def result(self):
+        import time
+        from concurrent.futures import CancelledError
+
+        deadline = time.monotonic() + 30
+        while not self.back.is_set() and time.monotonic() < deadline:
+            if self.cancelled.wait(0.05):
+                raise CancelledError(self.key)
+        return {"fits": 0}
+
+    def cancel(self):
+        self.cancelled.set()
+
+    def release(self):
+        pass
+
+
+class _NoWorkerLeft:
+    """A distributed client whose workers are all gone for good: every task it runs is a
+    :class:`_Regathering` (the run's watchdog would start new workers after 30 s quiet)."""
+
+    def __init__(self):
+        import threading
+
+        self.back = threading.Event()
+        self.futures: list[_Regathering] = []
+
+    def submit(self, fn, *args, key=None, pure=True, **kwargs):
+        self.futures.append(_Regathering(key, self.back))
+        return self.futures[-1]
+
+    def scheduler_info(self):
+        return {"workers": {}}
+
+    def call_stack(self, futures):
+        return {}
+
+    def cancel(self, futures):
+        for future in futures:
+            future.cancel()
+
+
+@pytest.fixture
+def no_worker_left():
+    import dask.config
+
+    client = _NoWorkerLeft()
+    with dask.config.set({"cvflow.execution.no-worker-seconds": 2}):
+        yield client
+    client.back.set()                     # a read still waiting (without the fix) ends
+
+
+def test_a_one_off_task_whose_result_never_comes_back_stops_the_run(no_worker_left):
+    """The timing task's result waits for a worker that never comes: the run stops after
+    no-worker-seconds with the StallError that says so, and the read is cancelled (the run
+    waited in the read for as long as it was left: tests/test_inflight.py at load 14)."""
+    from cvflow.errors import StallError
+    from cvflow.execution import loop
+
+    with pytest.raises(StallError, match="no worker is connected"):
+        loop._one_task_result(no_worker_left, lambda key: no_worker_left.submit(None, key=key),
+                              "cvflow-timing-regathering")
+    assert all(f.cancelled.is_set() for f in no_worker_left.futures)
+
+
+def test_a_block_whose_result_never_comes_back_stops_the_run(no_worker_left):
+    """The loop's own wait, as above: a block's result read while its worker is gone stops the
+    run after no-worker-seconds, not never; the block's task is cancelled."""
+    from types import SimpleNamespace
+
+    from cvflow.errors import StallError
+    from cvflow.execution.loop import Block, Loop
+    from cvflow.execution.tasks import TaskContext
+
+    data = SimpleNamespace(fit_X=np.zeros((4, 1)), fit_y=np.zeros(4), sample_weight=None,
+                           positive=None)
+    recorded = []
+    loop = Loop(no_worker_left, TaskContext(store="unused.zarr", run_id="r"), params=[],
+                train=np.ones((1, 4), bool), data=data, path_aware=True, record=recorded.append)
+    loop.submit([Block(slice(0, 1), slice(0, 1))])
+    with pytest.raises(StallError, match="no worker is connected"):
+        loop.run()
+    assert not recorded
+    assert all(f.cancelled.is_set() for f in no_worker_left.futures if "block" in f.key)
+
+
 def test_a_block_whose_result_is_lost_is_fitted_again(tmp_path, write_workflow, client,
                                                       monkeypatch, caplog):
     """Handled as a block whose worker died: fitted again, the cube the same bit for bit as a

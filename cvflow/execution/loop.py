@@ -21,11 +21,13 @@ Every wait here has a deadline: the loop wakes at least once a second.
 """
 from __future__ import annotations
 
+import collections
 import contextvars
 import dataclasses
 import logging
 import queue
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass
@@ -90,6 +92,60 @@ def _killed_worker() -> type[Exception]:
 LOST_RESULT_RETRIES = 2
 
 
+class Results:
+    """Where finished tasks come back: :meth:`watch` a future, :meth:`get` then gives
+    ``(future, value, error)`` once its result is read (``error``: what reading it raised)."""
+
+    # DESIGN CHOICE: a distributed future's result is gathered from the worker holding it;
+    # when that worker dies first, distributed's gather waits, without a deadline, for the
+    # scheduler to compute the task again, which takes a worker. Read in the loop's own
+    # thread, that gather held the loop, whose watchdog is what starts workers in place of
+    # lost ones and stops a run that has none: a run whose segfaulting fits killed both
+    # workers at load 14 (nannies dropped by lost-worker-timeout) waited in it with no worker
+    # for as long as it was left (tests/test_inflight.py, 2 of 7 runs; tests/test_run.py
+    # test_a_block_whose_result_never_comes_back_stops_the_run). So results are read in a
+    # daemon thread of their own, one at a time; the loop wakes every WAKE_SECONDS
+    # meanwhile. The threaded route's futures hold their result: read where they finish.
+
+    def __init__(self, client):
+        self.done: queue.SimpleQueue = queue.SimpleQueue()
+        self.here = isinstance(getattr(client, "workers", None), int)    # ThreadedClient
+        self._todo: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._reading = False
+
+    def watch(self, future) -> None:
+        future.add_done_callback(self._read if self.here else self._read_later)
+
+    def get(self, timeout: float):
+        """The next ``(future, value, error)`` read; queue.Empty after ``timeout`` s."""
+        return self.done.get(timeout=timeout)
+
+    def _read(self, future) -> None:
+        try:
+            value, error = future.result(), None
+        except BaseException as exc:  # noqa: BLE001 - given to the loop, which decides
+            value, error = None, exc
+        self.done.put((future, value, error))
+
+    def _read_later(self, future) -> None:
+        with self._lock:
+            self._todo.append(future)
+            if self._reading:
+                return
+            self._reading = True
+        threading.Thread(target=self._drain, name="cvflow-results", daemon=True).start()
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._todo:
+                    self._reading = False
+                    return
+                future = self._todo.popleft()
+            self._read(future)
+
+
 def lost_result(future, exc: BaseException) -> bool:
     """Whether ``exc``, raised reading ``future``'s result, says the scheduler lost the result
     (the task was fine): a CancelledError, or distributed's UnboundLocalError ('result') when a
@@ -108,24 +164,32 @@ def _one_task_result(client, submit: Callable[[str], Any], key: str):
     (:class:`Watchdog`)."""
     KilledWorker = _killed_worker()
     watchdog = Watchdog(client)
+    results = Results(client)
     for attempt in range(LOST_RESULT_RETRIES + 1):
         future = submit(key if not attempt else f"{key}-again{attempt}")
-        done: queue.SimpleQueue = queue.SimpleQueue()
-        future.add_done_callback(done.put)
-        # DESIGN CHOICE: wait for the task to finish, then gather its result once, without a
-        # timeout. Polling ``future.result(timeout=...)`` let a timeout cancel distributed's
-        # gather; a later gather joined the cancelled one and distributed's ``sync`` raised
-        # UnboundLocalError ('result'): seen once in 3 `cvflow run`s under load, beside the
-        # scheduler's "Couldn't gather keys: {'cvflow-timing-...': 'forgotten'}".
-        while True:
-            try:
-                done.get(timeout=WAKE_SECONDS)
-                break
-            except queue.Empty:
-                interrupts.check()
-                watchdog.check([future])
+        results.watch(future)
+        # DESIGN CHOICE: the result is gathered once, without a timeout, in the results'
+        # thread (Results), while this one wakes each second for the watchdog. Polling
+        # ``future.result(timeout=...)`` let a timeout cancel distributed's gather; a later
+        # gather joined the cancelled one and distributed's ``sync`` raised UnboundLocalError
+        # ('result'): seen once in 3 `cvflow run`s under load, beside the scheduler's
+        # "Couldn't gather keys: {'cvflow-timing-...': 'forgotten'}".
         try:
-            result = future.result()
+            while True:
+                try:
+                    read, result, error = results.get(WAKE_SECONDS)
+                except queue.Empty:
+                    interrupts.check()
+                    watchdog.check([future])
+                    continue
+                if read is future:
+                    break
+        except BaseException:
+            future.cancel()           # its gather, if it waits, ends
+            raise
+        try:
+            if error is not None:
+                raise error
         except KilledWorker:
             future.cancel()
             return None
@@ -215,7 +279,7 @@ class Loop:
         self.data, self.path_aware, self.record, self.scorer = data, path_aware, record, scorer
         self.idle, self.lock_lost = idle, lock_lost
         self.watchdog = Watchdog(client)
-        self.finished: queue.SimpleQueue = queue.SimpleQueue()
+        self.results = Results(client)
         self.futures: dict[str, object] = {}        # key -> future still running
         self.blocks: dict[str, Block] = {}           # block task key -> its block
         self.inputs: dict = {}
@@ -226,7 +290,7 @@ class Loop:
 
     def _watch(self, future) -> None:
         self.futures[future.key] = future
-        future.add_done_callback(self.finished.put)
+        self.results.watch(future)
 
     def submit_inputs(self) -> None:
         # DESIGN CHOICE: X and y travel as two tasks holding them, not scattered: the scheduler
@@ -302,32 +366,37 @@ class Loop:
             self._at_tail()
             while self.futures:
                 try:
-                    future = self.finished.get(timeout=WAKE_SECONDS)
+                    read = self.results.get(WAKE_SECONDS)
                 except queue.Empty:
-                    future = None
+                    read = None
                 interrupts.check()        # a Ctrl-C Python could not raise where it came
                 if self.lock_lost():
                     raise LockLostError(f"store: {self.ctx.store}: another run took over the run "
                                         "lock; this run stopped and cancelled its tasks")
-                if future is None:
+                if read is None:
                     self.idle()
+                    # a future being read stays in self.futures: watched, and cancelled
                     self.watchdog.check(list(self.futures.values()))
                     continue
+                future, value, error = read
                 if self.futures.pop(future.key, None) is None:
                     continue                              # cancelled, or seen already
                 self._at_tail()
                 self.watchdog.progressed()
-                summary = self._take(future)
+                summary = self._take(future, value, error)
                 if summary is not None:
                     self.record(summary)
         finally:
             self.cancel()
 
-    def _take(self, future) -> dict | None:
-        """A finished task's block summary, or None (the block was sent again)."""
+    def _take(self, future, value, error: BaseException | None) -> dict | None:
+        """A finished task's block summary (``value``, or ``error``: what reading it raised,
+        :class:`Results`), or None (the block was sent again)."""
         KilledWorker = _killed_worker()
         try:
-            return future.result()
+            if error is not None:
+                raise error
+            return value
         except (CancelledError, UnboundLocalError) as exc:
             # DESIGN CHOICE: a block whose result the scheduler lost is a block whose worker
             # died: fitted again (it rewrites the same chunk of pred), at most
