@@ -68,8 +68,13 @@ def lasso_alphas(X: np.ndarray, y: np.ndarray, n_alphas: int = 100, eps: float =
 
 
 def env() -> dict:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    # DESIGN CHOICE: bytecode cached as in a user's environment (small_search.py, cli_doors.py):
+    # under PYTHONDONTWRITEBYTECODE (set on this machine) every `cvflow run` process compiled
+    # cvflow's modules again, ~0.4 s that the plain script, importing compiled scikit-learn,
+    # never paid (the quickstart read 1.29x for 1.0x)
+    out = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return out
 
 
 def process(argv: list[str]) -> str | None:
