@@ -109,7 +109,7 @@ class Results:
 
     def __init__(self, client):
         self.done: queue.SimpleQueue = queue.SimpleQueue()
-        self.here = isinstance(getattr(client, "workers", None), int)    # ThreadedClient
+        self.here = _threaded(client)
         self._todo: collections.deque = collections.deque()
         self._lock = threading.Lock()
         self._reading = False
@@ -252,9 +252,14 @@ TAIL: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar
     "cvflow_tail", default=None)
 
 
+def _threaded(client) -> bool:
+    """Whether ``client`` is this process's threads (a ThreadedClient: its ``workers`` a count)."""
+    return isinstance(getattr(client, "workers", None), int)
+
+
 def worker_threads(client) -> int:
     """The threads the client's workers have (a ThreadedClient: its pool's), at least 1."""
-    if isinstance(getattr(client, "workers", None), int):         # ThreadedClient
+    if _threaded(client):
         return client.workers
     try:
         return max(1, sum(client.nthreads().values()))
